@@ -1,0 +1,842 @@
+//! The host cluster: start, inspect, stop.
+//!
+//! Start order, each step gated on the previous one being healthy: binaries resolved (fail
+//! before anything runs) -> PKI (generated once per state dir) -> etcd -> kube-apiserver
+//! (`/readyz`) -> kubeconfigs -> controller-manager, scheduler, kwok, PV provisioner -> worker
+//! Nodes and the default StorageClass -> all Nodes Ready. Postgres starts alongside. What was
+//! started is recorded in `<state>/state.json`, which `status` and `down` read back.
+//!
+//! Everything listens on free ports of 127.0.0.1. The apiserver advertises a documentation-only
+//! address (RFC 5737) and runs with `--endpoint-reconciler-type=none`: Kubernetes rejects
+//! loopback addresses in Endpoints, and no pod on this machine could use that address anyway.
+
+use crate::pki::{self, ClusterPki};
+use crate::process::{self, ProcSpec, Spawned, Supervision};
+use crate::provisioner::{self, Provisioner};
+use crate::{Error, Result, bins, kubeconfig, postgres};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Service ClusterIP range of the host cluster (tenant apiservers reuse it).
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// ClusterIP of the `kubernetes` Service: the first address of [`SERVICE_CIDR`].
+pub const KUBERNETES_SERVICE_IP: [u8; 4] = [10, 96, 0, 1];
+/// The address the apiserver advertises: TEST-NET-1 (RFC 5737), data only, never dialled.
+pub const ADVERTISE_ADDRESS: &str = "192.0.2.1";
+/// Label on every simulated worker node.
+pub const KWOK_NODE_LABEL: (&str, &str) = ("type", "kwok");
+/// Name of the default StorageClass, served by the dev provisioner.
+pub const STORAGE_CLASS: &str = "standard";
+/// Field manager of everything vcp-dev applies.
+pub const FIELD_MANAGER: &str = "vcp-dev";
+
+const KWOK_STAGES: &str = include_str!("kwok-stages.yaml");
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How to start a cluster.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub state_dir: PathBuf,
+    /// Simulated worker nodes.
+    pub workers: u32,
+    pub supervision: Supervision,
+}
+
+/// What `state.json` records about a started cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    pub kubernetes_version: String,
+    pub apiserver_url: String,
+    pub kubeconfig: PathBuf,
+    pub database_url: String,
+    pub service_cidr: String,
+    pub workers: u32,
+    pub components: Vec<Component>,
+}
+
+/// One started process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Component {
+    pub name: String,
+    pub pid: u32,
+    pub exe: PathBuf,
+    pub port: Option<u16>,
+    /// URL answering 2xx when healthy (https ones are verified against the cluster CA).
+    pub health: Option<String>,
+    pub log: PathBuf,
+}
+
+/// Wall-clock milestones of a start.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    /// From the start call until the apiserver's `/readyz` answered.
+    pub apiserver_ready: Duration,
+    /// From the start call until every worker Node was Ready.
+    pub nodes_ready: Duration,
+    /// From the start call until everything, Postgres included, was up.
+    pub total: Duration,
+}
+
+/// A running host cluster. In attached mode it owns its processes and stops them on drop;
+/// in detached mode (`vcp-dev up`) it is only a view, and `down` stops the processes.
+pub struct DevCluster {
+    state_dir: PathBuf,
+    state: State,
+    client: Client,
+    procs: Vec<Spawned>,
+    provisioner: Option<Provisioner>,
+    timings: Timings,
+    // Declared last so the directory goes after the processes using it.
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for DevCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevCluster")
+            .field("state_dir", &self.state_dir)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DevCluster {
+    /// Starts a cluster with 3 workers in a temporary state dir, torn down on drop.
+    pub async fn start() -> Result<DevCluster> {
+        let tmp = tempfile::Builder::new()
+            .prefix("vcp-dev-")
+            .tempdir()
+            .map_err(Error::io(std::env::temp_dir()))?;
+        let opts = Options {
+            state_dir: tmp.path().to_owned(),
+            workers: 3,
+            supervision: Supervision::Attached,
+        };
+        let mut cluster = Self::start_with(opts).await?;
+        cluster._tmp = Some(tmp);
+        Ok(cluster)
+    }
+
+    /// Starts a cluster as `opts` says.
+    pub async fn start_with(opts: Options) -> Result<DevCluster> {
+        boot(opts).await
+    }
+
+    /// A client with cluster-admin rights.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Path of the admin kubeconfig.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.state.kubeconfig
+    }
+
+    /// URL of the cluster's Postgres.
+    pub fn database_url(&self) -> &str {
+        &self.state.database_url
+    }
+
+    /// What was started.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Where the state lives.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// How long the start took.
+    pub fn timings(&self) -> Timings {
+        self.timings
+    }
+
+    /// The kubectl built for this cluster's version.
+    pub fn kubectl(&self) -> PathBuf {
+        self.state_dir.join("bin/kubectl")
+    }
+
+    /// Stops everything this handle owns (attached mode). Safe to call twice.
+    pub fn stop(&mut self) {
+        if let Some(p) = self.provisioner.take() {
+            p.stop();
+        }
+        for p in self.procs.iter_mut().rev() {
+            p.stop(STOP_GRACE);
+        }
+        self.procs.clear();
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Reads `<dir>/state.json`.
+pub fn read_state(dir: &Path) -> Result<State> {
+    let path = dir.join("state.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::NoState(dir.to_owned()));
+        }
+        Err(e) => return Err(Error::io(&path)(e)),
+    };
+    serde_json::from_str(&text).map_err(|e| Error::Serde {
+        what: "state.json",
+        source: e.into(),
+    })
+}
+
+fn write_state(dir: &Path, state: &State) -> Result<()> {
+    let json = serde_json::to_string_pretty(state).map_err(|e| Error::Serde {
+        what: "state.json",
+        source: e.into(),
+    })?;
+    write_atomic(&dir.join("state.json"), &json)
+}
+
+fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(Error::io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(Error::io(path))
+}
+
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(Error::io(path))?;
+    f.write_all(text.as_bytes()).map_err(Error::io(path))
+}
+
+/// The first live component recorded in a state dir, if any.
+pub fn running_component(dir: &Path) -> Option<Component> {
+    let state = read_state(dir).ok()?;
+    state
+        .components
+        .into_iter()
+        .find(|c| process::runs(c.pid, &c.exe))
+}
+
+/// Stops every component recorded in `dir`, newest first. Returns how many were running.
+/// Running it on a stopped (or never started) dir does nothing and succeeds.
+pub fn down(dir: &Path) -> Result<usize> {
+    let mut state = match read_state(dir) {
+        Ok(s) => s,
+        Err(Error::NoState(_)) => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut stopped = 0;
+    for c in state.components.iter().rev() {
+        // A leader that is gone may leave group members behind (postgres backends); a live pid
+        // running something else is a recycled pid and not ours.
+        let ours = process::runs(c.pid, &c.exe)
+            || (!process::pid_alive(c.pid) && !process::group_members(c.pid).is_empty());
+        if ours {
+            tracing::info!(component = %c.name, pid = c.pid, "stopping");
+            process::stop_group(c.pid, STOP_GRACE);
+            stopped += 1;
+        }
+    }
+    state.components.clear();
+    write_state(dir, &state)?;
+    Ok(stopped)
+}
+
+/// Health of one component, as `status` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ComponentStatus {
+    pub name: String,
+    pub pid: u32,
+    pub port: Option<u16>,
+    pub running: bool,
+    pub healthy: bool,
+}
+
+/// Probes every component recorded in `dir`.
+pub async fn status(dir: &Path) -> Result<Vec<ComponentStatus>> {
+    let state = read_state(dir)?;
+    let ca = std::fs::read_to_string(dir.join("pki/ca.crt"))
+        .map_err(Error::io(dir.join("pki/ca.crt")))?;
+    let mut out = Vec::new();
+    for c in &state.components {
+        let running = process::runs(c.pid, &c.exe);
+        let healthy = running
+            && match (&c.health, c.port) {
+                (Some(url), _) => probe(url, &ca).await,
+                (None, Some(port)) => tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok(),
+                (None, None) => true,
+            };
+        out.push(ComponentStatus {
+            name: c.name.clone(),
+            pid: c.pid,
+            port: c.port,
+            running,
+            healthy,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether `url` answers 2xx within two seconds; https is verified against `ca_pem`.
+pub async fn probe(url: &str, ca_pem: &str) -> bool {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return false;
+    };
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or("/".into());
+    let Ok(base) = format!(
+        "{}://{}",
+        uri.scheme_str().unwrap_or("http"),
+        uri.authority().map(|a| a.as_str()).unwrap_or("")
+    )
+    .parse() else {
+        return false;
+    };
+    let mut config = kube::Config::new(base);
+    config.root_cert = Some(pem_certs_der(ca_pem));
+    config.connect_timeout = Some(Duration::from_secs(1));
+    config.read_timeout = Some(Duration::from_secs(2));
+    let Ok(client) = Client::try_from(config) else {
+        return false;
+    };
+    let Ok(req) = http::Request::get(path).body(Vec::new()) else {
+        return false;
+    };
+    client.request_text(req).await.is_ok()
+}
+
+/// DER bytes of every certificate in a PEM bundle.
+fn pem_certs_der(pem: &str) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    pem.split("-----BEGIN CERTIFICATE-----")
+        .skip(1)
+        .filter_map(|block| {
+            let body: String = block
+                .split("-----END CERTIFICATE-----")
+                .next()?
+                .split_whitespace()
+                .collect();
+            base64::engine::general_purpose::STANDARD.decode(body).ok()
+        })
+        .collect()
+}
+
+/// Waits until `url` is healthy, failing early if the process died.
+async fn wait_healthy(proc: &mut Spawned, url: &str, ca_pem: &str) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        proc.check_running()?;
+        if probe(url, ca_pem).await {
+            tracing::info!(component = %proc.name, elapsed_ms = started.elapsed().as_millis() as u64, "healthy");
+            return Ok(());
+        }
+        if started.elapsed() > STARTUP_TIMEOUT {
+            return Err(Error::Unhealthy {
+                component: proc.name.clone(),
+                secs: STARTUP_TIMEOUT.as_secs(),
+                log: proc.log.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn p(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+struct Layout {
+    dir: PathBuf,
+}
+
+impl Layout {
+    fn pki(&self, name: &str) -> String {
+        p(&self.dir.join("pki").join(name))
+    }
+    fn log(&self, name: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{name}.log"))
+    }
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// Writes the PKI once per state dir; a restarted cluster keeps its identity and data.
+fn ensure_pki(l: &Layout) -> Result<()> {
+    let dir = l.dir.join("pki");
+    if dir.join("ca.crt").exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+    let ips: Vec<IpAddr> = vec![
+        [127, 0, 0, 1].into(),
+        KUBERNETES_SERVICE_IP.into(),
+        ADVERTISE_ADDRESS.parse().expect("constant address"),
+    ];
+    let pki = ClusterPki::generate(&ips, time::OffsetDateTime::now_utc())?;
+    // ca.crt last: its presence marks a complete PKI.
+    let mut files = pki.files();
+    files.sort_by_key(|(name, _)| name == "ca.crt");
+    for (name, pem) in files {
+        write_private(&dir.join(name), pem)?;
+    }
+    Ok(())
+}
+
+fn write_kubeconfig(
+    l: &Layout,
+    file: &str,
+    server: &str,
+    user: &str,
+    cert: &str,
+) -> Result<PathBuf> {
+    let read = |name: &str| {
+        let path = l.dir.join("pki").join(name);
+        std::fs::read_to_string(&path).map_err(Error::io(&path))
+    };
+    let creds = pki::CertKey {
+        cert_pem: read(&format!("{cert}.crt"))?,
+        key_pem: read(&format!("{cert}.key"))?,
+    };
+    let yaml = kubeconfig::render("vcp-dev", server, &read("ca.crt")?, user, &creds);
+    let path = l.file(file);
+    write_private(&path, &yaml)?;
+    Ok(path)
+}
+
+/// A kube client from a kubeconfig file.
+pub async fn client_from(path: &Path) -> Result<Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Client::try_from(config).map_err(Error::kube("build a client"))
+}
+
+async fn boot(opts: Options) -> Result<DevCluster> {
+    let t0 = Instant::now();
+    let dir = std::path::absolute(&opts.state_dir).map_err(Error::io(&opts.state_dir))?;
+    std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+    if let Some(c) = running_component(&dir) {
+        return Err(Error::AlreadyRunning {
+            dir,
+            component: c.name,
+            pid: c.pid,
+        });
+    }
+    let version = bins::host_kubernetes_version();
+    let etcd_bin = bins::tool("etcd")?;
+    let kwok_bin = bins::tool("kwok")?;
+    let apiserver_bin = bins::binary("kube-apiserver", version)?;
+    let kcm_bin = bins::binary("kube-controller-manager", version)?;
+    let scheduler_bin = bins::binary("kube-scheduler", version)?;
+    let kubectl_bin = bins::binary("kubectl", version)?;
+
+    let l = Layout { dir: dir.clone() };
+    for sub in ["logs", "etcd", "volumes", "bin"] {
+        let d = dir.join(sub);
+        std::fs::create_dir_all(&d).map_err(Error::io(&d))?;
+    }
+    ensure_pki(&l)?;
+    link(&kubectl_bin, &dir.join("bin/kubectl"))?;
+    if let Ok(helm) = bins::tool("helm") {
+        link(&helm, &dir.join("bin/helm"))?;
+    }
+    let ca_pem = std::fs::read_to_string(dir.join("pki/ca.crt")).map_err(Error::io(&dir))?;
+    let mode = opts.supervision;
+
+    // Postgres boots while the control plane does; both are needed at the end.
+    let (pg_dir, pg_log) = (dir.join("postgres"), l.log("postgres"));
+    let pg = postgres::start_in(&pg_dir, &pg_log, mode);
+    let cp = async {
+        let [
+            etcd_port,
+            peer_port,
+            api_port,
+            kcm_port,
+            sched_port,
+            kwok_port,
+        ] = process::free_ports()?;
+        let mut procs: Vec<(Spawned, Option<u16>, Option<String>)> = Vec::new();
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd = ProcSpec::new("etcd", &etcd_bin).args([
+            "--name=vcp-dev".to_owned(),
+            format!("--data-dir={}", p(&dir.join("etcd"))),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=vcp-dev={peer_url}"),
+            // Disposable data: durability costs seconds per start and nothing is lost that matters.
+            "--unsafe-no-fsync".to_owned(),
+            "--log-level=warn".to_owned(),
+        ]);
+        let mut etcd = process::spawn(&etcd, mode, &l.log("etcd"))?;
+        let etcd_health = format!("{etcd_url}/health");
+        wait_healthy(&mut etcd, &etcd_health, &ca_pem).await?;
+        procs.push((etcd, Some(etcd_port), Some(etcd_health)));
+
+        let api_url = format!("https://127.0.0.1:{api_port}");
+        let apiserver = ProcSpec::new("kube-apiserver", &apiserver_bin).args([
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={api_port}"),
+            format!("--advertise-address={ADVERTISE_ADDRESS}"),
+            "--endpoint-reconciler-type=none".to_owned(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!("--tls-cert-file={}", l.pki("apiserver.crt")),
+            format!("--tls-private-key-file={}", l.pki("apiserver.key")),
+            format!("--client-ca-file={}", l.pki("ca.crt")),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+            format!("--service-account-key-file={}", l.pki("sa.pub")),
+            format!("--service-account-signing-key-file={}", l.pki("sa.key")),
+            "--authorization-mode=Node,RBAC".to_owned(),
+            "--allow-privileged=true".to_owned(),
+            format!(
+                "--requestheader-client-ca-file={}",
+                l.pki("front-proxy-ca.crt")
+            ),
+            "--requestheader-allowed-names=front-proxy-client".to_owned(),
+            "--requestheader-username-headers=X-Remote-User".to_owned(),
+            "--requestheader-group-headers=X-Remote-Group".to_owned(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+            format!(
+                "--proxy-client-cert-file={}",
+                l.pki("front-proxy-client.crt")
+            ),
+            format!(
+                "--proxy-client-key-file={}",
+                l.pki("front-proxy-client.key")
+            ),
+            "--profiling=false".to_owned(),
+        ]);
+        let mut apiserver = process::spawn(&apiserver, mode, &l.log("kube-apiserver"))?;
+        let api_health = format!("{api_url}/readyz");
+        wait_healthy(&mut apiserver, &api_health, &ca_pem).await?;
+        let apiserver_ready = t0.elapsed();
+        procs.push((apiserver, Some(api_port), Some(api_health)));
+
+        let admin_kc = write_kubeconfig(&l, "host.kubeconfig", &api_url, pki::ADMIN_USER, "admin")?;
+        let kcm_kc = write_kubeconfig(
+            &l,
+            "controller-manager.kubeconfig",
+            &api_url,
+            "system:kube-controller-manager",
+            "controller-manager",
+        )?;
+        let sched_kc = write_kubeconfig(
+            &l,
+            "scheduler.kubeconfig",
+            &api_url,
+            "system:kube-scheduler",
+            "scheduler",
+        )?;
+
+        let kcm = ProcSpec::new("kube-controller-manager", &kcm_bin).args([
+            format!("--kubeconfig={}", p(&kcm_kc)),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={kcm_port}"),
+            format!(
+                "--tls-cert-file={}",
+                l.pki("controller-manager-serving.crt")
+            ),
+            format!(
+                "--tls-private-key-file={}",
+                l.pki("controller-manager-serving.key")
+            ),
+            "--leader-elect=false".to_owned(),
+            "--use-service-account-credentials=true".to_owned(),
+            format!("--service-account-private-key-file={}", l.pki("sa.key")),
+            format!("--root-ca-file={}", l.pki("ca.crt")),
+            format!("--cluster-signing-cert-file={}", l.pki("ca.crt")),
+            format!("--cluster-signing-key-file={}", l.pki("ca.key")),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            // The defaults (20/30) throttle a burst of hundreds of pods for no benefit here.
+            "--kube-api-qps=200".to_owned(),
+            "--kube-api-burst=400".to_owned(),
+            "--profiling=false".to_owned(),
+        ]);
+        let sched_config = l.file("scheduler-config.yaml");
+        write_atomic(
+            &sched_config,
+            &format!(
+                "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+                 clientConnection:\n  kubeconfig: {}\n  qps: 200\n  burst: 400\n\
+                 leaderElection:\n  leaderElect: false\n",
+                p(&sched_kc)
+            ),
+        )?;
+        let scheduler = ProcSpec::new("kube-scheduler", &scheduler_bin).args([
+            format!("--config={}", p(&sched_config)),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={sched_port}"),
+            format!("--tls-cert-file={}", l.pki("scheduler-serving.crt")),
+            format!("--tls-private-key-file={}", l.pki("scheduler-serving.key")),
+            "--profiling=false".to_owned(),
+        ]);
+        let kwok_config = l.file("kwok.yaml");
+        write_atomic(&kwok_config, KWOK_STAGES)?;
+        let kwok = ProcSpec::new("kwok", &kwok_bin).args([
+            format!("--kubeconfig={}", p(&admin_kc)),
+            format!("--config={}", p(&kwok_config)),
+            "--manage-all-nodes=false".to_owned(),
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".to_owned(),
+            format!("--server-address=127.0.0.1:{kwok_port}"),
+            "--node-lease-duration-seconds=40".to_owned(),
+        ]);
+        let mut kcm = process::spawn(&kcm, mode, &l.log("kube-controller-manager"))?;
+        let mut scheduler = process::spawn(&scheduler, mode, &l.log("kube-scheduler"))?;
+        let mut kwok = process::spawn(&kwok, mode, &l.log("kwok"))?;
+
+        let client = client_from(&admin_kc).await?;
+        let provisioner = match mode {
+            Supervision::Attached => (
+                Some(Provisioner::start(admin_kc.clone(), dir.join("volumes"))?),
+                None,
+            ),
+            Supervision::Detached => {
+                let exe = std::env::current_exe().map_err(Error::io("/proc/self/exe"))?;
+                let spec = ProcSpec::new("provisioner", exe)
+                    .args(["provisioner".to_owned(), format!("--state-dir={}", p(&dir))]);
+                (
+                    None,
+                    Some(process::spawn(&spec, mode, &l.log("provisioner"))?),
+                )
+            }
+        };
+        apply_cluster_objects(&client, opts.workers, version).await?;
+
+        let kcm_health = format!("https://127.0.0.1:{kcm_port}/healthz");
+        let sched_health = format!("https://127.0.0.1:{sched_port}/healthz");
+        let kwok_health = format!("http://127.0.0.1:{kwok_port}/healthz");
+        wait_healthy(&mut kcm, &kcm_health, &ca_pem).await?;
+        wait_healthy(&mut scheduler, &sched_health, &ca_pem).await?;
+        wait_healthy(&mut kwok, &kwok_health, &ca_pem).await?;
+        procs.push((kcm, Some(kcm_port), Some(kcm_health)));
+        procs.push((scheduler, Some(sched_port), Some(sched_health)));
+        procs.push((kwok, Some(kwok_port), Some(kwok_health)));
+        if let Some(p) = provisioner.1 {
+            procs.push((p, None, None));
+        }
+        wait_nodes_ready(&client, opts.workers, &mut procs).await?;
+        let nodes_ready = t0.elapsed();
+        Ok::<_, Error>((
+            procs,
+            provisioner.0,
+            client,
+            api_url,
+            admin_kc,
+            apiserver_ready,
+            nodes_ready,
+        ))
+    };
+    let (pg, cp) = tokio::join!(pg, cp);
+    let (mut procs, provisioner, client, api_url, admin_kc, apiserver_ready, nodes_ready) = cp?;
+    let pg = pg?;
+    let database_url = pg.url.clone();
+    procs.push((pg.proc, Some(pg.port), None));
+
+    let state = State {
+        kubernetes_version: version.to_owned(),
+        apiserver_url: api_url,
+        kubeconfig: admin_kc.clone(),
+        database_url: database_url.clone(),
+        service_cidr: SERVICE_CIDR.to_owned(),
+        workers: opts.workers,
+        components: procs
+            .iter()
+            .map(|(s, port, health)| Component {
+                name: s.name.clone(),
+                pid: s.pid,
+                exe: s.exe.clone(),
+                port: *port,
+                health: health.clone(),
+                log: s.log.clone(),
+            })
+            .collect(),
+    };
+    write_state(&dir, &state)?;
+    write_atomic(
+        &dir.join("env"),
+        &format!(
+            "# Written by `vcp-dev up`; `source` it to use this dev cluster.\n\
+             export VCP_DEV_STATE_DIR='{}'\nexport KUBECONFIG='{}'\nexport VCP_DATABASE_URL='{}'\n\
+             export PATH='{}':\"$PATH\"\n",
+            p(&dir),
+            p(&admin_kc),
+            database_url,
+            p(&dir.join("bin"))
+        ),
+    )?;
+    let procs = match mode {
+        Supervision::Attached => procs.into_iter().map(|(s, _, _)| s).collect(),
+        Supervision::Detached => {
+            procs.into_iter().for_each(|(s, _, _)| s.release());
+            Vec::new()
+        }
+    };
+    Ok(DevCluster {
+        state_dir: dir,
+        state,
+        client,
+        procs,
+        provisioner,
+        timings: Timings {
+            apiserver_ready,
+            nodes_ready,
+            total: t0.elapsed(),
+        },
+        _tmp: None,
+    })
+}
+
+fn link(target: &Path, at: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(at);
+    std::os::unix::fs::symlink(target, at).map_err(Error::io(at))
+}
+
+/// Worker Nodes (for kwok) and the default StorageClass, applied server-side so a restart
+/// re-applies them harmlessly.
+async fn apply_cluster_objects(client: &Client, workers: u32, version: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    for i in 0..workers {
+        let name = format!("kwok-node-{i}");
+        let node = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    KWOK_NODE_LABEL.0: KWOK_NODE_LABEL.1,
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "node-role.kubernetes.io/worker": "",
+                },
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            },
+            // kwok hands out pod IPs from the node's podCIDR, so IPs are unique cluster-wide.
+            "spec": {"podCIDR": format!("10.244.{i}.0/24"), "podCIDRs": [format!("10.244.{i}.0/24")]},
+        });
+        nodes
+            .patch(&name, &pp, &Patch::Apply(&node))
+            .await
+            .map_err(Error::kube(format!("apply node {name}")))?;
+        let capacity = serde_json::json!({"cpu": "32", "memory": "128Gi", "pods": "250"});
+        let status = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "status": {
+                // Simulated addresses: data for the API, never dialled.
+                "addresses": [
+                    {"type": "InternalIP", "address": format!("10.250.0.{}", i + 1)},
+                    {"type": "Hostname", "address": name},
+                ],
+                "capacity": capacity,
+                "allocatable": capacity,
+                "nodeInfo": {"kubeletVersion": version, "architecture": "amd64", "operatingSystem": "linux",
+                    "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
+                    "machineID": "", "osImage": "", "systemUUID": ""},
+            },
+        });
+        nodes
+            .patch_status(&name, &pp, &Patch::Apply(&status))
+            .await
+            .map_err(Error::kube(format!("apply status of node {name}")))?;
+    }
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let sc = serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": STORAGE_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": provisioner::PROVISIONER_NAME,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    });
+    classes
+        .patch(STORAGE_CLASS, &pp, &Patch::Apply(&sc))
+        .await
+        .map_err(Error::kube("apply the default storage class"))?;
+    Ok(())
+}
+
+/// Whether a Node's Ready condition is True.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn wait_nodes_ready(
+    client: &Client,
+    workers: u32,
+    procs: &mut [(Spawned, Option<u16>, Option<String>)],
+) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let lp = ListParams::default().labels(&format!("{}={}", KWOK_NODE_LABEL.0, KWOK_NODE_LABEL.1));
+    let started = Instant::now();
+    loop {
+        for (p, _, _) in procs.iter_mut() {
+            p.check_running()?;
+        }
+        let list = nodes.list(&lp).await.map_err(Error::kube("list nodes"))?;
+        if list.items.iter().filter(|n| node_ready(n)).count() >= workers as usize {
+            return Ok(());
+        }
+        if started.elapsed() > STARTUP_TIMEOUT {
+            return Err(Error::Timeout {
+                what: format!("{workers} kwok nodes becoming Ready"),
+                secs: STARTUP_TIMEOUT.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_bundle_decodes_every_certificate() {
+        let now = time::OffsetDateTime::now_utc();
+        let a = pki::Ca::new("a", now).unwrap();
+        let b = pki::Ca::new("b", now).unwrap();
+        let bundle = format!("{}{}", a.cert_key().cert_pem, b.cert_key().cert_pem);
+        let ders = pem_certs_der(&bundle);
+        assert_eq!(ders.len(), 2);
+        assert_eq!(ders[0][0], 0x30, "DER starts with a SEQUENCE");
+    }
+
+    #[test]
+    fn down_on_a_dir_that_never_ran_is_a_no_op() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(down(dir.path()).unwrap(), 0);
+        assert!(matches!(read_state(dir.path()), Err(Error::NoState(_))));
+    }
+}

@@ -1,0 +1,173 @@
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vcp_dev::{Options, Supervision, cluster};
+
+/// A local Kubernetes host cluster for vcp: etcd, kube-apiserver, controller-manager,
+/// scheduler, kwok worker nodes, a PV provisioner and Postgres, all on 127.0.0.1.
+#[derive(Debug, Parser)]
+#[command(name = "vcp-dev", version)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "VCP_LOG_JSON", global = true)]
+    log_json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start the cluster in the background and return once every node is Ready.
+    Up {
+        /// Directory for state, certificates, data and logs.
+        #[arg(long, env = "VCP_DEV_STATE_DIR")]
+        state_dir: PathBuf,
+        /// Number of simulated (kwok) worker nodes.
+        #[arg(long, env = "VCP_DEV_WORKERS", default_value_t = 3)]
+        workers: u32,
+    },
+    /// Report each component: pid, port, healthy or not. Exits 1 if any is unhealthy.
+    Status {
+        #[arg(long, env = "VCP_DEV_STATE_DIR")]
+        state_dir: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long, env = "VCP_DEV_JSON")]
+        json: bool,
+    },
+    /// Stop everything `up` started. Safe to run twice.
+    Down {
+        #[arg(long, env = "VCP_DEV_STATE_DIR")]
+        state_dir: PathBuf,
+        /// Also delete the state dir (certificates, etcd and Postgres data, logs).
+        #[arg(long, env = "VCP_DEV_PURGE")]
+        purge: bool,
+    },
+    /// Run the PV provisioner in the foreground (`up` starts it; not for direct use).
+    #[command(hide = true)]
+    Provisioner {
+        #[arg(long, env = "VCP_DEV_STATE_DIR")]
+        state_dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        // kube-client logs every failed request at ERROR, including expected refusals while
+        // health probes wait for a component to listen; the caller reports real failures.
+        .unwrap_or_else(|_| "warn,vcp_dev=info,kube_client::client::builder=off".into());
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if args.log_json {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("failed to start the tokio runtime");
+    match runtime.block_on(run(args.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn chain(e: &anyhow::Error) -> String {
+    e.chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Up { state_dir, workers } => {
+            let c = cluster::DevCluster::start_with(Options {
+                state_dir,
+                workers,
+                supervision: Supervision::Detached,
+            })
+            .await?;
+            let t = c.timings();
+            let s = c.state();
+            println!(
+                "vcp-dev: host cluster {} is up in {}",
+                s.kubernetes_version,
+                c.state_dir().display()
+            );
+            println!(
+                "  apiserver ready    {:>6.2}s  {}",
+                t.apiserver_ready.as_secs_f64(),
+                s.apiserver_url
+            );
+            println!(
+                "  {} nodes Ready      {:>6.2}s",
+                s.workers,
+                t.nodes_ready.as_secs_f64()
+            );
+            println!("  everything up      {:>6.2}s", t.total.as_secs_f64());
+            println!("  kubeconfig         {}", s.kubeconfig.display());
+            println!("  postgres           {}", s.database_url);
+            println!(
+                "use it:  source {}/env && kubectl get nodes",
+                c.state_dir().display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { state_dir, json } => {
+            let status = cluster::status(&state_dir).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else if status.is_empty() {
+                println!("nothing is running in {}", state_dir.display());
+            } else {
+                println!("{:<24} {:>8} {:>6}  STATE", "COMPONENT", "PID", "PORT");
+                for c in &status {
+                    let port = c.port.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+                    let state = match (c.running, c.healthy) {
+                        (true, true) => "healthy",
+                        (true, false) => "unhealthy",
+                        _ => "stopped",
+                    };
+                    println!("{:<24} {:>8} {:>6}  {state}", c.name, c.pid, port);
+                }
+            }
+            let ok = !status.is_empty() && status.iter().all(|c| c.healthy);
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Down { state_dir, purge } => {
+            let n = cluster::down(&state_dir)?;
+            println!("vcp-dev: stopped {n} components in {}", state_dir.display());
+            if purge && state_dir.exists() {
+                std::fs::remove_dir_all(&state_dir)?;
+                println!("vcp-dev: removed {}", state_dir.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Provisioner { state_dir } => {
+            let client = cluster::client_from(&state_dir.join("host.kubeconfig")).await?;
+            let volumes = state_dir.join("volumes");
+            tokio::select! {
+                () = vcp_dev::provisioner::run(client, volumes) => {}
+                _ = tokio::signal::ctrl_c() => {}
+                _ = sigterm() => {}
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn sigterm() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}

@@ -1,0 +1,287 @@
+//! Starting and stopping the cluster's processes.
+//!
+//! Every component runs in its own process group, so stopping it also stops anything it
+//! forked. Two supervision modes:
+//! - `Detached` (`vcp-dev up`): processes outlive the command that started them; `down` finds
+//!   them again through the pids in the state dir.
+//! - `Attached` (the library, in tests): processes die with the process that started them,
+//!   even on SIGKILL of a test binary, because they are started through `setpriv --pdeathsig`
+//!   from one long-lived spawner thread (the parent-death signal fires when the *thread* that
+//!   forked exits, so short-lived test threads must not be the ones that fork).
+//!
+//! Liveness is read from /proc, where a zombie counts as dead: the sandbox's PID 1 may not
+//! reap orphans promptly.
+
+use crate::{Error, Result};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
+
+/// How started processes relate to the starter's lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Supervision {
+    Detached,
+    Attached,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ProcSpec {
+    pub name: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    /// Run as this user (via setpriv) when we are root; postgres refuses to run as root.
+    pub run_as: Option<String>,
+}
+
+impl ProcSpec {
+    pub fn new(name: &str, program: impl Into<PathBuf>) -> Self {
+        ProcSpec {
+            name: name.to_owned(),
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            run_as: None,
+        }
+    }
+
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, a: I) -> Self {
+        self.args.extend(a.into_iter().map(Into::into));
+        self
+    }
+
+    fn command(&self, mode: Supervision, log: &Path) -> Result<Command> {
+        let wrap = mode == Supervision::Attached || (self.run_as.is_some() && is_root());
+        let mut cmd = if wrap {
+            let mut c = Command::new("setpriv");
+            if let Some(user) = self.run_as.as_deref().filter(|_| is_root()) {
+                c.args(["--reuid", user, "--regid", user, "--init-groups"]);
+            }
+            if mode == Supervision::Attached {
+                c.args(["--pdeathsig", "KILL"]);
+            }
+            c.arg("--").arg(&self.program);
+            c
+        } else {
+            Command::new(&self.program)
+        };
+        cmd.args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .process_group(0);
+        if let Some(cwd) = &self.cwd {
+            cmd.current_dir(cwd);
+        }
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(Error::io(log))?;
+        let err = out.try_clone().map_err(Error::io(log))?;
+        cmd.stdout(out).stderr(err);
+        Ok(cmd)
+    }
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A started process. It is stopped when dropped unless [`Spawned::release`]d, so a startup
+/// that fails half-way leaves nothing behind. In attached mode it keeps the `Child` to reap it.
+#[derive(Debug)]
+pub struct Spawned {
+    pub name: String,
+    pub pid: u32,
+    pub log: PathBuf,
+    /// The program's canonical path, as /proc/<pid>/exe will show it.
+    pub exe: PathBuf,
+    child: Option<Child>,
+    armed: bool,
+}
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// The one thread that forks attached processes; it lives as long as the process.
+fn spawner() -> &'static Mutex<mpsc::Sender<SpawnRequest>> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("vcp-dev-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("failed to start the spawner thread");
+        Mutex::new(tx)
+    })
+}
+
+/// Starts a process, logging its output to `log` (appended).
+pub fn spawn(spec: &ProcSpec, mode: Supervision, log: &Path) -> Result<Spawned> {
+    let mut cmd = spec.command(mode, log)?;
+    let spawn_err = |source| Error::Spawn {
+        component: spec.name.clone(),
+        source,
+    };
+    let child = match mode {
+        Supervision::Detached => cmd.spawn().map_err(spawn_err)?,
+        Supervision::Attached => {
+            let (tx, rx) = mpsc::channel();
+            spawner()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send((cmd, tx))
+                .expect("the spawner thread never exits");
+            rx.recv()
+                .expect("the spawner always replies")
+                .map_err(spawn_err)?
+        }
+    };
+    tracing::debug!(component = %spec.name, pid = child.id(), "started");
+    Ok(Spawned {
+        name: spec.name.clone(),
+        pid: child.id(),
+        log: log.to_owned(),
+        exe: std::fs::canonicalize(&spec.program).unwrap_or_else(|_| spec.program.clone()),
+        child: (mode == Supervision::Attached).then_some(child),
+        armed: true,
+    })
+}
+
+impl Spawned {
+    /// Fails with the end of the log if the process has already exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        let status = match &mut self.child {
+            Some(child) => child
+                .try_wait()
+                .map_err(Error::io(&self.log))?
+                .map(|s| s.to_string()),
+            None => (!pid_alive(self.pid)).then(|| "exited".to_owned()),
+        };
+        match status {
+            None => Ok(()),
+            Some(status) => Err(Error::Exited {
+                component: self.name.clone(),
+                status,
+                log: self.log.clone(),
+                tail: log_tail(&self.log, 15),
+            }),
+        }
+    }
+
+    /// Stops the process group: SIGTERM, then SIGKILL after `grace`; reaps attached children.
+    pub fn stop(&mut self, grace: Duration) {
+        self.armed = false;
+        stop_group(self.pid, grace);
+        if let Some(child) = &mut self.child {
+            let _ = child.wait();
+        }
+    }
+
+    /// Lets the process outlive this handle (detached mode, after a successful start).
+    pub fn release(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if self.armed {
+            self.stop(Duration::from_secs(5));
+        }
+    }
+}
+
+/// The last `n` lines of a log file (for error messages).
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// State letter and process group of a pid, from /proc/<pid>/stat.
+fn proc_stat(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces; fields follow the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn pid_alive(pid: u32) -> bool {
+    matches!(proc_stat(pid), Some((s, _)) if s != 'Z' && s != 'X')
+}
+
+/// Live (non-zombie) members of a process group.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| matches!(proc_stat(*pid), Some((s, g)) if g == pgid && s != 'Z' && s != 'X'))
+        .collect()
+}
+
+/// Whether `pid` is alive and runs `exe` (guards against a recycled pid). A binary replaced
+/// on disk since it started (a rebuilt vcp-dev) still counts.
+pub fn runs(pid: u32, exe: &Path) -> bool {
+    pid_alive(pid)
+        && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| {
+            let p = p.to_string_lossy();
+            p.strip_suffix(" (deleted)").unwrap_or(&p) == exe.to_string_lossy()
+        })
+}
+
+/// SIGTERM to a process group, SIGKILL to what is left after `grace`. Returns when the group
+/// has no live members (or after a further second of SIGKILL).
+pub fn stop_group(pgid: u32, grace: Duration) {
+    let pg = Pid::from_raw(pgid as i32);
+    if group_members(pgid).is_empty() {
+        return;
+    }
+    let _ = killpg(pg, Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if group_members(pgid).is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = killpg(pg, Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && !group_members(pgid).is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `n` distinct free TCP ports on 127.0.0.1. The OS picks them; they are released before use,
+/// so a rare race with another process is possible and shows up as a startup failure.
+pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io("127.0.0.1:0")))
+        .collect::<Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, l) in ports.iter_mut().zip(&listeners) {
+        *port = l.local_addr().map_err(Error::io("127.0.0.1:0"))?.port();
+    }
+    Ok(ports)
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Builds every third-party binary the dev cluster and the tests need, from Go
+# modules pinned in this folder, into a cache outside the repository:
+#
+#   $VCP_BIN_DIR (default ~/.cache/vcp/bin)/<component>-<version>
+#
+# Anything already in the cache is skipped, so a warm run takes a second.
+# Nothing prebuilt is downloaded: every binary is compiled here from source
+# fetched through the Go module proxy. Versions come from the go.mod files
+# beside this script (one module per tool, so their dependency graphs never
+# have to agree with each other).
+#
+#   tests/kube-bin/build.sh            build everything missing
+#   tests/kube-bin/build.sh --list     print "<component> <version> <path> <built|missing>"
+set -euo pipefail
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+here=$(cd "$(dirname "$0")" && pwd)
+bin_dir=${VCP_BIN_DIR:-$HOME/.cache/vcp/bin}
+mkdir -p "$bin_dir"
+
+# Order: what the host cluster needs first.
+# module-dir | module whose version names the binaries | packages (component=package)
+groups=(
+  "etcd|go.etcd.io/etcd/server/v3|etcd=go.etcd.io/etcd/server/v3"
+  "kwok|sigs.k8s.io/kwok|kwok=sigs.k8s.io/kwok/cmd/kwok"
+  "k8s-v1.37|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl"
+  "k8s-v1.36|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager"
+  "coredns|github.com/coredns/coredns|coredns=github.com/coredns/coredns"
+  "helm|helm.sh/helm/v4|helm=helm.sh/helm/v4/cmd/helm"
+)
+
+module_version() { # dir module
+  (cd "$here/$1" && go list -m -f '{{.Version}}' "$2")
+}
+
+# Kubernetes' own build stamps the release into two packages; without it every
+# component reports v0.0.0 and version negotiation (and vcp's upgrades) break.
+ldflags_for() { # module version
+  local flags="-s -w"
+  case $1 in
+    k8s.io/kubernetes)
+      local v=$2 minor; minor=$(echo "$v" | cut -d. -f2)
+      local date; date=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["Time"])' \
+        "$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$v.info" 2>/dev/null || echo 1970-01-01T00:00:00Z)
+      for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+        flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
+      done ;;
+    helm.sh/helm/v4) flags+=" -X helm.sh/helm/v4/internal/version.version=$2" ;;
+  esac
+  echo "$flags"
+}
+
+list=false
+case ${1:-} in
+  --list) list=true ;;
+  "") ;;
+  *) echo "usage: build.sh [--list]" >&2; exit 2 ;;
+esac
+
+if ! command -v go >/dev/null; then
+  echo "error: go is not installed; vcp builds Kubernetes from Go modules and needs Go >= 1.26" >&2
+  exit 1
+fi
+
+# One build at a time per cache: parallel test binaries may all call this.
+exec 9>"$bin_dir/.lock"
+flock 9
+
+start_all=$SECONDS
+total=0 built=0
+for g in "${groups[@]}"; do
+  IFS='|' read -r dir module pkgs <<<"$g"
+  version=$(module_version "$dir" "$module")
+  missing=() names=()
+  for cp in $pkgs; do
+    comp=${cp%%=*} pkg=${cp#*=}
+    total=$((total + 1))
+    out="$bin_dir/$comp-$version"
+    if $list; then
+      [[ -x $out ]] && s=built || s=missing
+      echo "$comp $version $out $s"
+    elif [[ -x $out ]]; then
+      echo "cached   $comp $version"
+    else
+      missing+=("$pkg"); names+=("$comp")
+    fi
+  done
+  $list && continue
+  ((${#missing[@]})) || continue
+
+  echo "building ${names[*]} $version (module $module@$version) ..."
+  tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
+  log="$bin_dir/build-$dir.log"
+  t0=$SECONDS
+  ( cd "$here/$dir" && go build -trimpath -ldflags "$(ldflags_for "$module" "$version")" -o "$tmp/" "${missing[@]}" ) >"$log" 2>&1 &
+  pid=$!
+  # go build is silent for minutes on a cold cache; a heartbeat shows it is alive.
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 5
+    (( (SECONDS - t0) % 60 < 5 && SECONDS - t0 >= 60 )) && echo "  ... still building ${names[*]} ($((SECONDS - t0))s)"
+  done
+  if ! wait "$pid"; then
+    rm -rf "$tmp"
+    echo "error: building ${names[*]} from Go module $module@$version failed (module dir tests/kube-bin/$dir); last lines of $log:" >&2
+    tail -n 20 "$log" >&2
+    exit 1
+  fi
+  for i in "${!missing[@]}"; do
+    src="$tmp/$(basename "${missing[$i]}")"
+    # A package at a module root (etcd's server, coredns) builds under the last path element.
+    [[ -f $src ]] || src=$(find "$tmp" -maxdepth 1 -type f | head -n1)
+    mv "$src" "$bin_dir/${names[$i]}-$version"
+    built=$((built + 1))
+  done
+  rm -rf "$tmp"
+  echo "built    ${names[*]} $version in $((SECONDS - t0))s"
+done
+$list || echo "kube-bin: $total components in $bin_dir ($built built, $((total - built)) cached) in $((SECONDS - start_all))s"
