@@ -128,9 +128,47 @@ impl DevCluster {
         boot(opts).await
     }
 
-    /// A client with cluster-admin rights.
+    /// A client with cluster-admin rights, bound to the async runtime that started the
+    /// cluster; from any other runtime (another `#[tokio::test]`), use [`DevCluster::connect`].
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// A new cluster-admin client for the current async runtime.
+    pub async fn connect(&self) -> Result<Client> {
+        client_from(&self.state.kubeconfig).await
+    }
+
+    /// One cluster per test binary, started by the first test that asks and shared by all
+    /// tests of that binary (each test should work in its own namespace). It lives in a
+    /// `vcp-dev-shared-*` temp dir; its processes die with the test process, and a later run
+    /// removes dirs left by runs that are gone.
+    pub async fn shared() -> Result<&'static DevCluster> {
+        static SHARED: tokio::sync::OnceCell<DevCluster> = tokio::sync::OnceCell::const_new();
+        SHARED
+            .get_or_try_init(|| async {
+                remove_stale_shared_dirs();
+                let dir = tempfile::Builder::new()
+                    .prefix("vcp-dev-shared-")
+                    .tempdir()
+                    .map_err(Error::io(std::env::temp_dir()))?
+                    .keep();
+                let c = Self::start_with(Options {
+                    state_dir: dir,
+                    workers: 3,
+                    supervision: Supervision::Attached,
+                })
+                .await?;
+                let t = c.timings();
+                eprintln!(
+                    "vcp-dev: shared cluster up: apiserver {:.2}s, nodes Ready {:.2}s, total {:.2}s",
+                    t.apiserver_ready.as_secs_f64(),
+                    t.nodes_ready.as_secs_f64(),
+                    t.total.as_secs_f64()
+                );
+                Ok(c)
+            })
+            .await
     }
 
     /// Path of the admin kubeconfig.
@@ -178,6 +216,28 @@ impl DevCluster {
 impl Drop for DevCluster {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+fn remove_stale_shared_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let shared = e
+            .file_name()
+            .to_string_lossy()
+            .starts_with("vcp-dev-shared-");
+        // A dir still starting has no state yet; leave anything touched in the last minutes.
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(600));
+        // Nothing of it runs any more: its test process is gone (and took its processes along).
+        if shared && old && running_component(&path).is_none() && down(&path).is_ok() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
     }
 }
 

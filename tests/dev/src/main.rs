@@ -25,6 +25,9 @@ enum Command {
         /// Number of simulated (kwok) worker nodes.
         #[arg(long, env = "VCP_DEV_WORKERS", default_value_t = 3)]
         workers: u32,
+        /// Stay in the foreground and stop everything on Ctrl-C, SIGTERM or when killed.
+        #[arg(long, env = "VCP_DEV_FOREGROUND")]
+        foreground: bool,
     },
     /// Report each component: pid, port, healthy or not. Exits 1 if any is unhealthy.
     Status {
@@ -83,11 +86,20 @@ fn chain(e: &anyhow::Error) -> String {
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Up { state_dir, workers } => {
+        Command::Up {
+            state_dir,
+            workers,
+            foreground,
+        } => {
+            let supervision = if foreground {
+                Supervision::Attached
+            } else {
+                Supervision::Detached
+            };
             let c = cluster::DevCluster::start_with(Options {
                 state_dir,
                 workers,
-                supervision: Supervision::Detached,
+                supervision,
             })
             .await?;
             let t = c.timings();

@@ -27,10 +27,13 @@ pub struct CertKey {
 }
 
 /// What a leaf certificate is for.
+///
+/// One organization at most: rcgen keeps one value per attribute type in a subject, so a
+/// second O would silently replace the first (and drop a Kubernetes group).
 #[derive(Debug, Clone, Default)]
 pub struct LeafSpec {
     pub common_name: String,
-    pub organizations: Vec<String>,
+    pub organization: Option<String>,
     pub dns_names: Vec<String>,
     pub ips: Vec<IpAddr>,
     pub server: bool,
@@ -38,11 +41,12 @@ pub struct LeafSpec {
 }
 
 impl LeafSpec {
-    /// A client certificate for `user` in `groups` (Kubernetes reads CN as the user, O as groups).
-    pub fn client(user: &str, groups: &[&str]) -> Self {
+    /// A client certificate for `user`, in `group` if given (Kubernetes reads CN as the user
+    /// and O as a group).
+    pub fn client(user: &str, group: Option<&str>) -> Self {
         LeafSpec {
             common_name: user.to_owned(),
-            organizations: groups.iter().map(|g| (*g).to_owned()).collect(),
+            organization: group.map(str::to_owned),
             client: true,
             ..Default::default()
         }
@@ -72,7 +76,7 @@ impl Ca {
         let key = KeyPair::generate()?;
         let key_pem = key.serialize_pem();
         let mut params = CertificateParams::default();
-        params.distinguished_name = dn(common_name, &[]);
+        params.distinguished_name = dn(common_name, None);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -99,7 +103,7 @@ impl Ca {
     pub fn issue(&self, spec: &LeafSpec, now: OffsetDateTime) -> Result<CertKey> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
-        params.distinguished_name = dn(&spec.common_name, &spec.organizations);
+        params.distinguished_name = dn(&spec.common_name, spec.organization.as_deref());
         params.subject_alt_names = spec
             .dns_names
             .iter()
@@ -131,11 +135,11 @@ impl Ca {
     }
 }
 
-fn dn(common_name: &str, organizations: &[String]) -> DistinguishedName {
+fn dn(common_name: &str, organization: Option<&str>) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
-    for org in organizations {
-        dn.push(DnType::OrganizationName, org.as_str());
+    if let Some(org) = organization {
+        dn.push(DnType::OrganizationName, org);
     }
     dn
 }
@@ -182,17 +186,17 @@ impl ClusterPki {
         let sa = KeyPair::generate()?;
         Ok(ClusterPki {
             front_proxy_client: front_proxy_ca
-                .issue(&LeafSpec::client("front-proxy-client", &[]), now)?,
-            admin: ca.issue(&LeafSpec::client(ADMIN_USER, &["system:masters"]), now)?,
+                .issue(&LeafSpec::client("front-proxy-client", None), now)?,
+            admin: ca.issue(&LeafSpec::client(ADMIN_USER, Some("system:masters")), now)?,
             controller_manager: ca.issue(
-                &LeafSpec::client("system:kube-controller-manager", &[]),
+                &LeafSpec::client("system:kube-controller-manager", None),
                 now,
             )?,
             controller_manager_serving: ca.issue(
                 &LeafSpec::server("kube-controller-manager", &["localhost"], &[loopback]),
                 now,
             )?,
-            scheduler: ca.issue(&LeafSpec::client("system:kube-scheduler", &[]), now)?,
+            scheduler: ca.issue(&LeafSpec::client("system:kube-scheduler", None), now)?,
             scheduler_serving: ca.issue(
                 &LeafSpec::server("kube-scheduler", &["localhost"], &[loopback]),
                 now,
@@ -255,27 +259,29 @@ mod tests {
         let (_, cert) = X509Certificate::from_der(&der).unwrap();
         cert.verify_signature(Some(ca.public_key())).unwrap();
         let san = cert.subject_alternative_name().unwrap().unwrap().value;
-        let names: Vec<String> = san.general_names.iter().map(|n| n.to_string()).collect();
-        for want in [
-            "kubernetes.default.svc",
-            "localhost",
-            "127.0.0.1",
-            "10.96.0.1",
-        ] {
-            assert!(
-                names.iter().any(|n| n.contains(want)),
-                "{want} missing from {names:?}"
-            );
+        let mut dns = Vec::new();
+        let mut ips = Vec::new();
+        for name in &san.general_names {
+            match name {
+                GeneralName::DNSName(d) => dns.push(d.to_string()),
+                GeneralName::IPAddress(b) => {
+                    ips.push(IpAddr::from(<[u8; 4]>::try_from(*b).unwrap()))
+                }
+                _ => {}
+            }
         }
+        assert!(dns.iter().any(|d| d == "kubernetes.default.svc"), "{dns:?}");
+        assert!(dns.iter().any(|d| d == "localhost"), "{dns:?}");
+        assert_eq!(ips, [IpAddr::from([127, 0, 0, 1]), ip]);
         let eku = cert.extended_key_usage().unwrap().unwrap().value;
         assert!(eku.server_auth && !eku.client_auth);
     }
 
     #[test]
-    fn client_certificates_carry_user_as_cn_and_groups_as_o() {
+    fn client_certificates_carry_user_as_cn_and_group_as_o() {
         let ca = Ca::new("test-ca", now()).unwrap();
         let pair = ca
-            .issue(&LeafSpec::client("alice", &["view", "edit"]), now())
+            .issue(&LeafSpec::client("alice", Some("view")), now())
             .unwrap();
         let der = parse(&pair.cert_pem);
         let (_, cert) = X509Certificate::from_der(&der).unwrap();
@@ -290,7 +296,7 @@ mod tests {
             .map(|a| a.as_str().unwrap())
             .collect();
         assert_eq!(cn, ["alice"]);
-        assert_eq!(o, ["view", "edit"]);
+        assert_eq!(o, ["view"]);
         assert!(
             cert.extended_key_usage()
                 .unwrap()
@@ -303,7 +309,7 @@ mod tests {
     #[test]
     fn lifetimes_are_bounded() {
         let ca = Ca::new("test-ca", now()).unwrap();
-        let leaf = ca.issue(&LeafSpec::client("bob", &[]), now()).unwrap();
+        let leaf = ca.issue(&LeafSpec::client("bob", None), now()).unwrap();
         for (pem, max) in [
             (&ca.cert_key().cert_pem, CA_VALIDITY),
             (&leaf.cert_pem, LEAF_VALIDITY),
