@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# vcp's main job on one machine: sets the machine up (first run: builds Kubernetes from Go
+# modules, ~25 minutes cold) and starts the dev environment in the background: a host
+# Kubernetes cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok workers) and
+# Postgres. State, logs and kubeconfig go to $VCP_DEV_STATE_DIR (default: .vcp-dev in the repo).
+#
+#   tests/dev-up.sh [--workers N]
+#   source .vcp-dev/env && kubectl get nodes
+#   target/debug/vcp-dev down --state-dir .vcp-dev
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+state_dir=${VCP_DEV_STATE_DIR:-$repo/.vcp-dev}
+
+tests/setup.sh
+cargo build --locked -p vcp-dev
+target/debug/vcp-dev up --state-dir "$state_dir" "$@"
+echo
+source "$state_dir/env"
+kubectl get nodes

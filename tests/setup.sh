@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Prepares a machine for vcp's dev environment and tests: installs the Debian packages they
+# need if missing, checks the toolchains, and builds the Kubernetes binaries from Go modules
+# into ~/.cache/vcp/bin (skipping what is already built). Safe to run any number of times;
+# warm, it takes a couple of seconds.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Debian packages: the Postgres server (ephemeral databases), setpriv (util-linux: runs
+# postgres unprivileged and ties test processes to their parent) and iproute2 (network
+# namespaces for the process-running node).
+missing=()
+[[ -x /usr/lib/postgresql/15/bin/postgres ]] || missing+=(postgresql-15)
+command -v setpriv >/dev/null || missing+=(util-linux)
+command -v ip >/dev/null || missing+=(iproute2)
+if ((${#missing[@]})); then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo=sudo
+  say "installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+command -v go >/dev/null || die "Go is not installed; vcp builds Kubernetes from Go modules and needs Go >= 1.26"
+gov=$(go env GOVERSION | sed 's/^go//')
+[[ $(printf '%s\n1.26\n' "$gov" | sort -V | head -n1) == 1.26 ]] || die "Go $gov is too old; Kubernetes 1.37 needs Go >= 1.26"
+command -v cargo >/dev/null || die "Rust (cargo) is not installed"
+cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component add rustfmt)"
+cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
+
+"$repo/tests/kube-bin/build.sh"
