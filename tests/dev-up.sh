@@ -13,7 +13,7 @@ cd "$repo"
 state_dir=${VCP_DEV_STATE_DIR:-$repo/.vcp-dev}
 
 tests/setup.sh
-cargo build --locked -p vcp-dev
+cargo build --locked --workspace --bins
 target/debug/vcp-dev up --state-dir "$state_dir" "$@"
 echo
 source "$state_dir/env"

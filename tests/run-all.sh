@@ -13,6 +13,8 @@ step "cargo fmt --check"
 cargo fmt --all --check
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
+step "cargo build (binaries the integration tests start: vcp-devnode, vcp-syncer)"
+cargo build --locked --workspace --bins
 step "cargo test"
 cargo test --locked --workspace
 step "done"

@@ -33,6 +33,8 @@ pub const ADVERTISE_ADDRESS: &str = "192.0.2.1";
 pub const KWOK_NODE_LABEL: (&str, &str) = ("type", "kwok");
 /// Name of the default StorageClass, served by the dev provisioner.
 pub const STORAGE_CLASS: &str = "standard";
+/// Name of the process-running node.
+pub const DEVNODE_NAME: &str = "devnode-0";
 /// Field manager of everything vcp-dev applies.
 pub const FIELD_MANAGER: &str = "vcp-dev";
 
@@ -206,10 +208,16 @@ impl DevCluster {
         if let Some(p) = self.provisioner.take() {
             p.stop();
         }
+        if self.procs.is_empty() {
+            // Detached (or already stopped): the processes are not ours to stop.
+            return;
+        }
         for p in self.procs.iter_mut().rev() {
             p.stop(STOP_GRACE);
         }
         self.procs.clear();
+        // The devnode removes its network on SIGTERM; this covers one that could not.
+        crate::devnet::sweep_recorded(&self.state_dir.join("devnode"));
     }
 }
 
@@ -235,6 +243,7 @@ fn remove_stale_shared_dirs() {
             .and_then(|m| m.modified())
             .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(600));
         // Nothing of it runs any more: its test process is gone (and took its processes along).
+        // down() also sweeps a network its killed devnode left behind.
         if shared && old && running_component(&path).is_none() && down(&path).is_ok() {
             let _ = std::fs::remove_dir_all(&path);
         }
@@ -313,6 +322,8 @@ pub fn down(dir: &Path) -> Result<usize> {
             stopped += 1;
         }
     }
+    // A devnode that was killed outright could not remove its network.
+    crate::devnet::sweep_recorded(&dir.join("devnode"));
     state.components.clear();
     write_state(dir, &state)?;
     Ok(stopped)
@@ -509,6 +520,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
     let kcm_bin = bins::binary("kube-controller-manager", version)?;
     let scheduler_bin = bins::binary("kube-scheduler", version)?;
     let kubectl_bin = bins::binary("kubectl", version)?;
+    let devnode_bin = devnode_binary()?;
 
     let l = Layout { dir: dir.clone() };
     for sub in ["logs", "etcd", "volumes", "bin"] {
@@ -664,9 +676,16 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             format!("--server-address=127.0.0.1:{kwok_port}"),
             "--node-lease-duration-seconds=40".to_owned(),
         ]);
+        let devnode = ProcSpec::new("devnode", &devnode_bin).args([
+            format!("--kubeconfig={}", p(&admin_kc)),
+            format!("--state-dir={}", p(&dir.join("devnode"))),
+            format!("--node-name={DEVNODE_NAME}"),
+            format!("--bin-dir={}", p(&bins::bin_dir())),
+        ]);
         let mut kcm = process::spawn(&kcm, mode, &l.log("kube-controller-manager"))?;
         let mut scheduler = process::spawn(&scheduler, mode, &l.log("kube-scheduler"))?;
         let mut kwok = process::spawn(&kwok, mode, &l.log("kwok"))?;
+        let devnode = process::spawn(&devnode, mode, &l.log("devnode"))?;
 
         let client = client_from(&admin_kc).await?;
         let provisioner = match mode {
@@ -695,6 +714,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         procs.push((kcm, Some(kcm_port), Some(kcm_health)));
         procs.push((scheduler, Some(sched_port), Some(sched_health)));
         procs.push((kwok, Some(kwok_port), Some(kwok_health)));
+        procs.push((devnode, None, None));
         if let Some(p) = provisioner.1 {
             procs.push((p, None, None));
         }
@@ -768,6 +788,26 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         },
         _tmp: None,
     })
+}
+
+/// The `vcp-devnode` binary: `$VCP_DEVNODE_BIN`, else next to this executable (or one level up,
+/// for test binaries in `target/<profile>/deps`).
+pub fn devnode_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("VCP_DEVNODE_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(Error::io("/proc/self/exe"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let candidates = [dir.join("vcp-devnode"), dir.join("../vcp-devnode")];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| Error::MissingBinary {
+            component: "vcp-devnode".into(),
+            version: "workspace".into(),
+            path: candidates[0].clone(),
+        })
 }
 
 fn link(target: &Path, at: &Path) -> Result<()> {
@@ -865,12 +905,18 @@ async fn wait_nodes_ready(
             p.check_running()?;
         }
         let list = nodes.list(&lp).await.map_err(Error::kube("list nodes"))?;
-        if list.items.iter().filter(|n| node_ready(n)).count() >= workers as usize {
+        let devnode = nodes
+            .get_opt(DEVNODE_NAME)
+            .await
+            .map_err(Error::kube("get the devnode"))?;
+        if list.items.iter().filter(|n| node_ready(n)).count() >= workers as usize
+            && devnode.as_ref().is_some_and(node_ready)
+        {
             return Ok(());
         }
         if started.elapsed() > STARTUP_TIMEOUT {
             return Err(Error::Timeout {
-                what: format!("{workers} kwok nodes becoming Ready"),
+                what: format!("{workers} kwok nodes and {DEVNODE_NAME} becoming Ready"),
                 secs: STARTUP_TIMEOUT.as_secs(),
             });
         }

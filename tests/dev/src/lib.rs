@@ -15,6 +15,7 @@
 
 pub mod bins;
 pub mod cluster;
+pub mod devnet;
 mod error;
 pub mod kubeconfig;
 pub mod pki;

@@ -45,11 +45,27 @@ enum Command {
         #[arg(long, env = "VCP_DEV_PURGE")]
         purge: bool,
     },
+    /// Benchmarks; each prints one summary line.
+    #[command(subcommand)]
+    Bench(Bench),
     /// Run the PV provisioner in the foreground (`up` starts it; not for direct use).
     #[command(hide = true)]
     Provisioner {
         #[arg(long, env = "VCP_DEV_STATE_DIR")]
         state_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Start and stop fresh clusters (new state dir each time) and report startup times.
+    Startup {
+        /// How many clusters to start, one after the other.
+        #[arg(long, env = "VCP_BENCH_RUNS", default_value_t = 5)]
+        runs: u32,
+        /// Simulated worker nodes per cluster.
+        #[arg(long, env = "VCP_DEV_WORKERS", default_value_t = 3)]
+        workers: u32,
     },
 }
 
@@ -160,6 +176,42 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 std::fs::remove_dir_all(&state_dir)?;
                 println!("vcp-dev: removed {}", state_dir.display());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Startup { runs, workers }) => {
+            let mut samples = Vec::new();
+            for run in 1..=runs.max(1) {
+                let dir = tempfile::Builder::new().prefix("vcp-bench-").tempdir()?;
+                let c = cluster::DevCluster::start_with(Options {
+                    state_dir: dir.path().to_owned(),
+                    workers,
+                    supervision: Supervision::Attached,
+                })
+                .await?;
+                let t = c.timings();
+                drop(c);
+                println!(
+                    "run {run}: apiserver_ready_s={:.2} nodes_ready_s={:.2} total_s={:.2}",
+                    t.apiserver_ready.as_secs_f64(),
+                    t.nodes_ready.as_secs_f64(),
+                    t.total.as_secs_f64()
+                );
+                samples.push(t);
+            }
+            let stat = |f: fn(&vcp_dev::Timings) -> f64| {
+                let mut v: Vec<f64> = samples.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                (v[v.len() / 2], v[v.len() - 1])
+            };
+            let (api50, apimax) = stat(|t| t.apiserver_ready.as_secs_f64());
+            let (nodes50, nodesmax) = stat(|t| t.nodes_ready.as_secs_f64());
+            let (total50, totalmax) = stat(|t| t.total.as_secs_f64());
+            println!(
+                "bench-startup runs={} workers={workers} apiserver_ready_p50_s={api50:.2} \
+                 apiserver_ready_max_s={apimax:.2} nodes_ready_p50_s={nodes50:.2} \
+                 nodes_ready_max_s={nodesmax:.2} total_p50_s={total50:.2} total_max_s={totalmax:.2}",
+                samples.len()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Provisioner { state_dir } => {

@@ -39,6 +39,8 @@ pub struct ProcSpec {
     pub cwd: Option<PathBuf>,
     /// Run as this user (via setpriv) when we are root; postgres refuses to run as root.
     pub run_as: Option<String>,
+    /// Start from an empty environment (containers get exactly their pod's env).
+    pub clear_env: bool,
 }
 
 impl ProcSpec {
@@ -50,6 +52,7 @@ impl ProcSpec {
             env: Vec::new(),
             cwd: None,
             run_as: None,
+            clear_env: false,
         }
     }
 
@@ -78,6 +81,9 @@ impl ProcSpec {
         } else {
             Command::new(&self.program)
         };
+        if self.clear_env {
+            cmd.env_clear();
+        }
         cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -192,6 +198,17 @@ impl Spawned {
         if let Some(child) = &mut self.child {
             let _ = child.wait();
         }
+    }
+
+    /// The exit status, if the (attached) process has exited; reaps it.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
+    /// [`Spawned::stop`], then the exit status (attached processes).
+    pub fn stop_and_wait(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        self.stop(grace);
+        self.try_wait()
     }
 
     /// Lets the process outlive this handle (detached mode, after a successful start).

@@ -1,0 +1,237 @@
+//! Starting one container as a process, and probing it.
+//!
+//! A container runs as `ip netns exec <pod netns> /bin/sh -c <mount script> ... -- <exe> <args>`.
+//! `ip netns exec` gives the process the pod's network namespace and a private mount
+//! namespace (slave to the host's) in which `/etc/netns/<netns>/hosts` is bind-mounted over
+//! `/etc/hosts`; the script then bind-mounts each volume at its `mountPath` and execs the
+//! binary. The mounts exist only in that namespace and vanish with the last process in it, so
+//! nothing outlives the container. Missing mount points are created on the host filesystem as
+//! empty directories (or empty files for a file subPath). Each container is its own process
+//! group and dies with the devnode (parent-death signal).
+
+use crate::dns;
+use k8s_openapi::api::core::v1::{Container, Probe};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use vcp_dev::process::{self, ProcSpec, Spawned, Supervision};
+
+/// Mounts each (source, target, ro|rw) triple, then execs the rest.
+const MOUNT_SCRIPT: &str = r#"set -e
+while [ "$1" != "--" ]; do
+  if [ -d "$1" ]; then mkdir -p "$2"; else mkdir -p "$(dirname "$2")"; [ -e "$2" ] || : > "$2"; fi
+  mount --bind "$1" "$2"
+  if [ "$3" = ro ]; then mount -o remount,bind,ro "$2"; fi
+  shift 3
+done
+shift
+exec "$@"
+"#;
+
+/// A bind mount for a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub source: PathBuf,
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// Everything needed to start a container process.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub name: String,
+    pub netns: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub mounts: Vec<Mount>,
+    pub working_dir: Option<String>,
+    pub log: PathBuf,
+}
+
+/// Starts the container process.
+pub fn start(l: &Launch) -> vcp_dev::Result<Spawned> {
+    let mut spec = ProcSpec::new(&l.name, "ip").args([
+        "netns",
+        "exec",
+        &l.netns,
+        "/bin/sh",
+        "-c",
+        MOUNT_SCRIPT,
+        "sh",
+    ]);
+    for m in &l.mounts {
+        spec = spec.args([
+            m.source.to_string_lossy().into_owned(),
+            m.target.clone(),
+            if m.read_only { "ro" } else { "rw" }.to_owned(),
+        ]);
+    }
+    spec = spec
+        .arg("--")
+        .arg(l.program.to_string_lossy())
+        .args(l.args.iter().cloned());
+    spec.env = l.env.clone();
+    spec.clear_env = true;
+    spec.cwd = l
+        .working_dir
+        .as_ref()
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir());
+    if let Some(parent) = l.log.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&l.log)
+    {
+        let _ = writeln!(
+            f,
+            "--- vcp-devnode: starting {} {}",
+            l.program.display(),
+            l.args.join(" ")
+        );
+    }
+    process::spawn(&spec, Supervision::Attached, &l.log)
+}
+
+/// The environment of a container: the pod basics, then its `env` (already resolved by the
+/// caller from envFrom, valueFrom and literals, in that order of precedence).
+pub fn base_env(hostname: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ),
+        ("HOSTNAME".into(), hostname.to_owned()),
+        // The host apiserver, through the devnode's gateway forwarder; the name (not an IP)
+        // matches the apiserver's certificate and resolves through the pod's hosts file.
+        (
+            "KUBERNETES_SERVICE_HOST".into(),
+            format!("kubernetes.default.svc.{}", dns::CLUSTER_DOMAIN),
+        ),
+        ("KUBERNETES_SERVICE_PORT".into(), "443".into()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), "443".into()),
+    ]
+}
+
+/// Result of one probe attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    Success,
+    Failure,
+}
+
+/// Runs one probe against a container at `ip`. `exec` resolves an exec probe's command.
+pub async fn probe(
+    p: &Probe,
+    ip: IpAddr,
+    container: &Container,
+    exec: impl FnOnce(&[String]) -> Option<(PathBuf, Vec<String>, String)>,
+) -> ProbeResult {
+    let timeout = Duration::from_secs(p.timeout_seconds.unwrap_or(1).max(1) as u64);
+    let ok = tokio::time::timeout(timeout, async {
+        if let Some(h) = &p.http_get {
+            let port = port_of(&h.port, container)?;
+            let host = h.host.clone().unwrap_or_else(|| ip.to_string());
+            let scheme = h.scheme.as_deref().unwrap_or("HTTP").to_ascii_lowercase();
+            let path = h.path.clone().unwrap_or_else(|| "/".into());
+            let url = format!(
+                "{scheme}://{}/{}",
+                fmt_host_port(&host, port),
+                path.trim_start_matches('/')
+            );
+            // Like a kubelet: HTTPS probes do not verify the serving certificate.
+            let client = reqwest::Client::builder()
+                .tls_danger_accept_invalid_certs(true)
+                .timeout(timeout)
+                .build()
+                .ok()?;
+            let mut req = client.get(&url);
+            for hdr in h.http_headers.iter().flatten() {
+                req = req.header(&hdr.name, &hdr.value);
+            }
+            let resp = req.send().await.ok()?;
+            let code = resp.status().as_u16();
+            return Some((200..400).contains(&code));
+        }
+        if let Some(t) = &p.tcp_socket {
+            let port = port_of(&t.port, container)?;
+            return Some(tokio::net::TcpStream::connect((ip, port)).await.is_ok());
+        }
+        if let Some(e) = &p.exec {
+            let (program, args, netns) = exec(e.command.as_deref().unwrap_or_default())?;
+            let status = tokio::process::Command::new("ip")
+                .args(["netns", "exec", &netns])
+                .arg(program)
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .status()
+                .await
+                .ok()?;
+            return Some(status.success());
+        }
+        None
+    })
+    .await;
+    match ok {
+        Ok(Some(true)) => ProbeResult::Success,
+        _ => ProbeResult::Failure,
+    }
+}
+
+fn fmt_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// A probe's port, by number or by the container's port name.
+pub fn port_of(
+    port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    container: &Container,
+) -> Option<u16> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    match port {
+        IntOrString::Int(n) => u16::try_from(*n).ok(),
+        IntOrString::String(name) => container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .and_then(|p| u16::try_from(p.container_port).ok()),
+    }
+}
+
+/// Log file of a container, named so a person finds it: `<ns>_<pod>_<container>.log`.
+pub fn log_path(logs: &Path, ns: &str, pod: &str, container: &str) -> PathBuf {
+    logs.join(format!("{ns}_{pod}_{container}.log"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    #[test]
+    fn named_probe_ports_resolve_through_the_container() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "etcd", "ports": [{"name": "metrics", "containerPort": 2381}],
+        }))
+        .unwrap();
+        assert_eq!(
+            port_of(&IntOrString::String("metrics".into()), &c),
+            Some(2381)
+        );
+        assert_eq!(port_of(&IntOrString::Int(2379), &c), Some(2379));
+        assert_eq!(port_of(&IntOrString::String("nope".into()), &c), None);
+        assert_eq!(port_of(&IntOrString::Int(70000), &c), None);
+    }
+}

@@ -1,0 +1,200 @@
+//! TCP forwarding, where kube-proxy would route.
+//!
+//! - The gateway forwarder: pods reach the host apiserver at `<gateway>:443` (named
+//!   `kubernetes.default.svc` in their hosts file), forwarded to the apiserver on 127.0.0.1.
+//! - NodePorts: for every NodePort Service with ready endpoints on this devnode's network, the
+//!   devnode listens on `127.0.0.1:<nodePort>` and forwards each connection to one ready
+//!   endpoint (round robin). Endpoints elsewhere (kwok IPs) are never dialled.
+
+use crate::network::Network;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// Accepts on `listen` and pipes each connection to whatever `target` picks.
+pub async fn serve<F>(listener: TcpListener, target: F)
+where
+    F: Fn() -> Option<SocketAddr> + Send + Sync + 'static,
+{
+    let target = Arc::new(target);
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let target = target.clone();
+        tokio::spawn(async move {
+            let Some(addr) = target() else { return };
+            if let Ok(Ok(mut outbound)) =
+                tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr)).await
+            {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+/// One NodePort's target: the service's ready endpoints on our network, for one port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodePortRule {
+    pub node_port: u16,
+    pub namespace: String,
+    pub service: String,
+    /// Name of the service port (endpoint ports carry the same name).
+    pub port_name: String,
+    pub target_port_number: Option<u16>,
+}
+
+/// NodePort rules of all services (pure).
+pub fn rules(services: &[Arc<Service>]) -> Vec<NodePortRule> {
+    let mut out = Vec::new();
+    for svc in services {
+        let Some(spec) = &svc.spec else { continue };
+        if !matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")) {
+            continue;
+        }
+        for p in spec.ports.iter().flatten() {
+            let Some(np) = p.node_port.and_then(|n| u16::try_from(n).ok()) else {
+                continue;
+            };
+            use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+            let target_port_number = match &p.target_port {
+                Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+                None => u16::try_from(p.port).ok(),
+                Some(IntOrString::String(_)) => None,
+            };
+            out.push(NodePortRule {
+                node_port: np,
+                namespace: svc.namespace().unwrap_or_default(),
+                service: svc.name_any(),
+                port_name: p.name.clone().unwrap_or_default(),
+                target_port_number,
+            });
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Ready endpoint addresses of a rule on our network (pure).
+pub fn endpoints(
+    rule: &NodePortRule,
+    slices: &[Arc<EndpointSlice>],
+    net: &Network,
+) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
+    for s in slices {
+        if s.namespace().as_deref() != Some(rule.namespace.as_str())
+            || s.labels().get("kubernetes.io/service-name") != Some(&rule.service)
+        {
+            continue;
+        }
+        let port = s
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.clone().unwrap_or_default() == rule.port_name)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+            .or(rule.target_port_number);
+        let Some(port) = port else { continue };
+        for ep in s.endpoints.iter().flatten() {
+            if !ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true) {
+                continue;
+            }
+            for a in &ep.addresses {
+                if let Ok(ip) = a.parse::<IpAddr>()
+                    && net.contains(ip)
+                {
+                    out.push(SocketAddr::new(ip, port));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Keeps one listener per NodePort in step with the Services, until dropped.
+pub async fn node_ports(services: Store<Service>, slices: Store<EndpointSlice>, net: Network) {
+    let mut open: BTreeMap<u16, (NodePortRule, JoinHandle<()>)> = BTreeMap::new();
+    loop {
+        let wanted: BTreeMap<u16, NodePortRule> = rules(&services.state())
+            .into_iter()
+            .map(|r| (r.node_port, r))
+            .collect();
+        open.retain(|port, (rule, task)| {
+            let keep = wanted.get(port) == Some(rule);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (port, rule) in wanted {
+            if open.contains_key(&port) {
+                continue;
+            }
+            match TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(listener) => {
+                    let (slices, net, r, next) = (
+                        slices.clone(),
+                        net.clone(),
+                        rule.clone(),
+                        Arc::new(AtomicUsize::new(0)),
+                    );
+                    let task = tokio::spawn(serve(listener, move || {
+                        let eps = endpoints(&r, &slices.state(), &net);
+                        (!eps.is_empty())
+                            .then(|| eps[next.fetch_add(1, Ordering::Relaxed) % eps.len()])
+                    }));
+                    tracing::info!(node_port = port, service = %format!("{}/{}", rule.namespace, rule.service), "forwarding");
+                    open.insert(port, (rule, task));
+                }
+                Err(e) => tracing::debug!(node_port = port, error = %e, "cannot listen yet"),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ports_forward_only_to_ready_endpoints_on_our_network() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "api", "namespace": "cp"},
+            "spec": {"type": "NodePort", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "nodePort": 31443}]},
+        }))
+        .unwrap();
+        let rules = rules(&[Arc::new(svc)]);
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].node_port, 31443);
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "api-1", "namespace": "cp", "labels": {"kubernetes.io/service-name": "api"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "https", "port": 6443}],
+            "endpoints": [
+                {"addresses": ["10.245.3.5"], "conditions": {"ready": true}},
+                {"addresses": ["10.245.3.6"], "conditions": {"ready": false}},
+                {"addresses": ["10.244.0.9"], "conditions": {"ready": true}},
+            ],
+        }))
+        .unwrap();
+        let net = Network {
+            index: 3,
+            bridge: "vcpdev3".into(),
+        };
+        let eps = endpoints(&rules[0], &[Arc::new(slice)], &net);
+        assert_eq!(eps, ["10.245.3.5:6443".parse::<SocketAddr>().unwrap()]);
+    }
+}
