@@ -676,12 +676,15 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             format!("--server-address=127.0.0.1:{kwok_port}"),
             "--node-lease-duration-seconds=40".to_owned(),
         ]);
-        let devnode = ProcSpec::new("devnode", &devnode_bin).args([
+        let mut devnode = ProcSpec::new("devnode", &devnode_bin).args([
             format!("--kubeconfig={}", p(&admin_kc)),
             format!("--state-dir={}", p(&dir.join("devnode"))),
             format!("--node-name={DEVNODE_NAME}"),
             format!("--bin-dir={}", p(&bins::bin_dir())),
         ]);
+        // SIGTERM lets a devnode orphaned by its test process stop its pods and remove its
+        // network; its containers still die with it (SIGKILL).
+        devnode.parent_death_signal = "TERM";
         let mut kcm = process::spawn(&kcm, mode, &l.log("kube-controller-manager"))?;
         let mut scheduler = process::spawn(&scheduler, mode, &l.log("kube-scheduler"))?;
         let mut kwok = process::spawn(&kwok, mode, &l.log("kwok"))?;

@@ -41,6 +41,9 @@ pub struct ProcSpec {
     pub run_as: Option<String>,
     /// Start from an empty environment (containers get exactly their pod's env).
     pub clear_env: bool,
+    /// Signal an attached process gets when its starter dies: KILL by default; TERM for a
+    /// process that must clean up after itself (the devnode removes its network).
+    pub parent_death_signal: &'static str,
 }
 
 impl ProcSpec {
@@ -53,6 +56,7 @@ impl ProcSpec {
             cwd: None,
             run_as: None,
             clear_env: false,
+            parent_death_signal: "KILL",
         }
     }
 
@@ -74,7 +78,7 @@ impl ProcSpec {
                 c.args(["--reuid", user, "--regid", user, "--init-groups"]);
             }
             if mode == Supervision::Attached {
-                c.args(["--pdeathsig", "KILL"]);
+                c.args(["--pdeathsig", self.parent_death_signal]);
             }
             c.arg("--").arg(&self.program);
             c

@@ -1,0 +1,659 @@
+//! The devnode runs real control-plane pods: etcd and kube-apiserver from their built
+//! binaries, with TLS from Secrets, peers found through a headless Service, volumes, probes,
+//! restarts, deletion and NodePorts. Everything against the real dev cluster.
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Client, ResourceExt};
+use std::time::{Duration, Instant};
+use vcp_dev::DevCluster;
+use vcp_dev::pki::{Ca, CertKey, LeafSpec};
+
+type Res<T = ()> = anyhow::Result<T>;
+
+async fn apply_yaml(client: &Client, ns: &str, yaml: &str) -> Res {
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    use kube::discovery::{ApiResource, Discovery};
+    let discovery = Discovery::new(client.clone()).run().await?;
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let obj: DynamicObject = serde::Deserialize::deserialize(doc)?;
+        let gvk = obj
+            .types
+            .as_ref()
+            .map(kube::api::GroupVersionKind::try_from)
+            .transpose()?
+            .unwrap();
+        let (ar, caps): (ApiResource, _) = discovery.resolve_gvk(&gvk).unwrap();
+        let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        } else {
+            Api::all_with(client.clone(), &ar)
+        };
+        api.patch(
+            &obj.name_any(),
+            &PatchParams::apply("devnode-test").force(),
+            &Patch::Apply(&obj),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn namespace(client: &Client, name: &str) -> Res {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(())
+}
+
+async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) -> Res {
+    let s: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "stringData": data.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect::<serde_json::Map<_, _>>(),
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await?;
+    Ok(())
+}
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Res<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Res<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        anyhow::ensure!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn wait_ready(pods: &Api<Pod>, name: &str, timeout: Duration) -> Res<Pod> {
+    eventually(&format!("pod {name} Ready"), timeout, || async {
+        Ok(pods.get_opt(name).await?.filter(ready))
+    })
+    .await
+}
+
+fn pid_of(p: &Pod, container: usize) -> Option<u32> {
+    let id = p
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .get(container)?
+        .container_id
+        .clone()?;
+    id.strip_prefix("devnode://")?.parse().ok()
+}
+
+fn now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+
+/// nodeSelector and toleration for the devnode, indented for a pod template.
+const PLACEMENT: &str = r#"
+      nodeSelector: {vcp.dev/runtime: process}
+      tolerations: [{key: vcp.dev/runtime, operator: Exists}]"#;
+/// The same for a bare Pod.
+const POD_PLACEMENT: &str = r#"
+  nodeSelector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Exists}]"#;
+
+/// PKI for an etcd cluster and an apiserver in namespace `ns`.
+struct ControlPlanePki {
+    ca: CertKey,
+    etcd: CertKey,
+    etcd_client: CertKey,
+    api: CertKey,
+    admin: CertKey,
+    sa_key: String,
+    sa_pub: String,
+}
+
+fn control_plane_pki(ns: &str) -> Res<ControlPlanePki> {
+    let ca = Ca::new("test-ca", now())?;
+    let peers = format!("*.etcd.{ns}.svc");
+    let peers_long = format!("*.etcd.{ns}.svc.cluster.local");
+    let mut etcd_spec = LeafSpec::server(
+        "etcd",
+        &[&peers, &peers_long, "localhost"],
+        &[[127, 0, 0, 1].into()],
+    );
+    etcd_spec.client = true;
+    let sa = rcgen::KeyPair::generate()?;
+    Ok(ControlPlanePki {
+        etcd: ca.issue(&etcd_spec, now())?,
+        etcd_client: ca.issue(&LeafSpec::client("kube-apiserver-etcd-client", None), now())?,
+        api: ca.issue(
+            &LeafSpec::server(
+                "kube-apiserver",
+                &["kube-apiserver", "kubernetes.default.svc"],
+                &[],
+            ),
+            now(),
+        )?,
+        admin: ca.issue(
+            &LeafSpec::client("test-admin", Some("system:masters")),
+            now(),
+        )?,
+        sa_key: sa.serialize_pem(),
+        sa_pub: sa.public_key_pem(),
+        ca: ca.cert_key().clone(),
+    })
+}
+
+fn etcd_yaml(ns: &str) -> String {
+    let peer = |i: u32| format!("etcd-{i}=https://etcd-{i}.etcd.{ns}.svc:2380");
+    format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: etcd, namespace: {ns}}}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {{app: etcd}}
+  ports: [{{name: client, port: 2379}}, {{name: peer, port: 2380}}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: etcd, namespace: {ns}}}
+spec:
+  serviceName: etcd
+  replicas: 3
+  podManagementPolicy: Parallel
+  selector: {{matchLabels: {{app: etcd}}}}
+  template:
+    metadata: {{labels: {{app: etcd}}}}
+    spec:{PLACEMENT}
+      containers:
+      - name: etcd
+        image: registry.k8s.io/etcd:3.6.16-0
+        command: [etcd]
+        args:
+        - --name=$(POD_NAME)
+        - --data-dir=/var/lib/etcd/data
+        - --listen-client-urls=https://$(POD_IP):2379
+        - --advertise-client-urls=https://$(POD_NAME).etcd.{ns}.svc:2379
+        - --listen-peer-urls=https://$(POD_IP):2380
+        - --initial-advertise-peer-urls=https://$(POD_NAME).etcd.{ns}.svc:2380
+        - --initial-cluster={p0},{p1},{p2}
+        - --initial-cluster-token={ns}
+        - --listen-metrics-urls=http://$(POD_IP):2381
+        - --cert-file=/etc/etcd/pki/tls.crt
+        - --key-file=/etc/etcd/pki/tls.key
+        - --trusted-ca-file=/etc/etcd/pki/ca.crt
+        - --client-cert-auth
+        - --peer-cert-file=/etc/etcd/pki/tls.crt
+        - --peer-key-file=/etc/etcd/pki/tls.key
+        - --peer-trusted-ca-file=/etc/etcd/pki/ca.crt
+        - --peer-client-cert-auth
+        - --unsafe-no-fsync
+        env:
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}
+        ports: [{{name: client, containerPort: 2379}}, {{name: peer, containerPort: 2380}}, {{name: metrics, containerPort: 2381}}]
+        readinessProbe: {{httpGet: {{path: /health, port: metrics}}, periodSeconds: 1, failureThreshold: 2}}
+        volumeMounts:
+        - {{name: pki, mountPath: /etc/etcd/pki, readOnly: true}}
+        - {{name: data, mountPath: /var/lib/etcd}}
+      volumes:
+      - {{name: pki, secret: {{secretName: etcd-pki}}}}
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}
+"#,
+        p0 = peer(0),
+        p1 = peer(1),
+        p2 = peer(2),
+    )
+}
+
+fn apiserver_yaml(ns: &str) -> String {
+    let etcd = (0..3)
+        .map(|i| format!("https://etcd-{i}.etcd.{ns}.svc:2379"))
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: kube-apiserver, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: kube-apiserver}}}}
+  template:
+    metadata: {{labels: {{app: kube-apiserver}}}}
+    spec:{PLACEMENT}
+      containers:
+      - name: kube-apiserver
+        image: registry.k8s.io/kube-apiserver:v1.37.1
+        command: [kube-apiserver]
+        args:
+        - --bind-address=$(POD_IP)
+        - --advertise-address=$(POD_IP)
+        - --secure-port=6443
+        - --etcd-servers={etcd}
+        - --etcd-cafile=/pki/etcd/ca.crt
+        - --etcd-certfile=/pki/etcd/tls.crt
+        - --etcd-keyfile=/pki/etcd/tls.key
+        - --tls-cert-file=/pki/api/tls.crt
+        - --tls-private-key-file=/pki/api/tls.key
+        - --client-ca-file=/pki/api/ca.crt
+        - --service-account-issuer=https://kubernetes.default.svc
+        - --service-account-key-file=/pki/api/sa.pub
+        - --service-account-signing-key-file=/pki/api/sa.key
+        - --service-cluster-ip-range=10.96.0.0/16
+        - --authorization-mode=RBAC
+        env:
+        - {{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}
+        ports: [{{name: https, containerPort: 6443}}]
+        readinessProbe: {{httpGet: {{path: /readyz, port: https, scheme: HTTPS}}, periodSeconds: 1}}
+        volumeMounts:
+        - {{name: etcd-client, mountPath: /pki/etcd, readOnly: true}}
+        - {{name: api, mountPath: /pki/api, readOnly: true}}
+      volumes:
+      - {{name: etcd-client, secret: {{secretName: etcd-client}}}}
+      - {{name: api, secret: {{secretName: apiserver-pki}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: kube-apiserver, namespace: {ns}}}
+spec:
+  type: NodePort
+  selector: {{app: kube-apiserver}}
+  ports: [{{name: https, port: 443, targetPort: 6443}}]
+"#
+    )
+}
+
+fn kubeconfig(server: &str, pki: &ControlPlanePki) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {server}\n    tls-server-name: kube-apiserver\n    certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: t\n  context: {{cluster: t, user: admin}}\ncurrent-context: t\n",
+        b64(&pki.ca.cert_pem),
+        b64(&pki.admin.cert_pem),
+        b64(&pki.admin.key_pem)
+    )
+}
+
+#[tokio::test]
+async fn etcd_and_kube_apiserver_run_as_real_pods_and_serve_through_pod_ip_and_node_port() -> Res {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "cp-a";
+    namespace(&client, ns).await?;
+    let pki = control_plane_pki(ns)?;
+    secret(
+        &client,
+        ns,
+        "etcd-pki",
+        &[
+            ("ca.crt", &pki.ca.cert_pem),
+            ("tls.crt", &pki.etcd.cert_pem),
+            ("tls.key", &pki.etcd.key_pem),
+        ],
+    )
+    .await?;
+    secret(
+        &client,
+        ns,
+        "etcd-client",
+        &[
+            ("ca.crt", &pki.ca.cert_pem),
+            ("tls.crt", &pki.etcd_client.cert_pem),
+            ("tls.key", &pki.etcd_client.key_pem),
+        ],
+    )
+    .await?;
+    secret(
+        &client,
+        ns,
+        "apiserver-pki",
+        &[
+            ("ca.crt", &pki.ca.cert_pem),
+            ("tls.crt", &pki.api.cert_pem),
+            ("tls.key", &pki.api.key_pem),
+            ("sa.key", &pki.sa_key),
+            ("sa.pub", &pki.sa_pub),
+        ],
+    )
+    .await?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let t0 = Instant::now();
+    apply_yaml(&client, ns, &etcd_yaml(ns)).await?;
+    for i in 0..3 {
+        wait_ready(&pods, &format!("etcd-{i}"), Duration::from_secs(90)).await?;
+    }
+    let etcd_ready = t0.elapsed();
+
+    // Health with a client certificate, by the peer name the certificate carries.
+    let etcd0 = pods.get("etcd-0").await?;
+    let ip: std::net::IpAddr = etcd0
+        .status
+        .as_ref()
+        .unwrap()
+        .pod_ip
+        .as_ref()
+        .unwrap()
+        .parse()?;
+    let host = format!("etcd-0.etcd.{ns}.svc");
+    let identity = reqwest::Identity::from_pem(
+        format!("{}{}", pki.etcd_client.cert_pem, pki.etcd_client.key_pem).as_bytes(),
+    )?;
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(pki.ca.cert_pem.as_bytes())?)
+        .identity(identity)
+        .resolve(&host, std::net::SocketAddr::new(ip, 2379))
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let health: serde_json::Value = http
+        .get(format!("https://{host}:2379/health"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(health["health"], "true", "{health}");
+    let members: serde_json::Value = http
+        .post(format!("https://{host}:2379/v3/cluster/member/list"))
+        .body("{}")
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        members["members"].as_array().map(Vec::len),
+        Some(3),
+        "{members}"
+    );
+    let anonymous = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(pki.ca.cert_pem.as_bytes())?)
+        .resolve(&host, std::net::SocketAddr::new(ip, 2379))
+        .build()?;
+    assert!(
+        anonymous
+            .get(format!("https://{host}:2379/health"))
+            .send()
+            .await
+            .is_err(),
+        "etcd accepted a client without a certificate"
+    );
+
+    let t1 = Instant::now();
+    apply_yaml(&client, ns, &apiserver_yaml(ns)).await?;
+    let api_pod = eventually("an apiserver pod", Duration::from_secs(30), || async {
+        let list = pods
+            .list(&kube::api::ListParams::default().labels("app=kube-apiserver"))
+            .await?;
+        Ok(list.items.into_iter().next())
+    })
+    .await?;
+    let api_pod = wait_ready(&pods, &api_pod.name_any(), Duration::from_secs(120)).await?;
+    let apiserver_ready = t1.elapsed();
+    eprintln!(
+        "devnode timings: 3-member etcd create->Ready {:.1}s, kube-apiserver create->Ready {:.1}s",
+        etcd_ready.as_secs_f64(),
+        apiserver_ready.as_secs_f64()
+    );
+
+    let dir = tempfile::tempdir()?;
+    let api_ip = api_pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let kc = dir.path().join("pod-ip.kubeconfig");
+    std::fs::write(&kc, kubeconfig(&format!("https://{api_ip}:6443"), &pki))?;
+    let out = std::process::Command::new(cluster.kubectl())
+        .args(["--kubeconfig"])
+        .arg(&kc)
+        .args(["get", "namespaces", "-o", "name"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "kubectl via pod IP: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        names.contains("namespace/default") && names.contains("namespace/kube-system"),
+        "{names}"
+    );
+
+    let svc = Api::<Service>::namespaced(client.clone(), ns)
+        .get("kube-apiserver")
+        .await?;
+    let node_port = svc.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
+    let kc = dir.path().join("node-port.kubeconfig");
+    std::fs::write(
+        &kc,
+        kubeconfig(&format!("https://127.0.0.1:{node_port}"), &pki),
+    )?;
+    let out = eventually(
+        "the NodePort to forward",
+        Duration::from_secs(30),
+        || async {
+            let out = std::process::Command::new(cluster.kubectl())
+                .args(["--kubeconfig"])
+                .arg(&kc)
+                .args(["get", "namespaces", "-o", "name"])
+                .output()?;
+            Ok(out.status.success().then_some(out))
+        },
+    )
+    .await?;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("namespace/default"));
+
+    // A killed etcd member restarts, rejoins with its data, and is Ready again.
+    let pid = pid_of(&etcd0, 0).expect("etcd-0 reports its process");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    let restarted = eventually(
+        "etcd-0 restarted and Ready",
+        Duration::from_secs(60),
+        || async {
+            let p = pods.get("etcd-0").await?;
+            let count = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map(|c| c[0].restart_count)
+                .unwrap_or(0);
+            Ok((count >= 1 && ready(&p)).then_some(p))
+        },
+    )
+    .await?;
+    let last = restarted.status.unwrap().container_statuses.unwrap()[0]
+        .last_state
+        .clone()
+        .unwrap();
+    assert_eq!(last.terminated.unwrap().exit_code, 137);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_changed_secret_shows_in_the_mounted_file_and_a_deleted_pod_leaves_nothing() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "lifecycle";
+    namespace(&client, ns).await?;
+    secret(&client, ns, "greeting", &[("message", "hello-1")]).await?;
+    apply_yaml(&client, ns, &format!(r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: sleeper, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: sleep
+    image: vcp.dev/host:any
+    command: [sleep, "3600"]
+    volumeMounts: [{{name: greeting, mountPath: /etc/greeting}}, {{name: scratch, mountPath: /scratch}}]
+  volumes:
+  - {{name: greeting, secret: {{secretName: greeting}}}}
+  - {{name: scratch, emptyDir: {{}}}}
+"#)).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = wait_ready(&pods, "sleeper", Duration::from_secs(30)).await?;
+    let pid = pid_of(&pod, 0).unwrap();
+    // /proc/<pid>/root shows the container's own mount namespace.
+    let file = format!("/proc/{pid}/root/etc/greeting/message");
+    assert_eq!(std::fs::read_to_string(&file)?, "hello-1");
+    assert!(
+        !std::path::Path::new("/etc/greeting/message").exists(),
+        "the mount leaked to the host"
+    );
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({"stringData": {"message": "hello-2"}});
+    let changed = Instant::now();
+    secrets
+        .patch(
+            "greeting",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    eventually(
+        "the new secret value in the container",
+        Duration::from_secs(10),
+        || async { Ok((std::fs::read_to_string(&file)? == "hello-2").then_some(())) },
+    )
+    .await?;
+    eprintln!(
+        "secret change visible in the container after {:.1}s",
+        changed.elapsed().as_secs_f64()
+    );
+
+    let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let uid = pod.uid().unwrap();
+    pods.delete("sleeper", &DeleteParams::default()).await?;
+    eventually(
+        "the pod to be gone from the API",
+        Duration::from_secs(30),
+        || async { Ok(pods.get_opt("sleeper").await?.is_none().then_some(())) },
+    )
+    .await?;
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the container process outlived its pod"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+    assert!(!mounts.contains(&uid), "a mount outlived its pod");
+    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
+    let netns = vcp_dev::devnet::netns(octets[2], octets[3]);
+    assert!(
+        !std::path::Path::new("/run/netns").join(&netns).exists(),
+        "{netns} outlived its pod"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(cluster.state_dir().join("devnode/pods"))?
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy() == uid)
+        .collect();
+    assert!(leftovers.is_empty(), "pod files left: {leftovers:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn unknown_images_and_failing_commands_show_in_status_instead_of_hanging() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "failures";
+    namespace(&client, ns).await?;
+    apply_yaml(
+        &client,
+        ns,
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: no-image, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  containers: [{{name: c, image: "docker.io/library/nginx:1.29"}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: crash, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  containers: [{{name: c, image: "vcp.dev/host:any", command: [sh, -c, "exit 3"]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: once, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  restartPolicy: Never
+  containers: [{{name: c, image: "vcp.dev/host:any", command: [sh, -c, "exit 4"]}}]
+"#
+        ),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let waiting = |p: &Pod| -> Option<(String, String)> {
+        let w = p
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .state
+            .as_ref()?
+            .waiting
+            .clone()?;
+        Some((w.reason?, w.message.unwrap_or_default()))
+    };
+    let (reason, message) = eventually("ErrImagePull", Duration::from_secs(30), || async {
+        Ok(waiting(&pods.get("no-image").await?).filter(|(r, _)| r == "ErrImagePull"))
+    })
+    .await?;
+    assert!(message.contains("nginx"), "{reason}: {message}");
+
+    let crash = eventually(
+        "CrashLoopBackOff after restarts",
+        Duration::from_secs(30),
+        || async {
+            let p = pods.get("crash").await?;
+            let cs = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first().cloned());
+            Ok(cs.filter(|c| {
+                c.restart_count >= 1 && waiting(&p).is_some_and(|(r, _)| r == "CrashLoopBackOff")
+            }))
+        },
+    )
+    .await?;
+    assert_eq!(crash.last_state.unwrap().terminated.unwrap().exit_code, 3);
+
+    let once = eventually("phase Failed", Duration::from_secs(30), || async {
+        let p = pods.get("once").await?;
+        Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")).then_some(p))
+    })
+    .await?;
+    let term = once.status.unwrap().container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(term.exit_code, 4);
+    Ok(())
+}
