@@ -77,8 +77,8 @@ fn cli_up_refuses_a_running_dir_and_down_leaves_no_process_or_listener() {
         .collect();
     assert_eq!(
         pids.len(),
-        7,
-        "etcd, apiserver, kcm, scheduler, kwok, provisioner, postgres"
+        8,
+        "etcd, apiserver, kcm, scheduler, kwok, devnode, provisioner, postgres"
     );
     assert!(ports.iter().all(|p| listening(*p)));
 
@@ -99,6 +99,14 @@ fn cli_up_refuses_a_running_dir_and_down_leaves_no_process_or_listener() {
     assert!(
         pids.iter().all(|p| pid_alive(*p)),
         "the refused up touched a process"
+    );
+
+    let net = vcp_dev::devnet::recorded(&dir.path().join("devnode"))
+        .expect("the devnode records its network");
+    let bridge = std::path::Path::new("/sys/class/net").join(vcp_dev::devnet::bridge(net));
+    assert!(
+        bridge.exists(),
+        "the devnode's bridge is up while the cluster runs"
     );
 
     let down = vcp_dev(&["down"], dir.path());
@@ -152,7 +160,7 @@ async fn dropping_a_cluster_stops_every_process_it_started() -> anyhow::Result<(
     let pids = recorded_pids(dir.path());
     assert_eq!(
         pids.len(),
-        6,
+        7,
         "the attached provisioner is a thread, not a process"
     );
     assert!(pids.iter().all(|p| pid_alive(*p)));
@@ -187,7 +195,13 @@ fn a_killed_owner_takes_its_cluster_along() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
+    let net = vcp_dev::devnet::recorded(&dir.path().join("devnode")).expect("devnode network");
+    let bridge = std::path::Path::new("/sys/class/net").join(vcp_dev::devnet::bridge(net));
     owner.kill().unwrap(); // SIGKILL: no destructor runs, only the parent-death signal
     owner.wait().unwrap();
     assert_all_gone(&pids, Duration::from_secs(5));
+    assert!(
+        !bridge.exists(),
+        "the devnode of a killed owner left its network behind"
+    );
 }

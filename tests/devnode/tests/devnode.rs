@@ -657,3 +657,143 @@ spec:{POD_PLACEMENT}
     assert_eq!(term.exit_code, 4);
     Ok(())
 }
+
+#[tokio::test]
+async fn init_containers_tokens_probes_grace_periods_and_logs_behave_like_a_kubelet() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "kubelet";
+    namespace(&client, ns).await?;
+    apply_yaml(
+        &client,
+        ns,
+        &format!(
+            r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: settings, namespace: {ns}}}
+data: {{mode: fast}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: whoami, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  restartPolicy: Never
+  initContainers:
+  - name: prepare
+    image: vcp.dev/host:any
+    command: [sh, -c, "cat /config/mode > /work/mode"]
+    volumeMounts: [{{name: work, mountPath: /work}}, {{name: config, mountPath: /config}}]
+  containers:
+  - name: kubectl
+    image: registry.k8s.io/kubectl:v1.37.1
+    command: [kubectl]
+    args: [auth, whoami, -o, "jsonpath={{.status.userInfo.username}} $(MODE)"]
+    env: [{{name: MODE, valueFrom: {{configMapKeyRef: {{name: settings, key: mode}}}}}}]
+    volumeMounts: [{{name: work, mountPath: /work}}]
+  volumes:
+  - {{name: work, emptyDir: {{}}}}
+  - {{name: config, configMap: {{name: settings}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: probed, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  containers:
+  - name: web
+    image: vcp.dev/host:any
+    command: [python3, -m, http.server, --bind, $(POD_IP), "8080"]
+    env: [{{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}]
+    startupProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1, failureThreshold: 30}}
+    readinessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1}}
+  - name: doomed
+    image: vcp.dev/host:any
+    command: [sleep, "3600"]
+    livenessProbe: {{exec: {{command: ["false"]}}, periodSeconds: 1, failureThreshold: 1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: stubborn, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: ignore-term
+    image: vcp.dev/host:any
+    command: [sh, -c, "trap '' TERM; while true; do sleep 0.2; done"]
+"#
+        ),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+
+    // The init container ran first; the main one authenticated to the host apiserver with
+    // its projected service-account token (through the gateway, the hosts file and the CA).
+    eventually("whoami to succeed", Duration::from_secs(60), || async {
+        let p = pods.get("whoami").await?;
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        anyhow::ensure!(phase != "Failed", "whoami failed: {:?}", p.status);
+        Ok((phase == "Succeeded").then_some(()))
+    })
+    .await?;
+    let log = cluster
+        .state_dir()
+        .join(format!("devnode/logs/{ns}_whoami_kubectl.log"));
+    let text = std::fs::read_to_string(&log)?;
+    assert!(
+        text.contains(&format!("system:serviceaccount:{ns}:default fast")),
+        "{text}"
+    );
+    let init_log = std::fs::read_to_string(
+        cluster
+            .state_dir()
+            .join(format!("devnode/logs/{ns}_whoami_prepare.log")),
+    )?;
+    assert!(init_log.contains("vcp-devnode: starting"), "{init_log}");
+
+    // tcpSocket startup and readiness probes make `web` ready; the exec liveness probe that
+    // always fails keeps restarting `doomed`, so the pod never becomes Ready.
+    let probed = eventually(
+        "web ready and doomed restarted",
+        Duration::from_secs(60),
+        || async {
+            let p = pods.get("probed").await?;
+            let cs = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.clone())
+                .unwrap_or_default();
+            let web = cs.iter().find(|c| c.name == "web").is_some_and(|c| c.ready);
+            let doomed = cs
+                .iter()
+                .find(|c| c.name == "doomed")
+                .is_some_and(|c| c.restart_count >= 2);
+            Ok((web && doomed).then_some(p))
+        },
+    )
+    .await?;
+    assert!(
+        !ready(&probed),
+        "a pod with a crash-looping container must not be Ready"
+    );
+
+    // SIGTERM is ignored, so the process dies by SIGKILL after the 2 s grace period.
+    let stubborn = wait_ready(&pods, "stubborn", Duration::from_secs(30)).await?;
+    let pid = pid_of(&stubborn, 0).unwrap();
+    let started = Instant::now();
+    pods.delete("stubborn", &DeleteParams::default()).await?;
+    eventually("stubborn gone", Duration::from_secs(30), || async {
+        Ok(pods.get_opt("stubborn").await?.is_none().then_some(()))
+    })
+    .await?;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(2),
+        "deleted after {took:?}, before the grace period ended"
+    );
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    Ok(())
+}
