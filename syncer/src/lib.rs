@@ -6,6 +6,8 @@
 //! pure translator per kind (`resources/`) and the injective naming scheme (`naming`); status
 //! flows back up the same way. Today the crate holds only its command-line surface.
 
+pub mod naming;
+
 use clap::Parser;
 
 /// Errors of the syncer.

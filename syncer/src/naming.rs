@@ -1,0 +1,286 @@
+//! Tenant <-> host names, labels and ownership markers (pure).
+//!
+//! Every tenant has a short immutable key. A tenant namespace `ns` lives on the host as
+//! `<key>-<ns>`; a cluster-scoped object (a PersistentVolume) as `<key>-<name>`. Objects inside a
+//! namespace keep their names, since the namespace already separates tenants.
+//!
+//! Why the mapping is injective:
+//! - Keys contain no `-` (`[a-z][a-z0-9]{0,19}`), so the first `-` of a host name ends the key:
+//!   tenant `a` with namespace `b-c` (`a-b-c`) can never meet tenant `a-b`, which cannot exist.
+//! - A name that fits stays `<key>-<name>`, which is then *shorter* than the limit. A name that
+//!   does not fit becomes `<key>-<prefix>-<hash>`, *exactly* the limit long, where the hash
+//!   covers the whole tenant name. The two forms have different lengths, so a crafted
+//!   namespace cannot take the shortened name of another one.
+//!
+//! Reversal does not parse names: every host object carries markers, the tenant label
+//! `vcp.dev/tenant=<key>` (so watches and cleanup select by label) and annotations with the
+//! tenant-side name, namespace and UID. A host object without this tenant's markers is never
+//! modified or deleted.
+//!
+//! Tenants may use labels and annotations under `vcp.dev` too; on the host such keys are
+//! rewritten with a `t.` prefix (`vcp.dev/x` -> `t.vcp.dev/x`, `t.vcp.dev/x` -> `t.t.vcp.dev/x`)
+//! so a tenant can never forge a marker, and rewritten back on the way up.
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// The label every host object of a tenant carries: its value is the tenant key.
+pub const LABEL_TENANT: &str = "vcp.dev/tenant";
+/// Tenant-side name of a host object.
+pub const ANN_NAME: &str = "vcp.dev/tenant-name";
+/// Tenant-side namespace of a host object (absent for cluster-scoped objects).
+pub const ANN_NAMESPACE: &str = "vcp.dev/tenant-namespace";
+/// Tenant-side UID of a host object.
+pub const ANN_UID: &str = "vcp.dev/tenant-uid";
+/// The domain whose label and annotation keys belong to vcp.
+pub const RESERVED_DOMAIN: &str = "vcp.dev";
+/// Longest namespace name (DNS-1123 label).
+pub const MAX_NAMESPACE: usize = 63;
+/// Longest name of most cluster-scoped objects (DNS-1123 subdomain).
+pub const MAX_SUBDOMAIN: usize = 253;
+const HASH_LEN: usize = 10;
+const MAX_KEY: usize = 20;
+
+/// A bad tenant key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid tenant key {0:?}: use 1-20 characters of [a-z0-9], starting with a letter")]
+pub struct InvalidKey(pub String);
+
+/// A validated tenant key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TenantKey(String);
+
+impl TenantKey {
+    /// Validates a key.
+    pub fn new(key: &str) -> Result<TenantKey, InvalidKey> {
+        let ok = (1..=MAX_KEY).contains(&key.len())
+            && key.starts_with(|c: char| c.is_ascii_lowercase())
+            && key.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if ok {
+            Ok(TenantKey(key.to_owned()))
+        } else {
+            Err(InvalidKey(key.to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TenantKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn hash(s: &str) -> String {
+    let digest = Sha256::digest(s.as_bytes());
+    digest.iter().flat_map(|b| [b >> 4, b & 0xf]).take(HASH_LEN).map(|n| char::from_digit(n.into(), 16).unwrap()).collect()
+}
+
+/// `<key>-<name>` if shorter than `max`, else `<key>-<prefix>-<hash>` exactly `max` long.
+fn prefixed(key: &TenantKey, name: &str, max: usize) -> String {
+    let full = format!("{key}-{name}");
+    if full.len() < max {
+        return full;
+    }
+    let room = max - key.0.len() - 2 - HASH_LEN;
+    // Names are ASCII (DNS-1123), so byte slicing is safe.
+    format!("{key}-{}-{}", &name[..room], hash(name))
+}
+
+/// Host namespace of tenant namespace `ns`.
+pub fn host_namespace(key: &TenantKey, ns: &str) -> String {
+    prefixed(key, ns, MAX_NAMESPACE)
+}
+
+/// Host name of a cluster-scoped tenant object (a PersistentVolume).
+pub fn host_cluster_name(key: &TenantKey, name: &str) -> String {
+    prefixed(key, name, MAX_SUBDOMAIN)
+}
+
+/// Where a host object came from, read from its markers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRef {
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+/// The tenant object behind a host object, if the host object carries `key`'s markers.
+pub fn tenant_ref(
+    key: &TenantKey,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Option<TenantRef> {
+    if labels.get(LABEL_TENANT).map(String::as_str) != Some(key.as_str()) {
+        return None;
+    }
+    Some(TenantRef {
+        namespace: annotations.get(ANN_NAMESPACE).cloned(),
+        name: annotations.get(ANN_NAME)?.clone(),
+        uid: annotations.get(ANN_UID).cloned(),
+    })
+}
+
+/// Whether a host object belongs to tenant `key` (it carries the tenant label).
+pub fn owned_by(key: &TenantKey, labels: &BTreeMap<String, String>) -> bool {
+    labels.get(LABEL_TENANT).map(String::as_str) == Some(key.as_str())
+}
+
+/// The markers for a host object made from tenant object `r`.
+pub fn markers(key: &TenantKey, r: &TenantRef) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let labels = BTreeMap::from([(LABEL_TENANT.to_owned(), key.to_string())]);
+    let mut ann = BTreeMap::from([(ANN_NAME.to_owned(), r.name.clone())]);
+    if let Some(ns) = &r.namespace {
+        ann.insert(ANN_NAMESPACE.to_owned(), ns.clone());
+    }
+    if let Some(uid) = &r.uid {
+        ann.insert(ANN_UID.to_owned(), uid.clone());
+    }
+    (labels, ann)
+}
+
+fn domain_of(key: &str) -> Option<&str> {
+    key.split_once('/').map(|(d, _)| d)
+}
+
+fn reserved(domain: &str) -> bool {
+    domain == RESERVED_DOMAIN || domain.ends_with(".vcp.dev")
+}
+
+/// A tenant label or annotation key as it is stored on the host.
+pub fn key_to_host(k: &str) -> String {
+    match domain_of(k) {
+        Some(d) if reserved(d) => format!("t.{k}"),
+        _ => k.to_owned(),
+    }
+}
+
+/// A host label or annotation key as the tenant sees it, or `None` for vcp's own markers.
+pub fn key_to_tenant(k: &str) -> Option<String> {
+    match domain_of(k) {
+        Some(d) if reserved(d) => {
+            let inner = k.strip_prefix("t.")?;
+            domain_of(inner).filter(|d| reserved(d)).map(|_| inner.to_owned())
+        }
+        _ => Some(k.to_owned()),
+    }
+}
+
+/// Tenant labels or annotations as stored on the host (without markers; add those separately).
+pub fn map_to_host(m: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    m.iter().map(|(k, v)| (key_to_host(k), v.clone())).collect()
+}
+
+/// Host labels or annotations as the tenant sees them: markers dropped, keys restored.
+pub fn map_to_tenant(m: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    m.iter().filter_map(|(k, v)| Some((key_to_tenant(k)?, v.clone()))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(s: &str) -> TenantKey {
+        TenantKey::new(s).unwrap()
+    }
+
+    fn dns_label(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    }
+
+    #[test]
+    fn the_crafted_collision_cannot_be_expressed() {
+        // Tenant "a-b" would be needed to meet tenant "a" with namespace "b-c".
+        assert!(TenantKey::new("a-b").is_err());
+        assert_eq!(host_namespace(&key("a"), "b-c"), "a-b-c");
+        assert_ne!(host_namespace(&key("ab"), "c"), host_namespace(&key("a"), "bc"));
+    }
+
+    #[test]
+    fn keys_are_validated() {
+        for bad in ["", "A", "1abc", "a_b", "a.b", "abcdefghijklmnopqrstu", "a-b"] {
+            assert!(TenantKey::new(bad).is_err(), "{bad}");
+        }
+        for good in ["a", "demo", "team1x7k2", "abcdefghijklmnopqrst"] {
+            assert!(TenantKey::new(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_shortened_to_exactly_the_limit_with_a_hash() {
+        let ns = "n".repeat(63);
+        let host = host_namespace(&key("demo"), &ns);
+        assert_eq!(host.len(), 63);
+        assert!(dns_label(&host), "{host}");
+        // A namespace spelled like the shortened form stays one character short of it.
+        let crafted = host.strip_prefix("demo-").unwrap();
+        assert_eq!(host_namespace(&key("demo"), crafted).len(), 63);
+        assert_ne!(host_namespace(&key("demo"), crafted), host);
+    }
+
+    #[test]
+    fn reserved_label_keys_are_rewritten_and_restored() {
+        let tenant = BTreeMap::from([
+            ("vcp.dev/tenant".to_owned(), "forged".to_owned()),
+            ("t.vcp.dev/x".to_owned(), "1".to_owned()),
+            ("app".to_owned(), "web".to_owned()),
+            ("example.com/team".to_owned(), "a".to_owned()),
+        ]);
+        let host = map_to_host(&tenant);
+        assert!(!host.contains_key(LABEL_TENANT), "a tenant forged the tenant label");
+        assert_eq!(host["t.vcp.dev/tenant"], "forged");
+        assert_eq!(host["t.t.vcp.dev/x"], "1");
+        assert_eq!(map_to_tenant(&host), tenant);
+        let mut with_markers = host.clone();
+        with_markers.insert(LABEL_TENANT.into(), "demo".into());
+        assert_eq!(map_to_tenant(&with_markers), tenant, "markers never reach the tenant");
+    }
+
+    #[test]
+    fn markers_identify_the_tenant_object_and_only_for_its_tenant() {
+        let r = TenantRef { namespace: Some("apps".into()), name: "web".into(), uid: Some("u1".into()) };
+        let (labels, ann) = markers(&key("demo"), &r);
+        assert_eq!(tenant_ref(&key("demo"), &labels, &ann), Some(r));
+        assert_eq!(tenant_ref(&key("other"), &labels, &ann), None);
+        assert_eq!(tenant_ref(&key("demo"), &BTreeMap::new(), &ann), None);
+    }
+
+    fn arb_key() -> impl Strategy<Value = TenantKey> {
+        "[a-z][a-z0-9]{0,19}".prop_map(|s| TenantKey::new(&s).unwrap())
+    }
+
+    fn arb_ns() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", "[a-z]{1,3}(-[a-z]{1,3}){0,5}"]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        #[test]
+        fn host_namespaces_are_injective_valid_and_bounded(
+            k1 in arb_key(), n1 in arb_ns(), k2 in arb_key(), n2 in arb_ns()
+        ) {
+            let (h1, h2) = (host_namespace(&k1, &n1), host_namespace(&k2, &n2));
+            prop_assert!(dns_label(&h1), "{} is not a DNS label", h1);
+            prop_assert!(h1.starts_with(&format!("{k1}-")));
+            if (k1.clone(), n1.clone()) != (k2.clone(), n2.clone()) {
+                prop_assert_ne!(h1, h2);
+            }
+        }
+
+        #[test]
+        fn label_keys_round_trip(domain in prop_oneof![Just("vcp.dev"), Just("t.vcp.dev"), Just("x.vcp.dev"), Just("example.com")], name in "[a-z]{1,10}") {
+            let k = format!("{domain}/{name}");
+            prop_assert_eq!(key_to_tenant(&key_to_host(&k)), Some(k.clone()));
+            prop_assert_ne!(key_to_host(&k), LABEL_TENANT.to_owned());
+        }
+    }
+}
