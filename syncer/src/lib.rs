@@ -7,6 +7,7 @@
 //! flows back up the same way. Today the crate holds only its command-line surface.
 
 pub mod naming;
+pub mod resources;
 
 use clap::Parser;
 

@@ -55,7 +55,9 @@ impl TenantKey {
     pub fn new(key: &str) -> Result<TenantKey, InvalidKey> {
         let ok = (1..=MAX_KEY).contains(&key.len())
             && key.starts_with(|c: char| c.is_ascii_lowercase())
-            && key.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
         if ok {
             Ok(TenantKey(key.to_owned()))
         } else {
@@ -76,7 +78,12 @@ impl std::fmt::Display for TenantKey {
 
 fn hash(s: &str) -> String {
     let digest = Sha256::digest(s.as_bytes());
-    digest.iter().flat_map(|b| [b >> 4, b & 0xf]).take(HASH_LEN).map(|n| char::from_digit(n.into(), 16).unwrap()).collect()
+    digest
+        .iter()
+        .flat_map(|b| [b >> 4, b & 0xf])
+        .take(HASH_LEN)
+        .map(|n| char::from_digit(n.into(), 16).unwrap())
+        .collect()
 }
 
 /// `<key>-<name>` if shorter than `max`, else `<key>-<prefix>-<hash>` exactly `max` long.
@@ -130,7 +137,10 @@ pub fn owned_by(key: &TenantKey, labels: &BTreeMap<String, String>) -> bool {
 }
 
 /// The markers for a host object made from tenant object `r`.
-pub fn markers(key: &TenantKey, r: &TenantRef) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+pub fn markers(
+    key: &TenantKey,
+    r: &TenantRef,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let labels = BTreeMap::from([(LABEL_TENANT.to_owned(), key.to_string())]);
     let mut ann = BTreeMap::from([(ANN_NAME.to_owned(), r.name.clone())]);
     if let Some(ns) = &r.namespace {
@@ -163,7 +173,9 @@ pub fn key_to_tenant(k: &str) -> Option<String> {
     match domain_of(k) {
         Some(d) if reserved(d) => {
             let inner = k.strip_prefix("t.")?;
-            domain_of(inner).filter(|d| reserved(d)).map(|_| inner.to_owned())
+            domain_of(inner)
+                .filter(|d| reserved(d))
+                .map(|_| inner.to_owned())
         }
         _ => Some(k.to_owned()),
     }
@@ -176,7 +188,9 @@ pub fn map_to_host(m: &BTreeMap<String, String>) -> BTreeMap<String, String> {
 
 /// Host labels or annotations as the tenant sees them: markers dropped, keys restored.
 pub fn map_to_tenant(m: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    m.iter().filter_map(|(k, v)| Some((key_to_tenant(k)?, v.clone()))).collect()
+    m.iter()
+        .filter_map(|(k, v)| Some((key_to_tenant(k)?, v.clone())))
+        .collect()
 }
 
 #[cfg(test)]
@@ -191,7 +205,8 @@ mod tests {
     fn dns_label(s: &str) -> bool {
         !s.is_empty()
             && s.len() <= 63
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !s.starts_with('-')
             && !s.ends_with('-')
     }
@@ -201,12 +216,23 @@ mod tests {
         // Tenant "a-b" would be needed to meet tenant "a" with namespace "b-c".
         assert!(TenantKey::new("a-b").is_err());
         assert_eq!(host_namespace(&key("a"), "b-c"), "a-b-c");
-        assert_ne!(host_namespace(&key("ab"), "c"), host_namespace(&key("a"), "bc"));
+        assert_ne!(
+            host_namespace(&key("ab"), "c"),
+            host_namespace(&key("a"), "bc")
+        );
     }
 
     #[test]
     fn keys_are_validated() {
-        for bad in ["", "A", "1abc", "a_b", "a.b", "abcdefghijklmnopqrstu", "a-b"] {
+        for bad in [
+            "",
+            "A",
+            "1abc",
+            "a_b",
+            "a.b",
+            "abcdefghijklmnopqrstu",
+            "a-b",
+        ] {
             assert!(TenantKey::new(bad).is_err(), "{bad}");
         }
         for good in ["a", "demo", "team1x7k2", "abcdefghijklmnopqrst"] {
@@ -235,18 +261,29 @@ mod tests {
             ("example.com/team".to_owned(), "a".to_owned()),
         ]);
         let host = map_to_host(&tenant);
-        assert!(!host.contains_key(LABEL_TENANT), "a tenant forged the tenant label");
+        assert!(
+            !host.contains_key(LABEL_TENANT),
+            "a tenant forged the tenant label"
+        );
         assert_eq!(host["t.vcp.dev/tenant"], "forged");
         assert_eq!(host["t.t.vcp.dev/x"], "1");
         assert_eq!(map_to_tenant(&host), tenant);
         let mut with_markers = host.clone();
         with_markers.insert(LABEL_TENANT.into(), "demo".into());
-        assert_eq!(map_to_tenant(&with_markers), tenant, "markers never reach the tenant");
+        assert_eq!(
+            map_to_tenant(&with_markers),
+            tenant,
+            "markers never reach the tenant"
+        );
     }
 
     #[test]
     fn markers_identify_the_tenant_object_and_only_for_its_tenant() {
-        let r = TenantRef { namespace: Some("apps".into()), name: "web".into(), uid: Some("u1".into()) };
+        let r = TenantRef {
+            namespace: Some("apps".into()),
+            name: "web".into(),
+            uid: Some("u1".into()),
+        };
         let (labels, ann) = markers(&key("demo"), &r);
         assert_eq!(tenant_ref(&key("demo"), &labels, &ann), Some(r));
         assert_eq!(tenant_ref(&key("other"), &labels, &ann), None);
@@ -258,7 +295,10 @@ mod tests {
     }
 
     fn arb_ns() -> impl Strategy<Value = String> {
-        prop_oneof!["[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", "[a-z]{1,3}(-[a-z]{1,3}){0,5}"]
+        prop_oneof![
+            "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?",
+            "[a-z]{1,3}(-[a-z]{1,3}){0,5}"
+        ]
     }
 
     proptest! {
@@ -270,7 +310,8 @@ mod tests {
         ) {
             let (h1, h2) = (host_namespace(&k1, &n1), host_namespace(&k2, &n2));
             prop_assert!(dns_label(&h1), "{} is not a DNS label", h1);
-            prop_assert!(h1.starts_with(&format!("{k1}-")));
+            let prefix = format!("{}-", k1);
+            prop_assert!(h1.starts_with(&prefix));
             if (k1.clone(), n1.clone()) != (k2.clone(), n2.clone()) {
                 prop_assert_ne!(h1, h2);
             }

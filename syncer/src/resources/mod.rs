@@ -55,6 +55,8 @@ pub(crate) mod fixtures {
     use crate::naming::TenantKey;
 
     pub fn ctx() -> Ctx {
-        Ctx { key: TenantKey::new("demo").unwrap() }
+        Ctx {
+            key: TenantKey::new("demo").unwrap(),
+        }
     }
 }

@@ -7,8 +7,14 @@ use k8s_openapi::api::core::v1::Namespace;
 /// The host namespace for a tenant namespace.
 pub fn to_host(ns: &Namespace, ctx: &Ctx) -> Namespace {
     let mut meta = host_meta(ns, ctx);
-    meta.name = Some(crate::naming::host_namespace(&ctx.key, &kube::ResourceExt::name_any(ns)));
-    Namespace { metadata: meta, ..Default::default() }
+    meta.name = Some(crate::naming::host_namespace(
+        &ctx.key,
+        &kube::ResourceExt::name_any(ns),
+    ));
+    Namespace {
+        metadata: meta,
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
