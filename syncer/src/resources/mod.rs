@@ -9,7 +9,9 @@
 
 pub mod configmaps;
 pub mod namespaces;
+pub mod pods;
 pub mod secrets;
+pub mod services;
 
 use crate::naming::{self, TenantKey, TenantRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -1,0 +1,299 @@
+//! Pods: the tenant's pod runs on the host; its status flows back.
+//!
+//! Down (tenant -> host), beyond the common metadata rules:
+//! - `automountServiceAccountToken: false` and `enableServiceLinks: false`: a host token or host
+//!   service variables would point the workload at the host. The tenant's own token volume
+//!   (the projected `kube-api-access-*` volume) is not copied: a host kubelet would fill it
+//!   with a *host* token.
+//! - `serviceAccountName`, `priorityClassName`, `runtimeClassName` and scheduling gates refer to
+//!   tenant objects the host does not have and are dropped; `nodeName` is kept (a tenant pod
+//!   bound to a virtual node names a host node).
+//! - `KUBERNETES_SERVICE_HOST/PORT` point at the tenant apiserver's host Service, and
+//!   `kubernetes.default.svc` names resolve there through hostAliases.
+//! - DNS: `dnsPolicy: None` with the tenant CoreDNS Service as nameserver and the tenant's
+//!   search path, so names resolve in the tenant's world.
+//! - ConfigMap, Secret and PVC references keep their names: the objects are synced into the
+//!   same host namespace under the same names.
+//!
+//! Up (host -> tenant): the status (phase, conditions, IPs, container statuses, start time,
+//! reason, message) is copied verbatim; the node binding is done separately (a Binding on the
+//! tenant pod, to the virtual node named after the host node).
+
+use super::{Ctx, host_meta};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, HostAlias, Pod, PodDNSConfig, PodDNSConfigOption, PodSpec, PodStatus,
+};
+use kube::ResourceExt;
+
+/// Where a tenant's pods find their control plane from the host.
+#[derive(Debug, Clone, Default)]
+pub struct PodEnv {
+    /// ClusterIP and port of the tenant apiserver's host Service.
+    pub apiserver: Option<(String, i32)>,
+    /// ClusterIP of the tenant CoreDNS Service.
+    pub dns: Option<String>,
+    /// The tenant's cluster domain.
+    pub cluster_domain: String,
+}
+
+fn is_token_volume(v: &k8s_openapi::api::core::v1::Volume) -> bool {
+    v.projected.as_ref().is_some_and(|p| {
+        p.sources
+            .iter()
+            .flatten()
+            .any(|s| s.service_account_token.is_some())
+    })
+}
+
+fn rewrite_container(c: &mut Container, dropped: &[String], env: &PodEnv) {
+    if let Some(mounts) = &mut c.volume_mounts {
+        mounts.retain(|m| !dropped.contains(&m.name));
+    }
+    if let Some((ip, port)) = &env.apiserver {
+        let vars = c.env.get_or_insert_with(Vec::new);
+        vars.retain(|e| e.name != "KUBERNETES_SERVICE_HOST" && e.name != "KUBERNETES_SERVICE_PORT");
+        vars.insert(
+            0,
+            EnvVar {
+                name: "KUBERNETES_SERVICE_PORT".into(),
+                value: Some(port.to_string()),
+                ..Default::default()
+            },
+        );
+        vars.insert(
+            0,
+            EnvVar {
+                name: "KUBERNETES_SERVICE_HOST".into(),
+                value: Some(ip.clone()),
+                ..Default::default()
+            },
+        );
+    }
+}
+
+/// The host pod for a tenant pod.
+pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
+    let mut spec: PodSpec = pod.spec.clone().unwrap_or_default();
+    let dropped: Vec<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| is_token_volume(v))
+        .map(|v| v.name.clone())
+        .collect();
+    if let Some(vols) = &mut spec.volumes {
+        vols.retain(|v| !dropped.contains(&v.name));
+    }
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        rewrite_container(c, &dropped, env);
+    }
+    for c in spec.ephemeral_containers.iter_mut().flatten() {
+        if let Some(m) = &mut c.volume_mounts {
+            m.retain(|m| !dropped.contains(&m.name));
+        }
+    }
+    spec.automount_service_account_token = Some(false);
+    spec.enable_service_links = Some(false);
+    spec.service_account_name = None;
+    #[allow(deprecated)] // the deprecated alias must go too, or the host defaults from it
+    {
+        spec.service_account = None;
+    }
+    spec.priority_class_name = None;
+    spec.priority = None;
+    spec.runtime_class_name = None;
+    spec.scheduling_gates = None;
+    if let Some((ip, _)) = &env.apiserver {
+        let domain = &env.cluster_domain;
+        let aliases = spec.host_aliases.get_or_insert_with(Vec::new);
+        aliases.push(HostAlias {
+            ip: ip.clone(),
+            hostnames: Some(vec![
+                "kubernetes".into(),
+                "kubernetes.default".into(),
+                "kubernetes.default.svc".into(),
+                format!("kubernetes.default.svc.{domain}"),
+            ]),
+        });
+    }
+    let host_network = spec.host_network == Some(true);
+    if let (Some(dns), false) = (&env.dns, host_network) {
+        let ns = pod.namespace().unwrap_or_default();
+        let domain = &env.cluster_domain;
+        // The tenant's own dnsConfig options and extra searches come after ours, as with ClusterFirst.
+        let mut searches = vec![
+            format!("{ns}.svc.{domain}"),
+            format!("svc.{domain}"),
+            domain.clone(),
+        ];
+        let mut options = vec![PodDNSConfigOption {
+            name: Some("ndots".into()),
+            value: Some("5".into()),
+        }];
+        let mut nameservers = vec![dns.clone()];
+        if spec.dns_policy.as_deref() == Some("None") {
+            // The tenant chose its DNS entirely; keep it.
+            searches.clear();
+            options.clear();
+            nameservers.clear();
+        }
+        if let Some(own) = &spec.dns_config {
+            searches.extend(own.searches.iter().flatten().cloned());
+            options.extend(own.options.iter().flatten().cloned());
+            nameservers.extend(own.nameservers.iter().flatten().cloned());
+        }
+        spec.dns_policy = Some("None".into());
+        spec.dns_config = Some(PodDNSConfig {
+            nameservers: Some(nameservers),
+            searches: Some(searches),
+            options: Some(options),
+        });
+    }
+    Pod {
+        metadata: host_meta(pod, ctx),
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// The tenant status that mirrors a host pod's, or `None` if the tenant already shows it.
+pub fn status_to_tenant(host: &Pod, tenant: &Pod) -> Option<PodStatus> {
+    let want = host.status.clone()?;
+    (tenant.status.as_ref() != Some(&want)).then_some(want)
+}
+
+/// The host node a host pod runs on: the tenant pod is bound to the virtual node of that name.
+pub fn host_node(host: &Pod) -> Option<&str> {
+    host.spec.as_ref()?.node_name.as_deref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::naming::LABEL_TENANT;
+    use crate::resources::fixtures::ctx;
+
+    fn tenant_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-1", "namespace": "apps", "uid": "t-uid",
+                "labels": {"app": "web"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs"}],
+                "finalizers": ["tenant.example/keep"],
+            },
+            "spec": {
+                "serviceAccountName": "builder",
+                "priorityClassName": "high",
+                "containers": [{
+                    "name": "web", "image": "nginx",
+                    "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "evil"}],
+                    "volumeMounts": [
+                        {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                        {"name": "config", "mountPath": "/etc/config"},
+                    ],
+                }],
+                "volumes": [
+                    {"name": "kube-api-access-abcde", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    ]}},
+                    {"name": "config", "configMap": {"name": "settings"}},
+                ],
+            },
+            "status": {"phase": "Pending"},
+        }))
+        .unwrap()
+    }
+
+    fn env() -> PodEnv {
+        PodEnv {
+            apiserver: Some(("10.96.4.4".into(), 443)),
+            dns: Some("10.96.5.5".into()),
+            cluster_domain: "cluster.local".into(),
+        }
+    }
+
+    #[test]
+    fn the_host_pod_is_isolated_from_host_credentials_and_services() {
+        let host = to_host(&tenant_pod(), &ctx(), &env());
+        assert_eq!(host.metadata.namespace.as_deref(), Some("demo-apps"));
+        assert_eq!(host.metadata.labels.as_ref().unwrap()[LABEL_TENANT], "demo");
+        assert!(host.metadata.owner_references.is_none() && host.metadata.finalizers.is_none());
+        assert!(host.status.is_none());
+        let spec = host.spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.enable_service_links, Some(false));
+        assert!(spec.service_account_name.is_none() && spec.priority_class_name.is_none());
+        let vols: Vec<_> = spec.volumes.unwrap().into_iter().map(|v| v.name).collect();
+        assert_eq!(
+            vols,
+            ["config"],
+            "the tenant token volume must not reach the host"
+        );
+        let mounts: Vec<_> = spec.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(mounts, ["config"]);
+    }
+
+    #[test]
+    fn the_host_pod_talks_to_the_tenant_apiserver_and_dns() {
+        let spec = to_host(&tenant_pod(), &ctx(), &env()).spec.unwrap();
+        let vars = spec.containers[0].env.clone().unwrap();
+        let get = |n: &str| {
+            vars.iter()
+                .filter(|e| e.name == n)
+                .map(|e| e.value.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            get("KUBERNETES_SERVICE_HOST"),
+            ["10.96.4.4"],
+            "the tenant's own value must not win"
+        );
+        assert_eq!(get("KUBERNETES_SERVICE_PORT"), ["443"]);
+        let alias = &spec.host_aliases.unwrap()[0];
+        assert_eq!(alias.ip, "10.96.4.4");
+        assert!(
+            alias
+                .hostnames
+                .as_ref()
+                .unwrap()
+                .contains(&"kubernetes.default.svc.cluster.local".to_owned())
+        );
+        assert_eq!(spec.dns_policy.as_deref(), Some("None"));
+        let dns = spec.dns_config.unwrap();
+        assert_eq!(dns.nameservers.unwrap(), ["10.96.5.5"]);
+        assert_eq!(
+            dns.searches.unwrap()[0],
+            "apps.svc.cluster.local",
+            "tenant namespace, not the host one"
+        );
+    }
+
+    #[test]
+    fn status_flows_up_only_when_it_differs() {
+        let mut host = to_host(&tenant_pod(), &ctx(), &env());
+        let tenant = tenant_pod();
+        assert!(
+            status_to_tenant(&host, &tenant).is_none(),
+            "no host status yet"
+        );
+        host.status =
+            serde_json::from_value(serde_json::json!({"phase": "Running", "podIP": "10.244.1.7"}))
+                .unwrap();
+        let up = status_to_tenant(&host, &tenant).unwrap();
+        assert_eq!(up.pod_ip.as_deref(), Some("10.244.1.7"));
+        let mut synced = tenant.clone();
+        synced.status = Some(up);
+        assert!(status_to_tenant(&host, &synced).is_none());
+    }
+}
