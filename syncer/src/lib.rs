@@ -1,37 +1,186 @@
 //! vcp-syncer: makes a tenant's workloads real on the host cluster.
 //!
-//! Data flow (as the crate grows): reflectors watch the tenant apiserver and the host apiserver
-//! (host side filtered by this tenant's label); keys from both sides enter one de-duplicating
-//! queue; the engine decides per key whether to create, update or delete on the host, using a
-//! pure translator per kind (`resources/`) and the injective naming scheme (`naming`); status
-//! flows back up the same way. Today the crate holds only its command-line surface.
+//! Data flow: kube-runtime controllers watch the tenant apiserver and the host apiserver (host
+//! side filtered by this tenant's label). For each kind, a down-controller reconciles tenant
+//! objects into host objects through a pure translator (`resources/`) and the injective naming
+//! scheme (`naming`), and a gc-controller removes host objects whose tenant object is gone
+//! (`engine/`). Pods also flow up: status, binding to virtual nodes, and graceful deletion
+//! both ways. All state lives in the two apiservers, so a restart converges from scratch.
 
+pub mod engine;
 pub mod naming;
 pub mod resources;
 
 use clap::Parser;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use kube::Client;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Errors of the syncer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The sync loop is not part of this build yet.
-    #[error("the sync loop is not available in this build")]
-    NotAvailable,
+    #[error("failed to {context}")]
+    Kube {
+        context: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to load kubeconfig {path}")]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("failed to build a client from the in-cluster configuration")]
+    InCluster(#[source] kube::Error),
+    #[error(transparent)]
+    InvalidKey(#[from] naming::InvalidKey),
+    #[error("failed to serve health endpoints on {addr}")]
+    Serve {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Result with the syncer's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Command line of `vcp-syncer`.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "vcp-syncer",
     version,
-    about = "Syncs tenant workloads onto the host cluster"
+    about = "Syncs a tenant's workloads onto the host cluster"
 )]
-pub struct Args {}
+pub struct Args {
+    /// Kubeconfig of the tenant apiserver.
+    #[arg(long, env = "VCP_TENANT_KUBECONFIG")]
+    pub tenant_kubeconfig: PathBuf,
+    /// Kubeconfig of the host apiserver; in-cluster configuration if absent.
+    #[arg(long, env = "VCP_HOST_KUBECONFIG")]
+    pub host_kubeconfig: Option<PathBuf>,
+    /// The tenant's immutable key: host namespaces are `<key>-<namespace>`.
+    #[arg(long, env = "VCP_TENANT_KEY")]
+    pub tenant_key: String,
+    /// The tenant's control-plane namespace on the host (its apiserver and DNS Services).
+    #[arg(long, env = "VCP_HOST_NAMESPACE")]
+    pub host_namespace: Option<String>,
+    /// Name of the tenant apiserver's Service in the control-plane namespace.
+    #[arg(long, env = "VCP_APISERVER_SERVICE", default_value = "kube-apiserver")]
+    pub apiserver_service: String,
+    /// Name of the tenant CoreDNS Service in the control-plane namespace.
+    #[arg(long, env = "VCP_DNS_SERVICE", default_value = "kube-dns")]
+    pub dns_service: String,
+    /// The tenant's cluster domain.
+    #[arg(long, env = "VCP_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Concurrent reconciles per kind.
+    #[arg(long, env = "VCP_SYNC_WORKERS", default_value_t = 8)]
+    pub workers: u16,
+    /// Seconds between virtual-node status refreshes.
+    #[arg(long, env = "VCP_NODE_SYNC_SECONDS", default_value_t = 10)]
+    pub node_sync_seconds: u64,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "VCP_SYNCER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+}
 
-/// Runs the syncer.
-pub fn run(_args: Args) -> Result<()> {
-    Err(Error::NotAvailable)
+async fn client_from(path: &std::path::Path) -> Result<Client> {
+    let err = |source| Error::Kubeconfig {
+        path: path.to_owned(),
+        source,
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(err)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(err)?;
+    Client::try_from(cfg).map_err(|source| Error::Kube {
+        context: "build a client".into(),
+        source,
+    })
+}
+
+/// Finds the tenant apiserver and DNS Services in the control-plane namespace.
+async fn pod_env(host: &Client, args: &Args) -> resources::pods::PodEnv {
+    let mut env = resources::pods::PodEnv {
+        cluster_domain: args.cluster_domain.clone(),
+        ..Default::default()
+    };
+    let Some(ns) = &args.host_namespace else {
+        return env;
+    };
+    let api: kube::Api<Service> = kube::Api::namespaced(host.clone(), ns);
+    let ip_port = |s: &Service| {
+        let spec = s.spec.as_ref()?;
+        Some((spec.cluster_ip.clone()?, spec.ports.as_ref()?.first()?.port))
+    };
+    if let Ok(Some(s)) = api.get_opt(&args.apiserver_service).await {
+        env.apiserver = ip_port(&s);
+    }
+    if let Ok(Some(s)) = api.get_opt(&args.dns_service).await {
+        env.dns = ip_port(&s).map(|(ip, _)| ip);
+    }
+    env
+}
+
+/// Runs the syncer until the process is stopped.
+pub async fn run(args: Args) -> Result<()> {
+    let key = naming::TenantKey::new(&args.tenant_key)?;
+    let tenant = client_from(&args.tenant_kubeconfig).await?;
+    let host = match &args.host_kubeconfig {
+        Some(p) => client_from(p).await?,
+        None => Client::try_default().await.map_err(Error::InCluster)?,
+    };
+    let env = pod_env(&host, &args).await;
+    tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, "starting");
+    let engine = Arc::new(engine::Engine::new(tenant, host, key.clone(), env));
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|source| Error::Serve {
+            addr: args.listen.clone(),
+            source,
+        })?;
+    let (pods_tx, pods_rx) = tokio::sync::oneshot::channel();
+    let nodes = {
+        let e = engine.clone();
+        let period = Duration::from_secs(args.node_sync_seconds.max(1));
+        async move {
+            if let Ok(store) = pods_rx.await {
+                engine::pods::virtual_nodes(e, store, period).await;
+            }
+        }
+    };
+    let w = args.workers;
+    let health = axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route("/readyz", axum::routing::get(|| async { "ok" }));
+    tokio::join!(
+        engine::namespaces::run(engine.clone(), key),
+        engine::run_plain::<ConfigMap>(engine.clone(), w),
+        engine::run_plain::<Secret>(engine.clone(), w),
+        engine::run_kind::<Service>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(engine::services::down(t, s)),
+            |_| {}
+        ),
+        engine::run_kind::<Pod>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(engine::pods::down(t, s)),
+            move |s| {
+                let _ = pods_tx.send(s);
+            }
+        ),
+        nodes,
+        async move {
+            if let Err(e) = axum::serve(listener, health).await {
+                tracing::error!(error = %e, "health endpoints stopped");
+            }
+        },
+    );
+    Ok(())
 }

@@ -22,6 +22,7 @@ pub mod pki;
 pub mod postgres;
 pub mod process;
 pub mod provisioner;
+pub mod tenant;
 
 pub use cluster::{DevCluster, Options, State, Timings};
 pub use error::{Error, Result};

@@ -1,0 +1,361 @@
+//! The generic sync loop: kube-runtime controllers on both sides of every kind.
+//!
+//! For a kind `K` there are two controllers:
+//! - **down**: reconciles each tenant object (re-triggered when its host object changes, mapped
+//!   back through the markers). It computes the desired host object with the kind's
+//!   translator, [`decide`]s, and creates (POST, never apply: an existing host object then
+//!   answers 409 and is inspected before anything is written), updates (server-side apply,
+//!   field manager `vcp-syncer`), or replaces (tenant object recreated: UID changed). A host
+//!   object without this tenant's markers is reported as a tenant Event and left alone.
+//! - **gc**: reconciles each host object carrying this tenant's label and deletes it when its
+//!   tenant object is gone (or has another UID). It waits until the tenant cache is complete,
+//!   so a restart never mistakes "not listed yet" for "deleted".
+//!
+//! Both requeue periodically: that is the full resync that repairs drift, and since all state
+//! lives in the two apiservers, a restarted syncer converges from scratch. Pods add status up,
+//! binding to virtual nodes and two-way graceful deletion (`pods.rs`).
+
+pub mod decide;
+pub mod namespaces;
+pub mod pods;
+pub mod services;
+
+use crate::naming::{self, TenantKey};
+use crate::resources::{self, Ctx, FIELD_MANAGER};
+use crate::{Error, Result};
+use decide::{Decision, HostSide, decide};
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Period of the full resync.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Everything reconcilers share.
+pub struct Engine {
+    pub tenant: Client,
+    pub host: Client,
+    pub ctx: Ctx,
+    pub pod_env: resources::pods::PodEnv,
+    pub recorder: Recorder,
+}
+
+impl Engine {
+    pub fn new(
+        tenant: Client,
+        host: Client,
+        key: TenantKey,
+        pod_env: resources::pods::PodEnv,
+    ) -> Engine {
+        let recorder = Recorder::new(
+            tenant.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: std::env::var("HOSTNAME").ok(),
+            },
+        );
+        Engine {
+            tenant,
+            host,
+            ctx: Ctx { key },
+            pod_env,
+            recorder,
+        }
+    }
+
+    pub fn key(&self) -> &TenantKey {
+        &self.ctx.key
+    }
+
+    /// Reports on a tenant object (what the tenant's `kubectl describe` shows).
+    pub async fn report<K: Resource<DynamicType = ()>>(&self, obj: &K, reason: &str, note: String) {
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Sync".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::warn!(error = %e, reason, "failed to record a tenant event");
+        }
+    }
+}
+
+/// A kind the engine syncs.
+pub trait Synced:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The desired host object, or `None` if this tenant object is not synced.
+    fn to_host(tenant: &Self, engine: &Engine) -> Option<Self>;
+}
+
+impl Synced for k8s_openapi::api::core::v1::ConfigMap {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        Some(resources::configmaps::to_host(t, &e.ctx))
+    }
+}
+
+impl Synced for k8s_openapi::api::core::v1::Secret {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        resources::secrets::to_host(t, &e.ctx)
+    }
+}
+
+/// The two caches of one kind.
+pub struct Side<K: Resource<DynamicType = ()> + 'static> {
+    pub engine: Arc<Engine>,
+    pub tenant: Store<K>,
+    pub host: Store<K>,
+}
+
+fn host_api<K: Synced>(e: &Engine, host_ns: &str) -> Api<K> {
+    Api::namespaced(e.host.clone(), host_ns)
+}
+
+fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { context, source }
+}
+
+/// Creates `desired` on the host; if the name is taken, applies only when the holder is ours.
+pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> Result<()> {
+    let ns = desired.namespace().unwrap_or_default();
+    let name = desired.name_any();
+    let api: Api<K> = host_api(e, &ns);
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, desired).await {
+        Ok(_) => {
+            tracing::debug!(kind = K::kind(&()).as_ref(), ns = %ns, name = %name, "created on host");
+            Ok(())
+        }
+        Err(kube::Error::Api(ae)) if ae.code == 409 => {
+            let current = api
+                .get(&name)
+                .await
+                .map_err(kube_err(format!("get host {ns}/{name}")))?;
+            match HostSide::of(e.key(), current.labels(), current.annotations()) {
+                HostSide::Ours { .. } => apply(e, desired).await,
+                _ => {
+                    tracing::warn!(ns = %ns, name = %name, "host object exists and is not ours; leaving it alone");
+                    e.report(
+                        tenant,
+                        "HostConflict",
+                        format!("the host already has {ns}/{name}, not managed by this tenant; it was left untouched"),
+                    )
+                    .await;
+                    Ok(())
+                }
+            }
+        }
+        Err(err) => Err(kube_err(format!("create host {ns}/{name}"))(err)),
+    }
+}
+
+/// Server-side apply of `desired` (only on host objects known to be ours).
+pub async fn apply<K: Synced>(e: &Engine, desired: &K) -> Result<()> {
+    let ns = desired.namespace().unwrap_or_default();
+    let name = desired.name_any();
+    host_api::<K>(e, &ns)
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(desired),
+        )
+        .await
+        .map_err(kube_err(format!("apply host {ns}/{name}")))?;
+    Ok(())
+}
+
+/// Deletes a host object if it still has `uid`; gone already is fine.
+pub async fn delete_host<K: Synced>(e: &Engine, obj: &K, grace: Option<i64>) -> Result<()> {
+    let ns = obj.namespace().unwrap_or_default();
+    let name = obj.name_any();
+    let dp = DeleteParams {
+        grace_period_seconds: grace.and_then(|g| u32::try_from(g).ok()),
+        preconditions: Some(Preconditions {
+            uid: obj.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match host_api::<K>(e, &ns).delete(&name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => Ok(()),
+        Err(err) => Err(kube_err(format!("delete host {ns}/{name}"))(err)),
+    }
+}
+
+/// The host object for a desired one, from the host cache.
+pub fn cached_host<K: Synced>(side: &Side<K>, desired: &K) -> Option<Arc<K>> {
+    side.host
+        .get(&ObjectRef::new(&desired.name_any()).within(&desired.namespace().unwrap_or_default()))
+}
+
+/// Down-reconcile of a plain kind (ConfigMap, Secret, Service).
+async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
+    let e = &side.engine;
+    let Some(desired) = K::to_host(&t, e) else {
+        return Ok(Action::await_change());
+    };
+    let host = cached_host(&side, &desired);
+    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
+        HostSide::of(e.key(), h.labels(), h.annotations())
+    });
+    match decide(
+        t.uid().as_deref(),
+        t.meta().deletion_timestamp.is_none(),
+        &host_side,
+    ) {
+        Decision::Create => create_or_adopt(e, t.as_ref(), &desired).await?,
+        Decision::Update => apply(e, &desired).await?,
+        Decision::Replace => {
+            if let Some(h) = &host {
+                delete_host(e, h.as_ref(), None).await?;
+            }
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// GC of a host object whose tenant object is gone. Generic over every synced kind.
+pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
+    let e = &side.engine;
+    let Some(r) = naming::tenant_ref(e.key(), h.labels(), h.annotations()) else {
+        return Ok(Action::await_change());
+    };
+    let Some(ns) = r.namespace.as_deref() else {
+        return Ok(Action::await_change());
+    };
+    let tenant = side.tenant.get(&ObjectRef::new(&r.name).within(ns));
+    let wanted = tenant
+        .as_ref()
+        .is_some_and(|t| r.uid.is_none() || t.uid() == r.uid);
+    if !wanted {
+        tracing::info!(kind = K::kind(&()).as_ref(), ns = %ns, name = %r.name, "tenant object gone; deleting host object");
+        delete_host(e, h.as_ref(), None).await?;
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+fn backoff<K>(_: Arc<K>, err: &Error, _: Arc<Side<K>>) -> Action
+where
+    K: Resource<DynamicType = ()> + 'static,
+{
+    tracing::warn!(kind = K::kind(&()).as_ref(), error = %err, "sync failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Maps a host object to the tenant object it came from (for re-triggering down-reconciles).
+pub fn to_tenant_ref<K: Resource<DynamicType = ()>>(
+    key: &TenantKey,
+    h: &K,
+) -> Option<ObjectRef<K>> {
+    let r = naming::tenant_ref(key, h.labels(), h.annotations())?;
+    Some(ObjectRef::new(&r.name).within(r.namespace.as_deref()?))
+}
+
+/// The label selector of this tenant's host objects.
+pub fn host_selector(key: &TenantKey) -> watcher::Config {
+    watcher::Config::default().labels(&format!("{}={key}", naming::LABEL_TENANT))
+}
+
+impl Synced for k8s_openapi::api::core::v1::Service {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        Some(resources::services::to_host(t, &e.ctx, true))
+    }
+}
+
+impl Synced for k8s_openapi::api::core::v1::Pod {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        Some(resources::pods::to_host(t, &e.ctx, &e.pod_env))
+    }
+}
+
+/// A down-reconciler.
+pub type DownFn<K> =
+    fn(Arc<K>, Arc<Side<K>>) -> futures::future::BoxFuture<'static, Result<Action>>;
+
+/// Runs the plain down-reconciler for `K` (ConfigMaps, Secrets).
+pub async fn run_plain<K: Synced>(engine: Arc<Engine>, workers: u16) {
+    run_kind::<K>(engine, workers, |t, s| Box::pin(down(t, s)), |_| {}).await
+}
+
+/// Runs down and gc controllers for a kind until the future is dropped. `with_tenant_store`
+/// receives the tenant cache (pods hand it to the virtual-node upkeep).
+pub async fn run_kind<K: Synced>(
+    engine: Arc<Engine>,
+    workers: u16,
+    down: DownFn<K>,
+    with_tenant_store: impl FnOnce(Store<K>),
+) {
+    let tenant_api: Api<K> = Api::all(engine.tenant.clone());
+    let host_api: Api<K> = Api::all(engine.host.clone());
+    let key = engine.key().clone();
+    // The host cache for lookups; the controller's own host watch only re-triggers keys.
+    let (host_reader, host_writer) = kube::runtime::reflector::store();
+    let host_cache = watcher(host_api.clone(), host_selector(&key))
+        .default_backoff()
+        .reflect(host_writer)
+        .for_each(|_| async {});
+    let down_ctl = Controller::new(tenant_api, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(workers));
+    let tenant_reader = down_ctl.store();
+    with_tenant_store(tenant_reader.clone());
+    let k2 = key.clone();
+    let side = Arc::new(Side {
+        engine: engine.clone(),
+        tenant: tenant_reader.clone(),
+        host: host_reader.clone(),
+    });
+    let down_fut = down_ctl
+        .watches(host_api.clone(), host_selector(&key), move |h: K| {
+            to_tenant_ref(&k2, &h)
+        })
+        .run(down, backoff, side.clone())
+        .for_each(|_| async {});
+    let gc_side = side.clone();
+    let gc_fut = async move {
+        // Deleting needs a complete picture of the tenant.
+        let _ = tenant_reader.wait_until_ready().await;
+        // A deleted tenant object re-triggers its host object at once, not at the next resync.
+        let k3 = key.clone();
+        Controller::new(host_api, host_selector(&key))
+            .with_config(kube::runtime::controller::Config::default().concurrency(workers))
+            .watches(
+                Api::<K>::all(engine.tenant.clone()),
+                watcher::Config::default(),
+                move |t: K| {
+                    Some(
+                        ObjectRef::new(&t.name_any())
+                            .within(&naming::host_namespace(&k3, &t.namespace()?)),
+                    )
+                },
+            )
+            .run(gc, backoff, gc_side)
+            .for_each(|_| async {})
+            .await;
+    };
+    futures::join!(host_cache, down_fut, gc_fut);
+}

@@ -1,0 +1,122 @@
+//! Namespaces (cluster-scoped): a host namespace per tenant namespace, removed with it.
+
+use super::{Engine, RESYNC, host_selector};
+use crate::naming::{self, TenantKey};
+use crate::resources::{FIELD_MANAGER, namespaces};
+use crate::{Error, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Ns {
+    engine: Arc<Engine>,
+    tenant: Store<Namespace>,
+}
+
+fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { context, source }
+}
+
+async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
+    if t.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let e = &cx.engine;
+    let desired = namespaces::to_host(&t, &e.ctx);
+    let name = desired.name_any();
+    let api: Api<Namespace> = Api::all(e.host.clone());
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, &desired).await {
+        Ok(_) => tracing::info!(namespace = %name, "created host namespace"),
+        Err(kube::Error::Api(ae)) if ae.code == 409 => {
+            let current = api
+                .get(&name)
+                .await
+                .map_err(kube_err(format!("get host namespace {name}")))?;
+            if !naming::owned_by(e.key(), current.labels()) {
+                e.report(
+                    t.as_ref(),
+                    "HostConflict",
+                    format!("host namespace {name} exists and is not managed by this tenant"),
+                )
+                .await;
+            }
+        }
+        Err(err) => return Err(kube_err(format!("create host namespace {name}"))(err)),
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
+    let e = &cx.engine;
+    let Some(r) = naming::tenant_ref(e.key(), h.labels(), h.annotations()) else {
+        return Ok(Action::await_change());
+    };
+    let tenant = cx.tenant.get(&ObjectRef::new(&r.name));
+    let wanted = tenant
+        .as_ref()
+        .is_some_and(|t| r.uid.is_none() || t.uid() == r.uid);
+    if !wanted && h.metadata.deletion_timestamp.is_none() {
+        tracing::info!(namespace = %h.name_any(), "tenant namespace gone; deleting host namespace");
+        match Api::<Namespace>::all(e.host.clone())
+            .delete(&h.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => {}
+            Err(err) => {
+                return Err(kube_err(format!("delete host namespace {}", h.name_any()))(
+                    err,
+                ));
+            }
+        }
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+fn backoff(_: Arc<Namespace>, err: &Error, _: Arc<Ns>) -> Action {
+    tracing::warn!(kind = "Namespace", error = %err, "sync failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Runs the namespace controllers until dropped.
+pub async fn run(engine: Arc<Engine>, key: TenantKey) {
+    let down_ctl = Controller::new(
+        Api::<Namespace>::all(engine.tenant.clone()),
+        watcher::Config::default(),
+    );
+    let tenant = down_ctl.store();
+    let cx = Arc::new(Ns {
+        engine: engine.clone(),
+        tenant: tenant.clone(),
+    });
+    let down_fut = down_ctl
+        .run(down, backoff, cx.clone())
+        .for_each(|_| async {});
+    let gc_fut = async move {
+        let _ = tenant.wait_until_ready().await;
+        let k2 = key.clone();
+        Controller::new(
+            Api::<Namespace>::all(engine.host.clone()),
+            host_selector(&key),
+        )
+        .watches(
+            Api::<Namespace>::all(engine.tenant.clone()),
+            watcher::Config::default(),
+            move |t: Namespace| Some(ObjectRef::new(&naming::host_namespace(&k2, &t.name_any()))),
+        )
+        .run(gc, backoff, cx)
+        .for_each(|_| async {})
+        .await;
+    };
+    futures::join!(down_fut, gc_fut);
+}

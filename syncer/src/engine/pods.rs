@@ -1,0 +1,334 @@
+//! Pods: the down-reconcile plus what a kubelet would do for the tenant.
+//!
+//! - Graceful deletion both ways: a terminating tenant pod deletes its host pod with the same
+//!   grace period; once the host pod is gone the tenant pod is removed (grace 0), as a
+//!   kubelet does after its containers stopped.
+//! - A bound tenant pod that had run, whose host pod vanished while the tenant pod was not
+//!   terminating, was deleted or evicted on the host: the tenant pod is deleted so its
+//!   controller replaces it, as after a node loss.
+//! - Status flows up; a tenant pod is bound (Binding subresource) to the virtual node named
+//!   after its host node once the host scheduled it. Virtual nodes exist while tenant pods are
+//!   bound to them ([`virtual_nodes`]).
+
+use super::decide::{Decision, HostSide, decide};
+use super::{Engine, RESYNC, Side, apply, cached_host, create_or_adopt, delete_host};
+use crate::resources::pods::{host_node, status_to_tenant, to_host};
+use crate::{Error, Result};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Label on virtual nodes the syncer created in the tenant.
+pub const VIRTUAL_NODE_LABEL: &str = "vcp.dev/virtual-node";
+
+fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { context, source }
+}
+
+async fn remove_tenant_pod(e: &Engine, t: &Pod) -> Result<()> {
+    let ns = t.namespace().unwrap_or_default();
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: t.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match Api::<Pod>::namespaced(e.tenant.clone(), &ns)
+        .delete(&t.name_any(), &dp)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => Ok(()),
+        Err(err) => Err(kube_err(format!("delete tenant pod {ns}/{}", t.name_any()))(err)),
+    }
+}
+
+/// Down-reconcile of a tenant pod.
+pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
+    let e = &side.engine;
+    let desired = to_host(&t, &e.ctx, &e.pod_env);
+    let host = cached_host(&side, &desired);
+    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
+        HostSide::of(e.key(), h.labels(), h.annotations())
+    });
+    let ours = matches!(host_side, HostSide::Ours { .. });
+
+    if t.metadata.deletion_timestamp.is_some() {
+        match &host {
+            Some(h) if ours && h.metadata.deletion_timestamp.is_none() => {
+                delete_host(e, h.as_ref(), t.metadata.deletion_grace_period_seconds).await?;
+            }
+            Some(_) if ours => {} // the host pod is terminating; wait for it
+            _ => remove_tenant_pod(e, &t).await?,
+        }
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+
+    match decide(t.uid().as_deref(), true, &host_side) {
+        Decision::Create => {
+            let bound = t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            let ran = t.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some();
+            if bound && ran {
+                tracing::info!(ns = ?t.namespace(), pod = %t.name_any(), "host pod vanished; removing the tenant pod so its owner replaces it");
+                remove_tenant_pod(e, &t).await?;
+                return Ok(Action::await_change());
+            }
+            create_or_adopt(e, t.as_ref(), &desired).await?;
+        }
+        Decision::Replace => {
+            if let Some(h) = &host {
+                delete_host(e, h.as_ref(), Some(0)).await?;
+            }
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        Decision::Update => {
+            let h = host.expect("Update means the host pod is cached");
+            if drifted(&desired, &h) {
+                apply(e, &desired).await?;
+            }
+            sync_up(e, &t, &h).await?;
+        }
+        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Whether the host pod lost something the tenant set (labels, annotations, images): the
+/// only mutable parts of a pod, so the only drift worth an apply.
+fn drifted(desired: &Pod, host: &Pod) -> bool {
+    let subset = |want: &std::collections::BTreeMap<String, String>,
+                  have: &std::collections::BTreeMap<String, String>| {
+        want.iter().all(|(k, v)| have.get(k) == Some(v))
+    };
+    let images = |p: &Pod| -> Vec<Option<String>> {
+        p.spec
+            .iter()
+            .flat_map(|s| s.containers.iter().map(|c| c.image.clone()))
+            .collect()
+    };
+    !subset(desired.labels(), host.labels())
+        || !subset(desired.annotations(), host.annotations())
+        || images(desired) != images(host)
+}
+
+async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    let api: Api<Pod> = Api::namespaced(e.tenant.clone(), &ns);
+    if t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+        && let Some(node) = host_node(h)
+    {
+        ensure_virtual_node(e, node).await?;
+        let binding = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "uid": t.uid()},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        match api
+            .create_subresource::<_, serde_json::Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(ae)) if ae.code == 409 => {}
+            Err(err) => return Err(kube_err(format!("bind tenant pod {ns}/{name}"))(err)),
+        }
+    }
+    if let Some(status) = status_to_tenant(h, t) {
+        let patch = serde_json::json!({"status": status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(format!("update status of tenant pod {ns}/{name}")))?;
+    }
+    Ok(())
+}
+
+/// The tenant view of a host node: its name, non-reserved labels, Ready condition, capacity
+/// and internal addresses; nothing that would let a tenant address the host (no taints,
+/// no external addresses, no daemon endpoints).
+pub fn virtual_node(host: &Node) -> Node {
+    let name = host.name_any();
+    let mut labels: std::collections::BTreeMap<String, String> = host
+        .labels()
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("kubernetes.io/")
+                || k.starts_with("topology.kubernetes.io/")
+                || k.starts_with("node.kubernetes.io/instance-type")
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.insert(VIRTUAL_NODE_LABEL.into(), "true".into());
+    let status = host
+        .status
+        .clone()
+        .map(|s| k8s_openapi::api::core::v1::NodeStatus {
+            addresses: s.addresses.map(|a| {
+                a.into_iter()
+                    .filter(|a| a.type_ == "InternalIP" || a.type_ == "Hostname")
+                    .collect()
+            }),
+            allocatable: s.allocatable,
+            capacity: s.capacity,
+            conditions: s.conditions,
+            node_info: s.node_info,
+            phase: s.phase,
+            ..Default::default()
+        });
+    Node {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: None,
+        status,
+    }
+}
+
+async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
+    let tenant_nodes: Api<Node> = Api::all(e.tenant.clone());
+    if tenant_nodes
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("get tenant node {name}")))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let host = Api::<Node>::all(e.host.clone())
+        .get(name)
+        .await
+        .map_err(kube_err(format!("get host node {name}")))?;
+    let node = virtual_node(&host);
+    match tenant_nodes
+        .create(
+            &PostParams {
+                field_manager: Some(crate::resources::FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &node,
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(ae)) if ae.code == 409 => {}
+        Err(err) => return Err(kube_err(format!("create virtual node {name}"))(err)),
+    }
+    refresh_virtual_node(e, &node).await
+}
+
+async fn refresh_virtual_node(e: &Engine, node: &Node) -> Result<()> {
+    let patch = serde_json::json!({"status": node.status});
+    Api::<Node>::all(e.tenant.clone())
+        .patch_status(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_err(format!("update virtual node {}", node.name_any())))?;
+    Ok(())
+}
+
+/// Keeps virtual nodes in step: status mirrored from the host node every period; removed once
+/// no tenant pod is bound to them.
+pub async fn virtual_nodes(e: Arc<Engine>, tenant_pods: Store<Pod>, period: Duration) {
+    let _ = tenant_pods.wait_until_ready().await;
+    loop {
+        if let Err(err) = virtual_nodes_once(&e, &tenant_pods).await {
+            tracing::warn!(error = %err, "virtual node upkeep failed");
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+async fn virtual_nodes_once(e: &Engine, tenant_pods: &Store<Pod>) -> Result<()> {
+    let used: BTreeSet<String> = tenant_pods
+        .state()
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    let tenant_nodes: Api<Node> = Api::all(e.tenant.clone());
+    let list = tenant_nodes
+        .list(&ListParams::default().labels(&format!("{VIRTUAL_NODE_LABEL}=true")))
+        .await
+        .map_err(kube_err("list virtual nodes".into()))?;
+    for n in list.items {
+        let name = n.name_any();
+        if !used.contains(&name) {
+            tracing::info!(node = %name, "no tenant pod left on virtual node; removing it");
+            let _ = tenant_nodes.delete(&name, &DeleteParams::default()).await;
+            continue;
+        }
+        if let Some(host) = Api::<Node>::all(e.host.clone())
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(format!("get host node {name}")))?
+        {
+            refresh_virtual_node(e, &virtual_node(&host)).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn virtual_nodes_hide_host_addresses_taints_and_private_labels() {
+        let host: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kwok-node-1", "labels": {"kubernetes.io/hostname": "kwok-node-1", "vcp.dev/tenant": "x", "team": "infra"}},
+            "spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}], "podCIDR": "10.244.1.0/24"},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "10.250.0.2"}, {"type": "ExternalIP", "address": "203.0.113.9"}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "capacity": {"cpu": "32"},
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            },
+        }))
+        .unwrap();
+        let v = virtual_node(&host);
+        assert_eq!(v.name_any(), "kwok-node-1");
+        assert!(v.spec.is_none(), "no taints or pod CIDR of the host");
+        let labels = v.labels();
+        assert_eq!(labels[VIRTUAL_NODE_LABEL], "true");
+        assert!(
+            labels.contains_key("kubernetes.io/hostname")
+                && !labels.contains_key("team")
+                && !labels.contains_key("vcp.dev/tenant")
+        );
+        let status = v.status.unwrap();
+        assert_eq!(status.addresses.unwrap().len(), 1);
+        assert!(status.daemon_endpoints.is_none());
+        assert_eq!(status.conditions.unwrap()[0].status, "True");
+    }
+
+    fn pod(image: &str, label: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "labels": {"app": label}},
+            "spec": {"containers": [{"name": "c", "image": image}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn drift_is_about_tenant_owned_fields_only() {
+        assert!(!drifted(&pod("a", "x"), &pod("a", "x")));
+        assert!(drifted(&pod("b", "x"), &pod("a", "x")));
+        assert!(drifted(&pod("a", "y"), &pod("a", "x")));
+    }
+}

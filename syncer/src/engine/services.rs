@@ -1,0 +1,126 @@
+//! Services: ClusterIP negotiation with the host, NodePorts and load-balancer status up.
+
+use super::decide::{Decision, HostSide, decide};
+use super::{Engine, RESYNC, Side, apply, cached_host, delete_host};
+use crate::resources::{FIELD_MANAGER, services};
+use crate::{Error, Result};
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { context, source }
+}
+
+/// Down-reconcile of a tenant Service.
+pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
+    let e = &side.engine;
+    let desired = services::to_host(&t, &e.ctx, true);
+    let host = cached_host(&side, &desired);
+    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
+        HostSide::of(e.key(), h.labels(), h.annotations())
+    });
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    match decide(
+        t.uid().as_deref(),
+        t.metadata.deletion_timestamp.is_none(),
+        &host_side,
+    ) {
+        Decision::Create => create(e, &t, &desired).await?,
+        // The tenant Service was recreated to carry the host's address: same IP, same Service.
+        Decision::Replace if !services::ip_mismatch(host.as_deref().unwrap(), &t) => {
+            apply(e, &services::to_host(&t, &e.ctx, false)).await?;
+        }
+        Decision::Replace => {
+            delete_host(e, host.as_deref().unwrap(), None).await?;
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        Decision::Update => {
+            let h = host.expect("Update means the host service is cached");
+            if services::ip_mismatch(&h, &t) {
+                recreate_tenant_with_ip(e, &t, &h).await?;
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            apply(e, &services::to_host(&t, &e.ctx, false)).await?;
+            if let Some(patch) = services::to_tenant_patch(&h, &t) {
+                let api: Api<Service> = Api::namespaced(e.tenant.clone(), &ns);
+                if let Some(spec) = patch.get("spec") {
+                    api.patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&serde_json::json!({"spec": spec})),
+                    )
+                    .await
+                    .map_err(kube_err(format!(
+                        "copy node ports to tenant service {ns}/{name}"
+                    )))?;
+                }
+                if let Some(status) = patch.get("status") {
+                    api.patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&serde_json::json!({"status": status})),
+                    )
+                    .await
+                    .map_err(kube_err(format!(
+                        "copy status to tenant service {ns}/{name}"
+                    )))?;
+                }
+            }
+        }
+        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+async fn create(e: &Engine, t: &Service, desired: &Service) -> Result<()> {
+    match super::create_or_adopt(e, t, desired).await {
+        // The tenant's address is taken on the host (another tenant allocated it): let the host choose.
+        Err(Error::Kube {
+            source: kube::Error::Api(ae),
+            ..
+        }) if ae.code == 422 => {
+            super::create_or_adopt(e, t, &services::to_host(t, &e.ctx, false)).await
+        }
+        other => other,
+    }
+}
+
+/// Replaces the tenant Service with one carrying the host's ClusterIP (the address is
+/// immutable, so a new object is the only way; name, spec and labels stay).
+async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result<()> {
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    let api: Api<Service> = Api::namespaced(e.tenant.clone(), &ns);
+    let mut fresh = t.clone();
+    fresh.metadata = kube::api::ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(ns.clone()),
+        labels: t.metadata.labels.clone(),
+        annotations: t.metadata.annotations.clone(),
+        owner_references: t.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    fresh.status = None;
+    if let Some(spec) = &mut fresh.spec {
+        let ip = h.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+        spec.cluster_ip = ip.clone();
+        spec.cluster_ips = ip.map(|i| vec![i]);
+    }
+    tracing::info!(ns = %ns, service = %name, "recreating tenant service with the host's cluster IP");
+    api.delete(&name, &DeleteParams::default())
+        .await
+        .map_err(kube_err(format!("delete tenant service {ns}/{name}")))?;
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.create(&pp, &fresh)
+        .await
+        .map_err(kube_err(format!("recreate tenant service {ns}/{name}")))?;
+    Ok(())
+}

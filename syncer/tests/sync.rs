@@ -1,0 +1,309 @@
+//! The syncer between a real tenant control plane and the real dev host cluster.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use vcp_dev::DevCluster;
+use vcp_dev::tenant::TenantControlPlane;
+use vcp_syncer::naming::LABEL_TENANT;
+
+type Res<T = ()> = anyhow::Result<T>;
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Res<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Res<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        anyhow::ensure!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn create<K>(client: &Client, ns: &str, v: serde_json::Value) -> Res<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let obj: K = serde_json::from_value(v)?;
+    Ok(Api::<K>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &obj)
+        .await?)
+}
+
+async fn namespace(client: &Client, name: &str) -> Res {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(())
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+#[tokio::test]
+async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_reports_back() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let tenant_cp = TenantControlPlane::start("e2ea").await?;
+    let _syncer = tenant_cp.start_syncer(cluster, &[])?;
+    let tenant = tenant_cp.connect().await?;
+
+    namespace(&tenant, "apps").await?;
+    create::<ConfigMap>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "settings"}, "data": {"mode": "fast"}}),
+    )
+    .await?;
+    create::<k8s_openapi::api::core::v1::Secret>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "creds"}, "stringData": {"password": "pw"}}),
+    )
+    .await?;
+    create::<Deployment>(&tenant, "apps", serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "containers": [{
+                        "name": "web", "image": "nginx:1.29",
+                        "env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}}],
+                        "volumeMounts": [{"name": "settings", "mountPath": "/etc/settings"}],
+                    }],
+                    "volumes": [{"name": "settings", "configMap": {"name": "settings"}}],
+                },
+            },
+        },
+    })).await?;
+    create::<Service>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        }),
+    )
+    .await?;
+
+    // Down: the host has the translated namespace and objects, with markers.
+    let host_ns = Api::<Namespace>::all(host.clone());
+    let ns = eventually(
+        "host namespace e2ea-apps",
+        Duration::from_secs(30),
+        || async { Ok(host_ns.get_opt("e2ea-apps").await?) },
+    )
+    .await?;
+    assert_eq!(ns.labels()[LABEL_TENANT], "e2ea");
+    let host_cm = eventually("host configmap", Duration::from_secs(30), || async {
+        Ok(Api::<ConfigMap>::namespaced(host.clone(), "e2ea-apps")
+            .get_opt("settings")
+            .await?)
+    })
+    .await?;
+    assert_eq!(host_cm.data.as_ref().unwrap()["mode"], "fast");
+    assert_eq!(host_cm.labels()[LABEL_TENANT], "e2ea");
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2ea-apps");
+    let hp = eventually("3 running host pods", Duration::from_secs(60), || async {
+        let l = host_pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?;
+        Ok((l.items.iter().filter(|p| running(p)).count() == 3).then_some(l.items))
+    })
+    .await?;
+    assert!(
+        hp.iter()
+            .all(|p| p.spec.as_ref().unwrap().automount_service_account_token == Some(false))
+    );
+
+    // Up: tenant pods Running with the host pod IPs, bound to virtual nodes of the host nodes.
+    let tenant_pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    let host_ips: BTreeSet<String> = hp
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect();
+    let tp = eventually(
+        "3 running bound tenant pods with host IPs",
+        Duration::from_secs(60),
+        || async {
+            let l = tenant_pods
+                .list(&ListParams::default().labels("app=web"))
+                .await?;
+            let ips: BTreeSet<String> = l
+                .items
+                .iter()
+                .filter(|p| running(p))
+                .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+                .collect();
+            let bound = l
+                .items
+                .iter()
+                .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+            Ok((ips == host_ips && bound).then_some(l.items))
+        },
+    )
+    .await?;
+    let nodes: BTreeSet<String> = tp
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    let tenant_nodes = Api::<Node>::all(tenant.clone())
+        .list(&ListParams::default())
+        .await?;
+    let names: BTreeSet<String> = tenant_nodes.items.iter().map(|n| n.name_any()).collect();
+    assert!(
+        nodes.is_subset(&names),
+        "virtual nodes {names:?} missing some of {nodes:?}"
+    );
+    assert!(nodes.iter().all(|n| n.starts_with("kwok-node-")));
+
+    // Services keep one ClusterIP on both sides.
+    let host_svc = eventually("host service", Duration::from_secs(30), || async {
+        Ok(Api::<Service>::namespaced(host.clone(), "e2ea-apps")
+            .get_opt("web")
+            .await?)
+    })
+    .await?;
+    let host_ip = host_svc.spec.unwrap().cluster_ip.unwrap();
+    eventually(
+        "tenant service with the host's cluster IP",
+        Duration::from_secs(30),
+        || async {
+            let s = Api::<Service>::namespaced(tenant.clone(), "apps")
+                .get("web")
+                .await?;
+            Ok((s.spec.and_then(|s| s.cluster_ip) == Some(host_ip.clone())).then_some(()))
+        },
+    )
+    .await?;
+
+    // Deleting the Deployment in the tenant removes the host pods and then the tenant pods.
+    Api::<Deployment>::namespaced(tenant.clone(), "apps")
+        .delete("web", &DeleteParams::foreground())
+        .await?;
+    eventually("host pods gone", Duration::from_secs(60), || async {
+        Ok(host_pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    eventually("tenant pods gone", Duration::from_secs(60), || async {
+        Ok(tenant_pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn identical_names_in_two_tenants_coexist_and_a_foreign_host_object_is_left_alone() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let (b, c) = (
+        TenantControlPlane::start("e2eb").await?,
+        TenantControlPlane::start("e2ec").await?,
+    );
+    let (_sb, _sc) = (b.start_syncer(cluster, &[])?, c.start_syncer(cluster, &[])?);
+    let (tb, tc) = (b.connect().await?, c.connect().await?);
+    for (t, v) in [(&tb, "from-b"), (&tc, "from-c")] {
+        namespace(t, "apps").await?;
+        create::<ConfigMap>(
+            t,
+            "apps",
+            serde_json::json!({"metadata": {"name": "settings"}, "data": {"who": v}}),
+        )
+        .await?;
+    }
+    for (ns, want) in [("e2eb-apps", "from-b"), ("e2ec-apps", "from-c")] {
+        let cm = eventually(ns, Duration::from_secs(30), || async {
+            Ok(Api::<ConfigMap>::namespaced(host.clone(), ns)
+                .get_opt("settings")
+                .await?)
+        })
+        .await?;
+        assert_eq!(cm.data.unwrap()["who"], want);
+    }
+
+    // Someone else's object in tenant b's host namespace, without markers.
+    create::<ConfigMap>(
+        &host,
+        "e2eb-apps",
+        serde_json::json!({"metadata": {"name": "taken"}, "data": {"owner": "ops"}}),
+    )
+    .await?;
+    create::<ConfigMap>(
+        &tb,
+        "apps",
+        serde_json::json!({"metadata": {"name": "taken"}, "data": {"owner": "tenant"}}),
+    )
+    .await?;
+    let events: Api<Event> = Api::namespaced(tb.clone(), "apps");
+    eventually(
+        "a HostConflict event in the tenant",
+        Duration::from_secs(30),
+        || async {
+            let l = events.list(&ListParams::default()).await?;
+            Ok(l.items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("HostConflict"))
+                .then_some(()))
+        },
+    )
+    .await?;
+    let foreign = Api::<ConfigMap>::namespaced(host.clone(), "e2eb-apps")
+        .get("taken")
+        .await?;
+    assert_eq!(
+        foreign.data.as_ref().unwrap()["owner"],
+        "ops",
+        "the syncer changed a host object it does not own"
+    );
+    assert!(!foreign.labels().contains_key(LABEL_TENANT));
+
+    // Deleting the tenant namespace removes the host namespace of that tenant only.
+    Api::<Namespace>::all(tb.clone())
+        .delete("apps", &DeleteParams::default())
+        .await?;
+    eventually("e2eb-apps deleted", Duration::from_secs(90), || async {
+        let ns = Api::<Namespace>::all(host.clone())
+            .get_opt("e2eb-apps")
+            .await?;
+        Ok(ns
+            .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+            .then_some(()))
+    })
+    .await?;
+    assert!(
+        Api::<Namespace>::all(host.clone())
+            .get_opt("e2ec-apps")
+            .await?
+            .is_some()
+    );
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! A bare tenant control plane as local processes, for syncer tests.
+//!
+//! etcd, kube-apiserver (with the host's service CIDR, so ClusterIPs can be kept in step) and
+//! kube-controller-manager on free loopback ports, with a PKI of their own. There is no
+//! scheduler (the host schedules) and the controller-manager runs without node lifecycle (the
+//! syncer owns the virtual nodes). [`TenantControlPlane::start_syncer`] runs `vcp-syncer`
+//! between this tenant and the host. Everything stops on drop and dies with the test process.
+
+use crate::cluster::{self, DevCluster, SERVICE_CIDR};
+use crate::pki::ClusterPki;
+use crate::process::{self, ProcSpec, Spawned, Supervision};
+use crate::{Error, Result, bins, kubeconfig};
+use kube::Client;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A running tenant control plane.
+pub struct TenantControlPlane {
+    pub key: String,
+    pub kubeconfig: PathBuf,
+    procs: Vec<Spawned>,
+    dir: tempfile::TempDir,
+}
+
+fn p(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+async fn wait_url(proc: &mut Spawned, url: &str, ca: &str) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        proc.check_running()?;
+        if cluster::probe(url, ca).await {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            return Err(Error::Unhealthy {
+                component: proc.name.clone(),
+                secs: 90,
+                log: proc.log.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The workspace's `vcp-syncer` binary (next to the test binary's target dir).
+pub fn syncer_binary() -> Result<PathBuf> {
+    let devnode = cluster::devnode_binary()?;
+    let path = devnode.with_file_name("vcp-syncer");
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::MissingBinary {
+            component: "vcp-syncer".into(),
+            version: "workspace".into(),
+            path,
+        })
+    }
+}
+
+impl TenantControlPlane {
+    /// Starts a tenant control plane of the host's Kubernetes version.
+    pub async fn start(key: &str) -> Result<TenantControlPlane> {
+        let version = bins::host_kubernetes_version();
+        let etcd_bin = bins::tool("etcd")?;
+        let api_bin = bins::binary("kube-apiserver", version)?;
+        let kcm_bin = bins::binary("kube-controller-manager", version)?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("vcp-tenant-{key}-"))
+            .tempdir()
+            .map_err(Error::io(std::env::temp_dir()))?;
+        let d = dir.path();
+        let pki_dir = d.join("pki");
+        std::fs::create_dir_all(&pki_dir).map_err(Error::io(&pki_dir))?;
+        let pki = ClusterPki::generate(
+            &[[127, 0, 0, 1].into(), cluster::KUBERNETES_SERVICE_IP.into()],
+            time::OffsetDateTime::now_utc(),
+        )?;
+        for (name, pem) in pki.files() {
+            std::fs::write(pki_dir.join(&name), pem).map_err(Error::io(pki_dir.join(&name)))?;
+        }
+        let f = |n: &str| p(&pki_dir.join(n));
+        let log = |n: &str| d.join(format!("{n}.log"));
+        let [etcd_port, peer_port, api_port, kcm_port] = process::free_ports()?;
+        let mut procs = Vec::new();
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let mut etcd = process::spawn(
+            &ProcSpec::new("tenant-etcd", &etcd_bin).args([
+                "--name=tenant".to_owned(),
+                format!("--data-dir={}", p(&d.join("etcd"))),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer}"),
+                format!("--initial-advertise-peer-urls={peer}"),
+                format!("--initial-cluster=tenant={peer}"),
+                "--unsafe-no-fsync".to_owned(),
+                "--log-level=warn".to_owned(),
+            ]),
+            Supervision::Attached,
+            &log("etcd"),
+        )?;
+        wait_url(&mut etcd, &format!("{etcd_url}/health"), &pki.ca.cert_pem).await?;
+        procs.push(etcd);
+
+        let api_url = format!("https://127.0.0.1:{api_port}");
+        let mut api = process::spawn(
+            &ProcSpec::new("tenant-apiserver", &api_bin).args([
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".to_owned(),
+                format!("--secure-port={api_port}"),
+                format!("--advertise-address={}", cluster::ADVERTISE_ADDRESS),
+                "--endpoint-reconciler-type=none".to_owned(),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                format!("--tls-cert-file={}", f("apiserver.crt")),
+                format!("--tls-private-key-file={}", f("apiserver.key")),
+                format!("--client-ca-file={}", f("ca.crt")),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+                format!("--service-account-key-file={}", f("sa.pub")),
+                format!("--service-account-signing-key-file={}", f("sa.key")),
+                "--authorization-mode=RBAC".to_owned(),
+                "--profiling=false".to_owned(),
+            ]),
+            Supervision::Attached,
+            &log("kube-apiserver"),
+        )?;
+        wait_url(&mut api, &format!("{api_url}/readyz"), &pki.ca.cert_pem).await?;
+        procs.push(api);
+
+        let admin = d.join("admin.kubeconfig");
+        std::fs::write(
+            &admin,
+            kubeconfig::render(
+                &format!("tenant-{key}"),
+                &api_url,
+                &pki.ca.cert_pem,
+                "admin",
+                &pki.admin,
+            ),
+        )
+        .map_err(Error::io(&admin))?;
+        let kcm_kc = d.join("kcm.kubeconfig");
+        std::fs::write(
+            &kcm_kc,
+            kubeconfig::render(
+                "tenant",
+                &api_url,
+                &pki.ca.cert_pem,
+                "kcm",
+                &pki.controller_manager,
+            ),
+        )
+        .map_err(Error::io(&kcm_kc))?;
+        let mut kcm = process::spawn(
+            &ProcSpec::new("tenant-controller-manager", &kcm_bin).args([
+                format!("--kubeconfig={}", p(&kcm_kc)),
+                "--bind-address=127.0.0.1".to_owned(),
+                format!("--secure-port={kcm_port}"),
+                format!("--tls-cert-file={}", f("controller-manager-serving.crt")),
+                format!(
+                    "--tls-private-key-file={}",
+                    f("controller-manager-serving.key")
+                ),
+                "--leader-elect=false".to_owned(),
+                "--use-service-account-credentials=true".to_owned(),
+                format!("--service-account-private-key-file={}", f("sa.key")),
+                format!("--root-ca-file={}", f("ca.crt")),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                // The syncer plays the kubelet and owns virtual nodes; no node lifecycle here.
+                "--controllers=*,-nodelifecycle".to_owned(),
+                "--kube-api-qps=200".to_owned(),
+                "--kube-api-burst=400".to_owned(),
+            ]),
+            Supervision::Attached,
+            &log("kube-controller-manager"),
+        )?;
+        wait_url(
+            &mut kcm,
+            &format!("https://127.0.0.1:{kcm_port}/healthz"),
+            &pki.ca.cert_pem,
+        )
+        .await?;
+        procs.push(kcm);
+        Ok(TenantControlPlane {
+            key: key.to_owned(),
+            kubeconfig: admin,
+            procs,
+            dir,
+        })
+    }
+
+    /// A cluster-admin client of the tenant for the current runtime.
+    pub async fn connect(&self) -> Result<Client> {
+        cluster::client_from(&self.kubeconfig).await
+    }
+
+    /// Starts `vcp-syncer` between this tenant and `host`, with extra flags. Its log is
+    /// `<tenant dir>/syncer.log`; it stops when the returned handle drops.
+    pub fn start_syncer(&self, host: &DevCluster, extra: &[&str]) -> Result<Spawned> {
+        let [health] = process::free_ports()?;
+        let mut spec = ProcSpec::new("vcp-syncer", syncer_binary()?).args([
+            format!("--tenant-kubeconfig={}", p(&self.kubeconfig)),
+            format!("--host-kubeconfig={}", p(host.kubeconfig_path())),
+            format!("--tenant-key={}", self.key),
+            format!("--listen=127.0.0.1:{health}"),
+        ]);
+        spec = spec.args(extra.iter().map(|s| (*s).to_owned()));
+        spec.env
+            .push(("RUST_LOG".into(), "warn,vcp_syncer=debug".into()));
+        process::spawn(&spec, Supervision::Attached, &self.syncer_log())
+    }
+
+    /// Where the syncer logs.
+    pub fn syncer_log(&self) -> PathBuf {
+        self.dir.path().join("syncer.log")
+    }
+}
+
+impl Drop for TenantControlPlane {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            p.stop(Duration::from_secs(5));
+        }
+    }
+}
