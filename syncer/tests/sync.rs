@@ -307,3 +307,117 @@ async fn identical_names_in_two_tenants_coexist_and_a_foreign_host_object_is_lef
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_converges() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2ed").await?;
+    let syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    create::<ConfigMap>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "settings"}, "data": {"mode": "fast"}}),
+    )
+    .await?;
+    create::<Deployment>(&tenant, "apps", serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx:1.29"}]}}},
+    })).await?;
+    let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), "e2ed-apps");
+    eventually("host configmap", Duration::from_secs(30), || async {
+        Ok(host_cms.get_opt("settings").await?)
+    })
+    .await?;
+
+    // Someone edits the host copy by hand: the tenant's data comes back.
+    let patch = serde_json::json!({"data": {"mode": "slow"}});
+    host_cms
+        .patch(
+            "settings",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    eventually(
+        "host configmap restored",
+        Duration::from_secs(30),
+        || async {
+            let cm = host_cms.get("settings").await?;
+            Ok((cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("mode"))
+                .map(String::as_str)
+                == Some("fast"))
+            .then_some(()))
+        },
+    )
+    .await?;
+
+    // A host pod deleted out of band: the tenant loses that pod and its ReplicaSet replaces it.
+    let tenant_pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2ed-apps");
+    let before = eventually("2 running tenant pods", Duration::from_secs(60), || async {
+        let l = tenant_pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?;
+        Ok((l.items.iter().filter(|p| running(p)).count() == 2).then_some(l.items))
+    })
+    .await?;
+    let victim = before[0].name_any();
+    host_pods.delete(&victim, &DeleteParams::default()).await?;
+    eventually(
+        "the victim replaced in the tenant",
+        Duration::from_secs(60),
+        || async {
+            let l = tenant_pods
+                .list(&ListParams::default().labels("app=web"))
+                .await?;
+            let names: BTreeSet<String> = l
+                .items
+                .iter()
+                .filter(|p| running(p))
+                .map(|p| p.name_any())
+                .collect();
+            Ok((names.len() == 2 && !names.contains(&victim)).then_some(()))
+        },
+    )
+    .await?;
+
+    // Changes made while the syncer is down are picked up after it restarts.
+    drop(syncer);
+    create::<ConfigMap>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "late"}, "data": {"x": "1"}}),
+    )
+    .await?;
+    Api::<ConfigMap>::namespaced(tenant.clone(), "apps")
+        .delete("settings", &DeleteParams::default())
+        .await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    eventually(
+        "late created and settings removed on the host",
+        Duration::from_secs(60),
+        || async {
+            let late = host_cms.get_opt("late").await?.is_some();
+            let settings = host_cms.get_opt("settings").await?.is_some();
+            Ok((late && !settings).then_some(()))
+        },
+    )
+    .await?;
+    let host_running = host_pods
+        .list(&ListParams::default().labels("app=web"))
+        .await?
+        .items
+        .len();
+    assert_eq!(
+        host_running, 2,
+        "no duplicate or missing host pods after the restart"
+    );
+    Ok(())
+}
