@@ -37,6 +37,8 @@ pub enum Error {
     InCluster(#[source] kube::Error),
     #[error(transparent)]
     InvalidKey(#[from] naming::InvalidKey),
+    #[error("cannot issue a service-account token: {0}")]
+    Token(String),
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
         addr: String,

@@ -32,6 +32,9 @@ pub const ANN_NAME: &str = "vcp.dev/tenant-name";
 pub const ANN_NAMESPACE: &str = "vcp.dev/tenant-namespace";
 /// Tenant-side UID of a host object.
 pub const ANN_UID: &str = "vcp.dev/tenant-uid";
+/// On host objects the syncer generates itself (token Secrets): what they were made for. A
+/// tenant object never adopts a host object carrying it.
+pub const ANN_GENERATED: &str = "vcp.dev/generated-for";
 /// The domain whose label and annotation keys belong to vcp.
 pub const RESERVED_DOMAIN: &str = "vcp.dev";
 /// Longest namespace name (DNS-1123 label).
@@ -134,6 +137,12 @@ pub fn tenant_ref(
 /// Whether a host object belongs to tenant `key` (it carries the tenant label).
 pub fn owned_by(key: &TenantKey, labels: &BTreeMap<String, String>) -> bool {
     labels.get(LABEL_TENANT).map(String::as_str) == Some(key.as_str())
+}
+
+/// Name of the host Secret holding the service-account token of the tenant pod with `uid`.
+/// Tenant Secrets cannot take it over (see [`ANN_GENERATED`]).
+pub fn token_secret_name(pod_uid: &str) -> String {
+    format!("vcp-sa-{}", hash(pod_uid))
 }
 
 /// The markers for a host object made from tenant object `r`.

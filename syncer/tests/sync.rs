@@ -176,6 +176,64 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
     );
     assert!(nodes.iter().all(|n| n.starts_with("kwok-node-")));
 
+    // Each host pod's token (issued by the tenant, kept in a host Secret it owns) authenticates
+    // to the tenant apiserver as the pod's service account.
+    let tenant_pod = &tp[0];
+    let secret_name = vcp_syncer::naming::token_secret_name(&tenant_pod.uid().unwrap());
+    let host_secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(host.clone(), "e2ea-apps");
+    let secret = eventually(
+        "the token secret owned by its host pod",
+        Duration::from_secs(30),
+        || async {
+            let s = host_secrets.get_opt(&secret_name).await?;
+            Ok(s.filter(|s| {
+                s.owner_references()
+                    .iter()
+                    .any(|o| o.kind == "Pod" && o.name == tenant_pod.name_any())
+            }))
+        },
+    )
+    .await?;
+    let data = secret.data.unwrap();
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("ca.crt"), &data["ca.crt"].0)?;
+    assert_eq!(data["namespace"].0, b"apps");
+    let kc = kube::config::Kubeconfig::read_from(&tenant_cp.kubeconfig)?;
+    let server = kc.clusters[0]
+        .cluster
+        .as_ref()
+        .unwrap()
+        .server
+        .clone()
+        .unwrap();
+    let out = std::process::Command::new(cluster.kubectl())
+        .args([
+            "--kubeconfig=/dev/null",
+            "--server",
+            &server,
+            "--certificate-authority",
+        ])
+        .arg(dir.path().join("ca.crt"))
+        .args([
+            "--token",
+            std::str::from_utf8(&data["token"].0)?,
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "whoami with the pod token: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "system:serviceaccount:apps:default"
+    );
+
     // Services keep one ClusterIP on both sides.
     let host_svc = eventually("host service", Duration::from_secs(30), || async {
         Ok(Api::<Service>::namespaced(host.clone(), "e2ea-apps")

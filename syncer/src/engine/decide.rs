@@ -21,7 +21,8 @@ impl HostSide {
         labels: &BTreeMap<String, String>,
         annotations: &BTreeMap<String, String>,
     ) -> HostSide {
-        if naming::owned_by(key, labels) {
+        // Generated objects (token Secrets) belong to the syncer, never to a tenant object.
+        if naming::owned_by(key, labels) && !annotations.contains_key(naming::ANN_GENERATED) {
             HostSide::Ours {
                 tenant_uid: annotations.get(naming::ANN_UID).cloned(),
             }
@@ -104,6 +105,12 @@ mod tests {
         assert_eq!(
             HostSide::of(&key, &BTreeMap::new(), &ann),
             HostSide::Foreign
+        );
+        let generated = BTreeMap::from([(naming::ANN_GENERATED.to_owned(), "pod/u1".to_owned())]);
+        assert_eq!(
+            HostSide::of(&key, &ours, &generated),
+            HostSide::Foreign,
+            "a tenant secret must not adopt a token secret"
         );
     }
 }

@@ -19,6 +19,7 @@ pub mod decide;
 pub mod namespaces;
 pub mod pods;
 pub mod services;
+pub mod tokens;
 
 use crate::naming::{self, TenantKey};
 use crate::resources::{self, Ctx, FIELD_MANAGER};
@@ -130,7 +131,7 @@ fn host_api<K: Synced>(e: &Engine, host_ns: &str) -> Api<K> {
     Api::namespaced(e.host.clone(), host_ns)
 }
 
-fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
+pub(crate) fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Kube { context, source }
 }
 

@@ -80,6 +80,8 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 remove_tenant_pod(e, &t).await?;
                 return Ok(Action::await_change());
             }
+            // The token first: the host pod's volume reads from it.
+            super::tokens::ensure(e, &t, None).await?;
             create_or_adopt(e, t.as_ref(), &desired).await?;
         }
         Decision::Replace => {
@@ -93,6 +95,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             if drifted(&desired, &h) {
                 apply(e, &desired).await?;
             }
+            super::tokens::ensure(e, &t, Some(&h)).await?;
             sync_up(e, &t, &h).await?;
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}

@@ -3,8 +3,10 @@
 //! Down (tenant -> host), beyond the common metadata rules:
 //! - `automountServiceAccountToken: false` and `enableServiceLinks: false`: a host token or host
 //!   service variables would point the workload at the host. The tenant's own token volume
-//!   (the projected `kube-api-access-*` volume) is not copied: a host kubelet would fill it
-//!   with a *host* token.
+//!   (the projected `kube-api-access-*` volume) keeps its name and mount but reads from a host
+//!   Secret ([`naming::token_secret_name`]) holding a token the *tenant* apiserver issued for
+//!   this pod, the tenant CA and the namespace; a host kubelet would otherwise fill it with a
+//!   host token.
 //! - `serviceAccountName`, `priorityClassName`, `runtimeClassName` and scheduling gates refer to
 //!   tenant objects the host does not have and are dropped; `nodeName` is kept (a tenant pod
 //!   bound to a virtual node names a host node).
@@ -20,8 +22,10 @@
 //! tenant pod, to the virtual node named after the host node).
 
 use super::{Ctx, host_meta};
+use crate::naming;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostAlias, Pod, PodDNSConfig, PodDNSConfigOption, PodSpec, PodStatus,
+    Container, EnvVar, HostAlias, KeyToPath, Pod, PodDNSConfig, PodDNSConfigOption, PodSpec,
+    PodStatus, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
 };
 use kube::ResourceExt;
 
@@ -34,6 +38,52 @@ pub struct PodEnv {
     pub dns: Option<String>,
     /// The tenant's cluster domain.
     pub cluster_domain: String,
+}
+
+/// Keys of the host token Secret, as the projected volume lays them out.
+pub const TOKEN_KEYS: [&str; 3] = ["token", "ca.crt", "namespace"];
+
+/// The token request a pod's volumes need: (audience, expiration seconds), if any.
+pub fn token_request(pod: &Pod) -> Option<(Option<String>, i64)> {
+    pod.spec
+        .as_ref()?
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .find_map(|s| {
+            let t = s.service_account_token.as_ref()?;
+            Some((t.audience.clone(), t.expiration_seconds.unwrap_or(3607)))
+        })
+}
+
+fn host_token_volume(v: &Volume, secret: &str) -> Volume {
+    Volume {
+        name: v.name.clone(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: v.projected.as_ref().and_then(|p| p.default_mode),
+            sources: Some(vec![VolumeProjection {
+                secret: Some(SecretProjection {
+                    name: secret.to_owned(),
+                    items: Some(
+                        TOKEN_KEYS
+                            .iter()
+                            .map(|k| KeyToPath {
+                                key: (*k).into(),
+                                path: (*k).into(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 fn is_token_volume(v: &k8s_openapi::api::core::v1::Volume) -> bool {
@@ -74,16 +124,13 @@ fn rewrite_container(c: &mut Container, dropped: &[String], env: &PodEnv) {
 /// The host pod for a tenant pod.
 pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
     let mut spec: PodSpec = pod.spec.clone().unwrap_or_default();
-    let dropped: Vec<String> = spec
-        .volumes
-        .iter()
-        .flatten()
-        .filter(|v| is_token_volume(v))
-        .map(|v| v.name.clone())
-        .collect();
-    if let Some(vols) = &mut spec.volumes {
-        vols.retain(|v| !dropped.contains(&v.name));
+    let secret = naming::token_secret_name(&pod.uid().unwrap_or_default());
+    for v in spec.volumes.iter_mut().flatten() {
+        if is_token_volume(v) {
+            *v = host_token_volume(v, &secret);
+        }
     }
+    let dropped: Vec<String> = Vec::new();
     for c in spec
         .containers
         .iter_mut()
@@ -228,11 +275,24 @@ mod tests {
         assert_eq!(spec.automount_service_account_token, Some(false));
         assert_eq!(spec.enable_service_links, Some(false));
         assert!(spec.service_account_name.is_none() && spec.priority_class_name.is_none());
-        let vols: Vec<_> = spec.volumes.unwrap().into_iter().map(|v| v.name).collect();
+        let vols = spec.volumes.unwrap();
+        let token = vols
+            .iter()
+            .find(|v| v.name == "kube-api-access-abcde")
+            .unwrap();
+        let sources = token.projected.as_ref().unwrap().sources.as_ref().unwrap();
         assert_eq!(
-            vols,
-            ["config"],
-            "the tenant token volume must not reach the host"
+            sources.len(),
+            1,
+            "only the host Secret with the tenant's token"
+        );
+        assert!(
+            sources[0].service_account_token.is_none(),
+            "a host kubelet must not mint a host token"
+        );
+        assert_eq!(
+            sources[0].secret.as_ref().unwrap().name,
+            crate::naming::token_secret_name("t-uid")
         );
         let mounts: Vec<_> = spec.containers[0]
             .volume_mounts
@@ -241,7 +301,11 @@ mod tests {
             .into_iter()
             .map(|m| m.name)
             .collect();
-        assert_eq!(mounts, ["config"]);
+        assert_eq!(
+            mounts,
+            ["kube-api-access-abcde", "config"],
+            "mounts stay as the tenant wrote them"
+        );
     }
 
     #[test]

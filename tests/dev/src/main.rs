@@ -142,6 +142,14 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 "use it:  source {}/env && kubectl get nodes",
                 c.state_dir().display()
             );
+            if foreground {
+                println!("running in the foreground; Ctrl-C or SIGTERM stops everything");
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = sigterm() => {}
+                }
+                drop(c);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { state_dir, json } => {

@@ -63,7 +63,10 @@ async fn kubectl_lists_the_kwok_nodes_ready_and_reports_the_built_version() -> a
         })
         .map(|n| n["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(ready, ["devnode-0", "kwok-node-0", "kwok-node-1", "kwok-node-2"]);
+    assert_eq!(
+        ready,
+        ["devnode-0", "kwok-node-0", "kwok-node-1", "kwok-node-2"]
+    );
 
     let out = kubectl(&["version", "-o", "json"])?;
     let version: serde_json::Value = serde_json::from_slice(&out.stdout)?;

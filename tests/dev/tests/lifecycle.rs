@@ -16,6 +16,15 @@ fn vcp_dev(args: &[&str], state_dir: &Path) -> Output {
         .expect("vcp-dev runs")
 }
 
+/// Runs `vcp-dev down` when dropped, so a failing assertion never leaks a detached cluster.
+struct DownOnDrop<'a>(&'a Path);
+
+impl Drop for DownOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = cluster::down(self.0);
+    }
+}
+
 fn recorded_pids(state_dir: &Path) -> Vec<u32> {
     cluster::read_state(state_dir)
         .map(|s| s.components.iter().map(|c| c.pid).collect())
@@ -48,6 +57,7 @@ fn listening(port: u16) -> bool {
 #[test]
 fn cli_up_refuses_a_running_dir_and_down_leaves_no_process_or_listener() {
     let dir = tempfile::tempdir().unwrap();
+    let _guard = DownOnDrop(dir.path());
     let out = vcp_dev(&["up", "--workers", "1"], dir.path());
     assert!(
         out.status.success(),
@@ -132,6 +142,7 @@ fn cli_up_refuses_a_running_dir_and_down_leaves_no_process_or_listener() {
 #[test]
 fn a_missing_binary_names_the_build_command_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
+    let _guard = DownOnDrop(dir.path());
     let empty = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_vcp-dev"))
         .args(["up", "--state-dir"])
@@ -172,6 +183,7 @@ async fn dropping_a_cluster_stops_every_process_it_started() -> anyhow::Result<(
 #[test]
 fn a_killed_owner_takes_its_cluster_along() {
     let dir = tempfile::tempdir().unwrap();
+    let _guard = DownOnDrop(dir.path());
     let mut owner = Command::new(env!("CARGO_BIN_EXE_vcp-dev"))
         .args(["up", "--foreground", "--workers", "1", "--state-dir"])
         .arg(dir.path())
@@ -195,6 +207,16 @@ fn a_killed_owner_takes_its_cluster_along() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
+    // The owner is alive and so is its cluster: only the kill may stop it.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        owner.try_wait().unwrap().is_none(),
+        "vcp-dev up --foreground returned on its own"
+    );
+    assert!(
+        pids.iter().all(|p| pid_alive(*p)),
+        "the cluster stopped before its owner was killed"
+    );
     let net = vcp_dev::devnet::recorded(&dir.path().join("devnode")).expect("devnode network");
     let bridge = std::path::Path::new("/sys/class/net").join(vcp_dev::devnet::bridge(net));
     owner.kill().unwrap(); // SIGKILL: no destructor runs, only the parent-death signal
