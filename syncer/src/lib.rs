@@ -12,7 +12,7 @@ pub mod naming;
 pub mod resources;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -155,6 +155,16 @@ pub async fn run(args: Args) -> Result<()> {
             }
         }
     };
+    let (claims_tx, claims_rx) = tokio::sync::oneshot::channel();
+    let mirrors = {
+        let e = engine.clone();
+        let period = Duration::from_secs(args.node_sync_seconds.max(1));
+        async move {
+            if let Ok(store) = claims_rx.await {
+                engine::pvcs::mirrors(e, store, period).await;
+            }
+        }
+    };
     let w = args.workers;
     let health = axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
@@ -177,7 +187,16 @@ pub async fn run(args: Args) -> Result<()> {
                 let _ = pods_tx.send(s);
             }
         ),
+        engine::run_kind::<PersistentVolumeClaim>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(engine::pvcs::down(t, s)),
+            move |s| {
+                let _ = claims_tx.send(s);
+            }
+        ),
         nodes,
+        mirrors,
         async move {
             if let Err(e) = axum::serve(listener, health).await {
                 tracing::error!(error = %e, "health endpoints stopped");

@@ -479,3 +479,98 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn claims_and_statefulset_templates_bind_through_the_host_storage_class() -> Res {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2ef").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "data").await?;
+    create::<PersistentVolumeClaim>(&tenant, "data", serde_json::json!({
+        "metadata": {"name": "scratch"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    })).await?;
+    create::<StatefulSet>(&tenant, "data", serde_json::json!({
+        "metadata": {"name": "db"},
+        "spec": {
+            "serviceName": "db", "replicas": 2,
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{
+                "name": "db", "image": "postgres:17",
+                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}],
+        },
+    })).await?;
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(tenant.clone(), "data");
+    let bound = eventually("3 bound tenant claims", Duration::from_secs(90), || async {
+        let l = claims.list(&ListParams::default()).await?;
+        let bound: Vec<_> = l
+            .items
+            .into_iter()
+            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+            .collect();
+        Ok((bound.len() == 3).then_some(bound))
+    })
+    .await?;
+    let tenant_pvs = Api::<PersistentVolume>::all(tenant.clone());
+    for c in &bound {
+        let pv = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .expect("bound claims name their volume");
+        let v = tenant_pvs.get(&pv).await?;
+        assert_eq!(
+            v.spec.unwrap().claim_ref.unwrap().name.as_deref(),
+            Some(c.name_any().as_str())
+        );
+        // The tenant's volume is the host's, by name.
+        let host_claim = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2ef-data")
+            .get(&c.name_any())
+            .await?;
+        assert_eq!(host_claim.spec.unwrap().volume_name, Some(pv));
+    }
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "data");
+    eventually(
+        "both StatefulSet pods running",
+        Duration::from_secs(60),
+        || async {
+            let l = pods.list(&ListParams::default().labels("app=db")).await?;
+            Ok((l.items.iter().filter(|p| running(p)).count() == 2).then_some(()))
+        },
+    )
+    .await?;
+
+    // A deleted claim takes its mirrored volume and its host claim along.
+    let scratch_pv = bound
+        .iter()
+        .find(|c| c.name_any() == "scratch")
+        .unwrap()
+        .spec
+        .as_ref()
+        .unwrap()
+        .volume_name
+        .clone()
+        .unwrap();
+    claims.delete("scratch", &DeleteParams::default()).await?;
+    eventually(
+        "mirror and host claim gone",
+        Duration::from_secs(60),
+        || async {
+            let mirror = tenant_pvs.get_opt(&scratch_pv).await?.is_some();
+            let host_claim = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2ef-data")
+                .get_opt("scratch")
+                .await?
+                .is_some();
+            Ok((!mirror && !host_claim).then_some(()))
+        },
+    )
+    .await?;
+    Ok(())
+}

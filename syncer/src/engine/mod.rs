@@ -18,6 +18,7 @@
 pub mod decide;
 pub mod namespaces;
 pub mod pods;
+pub mod pvcs;
 pub mod services;
 pub mod tokens;
 
@@ -285,6 +286,12 @@ pub fn host_selector(key: &TenantKey) -> watcher::Config {
 impl Synced for k8s_openapi::api::core::v1::Service {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         Some(resources::services::to_host(t, &e.ctx, true))
+    }
+}
+
+impl Synced for k8s_openapi::api::core::v1::PersistentVolumeClaim {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        Some(resources::pvcs::to_host(t, &e.ctx))
     }
 }
 

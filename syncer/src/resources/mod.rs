@@ -10,6 +10,7 @@
 pub mod configmaps;
 pub mod namespaces;
 pub mod pods;
+pub mod pvcs;
 pub mod secrets;
 pub mod services;
 

@@ -1,0 +1,117 @@
+//! PersistentVolumeClaims: down, and bound host volumes mirrored up (see `resources::pvcs`).
+
+use super::decide::{Decision, HostSide, decide};
+use super::{Engine, RESYNC, Side, cached_host, create_or_adopt, delete_host, kube_err};
+use crate::Result;
+use crate::resources::FIELD_MANAGER;
+use crate::resources::pvcs::{MIRROR_LABEL, bound_volume, mirror_volume, to_host};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Down-reconcile of a tenant claim.
+pub async fn down(
+    t: Arc<PersistentVolumeClaim>,
+    side: Arc<Side<PersistentVolumeClaim>>,
+) -> Result<Action> {
+    let e = &side.engine;
+    let desired = to_host(&t, &e.ctx);
+    let host = cached_host(&side, &desired);
+    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
+        HostSide::of(e.key(), h.labels(), h.annotations())
+    });
+    match decide(
+        t.uid().as_deref(),
+        t.metadata.deletion_timestamp.is_none(),
+        &host_side,
+    ) {
+        Decision::Create => create_or_adopt(e, t.as_ref(), &desired).await?,
+        // Claim specs are immutable but for growing storage; nothing to apply.
+        Decision::Update => mirror(e, &t, host.as_deref().expect("Update means cached")).await?,
+        Decision::Replace => {
+            if let Some(h) = &host {
+                delete_host(e, h.as_ref(), None).await?;
+            }
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+async fn mirror(e: &Engine, t: &PersistentVolumeClaim, h: &PersistentVolumeClaim) -> Result<()> {
+    if t.spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_ref())
+        .is_some()
+    {
+        return Ok(());
+    }
+    let Some(pv) = bound_volume(h) else {
+        return Ok(());
+    };
+    let host_pv = Api::<PersistentVolume>::all(e.host.clone())
+        .get(pv)
+        .await
+        .map_err(kube_err(format!("get host volume {pv}")))?;
+    let m = mirror_volume(&host_pv, t);
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match Api::<PersistentVolume>::all(e.tenant.clone())
+        .create(&pp, &m)
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(volume = %pv, ns = ?t.namespace(), claim = %t.name_any(), "mirrored bound volume")
+        }
+        Err(kube::Error::Api(ae)) if ae.code == 409 => {}
+        Err(err) => return Err(kube_err(format!("create tenant volume {pv}"))(err)),
+    }
+    Ok(())
+}
+
+/// Removes mirrored tenant volumes whose claim is gone, every `period`.
+pub async fn mirrors(e: Arc<Engine>, claims: Store<PersistentVolumeClaim>, period: Duration) {
+    let _ = claims.wait_until_ready().await;
+    loop {
+        if let Err(err) = mirrors_once(&e, &claims).await {
+            tracing::warn!(error = %err, "volume mirror upkeep failed");
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+async fn mirrors_once(e: &Engine, claims: &Store<PersistentVolumeClaim>) -> Result<()> {
+    let api: Api<PersistentVolume> = Api::all(e.tenant.clone());
+    let list = api
+        .list(&ListParams::default().labels(&format!("{MIRROR_LABEL}=true")))
+        .await
+        .map_err(kube_err("list mirrored volumes".into()))?;
+    for pv in list.items {
+        let claim = pv.spec.as_ref().and_then(|s| s.claim_ref.clone());
+        let alive = claim.as_ref().is_some_and(|c| {
+            let r = ObjectRef::new(c.name.as_deref().unwrap_or_default())
+                .within(c.namespace.as_deref().unwrap_or_default());
+            claims.get(&r).is_some_and(|pvc| pvc.uid() == c.uid)
+        });
+        if !alive {
+            tracing::info!(volume = %pv.name_any(), "claim gone; removing mirrored volume");
+            match api.delete(&pv.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(ae)) if ae.code == 404 => {}
+                Err(err) => {
+                    return Err(kube_err(format!("delete tenant volume {}", pv.name_any()))(
+                        err,
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
