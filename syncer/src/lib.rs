@@ -79,6 +79,9 @@ pub struct Args {
     /// The tenant's cluster domain.
     #[arg(long, env = "VCP_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub cluster_domain: String,
+    /// Sync every ConfigMap and Secret, not only those tenant pods reference.
+    #[arg(long, env = "VCP_SYNC_ALL_CONFIGMAPS_SECRETS")]
+    pub sync_all_configmaps_secrets: bool,
     /// Concurrent reconciles per kind.
     #[arg(long, env = "VCP_SYNC_WORKERS", default_value_t = 8)]
     pub workers: u16,
@@ -138,7 +141,9 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let env = pod_env(&host, &args).await;
     tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, "starting");
-    let engine = Arc::new(engine::Engine::new(tenant, host, key.clone(), env));
+    let mut engine = engine::Engine::new(tenant, host, key.clone(), env);
+    engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
+    let engine = Arc::new(engine);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|source| Error::Serve {

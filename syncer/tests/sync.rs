@@ -122,6 +122,13 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
     .await?;
     assert_eq!(host_cm.data.as_ref().unwrap()["mode"], "fast");
     assert_eq!(host_cm.labels()[LABEL_TENANT], "e2ea");
+    assert!(
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(host.clone(), "e2ea-apps")
+            .get_opt("creds")
+            .await?
+            .is_some(),
+        "a secret the pods use is on the host with the pods"
+    );
     let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2ea-apps");
     let hp = eventually("3 running host pods", Duration::from_secs(60), || async {
         let l = host_pods
@@ -133,6 +140,15 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
     assert!(
         hp.iter()
             .all(|p| p.spec.as_ref().unwrap().automount_service_account_token == Some(false))
+    );
+
+    // Only what pods reference goes down (no --sync-all-configmaps-secrets here).
+    assert!(
+        Api::<ConfigMap>::namespaced(host.clone(), "e2ea-apps")
+            .get_opt("unused")
+            .await?
+            .is_none(),
+        "an unreferenced configmap reached the host"
     );
 
     // Up: tenant pods Running with the host pod IPs, bound to virtual nodes of the host nodes.
@@ -287,7 +303,11 @@ async fn identical_names_in_two_tenants_coexist_and_a_foreign_host_object_is_lef
         TenantControlPlane::start("e2eb").await?,
         TenantControlPlane::start("e2ec").await?,
     );
-    let (_sb, _sc) = (b.start_syncer(cluster, &[])?, c.start_syncer(cluster, &[])?);
+    let all = ["--sync-all-configmaps-secrets"];
+    let (_sb, _sc) = (
+        b.start_syncer(cluster, &all)?,
+        c.start_syncer(cluster, &all)?,
+    );
     let (tb, tc) = (b.connect().await?, c.connect().await?);
     for (t, v) in [(&tb, "from-b"), (&tc, "from-c")] {
         namespace(t, "apps").await?;
@@ -371,7 +391,7 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
     let cp = TenantControlPlane::start("e2ed").await?;
-    let syncer = cp.start_syncer(cluster, &[])?;
+    let syncer = cp.start_syncer(cluster, &["--sync-all-configmaps-secrets"])?;
     let tenant = cp.connect().await?;
     namespace(&tenant, "apps").await?;
     create::<ConfigMap>(
@@ -457,7 +477,7 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
     Api::<ConfigMap>::namespaced(tenant.clone(), "apps")
         .delete("settings", &DeleteParams::default())
         .await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
+    let _syncer = cp.start_syncer(cluster, &["--sync-all-configmaps-secrets"])?;
     eventually(
         "late created and settings removed on the host",
         Duration::from_secs(60),

@@ -50,6 +50,10 @@ pub struct Engine {
     pub ctx: Ctx,
     pub pod_env: resources::pods::PodEnv,
     pub recorder: Recorder,
+    /// Sync every ConfigMap and Secret, not only those tenant pods reference.
+    pub sync_all_configmaps_secrets: bool,
+    /// The tenant pod cache, once the pod controller runs (for reference checks).
+    pub tenant_pods: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Pod>>,
 }
 
 impl Engine {
@@ -72,7 +76,30 @@ impl Engine {
             ctx: Ctx { key },
             pod_env,
             recorder,
+            sync_all_configmaps_secrets: false,
+            tenant_pods: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether a tenant pod in `ns` references ConfigMap (`secret == false`) or Secret `name`.
+    pub fn referenced(&self, ns: &str, name: &str, secret: bool) -> bool {
+        if self.sync_all_configmaps_secrets {
+            return true;
+        }
+        let Some(pods) = self.tenant_pods.get() else {
+            return false;
+        };
+        pods.state()
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(ns))
+            .any(|p| {
+                let (cms, secrets) = resources::pods::references(p);
+                if secret {
+                    secrets.contains(name)
+                } else {
+                    cms.contains(name)
+                }
+            })
     }
 
     pub fn key(&self) -> &TenantKey {
@@ -111,13 +138,16 @@ pub trait Synced:
 
 impl Synced for k8s_openapi::api::core::v1::ConfigMap {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        Some(resources::configmaps::to_host(t, &e.ctx))
+        e.referenced(&t.namespace()?, &t.name_any(), false)
+            .then(|| resources::configmaps::to_host(t, &e.ctx))
     }
 }
 
 impl Synced for k8s_openapi::api::core::v1::Secret {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        resources::secrets::to_host(t, &e.ctx)
+        e.referenced(&t.namespace()?, &t.name_any(), true)
+            .then(|| resources::secrets::to_host(t, &e.ctx))
+            .flatten()
     }
 }
 
@@ -285,6 +315,10 @@ pub fn host_selector(key: &TenantKey) -> watcher::Config {
 
 impl Synced for k8s_openapi::api::core::v1::Service {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
+        if resources::services::is_apiserver_service(t) {
+            return None;
+        }
         Some(resources::services::to_host(t, &e.ctx, true))
     }
 }
@@ -321,49 +355,64 @@ pub async fn run_kind<K: Synced>(
     let tenant_api: Api<K> = Api::all(engine.tenant.clone());
     let host_api: Api<K> = Api::all(engine.host.clone());
     let key = engine.key().clone();
-    // The host cache for lookups; the controller's own host watch only re-triggers keys.
+    // Each controller is triggered by the stream that fills the cache it reads: the reflector
+    // stores an object before passing it on, so no reconcile sees a cache older than its trigger.
     let (host_reader, host_writer) = kube::runtime::reflector::store();
-    let host_cache = watcher(host_api.clone(), host_selector(&key))
+    let host_stream = watcher(host_api.clone(), host_selector(&key))
         .default_backoff()
         .reflect(host_writer)
-        .for_each(|_| async {});
-    let down_ctl = Controller::new(tenant_api, watcher::Config::default())
+        .touched_objects();
+    let down_ctl = Controller::new(tenant_api.clone(), watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(workers));
     let tenant_reader = down_ctl.store();
     with_tenant_store(tenant_reader.clone());
     let k2 = key.clone();
     let side = Arc::new(Side {
         engine: engine.clone(),
-        tenant: tenant_reader.clone(),
-        host: host_reader.clone(),
+        tenant: tenant_reader,
+        host: host_reader,
     });
     let down_fut = down_ctl
-        .watches(host_api.clone(), host_selector(&key), move |h: K| {
-            to_tenant_ref(&k2, &h)
-        })
-        .run(down, backoff, side.clone())
+        .watches_stream(host_stream, move |h: K| to_tenant_ref(&k2, &h))
+        .run(down, backoff, side)
         .for_each(|_| async {});
-    let gc_side = side.clone();
+
+    // GC has its own view of the tenant, fed the same way; deletions trigger it at once.
+    let (gc_tenant_reader, gc_tenant_writer) = kube::runtime::reflector::store();
+    let k3 = key.clone();
+    let tenant_stream = watcher(tenant_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(gc_tenant_writer)
+        .touched_objects();
+    let gc_ctl = Controller::new(host_api, host_selector(&key))
+        .with_config(kube::runtime::controller::Config::default().concurrency(workers));
+    let gc_side = Arc::new(Side {
+        engine: engine.clone(),
+        tenant: gc_tenant_reader.clone(),
+        host: gc_ctl.store(),
+    });
     let gc_fut = async move {
-        // Deleting needs a complete picture of the tenant.
-        let _ = tenant_reader.wait_until_ready().await;
-        // A deleted tenant object re-triggers its host object at once, not at the next resync.
-        let k3 = key.clone();
-        Controller::new(host_api, host_selector(&key))
-            .with_config(kube::runtime::controller::Config::default().concurrency(workers))
-            .watches(
-                Api::<K>::all(engine.tenant.clone()),
-                watcher::Config::default(),
-                move |t: K| {
-                    Some(
-                        ObjectRef::new(&t.name_any())
-                            .within(&naming::host_namespace(&k3, &t.namespace()?)),
-                    )
-                },
+        let mapped = gc_ctl.watches_stream(tenant_stream, move |t: K| {
+            Some(
+                ObjectRef::new(&t.name_any()).within(&naming::host_namespace(&k3, &t.namespace()?)),
             )
-            .run(gc, backoff, gc_side)
-            .for_each(|_| async {})
-            .await;
+        });
+        // Deleting needs a complete picture of the tenant.
+        let ready = gc_tenant_reader.clone();
+        let run = mapped.run(
+            move |h, s: Arc<Side<K>>| {
+                let ready = ready.clone();
+                async move {
+                    if ready.wait_until_ready().await.is_err() {
+                        return Ok(Action::requeue(Duration::from_secs(2)));
+                    }
+                    gc(h, s).await
+                }
+            },
+            backoff,
+            gc_side,
+        );
+        run.for_each(|_| async {}).await;
     };
-    futures::join!(host_cache, down_fut, gc_fut);
+    futures::join!(down_fut, gc_fut);
 }

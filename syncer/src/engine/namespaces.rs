@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,27 +94,46 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
         Api::<Namespace>::all(engine.tenant.clone()),
         watcher::Config::default(),
     );
-    let tenant = down_ctl.store();
+    let down_cx = Arc::new(Ns {
+        engine: engine.clone(),
+        tenant: down_ctl.store(),
+    });
+    let down_fut = down_ctl.run(down, backoff, down_cx).for_each(|_| async {});
+    // GC reads a tenant cache filled by the same stream that triggers it (see engine docs).
+    let (reader, writer) = kube::runtime::reflector::store();
+    let tenant_stream = watcher(
+        Api::<Namespace>::all(engine.tenant.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
     let cx = Arc::new(Ns {
         engine: engine.clone(),
-        tenant: tenant.clone(),
+        tenant: reader.clone(),
     });
-    let down_fut = down_ctl
-        .run(down, backoff, cx.clone())
-        .for_each(|_| async {});
     let gc_fut = async move {
-        let _ = tenant.wait_until_ready().await;
         let k2 = key.clone();
         Controller::new(
             Api::<Namespace>::all(engine.host.clone()),
             host_selector(&key),
         )
-        .watches(
-            Api::<Namespace>::all(engine.tenant.clone()),
-            watcher::Config::default(),
-            move |t: Namespace| Some(ObjectRef::new(&naming::host_namespace(&k2, &t.name_any()))),
+        .watches_stream(tenant_stream, move |t: Namespace| {
+            Some(ObjectRef::new(&naming::host_namespace(&k2, &t.name_any())))
+        })
+        .run(
+            move |h, cx: Arc<Ns>| {
+                let ready = reader.clone();
+                async move {
+                    if ready.wait_until_ready().await.is_err() {
+                        return Ok(Action::requeue(Duration::from_secs(2)));
+                    }
+                    gc(h, cx).await
+                }
+            },
+            backoff,
+            cx,
         )
-        .run(gc, backoff, cx)
         .for_each(|_| async {})
         .await;
     };

@@ -80,7 +80,8 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 remove_tenant_pod(e, &t).await?;
                 return Ok(Action::await_change());
             }
-            // The token first: the host pod's volume reads from it.
+            // What the host pod mounts first: its ConfigMaps, Secrets and token.
+            sync_references(e, &t).await?;
             super::tokens::ensure(e, &t, None).await?;
             create_or_adopt(e, t.as_ref(), &desired).await?;
         }
@@ -101,6 +102,36 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }
     Ok(Action::requeue(RESYNC))
+}
+
+/// Copies the ConfigMaps and Secrets a tenant pod references to the host, so the host pod
+/// never waits for them (later changes flow through their own controllers).
+async fn sync_references(e: &Engine, t: &Pod) -> Result<()> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let ns = t.namespace().unwrap_or_default();
+    let (cms, secrets) = crate::resources::pods::references(t);
+    for name in cms {
+        if let Some(cm) = Api::<ConfigMap>::namespaced(e.tenant.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(format!("get tenant configmap {ns}/{name}")))?
+        {
+            create_or_adopt(e, &cm, &crate::resources::configmaps::to_host(&cm, &e.ctx)).await?;
+        }
+    }
+    for name in secrets {
+        let secret = Api::<Secret>::namespaced(e.tenant.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(format!("get tenant secret {ns}/{name}")))?;
+        if let Some(host) = secret
+            .as_ref()
+            .and_then(|s| crate::resources::secrets::to_host(s, &e.ctx))
+        {
+            create_or_adopt(e, secret.as_ref().unwrap(), &host).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether the host pod lost something the tenant set (labels, annotations, images): the

@@ -18,6 +18,9 @@ fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
 /// Down-reconcile of a tenant Service.
 pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     let e = &side.engine;
+    if services::is_apiserver_service(&t) {
+        return Ok(Action::await_change());
+    }
     let desired = services::to_host(&t, &e.ctx, true);
     let host = cached_host(&side, &desired);
     let host_side = host.as_ref().map_or(HostSide::Absent, |h| {

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::{
     PodStatus, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
 };
 use kube::ResourceExt;
+use std::collections::BTreeSet;
 
 /// Where a tenant's pods find their control plane from the host.
 #[derive(Debug, Clone, Default)]
@@ -213,6 +214,61 @@ pub fn status_to_tenant(host: &Pod, tenant: &Pod) -> Option<PodStatus> {
     (tenant.status.as_ref() != Some(&want)).then_some(want)
 }
 
+/// ConfigMaps and Secrets a tenant pod references (volumes, projections, env, envFrom, image
+/// pull secrets), as (configmaps, secrets). The token volume's `kube-root-ca.crt` is not
+/// listed: on the host that volume reads from the syncer's token Secret instead.
+pub fn references(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut cms, mut secrets) = (BTreeSet::new(), BTreeSet::new());
+    let Some(spec) = &pod.spec else {
+        return (cms, secrets);
+    };
+    for v in spec.volumes.iter().flatten() {
+        if is_token_volume(v) {
+            continue;
+        }
+        if let Some(c) = &v.config_map {
+            cms.insert(c.name.clone());
+        }
+        if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+            secrets.insert(s);
+        }
+        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(c) = &src.config_map {
+                cms.insert(c.name.clone());
+            }
+            if let Some(s) = &src.secret {
+                secrets.insert(s.name.clone());
+            }
+        }
+    }
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        for e in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
+            if let Some(r) = &e.config_map_key_ref {
+                cms.insert(r.name.clone());
+            }
+            if let Some(r) = &e.secret_key_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+        for f in c.env_from.iter().flatten() {
+            if let Some(r) = &f.config_map_ref {
+                cms.insert(r.name.clone());
+            }
+            if let Some(r) = &f.secret_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+    }
+    for s in spec.image_pull_secrets.iter().flatten() {
+        secrets.insert(s.name.clone());
+    }
+    (cms, secrets)
+}
+
 /// The host node a host pod runs on: the tenant pod is bound to the virtual node of that name.
 pub fn host_node(host: &Pod) -> Option<&str> {
     host.spec.as_ref()?.node_name.as_deref()
@@ -341,6 +397,25 @@ mod tests {
             "apps.svc.cluster.local",
             "tenant namespace, not the host one"
         );
+    }
+
+    #[test]
+    fn references_cover_volumes_env_and_pull_secrets_but_not_the_token_volume() {
+        let mut pod = tenant_pod();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.image_pull_secrets = Some(vec![
+            serde_json::from_value(serde_json::json!({"name": "registry"})).unwrap(),
+        ]);
+        spec.containers[0].env = Some(
+            serde_json::from_value(serde_json::json!([
+                {"name": "A", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}},
+                {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "x"}}},
+            ]))
+            .unwrap(),
+        );
+        let (cms, secrets) = references(&pod);
+        assert_eq!(cms.into_iter().collect::<Vec<_>>(), ["flags", "settings"]);
+        assert_eq!(secrets.into_iter().collect::<Vec<_>>(), ["db", "registry"]);
     }
 
     #[test]

@@ -12,6 +12,13 @@ use super::{Ctx, host_meta};
 use crate::naming;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
 
+/// Whether this is the tenant apiserver's own `default/kubernetes` Service, which is never
+/// synced (its endpoints are the tenant apiserver, and the tenant apiserver owns it).
+pub fn is_apiserver_service(svc: &Service) -> bool {
+    use kube::ResourceExt;
+    svc.namespace().as_deref() == Some("default") && svc.name_any() == "kubernetes"
+}
+
 /// The host Service for a tenant Service. With `keep_ip`, it requests the tenant's ClusterIP.
 pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool) -> Service {
     let mut spec: ServiceSpec = svc.spec.clone().unwrap_or_default();
@@ -129,6 +136,15 @@ mod tests {
         let patch = to_tenant_patch(&same, &tenant).unwrap();
         assert_eq!(patch["spec"]["ports"][0]["nodePort"], 31999);
         assert!(to_tenant_patch(&tenant.clone(), &tenant).is_none());
+    }
+
+    #[test]
+    fn the_tenant_apiserver_service_is_recognised() {
+        let mut s = svc("10.96.0.1", None);
+        s.metadata.name = Some("kubernetes".into());
+        assert!(!is_apiserver_service(&s), "only in the default namespace");
+        s.metadata.namespace = Some("default".into());
+        assert!(is_apiserver_service(&s));
     }
 
     #[test]

@@ -504,6 +504,12 @@ pub async fn client_from(path: &Path) -> Result<Client> {
 
 async fn boot(opts: Options) -> Result<DevCluster> {
     let t0 = Instant::now();
+    if !(1..=16).contains(&opts.workers) {
+        return Err(Error::InvalidOption(format!(
+            "--workers must be 1 to 16, not {}",
+            opts.workers
+        )));
+    }
     let dir = std::path::absolute(&opts.state_dir).map_err(Error::io(&opts.state_dir))?;
     std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
     if let Some(c) = running_component(&dir) {
@@ -839,14 +845,15 @@ async fn apply_cluster_objects(client: &Client, workers: u32, version: &str) -> 
                 },
                 "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
             },
-            // kwok hands out pod IPs from the node's podCIDR, so IPs are unique cluster-wide.
-            "spec": {"podCIDR": format!("10.244.{i}.0/24"), "podCIDRs": [format!("10.244.{i}.0/24")]},
+            // kwok hands out pod IPs from the node's podCIDR, so IPs are unique cluster-wide; a
+            // /20 per node (up to 16 nodes in 10.244.0.0/16) leaves room for benchmarks.
+            "spec": {"podCIDR": pod_cidr(i), "podCIDRs": [pod_cidr(i)]},
         });
         nodes
             .patch(&name, &pp, &Patch::Apply(&node))
             .await
             .map_err(Error::kube(format!("apply node {name}")))?;
-        let capacity = serde_json::json!({"cpu": "32", "memory": "128Gi", "pods": "250"});
+        let capacity = serde_json::json!({"cpu": "256", "memory": "1Ti", "pods": "4000"});
         let status = serde_json::json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -885,6 +892,11 @@ async fn apply_cluster_objects(client: &Client, workers: u32, version: &str) -> 
         .await
         .map_err(Error::kube("apply the default storage class"))?;
     Ok(())
+}
+
+/// Pod CIDR of kwok worker `i`: `10.244.<16 i>.0/20`.
+pub fn pod_cidr(i: u32) -> String {
+    format!("10.244.{}.0/20", i * 16)
 }
 
 /// Whether a Node's Ready condition is True.

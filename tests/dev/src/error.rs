@@ -21,6 +21,8 @@ pub enum Error {
         component: String,
         pid: u32,
     },
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
     #[error("no dev cluster was ever started in {0} (no state.json)")]
     NoState(PathBuf),
     #[error("failed to start {component}")]

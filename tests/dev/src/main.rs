@@ -3,6 +3,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vcp_dev::{Options, Supervision, cluster};
 
+mod bench;
+
 /// A local Kubernetes host cluster for vcp: etcd, kube-apiserver, controller-manager,
 /// scheduler, kwok worker nodes, a PV provisioner and Postgres, all on 127.0.0.1.
 #[derive(Debug, Parser)]
@@ -58,6 +60,24 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
+    /// Pods straight on the host versus through a tenant and its syncer (one summary line).
+    Sync {
+        /// Pods in each throughput phase.
+        #[arg(long, env = "VCP_BENCH_PODS", default_value_t = 1000)]
+        pods: usize,
+        /// Creation rate of the latency phase, pods per second.
+        #[arg(long, env = "VCP_BENCH_RATE", default_value_t = 50)]
+        rate: u32,
+        /// Pods in the latency phase.
+        #[arg(long, env = "VCP_BENCH_LATENCY_PODS", default_value_t = 500)]
+        latency_pods: usize,
+        /// Concurrent creates in the throughput phases.
+        #[arg(long, env = "VCP_BENCH_CONCURRENCY", default_value_t = 32)]
+        concurrency: usize,
+        /// Mount service-account tokens in the tenant pods (one TokenRequest and Secret each).
+        #[arg(long, env = "VCP_BENCH_TOKENS")]
+        tokens: bool,
+    },
     /// Start and stop fresh clusters (new state dir each time) and report startup times.
     Startup {
         /// How many clusters to start, one after the other.
@@ -184,6 +204,23 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 std::fs::remove_dir_all(&state_dir)?;
                 println!("vcp-dev: removed {}", state_dir.display());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Sync {
+            pods,
+            rate,
+            latency_pods,
+            concurrency,
+            tokens,
+        }) => {
+            bench::sync(bench::SyncBench {
+                pods,
+                rate,
+                latency_pods,
+                concurrency,
+                tokens,
+            })
+            .await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(Bench::Startup { runs, workers }) => {

@@ -1,0 +1,262 @@
+//! `vcp-dev bench sync`: pods straight on the host versus pods through a tenant and its syncer.
+//!
+//! Throughput: N pods created as fast as `concurrency` allows, directly in a host namespace
+//! (until all Running) and then in a tenant (until all tenant pods Running, i.e. synced down,
+//! run by kwok, synced up). Latency: L more tenant pods at a fixed rate, watched on both sides:
+//! down = tenant create returned -> host pod seen; up = host pod seen Running -> tenant pod
+//! seen Running. Resource use of the syncer process from /proc.
+
+use anyhow::Context;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vcp_dev::tenant::TenantControlPlane;
+use vcp_dev::{DevCluster, Options, Supervision};
+
+pub struct SyncBench {
+    pub pods: usize,
+    pub rate: u32,
+    pub latency_pods: usize,
+    pub concurrency: usize,
+    pub tokens: bool,
+}
+
+fn pod(name: &str, app: &str, tokens: bool) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {
+            "automountServiceAccountToken": tokens,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }))
+    .expect("valid pod")
+}
+
+async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    // Pods are refused until the namespace's default service account exists.
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    let start = Instant::now();
+    while sas.get_opt("default").await?.is_none() {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(60),
+            "no default service account in {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// Creates `n` pods with bounded concurrency and waits until all are Running; seconds taken.
+async fn burst(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    concurrency: usize,
+    tokens: bool,
+) -> anyhow::Result<f64> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.create(
+                    &PostParams::default(),
+                    &pod(&format!("p-{i}"), "burst", tokens),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await
+        .context("creating pods")?;
+    loop {
+        let list = api.list(&ListParams::default().labels("app=burst")).await?;
+        if list.items.iter().filter(|p| running(p)).count() >= n {
+            return Ok(start.elapsed().as_secs_f64());
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(1800),
+            "pods in {ns} not Running after 30 min"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    created: HashMap<String, Instant>,
+    host_seen: HashMap<String, Instant>,
+    host_running: HashMap<String, Instant>,
+    tenant_running: HashMap<String, Instant>,
+}
+
+fn watch_into(
+    client: Client,
+    ns: String,
+    seen: Arc<Mutex<Seen>>,
+    host: bool,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<Pod> = Api::namespaced(client, &ns);
+        let mut events = watcher(api, watcher::Config::default().labels("app=lat"))
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(p)) = events.next().await {
+            let now = Instant::now();
+            let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+            let name = p.name_any();
+            if host {
+                s.host_seen.entry(name.clone()).or_insert(now);
+                if running(&p) {
+                    s.host_running.entry(name).or_insert(now);
+                }
+            } else if running(&p) {
+                s.tenant_running.entry(name).or_insert(now);
+            }
+        }
+    })
+}
+
+fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * q).round() as usize]
+}
+
+fn proc_usage(pid: u32) -> (f64, f64) {
+    let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .unwrap_or(f64::NAN);
+    let cpu_ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s[s.rfind(')')? + 2..].to_owned();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
+        })
+        .unwrap_or(f64::NAN);
+    // Linux reports CPU time in clock ticks of 1/100 s.
+    (rss_kib / 1024.0, cpu_ticks / 100.0)
+}
+
+/// Runs the benchmark and prints its summary line.
+pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("vcp-bench-").tempdir()?;
+    let cluster = DevCluster::start_with(Options {
+        state_dir: dir.path().to_owned(),
+        workers: 3,
+        supervision: Supervision::Attached,
+    })
+    .await?;
+    let host = cluster.connect().await?;
+
+    namespace(&host, "bench-direct").await?;
+    let direct_s = burst(&host, "bench-direct", b.pods, b.concurrency, false).await?;
+    eprintln!("direct: {} pods Running in {direct_s:.1}s", b.pods);
+
+    let tenant_cp = TenantControlPlane::start("bench").await?;
+    let syncer = tenant_cp.start_syncer(&cluster, &["--workers=32"])?;
+    let tenant = tenant_cp.connect().await?;
+    namespace(&tenant, "burst").await?;
+    let synced_s = burst(&tenant, "burst", b.pods, b.concurrency, b.tokens).await?;
+    eprintln!(
+        "synced: {} pods Running in the tenant in {synced_s:.1}s",
+        b.pods
+    );
+
+    namespace(&tenant, "lat").await?;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    // The host namespace appears once the syncer has seen the tenant one.
+    let host_ns: Api<Namespace> = Api::all(host.clone());
+    while host_ns.get_opt("bench-lat").await?.is_none() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let watches = [
+        watch_into(host.clone(), "bench-lat".into(), seen.clone(), true),
+        watch_into(tenant.clone(), "lat".into(), seen.clone(), false),
+    ];
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let api: Api<Pod> = Api::namespaced(tenant.clone(), "lat");
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / b.rate.max(1) as f64));
+    for i in 0..b.latency_pods {
+        tick.tick().await;
+        let name = format!("l-{i}");
+        api.create(&PostParams::default(), &pod(&name, "lat", b.tokens))
+            .await?;
+        seen.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .created
+            .insert(name, Instant::now());
+    }
+    let start = Instant::now();
+    loop {
+        let done = seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tenant_running
+            .len();
+        if done >= b.latency_pods {
+            break;
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(600),
+            "latency pods not Running after 10 min ({done} of {})",
+            b.latency_pods
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for w in watches {
+        w.abort();
+    }
+    let (rss_mib, cpu_s) = proc_usage(syncer.pid);
+    let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+    let ms = |a: &Instant, b: &Instant| b.saturating_duration_since(*a).as_secs_f64() * 1000.0;
+    let down: Vec<f64> = s
+        .created
+        .iter()
+        .filter_map(|(n, c)| Some(ms(c, s.host_seen.get(n)?)))
+        .collect();
+    let up: Vec<f64> = s
+        .host_running
+        .iter()
+        .filter_map(|(n, h)| Some(ms(h, s.tenant_running.get(n)?)))
+        .collect();
+    let total = b.pods + b.latency_pods;
+    println!(
+        "bench-sync pods={} direct_s={direct_s:.2} synced_s={synced_s:.2} throughput_ratio={:.2} down_p50_ms={:.1} down_p99_ms={:.1} up_p50_ms={:.1} up_p99_ms={:.1} syncer_rss_mib={rss_mib:.1} syncer_cpu_s={cpu_s:.1} rss_kib_per_pod={:.1} latency_pods={} rate={} tokens={}",
+        b.pods,
+        direct_s / synced_s,
+        percentile(down.clone(), 0.5),
+        percentile(down, 0.99),
+        percentile(up.clone(), 0.5),
+        percentile(up, 0.99),
+        (rss_mib - 40.0).max(0.0) * 1024.0 / total as f64,
+        b.latency_pods,
+        b.rate,
+        b.tokens,
+    );
+    Ok(())
+}
