@@ -130,7 +130,7 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
         "a secret the pods use is on the host with the pods"
     );
     let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2ea-apps");
-    let hp = eventually("3 running host pods", Duration::from_secs(60), || async {
+    let hp = eventually("3 running host pods", Duration::from_secs(120), || async {
         let l = host_pods
             .list(&ListParams::default().labels("app=web"))
             .await?;
@@ -159,7 +159,7 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
         .collect();
     let tp = eventually(
         "3 running bound tenant pods with host IPs",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || async {
             let l = tenant_pods
                 .list(&ListParams::default().labels("app=web"))
@@ -274,7 +274,7 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
     Api::<Deployment>::namespaced(tenant.clone(), "apps")
         .delete("web", &DeleteParams::foreground())
         .await?;
-    eventually("host pods gone", Duration::from_secs(60), || async {
+    eventually("host pods gone", Duration::from_secs(120), || async {
         Ok(host_pods
             .list(&ListParams::default().labels("app=web"))
             .await?
@@ -283,7 +283,7 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
             .then_some(()))
     })
     .await?;
-    eventually("tenant pods gone", Duration::from_secs(60), || async {
+    eventually("tenant pods gone", Duration::from_secs(120), || async {
         Ok(tenant_pods
             .list(&ListParams::default().labels("app=web"))
             .await?
@@ -439,18 +439,22 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
     // A host pod deleted out of band: the tenant loses that pod and its ReplicaSet replaces it.
     let tenant_pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
     let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2ed-apps");
-    let before = eventually("2 running tenant pods", Duration::from_secs(60), || async {
-        let l = tenant_pods
-            .list(&ListParams::default().labels("app=web"))
-            .await?;
-        Ok((l.items.iter().filter(|p| running(p)).count() == 2).then_some(l.items))
-    })
+    let before = eventually(
+        "2 running tenant pods",
+        Duration::from_secs(120),
+        || async {
+            let l = tenant_pods
+                .list(&ListParams::default().labels("app=web"))
+                .await?;
+            Ok((l.items.iter().filter(|p| running(p)).count() == 2).then_some(l.items))
+        },
+    )
     .await?;
     let victim = before[0].name_any();
     host_pods.delete(&victim, &DeleteParams::default()).await?;
     eventually(
         "the victim replaced in the tenant",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || async {
             let l = tenant_pods
                 .list(&ListParams::default().labels("app=web"))
@@ -480,7 +484,7 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
     let _syncer = cp.start_syncer(cluster, &["--sync-all-configmaps-secrets"])?;
     eventually(
         "late created and settings removed on the host",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || async {
             let late = host_cms.get_opt("late").await?.is_some();
             let settings = host_cms.get_opt("settings").await?.is_some();
@@ -488,15 +492,28 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
         },
     )
     .await?;
-    let host_running = host_pods
-        .list(&ListParams::default().labels("app=web"))
-        .await?
-        .items
-        .len();
-    assert_eq!(
-        host_running, 2,
-        "no duplicate or missing host pods after the restart"
-    );
+    // Converged: the same two pods on both sides, nothing missing and nothing left over.
+    eventually(
+        "two pods on each side, the same ones",
+        Duration::from_secs(120),
+        || async {
+            let names = |l: Vec<Pod>| l.into_iter().map(|p| p.name_any()).collect::<BTreeSet<_>>();
+            let host_names = names(
+                host_pods
+                    .list(&ListParams::default().labels("app=web"))
+                    .await?
+                    .items,
+            );
+            let tenant_names = names(
+                tenant_pods
+                    .list(&ListParams::default().labels("app=web"))
+                    .await?
+                    .items,
+            );
+            Ok((host_names.len() == 2 && host_names == tenant_names).then_some(()))
+        },
+    )
+    .await?;
     Ok(())
 }
 
@@ -559,7 +576,7 @@ async fn claims_and_statefulset_templates_bind_through_the_host_storage_class() 
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "data");
     eventually(
         "both StatefulSet pods running",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || async {
             let l = pods.list(&ListParams::default().labels("app=db")).await?;
             Ok((l.items.iter().filter(|p| running(p)).count() == 2).then_some(()))
@@ -581,7 +598,7 @@ async fn claims_and_statefulset_templates_bind_through_the_host_storage_class() 
     claims.delete("scratch", &DeleteParams::default()).await?;
     eventually(
         "mirror and host claim gone",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || async {
             let mirror = tenant_pvs.get_opt(&scratch_pv).await?.is_some();
             let host_claim = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2ef-data")

@@ -54,6 +54,8 @@ pub struct Engine {
     pub sync_all_configmaps_secrets: bool,
     /// The tenant pod cache, once the pod controller runs (for reference checks).
     pub tenant_pods: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Pod>>,
+    /// Virtual nodes known to exist in the tenant (saves a GET per binding).
+    pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Engine {
@@ -78,6 +80,7 @@ impl Engine {
             recorder,
             sync_all_configmaps_secrets: false,
             tenant_pods: std::sync::OnceLock::new(),
+            known_nodes: Default::default(),
         }
     }
 
@@ -284,11 +287,30 @@ pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     let wanted = tenant
         .as_ref()
         .is_some_and(|t| r.uid.is_none() || t.uid() == r.uid);
+    // A cache may lag the controller that just created this host object: confirm with the
+    // tenant apiserver before deleting anything.
+    if !wanted && tenant_still_has::<K>(e, ns, &r.name, r.uid.as_deref()).await? {
+        return Ok(Action::requeue(RESYNC));
+    }
     if !wanted {
         tracing::info!(kind = K::kind(&()).as_ref(), ns = %ns, name = %r.name, "tenant object gone; deleting host object");
         delete_host(e, h.as_ref(), None).await?;
     }
     Ok(Action::requeue(RESYNC))
+}
+
+/// Whether the tenant apiserver (not a cache) still has the object, with `uid` if given.
+pub async fn tenant_still_has<K: Synced>(
+    e: &Engine,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<bool> {
+    let found = Api::<K>::namespaced(e.tenant.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("get tenant {ns}/{name}")))?;
+    Ok(found.is_some_and(|t| uid.is_none() || t.uid().as_deref() == uid))
 }
 
 fn backoff<K>(_: Arc<K>, err: &Error, _: Arc<Side<K>>) -> Action
@@ -358,8 +380,10 @@ pub async fn run_kind<K: Synced>(
     // Each controller is triggered by the stream that fills the cache it reads: the reflector
     // stores an object before passing it on, so no reconcile sees a cache older than its trigger.
     let (host_reader, host_writer) = kube::runtime::reflector::store();
+    // Managed fields are never read here and are a large part of every cached object.
     let host_stream = watcher(host_api.clone(), host_selector(&key))
         .default_backoff()
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
         .reflect(host_writer)
         .touched_objects();
     let down_ctl = Controller::new(tenant_api.clone(), watcher::Config::default())
@@ -382,6 +406,7 @@ pub async fn run_kind<K: Synced>(
     let k3 = key.clone();
     let tenant_stream = watcher(tenant_api, watcher::Config::default())
         .default_backoff()
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
         .reflect(gc_tenant_writer)
         .touched_objects();
     let gc_ctl = Controller::new(host_api, host_selector(&key))

@@ -65,7 +65,16 @@ async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
     let wanted = tenant
         .as_ref()
         .is_some_and(|t| r.uid.is_none() || t.uid() == r.uid);
-    if !wanted && h.metadata.deletion_timestamp.is_none() {
+    if wanted || h.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::requeue(RESYNC));
+    }
+    // Confirm with the tenant apiserver: the cache may lag (see engine::gc).
+    let still = Api::<Namespace>::all(e.tenant.clone())
+        .get_opt(&r.name)
+        .await
+        .map_err(kube_err(format!("get tenant namespace {}", r.name)))?
+        .is_some_and(|t| r.uid.is_none() || t.uid() == r.uid);
+    if !still {
         tracing::info!(namespace = %h.name_any(), "tenant namespace gone; deleting host namespace");
         match Api::<Namespace>::all(e.host.clone())
             .delete(&h.name_any(), &DeleteParams::default())

@@ -233,6 +233,13 @@ pub fn virtual_node(host: &Node) -> Node {
 }
 
 async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
+    if e.known_nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(name)
+    {
+        return Ok(());
+    }
     let tenant_nodes: Api<Node> = Api::all(e.tenant.clone());
     if tenant_nodes
         .get_opt(name)
@@ -240,6 +247,10 @@ async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
         .map_err(kube_err(format!("get tenant node {name}")))?
         .is_some()
     {
+        e.known_nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned());
         return Ok(());
     }
     let host = Api::<Node>::all(e.host.clone())
@@ -261,7 +272,12 @@ async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
         Err(kube::Error::Api(ae)) if ae.code == 409 => {}
         Err(err) => return Err(kube_err(format!("create virtual node {name}"))(err)),
     }
-    refresh_virtual_node(e, &node).await
+    refresh_virtual_node(e, &node).await?;
+    e.known_nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_owned());
+    Ok(())
 }
 
 async fn refresh_virtual_node(e: &Engine, node: &Node) -> Result<()> {
@@ -304,6 +320,10 @@ async fn virtual_nodes_once(e: &Engine, tenant_pods: &Store<Pod>) -> Result<()> 
         let name = n.name_any();
         if !used.contains(&name) {
             tracing::info!(node = %name, "no tenant pod left on virtual node; removing it");
+            e.known_nodes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
             let _ = tenant_nodes.delete(&name, &DeleteParams::default()).await;
             continue;
         }
