@@ -1,44 +1,14 @@
 //! A burst of pods through the syncer, in a test binary of its own: its load would slow the
 //! other end-to-end tests (cargo runs test binaries one after another).
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kube::Client;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vcp_dev::DevCluster;
 use vcp_dev::tenant::TenantControlPlane;
+use vcp_dev::testing::{eventually, namespace, running};
 
 type Res<T = ()> = anyhow::Result<T>;
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Res<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Res<Option<T>>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        anyhow::ensure!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn namespace(client: &Client, name: &str) -> Res {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(())
-}
-
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
 
 /// Large enough that a lagging cache shows: 150 did not reproduce the lost-pod bug, 800 did.
 const BURST: usize = 800;

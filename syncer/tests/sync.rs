@@ -5,30 +5,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod, Service
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vcp_dev::DevCluster;
 use vcp_dev::tenant::TenantControlPlane;
+use vcp_dev::testing::{eventually, namespace, running};
 use vcp_syncer::naming::LABEL_TENANT;
 
 type Res<T = ()> = anyhow::Result<T>;
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Res<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Res<Option<T>>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        anyhow::ensure!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 async fn create<K>(client: &Client, ns: &str, v: serde_json::Value) -> Res<K>
 where
@@ -42,18 +25,6 @@ where
     Ok(Api::<K>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &obj)
         .await?)
-}
-
-async fn namespace(client: &Client, name: &str) -> Res {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(())
-}
-
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ pub mod postgres;
 pub mod process;
 pub mod provisioner;
 pub mod tenant;
+pub mod testing;
 
 pub use cluster::{DevCluster, Options, State, Timings};
 pub use error::{Error, Result};

@@ -2,38 +2,12 @@
 //! pod IPs, dynamic volumes. All tests share one cluster and keep to their own namespace.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::Client;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vcp_dev::DevCluster;
-
-async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(())
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        anyhow::ensure!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use vcp_dev::testing::{eventually, namespace};
 
 #[tokio::test]
 async fn kubectl_lists_the_kwok_nodes_ready_and_reports_the_built_version() -> anyhow::Result<()> {

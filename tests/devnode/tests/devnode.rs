@@ -2,12 +2,13 @@
 //! binaries, with TLS from Secrets, peers found through a headless Service, volumes, probes,
 //! restarts, deletion and NodePorts. Everything against the real dev cluster.
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 use std::time::{Duration, Instant};
 use vcp_dev::DevCluster;
 use vcp_dev::pki::{Ca, CertKey, LeafSpec};
+use vcp_dev::testing::{eventually, namespace};
 
 type Res<T = ()> = anyhow::Result<T>;
 
@@ -39,14 +40,6 @@ async fn apply_yaml(client: &Client, ns: &str, yaml: &str) -> Res {
     Ok(())
 }
 
-async fn namespace(client: &Client, name: &str) -> Res {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(())
-}
-
 async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) -> Res {
     let s: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name},
@@ -56,24 +49,6 @@ async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) ->
         .create(&PostParams::default(), &s)
         .await?;
     Ok(())
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Res<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Res<Option<T>>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        anyhow::ensure!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 fn ready(p: &Pod) -> bool {

@@ -1,0 +1,41 @@
+//! Helpers shared by the integration tests of every crate (test-support code, so it speaks
+//! `anyhow` like the tests that call it).
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Polls `f` every 250 ms until it yields a value; fails after `timeout`, naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        anyhow::ensure!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Creates a namespace.
+pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(())
+}
+
+/// Whether a pod's phase is Running.
+pub fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
