@@ -151,9 +151,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 s.apiserver_url
             );
             println!(
-                "  {} nodes Ready      {:>6.2}s",
-                s.workers,
-                t.nodes_ready.as_secs_f64()
+                "  nodes Ready        {:>6.2}s  ({} kwok workers + devnode)",
+                t.nodes_ready.as_secs_f64(),
+                s.workers
             );
             println!("  everything up      {:>6.2}s", t.total.as_secs_f64());
             println!("  kubeconfig         {}", s.kubeconfig.display());
