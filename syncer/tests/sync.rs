@@ -93,13 +93,19 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
     .await?;
     assert_eq!(host_cm.data.as_ref().unwrap()["mode"], "fast");
     assert_eq!(host_cm.labels()[LABEL_TENANT], "e2ea");
-    assert!(
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(host.clone(), "e2ea-apps")
-            .get_opt("creds")
-            .await?
-            .is_some(),
-        "a secret the pods use is on the host with the pods"
-    );
+    // The Secret the pods use follows the ConfigMap (copied one after the other).
+    eventually(
+        "the secret the pods use on the host",
+        Duration::from_secs(30),
+        || async {
+            Ok(
+                Api::<k8s_openapi::api::core::v1::Secret>::namespaced(host.clone(), "e2ea-apps")
+                    .get_opt("creds")
+                    .await?,
+            )
+        },
+    )
+    .await?;
     let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2ea-apps");
     let hp = eventually("3 running host pods", Duration::from_secs(120), || async {
         let l = host_pods
