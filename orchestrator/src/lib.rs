@@ -1,19 +1,91 @@
 //! vcp orchestrator: turns tenant requests into control planes on a host cluster.
 //!
-//! Data flow (as the crate grows): the platform API (`api`) writes desired tenants into the
-//! Postgres inventory (`inventory`); the provisioner (`provision`) claims tenants, renders their
-//! control plane from templates (`render`) with certificates from `pki`, applies it to the host
-//! cluster and records progress back in the inventory; `upgrade` plans and runs fleet upgrades.
-//! Today the crate holds only its command-line surface; each module arrives with its issue.
+//! Data flow: the platform API ([`api`]) validates requests and writes desired tenants into the
+//! Postgres inventory ([`inventory`], the only module with SQL). Reconcile workers
+//! ([`provision`]) claim due tenants from the inventory (row leases, so replicas never double
+//! up), render each tenant's control plane from templates ([`render`], pure) with certificates
+//! from [`pki`] (pure), apply it to the host cluster step by step, gated on readiness, and
+//! write phase and conditions back. Nothing that matters lives only in memory: a replica
+//! killed at any line leaves state another one resumes from.
 
-use clap::Parser;
+pub mod api;
+pub mod inventory;
+pub mod names;
+pub mod pki;
+pub mod provision;
+pub mod render;
+pub mod serve;
+
+use clap::{Parser, Subcommand};
 
 /// Errors of the orchestrator.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A subcommand the binary knows of but that is not built yet.
-    #[error("`vcp {0}` is not available in this build")]
-    NotAvailable(&'static str),
+    #[error("database request failed")]
+    Database(#[source] sqlx::Error),
+    #[error("database migration failed")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    #[error("failed to {context}")]
+    Kube {
+        context: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error(transparent)]
+    Render(#[from] render::RenderError),
+    #[error(transparent)]
+    Catalog(#[from] render::CatalogError),
+    #[error(transparent)]
+    Pki(#[from] pki::PkiError),
+    #[error("{0:?} already exists")]
+    Duplicate(String),
+    #[error("the generated tenant key is taken")]
+    KeyCollision,
+    #[error("templates may not create {0}")]
+    UnsupportedKind(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("failed to read {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("http server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Error {
+        Error::Database(e)
+    }
+}
+
+impl Error {
+    pub fn kube(context: impl Into<String>, source: kube::Error) -> Error {
+        Error::Kube {
+            context: context.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// A message fit for tenant conditions and API callers: the error and its causes, except
+    /// for database errors, whose text may name internals.
+    pub fn public(&self) -> String {
+        match self {
+            Error::Database(_) | Error::Migrate(_) => "the inventory is unavailable".to_owned(),
+            other => {
+                let mut s = other.to_string();
+                let mut cur = std::error::Error::source(other);
+                while let Some(c) = cur {
+                    s.push_str(": ");
+                    s.push_str(&c.to_string());
+                    cur = c.source();
+                }
+                s
+            }
+        }
+    }
 }
 
 /// Result with the orchestrator's error.
@@ -26,9 +98,29 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
     version,
     about = "Kubernetes control planes as a service"
 )]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the API and the reconcile workers (applies migrations first).
+    Serve(Box<serve::ServeArgs>),
+    /// Apply database migrations and exit.
+    Migrate(serve::DatabaseArgs),
+}
 
 /// Runs the command the arguments ask for.
-pub fn run(_args: Args) -> Result<()> {
-    Err(Error::NotAvailable("serve"))
+pub async fn run(args: Args) -> Result<()> {
+    match args.command {
+        Command::Serve(a) => serve::serve(*a).await,
+        Command::Migrate(a) => {
+            let inv = inventory::Inventory::connect(&a.database_url).await?;
+            inv.migrate().await?;
+            println!("migrations applied");
+            Ok(())
+        }
+    }
 }

@@ -293,6 +293,28 @@ fn write_private(path: &Path, text: &str) -> Result<()> {
     f.write_all(text.as_bytes()).map_err(Error::io(path))
 }
 
+/// Adds a component started after the cluster (vcp itself) to `state.json`, so `status`
+/// probes it and `down` stops it.
+pub fn record_component(dir: &Path, c: Component) -> Result<()> {
+    let mut state = read_state(dir)?;
+    state.components.retain(|x| x.name != c.name);
+    state.components.push(c);
+    write_state(dir, &state)
+}
+
+/// Appends lines to the `env` file that `up` wrote.
+pub fn append_env(dir: &Path, lines: &str) -> Result<()> {
+    let path = dir.join("env");
+    let mut text = std::fs::read_to_string(&path).map_err(Error::io(&path))?;
+    text.push_str(lines);
+    write_atomic(&path, &text)
+}
+
+/// Writes a file only its owner can read.
+pub fn write_secret_file(path: &Path, text: &str) -> Result<()> {
+    write_private(path, text)
+}
+
 /// The first live component recorded in a state dir, if any.
 pub fn running_component(dir: &Path) -> Option<Component> {
     let state = read_state(dir).ok()?;

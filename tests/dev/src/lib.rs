@@ -19,6 +19,7 @@ pub mod devnet;
 mod error;
 pub mod kubeconfig;
 pub mod pki;
+pub mod platform;
 pub mod postgres;
 pub mod process;
 pub mod provisioner;

@@ -30,6 +30,12 @@ enum Command {
         /// Stay in the foreground and stop everything on Ctrl-C, SIGTERM or when killed.
         #[arg(long, env = "VCP_DEV_FOREGROUND")]
         foreground: bool,
+        /// Tenant that `vcp serve` provisions; its admin kubeconfig is `<state-dir>/<name>.kubeconfig`.
+        #[arg(long, env = "VCP_DEV_TENANT", default_value = "demo")]
+        tenant: String,
+        /// Start only the host cluster and Postgres, without vcp and a tenant.
+        #[arg(long, env = "VCP_DEV_NO_PLATFORM")]
+        no_platform: bool,
     },
     /// Report each component: pid, port, healthy or not. Exits 1 if any is unhealthy.
     Status {
@@ -126,6 +132,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             state_dir,
             workers,
             foreground,
+            tenant,
+            no_platform,
         } => {
             let supervision = if foreground {
                 Supervision::Attached
@@ -158,16 +166,38 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             println!("  everything up      {:>6.2}s", t.total.as_secs_f64());
             println!("  kubeconfig         {}", s.kubeconfig.display());
             println!("  postgres           {}", s.database_url);
-            println!(
-                "use it:  source {}/env && kubectl get nodes",
-                c.state_dir().display()
-            );
+            let platform = if no_platform {
+                println!(
+                    "use it:  source {}/env && kubectl get nodes",
+                    c.state_dir().display()
+                );
+                None
+            } else {
+                let start = std::time::Instant::now();
+                println!("vcp-dev: starting vcp serve and tenant {tenant:?} ...");
+                let p = vcp_dev::platform::up(&c, &tenant, supervision).await?;
+                println!(
+                    "  tenant {tenant} Ready   {:>6.2}s  {} (key {})",
+                    start.elapsed().as_secs_f64(),
+                    p.tenant["endpoint"].as_str().unwrap_or_default(),
+                    p.tenant["key"].as_str().unwrap_or_default()
+                );
+                println!("  vcp API            {}", p.api_url);
+                println!("  tenant kubeconfig  {}", p.kubeconfig.display());
+                println!(
+                    "use it:  source {}/env && kubectl --kubeconfig {} get ns",
+                    c.state_dir().display(),
+                    p.kubeconfig.display()
+                );
+                Some(p)
+            };
             if foreground {
                 println!("running in the foreground; Ctrl-C or SIGTERM stops everything");
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => {}
                     _ = sigterm() => {}
                 }
+                drop(platform);
                 drop(c);
             }
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,139 @@
+//! RFC 7807 problem responses.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// A problem+json response.
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    slug: &'static str,
+    title: &'static str,
+    detail: String,
+    field: Option<String>,
+}
+
+impl Problem {
+    pub fn new(
+        status: StatusCode,
+        slug: &'static str,
+        title: &'static str,
+        detail: &str,
+        field: Option<&str>,
+    ) -> Problem {
+        Problem {
+            status,
+            slug,
+            title,
+            detail: detail.to_owned(),
+            field: field.map(str::to_owned),
+        }
+    }
+
+    pub fn invalid(field: &str, detail: &str) -> Problem {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-field",
+            "invalid field",
+            detail,
+            Some(field),
+        )
+    }
+
+    pub fn conflict(field: &str, detail: &str) -> Problem {
+        Problem::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "conflict",
+            detail,
+            Some(field),
+        )
+    }
+
+    pub fn not_found(detail: &str) -> Problem {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "not found",
+            detail,
+            None,
+        )
+    }
+
+    pub fn unauthorized(detail: &str) -> Problem {
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "unauthorized",
+            detail,
+            None,
+        )
+    }
+
+    /// A 500 that tells the caller nothing; the cause goes to the log.
+    pub fn internal(e: &crate::Error) -> Problem {
+        tracing::error!(error = %e.public(), cause = ?e, "request failed");
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+            "the request failed; see the server log",
+            None,
+        )
+    }
+
+    /// Malformed, oversize or mistyped JSON bodies.
+    pub fn from_rejection(r: JsonRejection) -> Problem {
+        let status = r.status();
+        let detail = r.body_text();
+        // serde names the field in "...: unknown field `x`" or "missing field `x`" or "x: invalid type".
+        let field = detail.split('`').nth(1).map(str::to_owned).or_else(|| {
+            detail
+                .split(": ")
+                .nth(1)
+                .filter(|f| !f.contains(' '))
+                .map(str::to_owned)
+        });
+        let (slug, title) = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => ("too-large", "request body too large"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                ("unsupported-media-type", "expected application/json")
+            }
+            StatusCode::UNPROCESSABLE_ENTITY => ("invalid-field", "invalid field"),
+            _ => ("malformed", "malformed request body"),
+        };
+        Problem {
+            status: if status.is_client_error() {
+                status
+            } else {
+                StatusCode::BAD_REQUEST
+            },
+            slug,
+            title,
+            detail,
+            field: field.or_else(|| Some("body".into())),
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let mut body = json!({
+            "type": format!("https://vcp.dev/problems/{}", self.slug),
+            "title": self.title,
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        if let Some(f) = self.field {
+            body["field"] = json!(f);
+        }
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body.to_string(),
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,586 @@
+//! The Postgres inventory: the only module that writes SQL.
+//!
+//! Tenants, the versions catalog in use, certificates and kubeconfigs issued, API tokens (as
+//! SHA-256 hashes) and an audit trail. Reconcile work is claimed through row leases
+//! (`FOR UPDATE SKIP LOCKED`), and every change that creates work sends `NOTIFY vcp_tenants`
+//! so idle replicas wake at once instead of at their next poll.
+
+use crate::pki::CertInfo;
+use crate::render::Catalog;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use sqlx::types::Json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// Channel that wakes reconcile workers.
+pub const CHANNEL: &str = "vcp_tenants";
+
+/// One condition of a tenant (Kubernetes-style).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_transition_time: OffsetDateTime,
+}
+
+/// A tenant row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Tenant {
+    pub id: i64,
+    pub name: String,
+    pub key: String,
+    pub owner: String,
+    pub labels: Json<BTreeMap<String, String>>,
+    pub version: String,
+    pub plan: String,
+    pub desired: String,
+    pub retain_data: bool,
+    pub phase: String,
+    pub conditions: Json<Vec<Condition>>,
+    pub endpoint: Option<String>,
+    pub generation: i64,
+    pub observed_generation: i64,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub deleted_at: Option<OffsetDateTime>,
+}
+
+/// A tenant to create.
+#[derive(Debug, Clone)]
+pub struct NewTenant {
+    pub name: String,
+    pub key: String,
+    pub owner: String,
+    pub labels: BTreeMap<String, String>,
+    pub version: String,
+    pub plan: String,
+}
+
+/// What one reconcile pass leaves behind.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub phase: String,
+    pub conditions: Vec<Condition>,
+    pub endpoint: Option<String>,
+    pub observed_generation: i64,
+    pub requeue_after: Duration,
+}
+
+/// An API token (the hash only).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Token {
+    pub id: i64,
+    pub name: String,
+    pub role: String,
+    pub created_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// A certificate record.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct CertificateRow {
+    pub purpose: String,
+    pub serial: String,
+    pub fingerprint: String,
+    pub subject: String,
+    pub not_after: OffsetDateTime,
+}
+
+const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
+     phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at";
+
+fn unique_violation(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(d) if d.code().as_deref() == Some("23505") => {
+            Some(d.constraint().unwrap_or_default().to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// The inventory.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    pool: PgPool,
+}
+
+impl Inventory {
+    /// Connects (lazily: a database that is down now may be up at first use).
+    pub async fn connect(url: &str) -> Result<Inventory> {
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await
+            .map_err(Error::Database)?;
+        Ok(Inventory { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies pending migrations from `migrations/` (embedded at build time).
+    pub async fn migrate(&self) -> Result<()> {
+        sqlx::migrate!("../migrations")
+            .run(&self.pool)
+            .await
+            .map_err(Error::Migrate)
+    }
+
+    /// True when the database answers.
+    pub async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    /// Records the catalog this replica serves (newer replicas overwrite older entries).
+    pub async fn upsert_versions(&self, catalog: &Catalog) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for v in &catalog.versions {
+            sqlx::query(
+                "INSERT INTO versions (minor, kubernetes, images, is_default) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (minor) DO UPDATE SET kubernetes = EXCLUDED.kubernetes,
+                   images = EXCLUDED.images, is_default = EXCLUDED.is_default, updated_at = now()",
+            )
+            .bind(&v.minor)
+            .bind(&v.kubernetes)
+            .bind(Json(&v.images))
+            .bind(v.minor == catalog.default)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Creates a tenant and its audit entry; a live tenant of the same name is a
+    /// [`Error::Duplicate`].
+    pub async fn create_tenant(&self, t: &NewTenant, actor: &str) -> Result<Tenant> {
+        let mut tx = self.pool.begin().await?;
+        let row: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO tenants (name, key, owner, labels, version, plan)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {TENANT_COLUMNS}"
+        )))
+        .bind(&t.name)
+        .bind(&t.key)
+        .bind(&t.owner)
+        .bind(Json(&t.labels))
+        .bind(&t.version)
+        .bind(&t.plan)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| match unique_violation(&e).as_deref() {
+            Some("tenants_live_name") => Error::Duplicate(t.name.clone()),
+            Some("tenants_key_key") => Error::KeyCollision,
+            _ => Error::Database(e),
+        })?;
+        audit_in(
+            &mut tx,
+            actor,
+            "tenant.create",
+            Some(row.id),
+            serde_json::json!({"name": t.name, "key": t.key, "version": t.version, "plan": t.plan}),
+        )
+        .await?;
+        notify(&mut tx).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// Live tenants, optionally only one owner's, by name.
+    pub async fn list_tenants(&self, owner: Option<&str>) -> Result<Vec<Tenant>> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants
+             WHERE deleted_at IS NULL AND ($1::text IS NULL OR owner = $1) ORDER BY name"
+        )))
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// A live tenant by name (optionally only if `owner` owns it).
+    pub async fn get_tenant(&self, name: &str, owner: Option<&str>) -> Result<Option<Tenant>> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants
+             WHERE deleted_at IS NULL AND name = $1 AND ($2::text IS NULL OR owner = $2)"
+        )))
+        .bind(name)
+        .bind(owner)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// A tenant by id, deleted or not.
+    pub async fn tenant_by_id(&self, id: i64) -> Result<Option<Tenant>> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Marks a live tenant for deletion; `None` if there is none (for this owner).
+    pub async fn request_delete(
+        &self,
+        name: &str,
+        owner: Option<&str>,
+        retain_data: bool,
+        actor: &str,
+    ) -> Result<Option<Tenant>> {
+        let mut tx = self.pool.begin().await?;
+        let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE tenants SET desired = 'absent', phase = 'Deleting', retain_data = $3,
+               generation = generation + CASE WHEN desired = 'absent' THEN 0 ELSE 1 END,
+               next_reconcile_at = now(), updated_at = now()
+             WHERE deleted_at IS NULL AND name = $1 AND ($2::text IS NULL OR owner = $2)
+             RETURNING {TENANT_COLUMNS}"
+        )))
+        .bind(name)
+        .bind(owner)
+        .bind(retain_data)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(t) = &row {
+            audit_in(
+                &mut tx,
+                actor,
+                "tenant.delete",
+                Some(t.id),
+                serde_json::json!({"name": name, "retain_data": retain_data}),
+            )
+            .await?;
+            notify(&mut tx).await?;
+        }
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// Claims the most overdue tenant no other worker holds, for `lease`.
+    pub async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Tenant>> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE tenants SET lease_owner = $1, lease_until = now() + make_interval(secs => $2)
+             WHERE id = (
+               SELECT id FROM tenants
+               WHERE deleted_at IS NULL AND next_reconcile_at <= now()
+                 AND (lease_until IS NULL OR lease_until < now())
+               ORDER BY next_reconcile_at LIMIT 1
+               FOR UPDATE SKIP LOCKED)
+             RETURNING {TENANT_COLUMNS}"
+        )))
+        .bind(worker)
+        .bind(lease.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Extends a held lease; false if the lease was lost (another worker took over).
+    pub async fn renew(&self, id: i64, worker: &str, lease: Duration) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE tenants SET lease_until = now() + make_interval(secs => $3)
+             WHERE id = $1 AND lease_owner = $2 AND lease_until > now()",
+        )
+        .bind(id)
+        .bind(worker)
+        .bind(lease.as_secs_f64())
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Writes a pass's outcome and releases the lease. A generation bumped by the API during
+    /// the pass is kept (the pass reports the generation it saw), so the change is not lost.
+    /// Returns false if the lease had been lost.
+    pub async fn finish(&self, t: &Tenant, worker: &str, o: &Outcome, actor: &str) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "UPDATE tenants SET phase = $3, conditions = $4, endpoint = $5,
+               observed_generation = GREATEST(observed_generation, $6),
+               next_reconcile_at = now() + make_interval(secs => $7),
+               lease_owner = NULL, lease_until = NULL, updated_at = now()
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(t.id)
+        .bind(worker)
+        .bind(&o.phase)
+        .bind(Json(&o.conditions))
+        .bind(&o.endpoint)
+        .bind(o.observed_generation)
+        .bind(o.requeue_after.as_secs_f64())
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if o.phase != t.phase {
+            audit_in(
+                &mut tx,
+                actor,
+                "tenant.phase",
+                Some(t.id),
+                serde_json::json!({"from": t.phase, "to": o.phase}),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Tombstones a deleted tenant (its name becomes free; the row stays for the record).
+    pub async fn tombstone(&self, t: &Tenant, worker: &str, actor: &str) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "UPDATE tenants SET deleted_at = now(), phase = 'Deleted', lease_owner = NULL,
+               lease_until = NULL, observed_generation = generation, updated_at = now()
+             WHERE id = $1 AND lease_owner = $2 AND deleted_at IS NULL",
+        )
+        .bind(t.id)
+        .bind(worker)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        audit_in(
+            &mut tx,
+            actor,
+            "tenant.deleted",
+            Some(t.id),
+            serde_json::json!({"name": t.name, "key": t.key}),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Records a certificate once (idempotent on tenant, purpose and serial).
+    pub async fn record_certificate(
+        &self,
+        tenant_id: i64,
+        purpose: &str,
+        c: &CertInfo,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO certificates (tenant_id, purpose, serial, fingerprint, subject, not_before, not_after)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tenant_id, purpose, serial) DO NOTHING",
+        )
+        .bind(tenant_id)
+        .bind(purpose)
+        .bind(&c.serial)
+        .bind(&c.fingerprint)
+        .bind(&c.subject)
+        .bind(c.not_before)
+        .bind(c.not_after)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every certificate recorded for a tenant, oldest first.
+    pub async fn certificates(&self, tenant_id: i64) -> Result<Vec<CertificateRow>> {
+        Ok(sqlx::query_as(
+            "SELECT purpose, serial, fingerprint, subject, not_after FROM certificates
+             WHERE tenant_id = $1 ORDER BY id",
+        )
+        .bind(tenant_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Records an issued kubeconfig.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn record_kubeconfig(
+        &self,
+        tenant_id: i64,
+        user: &str,
+        groups: &[String],
+        serial: &str,
+        expires_at: OffsetDateTime,
+        actor: &str,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO kubeconfigs (tenant_id, username, groups, serial, expires_at, created_by)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(tenant_id)
+        .bind(user)
+        .bind(groups)
+        .bind(serial)
+        .bind(expires_at)
+        .bind(actor)
+        .execute(&mut *tx)
+        .await?;
+        audit_in(
+            &mut tx,
+            actor,
+            "kubeconfig.issue",
+            Some(tenant_id),
+            serde_json::json!({"user": user, "groups": groups, "serial": serial}),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Stores a token's hash; a duplicate name is [`Error::Duplicate`].
+    pub async fn create_token(
+        &self,
+        name: &str,
+        role: &str,
+        hash: &[u8],
+        actor: &str,
+    ) -> Result<Token> {
+        let mut tx = self.pool.begin().await?;
+        let t: Token = sqlx::query_as(
+            "INSERT INTO api_tokens (name, role, hash) VALUES ($1, $2, $3)
+             RETURNING id, name, role, created_at, revoked_at",
+        )
+        .bind(name)
+        .bind(role)
+        .bind(hash)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| match unique_violation(&e) {
+            Some(_) => Error::Duplicate(name.to_owned()),
+            None => Error::Database(e),
+        })?;
+        audit_in(
+            &mut tx,
+            actor,
+            "token.create",
+            None,
+            serde_json::json!({"name": name, "role": role}),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(t)
+    }
+
+    /// The live token with this hash.
+    pub async fn token_by_hash(&self, hash: &[u8]) -> Result<Option<Token>> {
+        Ok(sqlx::query_as(
+            "SELECT id, name, role, created_at, revoked_at FROM api_tokens
+             WHERE hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Revokes a token by name; false if there was no live one.
+    pub async fn revoke_token(&self, name: &str, actor: &str) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL",
+        )
+        .bind(name)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() == 1 {
+            audit_in(
+                &mut tx,
+                actor,
+                "token.revoke",
+                None,
+                serde_json::json!({"name": name}),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Makes `hash` a live admin token named `name` (the configured admin token; replacing
+    /// it in the configuration replaces the stored hash).
+    pub async fn ensure_admin_token(&self, name: &str, hash: &[u8]) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO api_tokens (name, role, hash) VALUES ($1, 'admin', $2)
+             ON CONFLICT (name) DO UPDATE SET hash = EXCLUDED.hash, role = 'admin', revoked_at = NULL",
+        )
+        .bind(name)
+        .bind(hash)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Live tenants per phase.
+    pub async fn phase_counts(&self) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT phase, count(*) FROM tenants WHERE deleted_at IS NULL GROUP BY phase ORDER BY phase",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Number of live admin tokens.
+    pub async fn admin_tokens(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM api_tokens WHERE role = 'admin' AND revoked_at IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// Audit entries for a tenant, oldest first: (actor, action).
+    pub async fn audit_trail(&self, tenant_id: i64) -> Result<Vec<(String, String)>> {
+        Ok(
+            sqlx::query_as("SELECT actor, action FROM audit WHERE tenant_id = $1 ORDER BY id")
+                .bind(tenant_id)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Time until the next tenant is due (zero if one is due now), if any is scheduled.
+    pub async fn next_due(&self) -> Result<Option<Duration>> {
+        let secs: Option<f64> = sqlx::query_scalar(
+            "SELECT GREATEST(0, EXTRACT(EPOCH FROM min(next_reconcile_at) - now()))::float8
+             FROM tenants WHERE deleted_at IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(secs.map(Duration::from_secs_f64))
+    }
+
+    /// A listener on [`CHANNEL`].
+    pub async fn listener(&self) -> Result<PgListener> {
+        let mut l = PgListener::connect_with(&self.pool).await?;
+        l.listen(CHANNEL).await?;
+        Ok(l)
+    }
+}
+
+async fn notify(tx: &mut sqlx::PgConnection) -> Result<()> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(CHANNEL)
+        .execute(tx)
+        .await?;
+    Ok(())
+}
+
+async fn audit_in(
+    tx: &mut sqlx::PgConnection,
+    actor: &str,
+    action: &str,
+    tenant_id: Option<i64>,
+    detail: serde_json::Value,
+) -> Result<()> {
+    sqlx::query("INSERT INTO audit (actor, action, tenant_id, detail) VALUES ($1, $2, $3, $4)")
+        .bind(actor)
+        .bind(action)
+        .bind(tenant_id)
+        .bind(Json(detail))
+        .execute(tx)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,798 @@
+//! The tenant reconciler: inventory + render + pki -> host cluster.
+//!
+//! [`Provisioner::pass`] runs one idempotent pass over a claimed tenant: bring-up
+//! ([`steps::Step`] order, gated on readiness) or tear-down, and returns the outcome the worker
+//! writes back. [`run_workers`] claims due tenants from the inventory and wakes on
+//! `NOTIFY vcp_tenants`.
+
+pub mod host;
+pub mod steps;
+
+use crate::inventory::{Inventory, Outcome, Tenant};
+use crate::names::control_plane_namespace;
+use crate::pki::{self, ApiNames, Ca, CertKey};
+use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
+use crate::{Error, Result};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use steps::{Step, StepResult};
+use time::OffsetDateTime;
+use vcp_syncer::naming::LABEL_TENANT;
+
+/// How the orchestrator reaches tenant apiservers (readiness, bootstrap, kubeconfigs it checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TenantAccess {
+    /// Through the Service's cluster DNS name (vcp runs inside the host cluster).
+    Service,
+    /// Through the exposed endpoint that kubeconfigs carry (vcp runs outside).
+    Endpoint,
+}
+
+/// Everything a pass needs besides the tenant.
+#[derive(Debug)]
+pub struct Config {
+    pub catalog: Catalog,
+    pub plans: BTreeMap<String, Plan>,
+    pub settings: Settings,
+    pub renderer: Renderer,
+    pub access: TenantAccess,
+}
+
+/// Runs passes.
+#[derive(Clone)]
+pub struct Provisioner {
+    pub inventory: Inventory,
+    pub host: Client,
+    pub config: Arc<Config>,
+}
+
+impl std::fmt::Debug for Provisioner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provisioner").finish_non_exhaustive()
+    }
+}
+
+/// Label selecting a tenant's control-plane objects.
+fn cp_selector(key: &str) -> String {
+    format!("{}={key}", render::LABEL_CONTROL_PLANE_OF)
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// `https://host:port`, bracketing IPv6 literals.
+fn url(host: &str, port: i32) -> String {
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V6(_)) => format!("https://[{host}]:{port}"),
+        _ => format!("https://{host}:{port}"),
+    }
+}
+
+/// The first address of a CIDR (the tenant's own `kubernetes` Service IP).
+pub fn first_service_ip(cidr: &str) -> Option<IpAddr> {
+    let (base, _) = cidr.split_once('/')?;
+    match base.parse::<IpAddr>().ok()? {
+        IpAddr::V4(v4) => Some(IpAddr::V4((u32::from(v4) + 1).into())),
+        IpAddr::V6(v6) => Some(IpAddr::V6((u128::from(v6) + 1).into())),
+    }
+}
+
+fn secret_str(s: &Secret, k: &str) -> Option<String> {
+    s.data
+        .as_ref()?
+        .get(k)
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+}
+
+impl Provisioner {
+    fn input<'a>(
+        &'a self,
+        t: &'a Tenant,
+        version: &'a render::Version,
+        plan: &'a Plan,
+        rollout: BTreeMap<String, String>,
+    ) -> Input<'a> {
+        Input {
+            name: &t.name,
+            key: &t.key,
+            version,
+            plan,
+            settings: &self.config.settings,
+            rollout,
+        }
+    }
+
+    /// One pass over a claimed tenant.
+    pub async fn pass(&self, t: &Tenant, now: OffsetDateTime) -> Outcome {
+        if t.desired == "absent" {
+            let r = self
+                .tear_down(t)
+                .await
+                .unwrap_or_else(|e| StepResult::Error(e.public()));
+            let v = steps::tear_down(&r, &t.conditions.0, now);
+            return Outcome {
+                phase: if r == StepResult::Ready {
+                    "Deleted".into()
+                } else {
+                    v.phase.into()
+                },
+                conditions: v.conditions,
+                endpoint: t.endpoint.clone(),
+                observed_generation: t.generation,
+                requeue_after: v.requeue_after,
+            };
+        }
+        let mut endpoint = t.endpoint.clone();
+        let results = self.bring_up(t, &mut endpoint).await;
+        let v = steps::bring_up(&results, &t.conditions.0, now);
+        Outcome {
+            phase: v.phase.into(),
+            conditions: v.conditions,
+            endpoint,
+            observed_generation: t.generation,
+            requeue_after: v.requeue_after,
+        }
+    }
+
+    async fn bring_up(&self, t: &Tenant, endpoint: &mut Option<String>) -> Vec<(Step, StepResult)> {
+        let mut out = Vec::new();
+        let cfg = &self.config;
+        let Some(version) = cfg.catalog.get(&t.version) else {
+            out.push((
+                Step::Namespace,
+                StepResult::Fatal(format!(
+                    "version {} is not in this replica's catalog",
+                    t.version
+                )),
+            ));
+            return out;
+        };
+        let Some(plan) = cfg.plans.get(&t.plan) else {
+            out.push((
+                Step::Namespace,
+                StepResult::Fatal(format!("plan {:?} is not configured", t.plan)),
+            ));
+            return out;
+        };
+        macro_rules! step {
+            ($s:expr, $e:expr) => {{
+                let r = match $e {
+                    Ok(r) => r,
+                    Err(Error::Render(e)) => StepResult::Fatal(e.to_string()),
+                    Err(e) => StepResult::Error(e.public()),
+                };
+                let done = r == StepResult::Ready;
+                out.push(($s, r));
+                if !done {
+                    return out;
+                }
+            }};
+        }
+        let ns = control_plane_namespace(&t.key);
+        step!(Step::Namespace, self.ensure_namespace(t, &ns).await);
+        let exposed = self.expose(t, version, plan).await.map(|e| {
+            e.map_or_else(
+                || Err("waiting for the apiserver Service's address".to_owned()),
+                Ok,
+            )
+        });
+        let external = match exposed {
+            Ok(Ok((url, host))) => {
+                *endpoint = Some(url);
+                out.push((Step::Exposed, StepResult::Ready));
+                host
+            }
+            Ok(Err(m)) => {
+                out.push((Step::Exposed, StepResult::Waiting(m)));
+                return out;
+            }
+            Err(e) => {
+                out.push((Step::Exposed, StepResult::Error(e.public())));
+                return out;
+            }
+        };
+        let rollout = match self.ensure_pki(t, &ns, plan, &external).await {
+            Ok(r) => {
+                out.push((Step::Certificates, StepResult::Ready));
+                r
+            }
+            Err(e) => {
+                out.push((Step::Certificates, StepResult::Error(e.public())));
+                return out;
+            }
+        };
+        let input = self.input(t, version, plan, rollout);
+        let r = &cfg.renderer;
+        step!(
+            Step::Etcd,
+            self.apply_component(r, Component::Etcd, &input).await
+        );
+        step!(
+            Step::Apiserver,
+            self.apiserver_ready(r, &input, &ns, endpoint.as_deref())
+                .await
+        );
+        step!(
+            Step::Bootstrapped,
+            self.bootstrap(&ns, endpoint.as_deref()).await
+        );
+        step!(
+            Step::ControllerManager,
+            self.apply_component(r, Component::ControllerManager, &input)
+                .await
+        );
+        step!(
+            Step::Dns,
+            self.apply_component(r, Component::Coredns, &input).await
+        );
+        step!(
+            Step::Syncer,
+            self.apply_component(r, Component::Syncer, &input).await
+        );
+        out
+    }
+
+    async fn ensure_namespace(&self, t: &Tenant, ns: &str) -> Result<StepResult> {
+        let obj = Object(json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": ns,
+                "labels": {
+                    render::LABEL_CONTROL_PLANE_OF: t.key,
+                    render::LABEL_MANAGED_BY: "vcp",
+                },
+                "annotations": {"vcp.dev/tenant-name": t.name},
+            },
+        }));
+        let applied = host::apply(&self.host, &obj, false).await?;
+        if applied.metadata.deletion_timestamp.is_some() {
+            return Ok(StepResult::Waiting(format!(
+                "namespace {ns} is still terminating"
+            )));
+        }
+        Ok(StepResult::Ready)
+    }
+
+    /// Applies the network policy and the apiserver Service; returns the endpoint URL and the
+    /// host name or address to put in the serving certificate, once known.
+    async fn expose(
+        &self,
+        t: &Tenant,
+        version: &render::Version,
+        plan: &Plan,
+    ) -> Result<Option<(String, String)>> {
+        let input = self.input(t, version, plan, BTreeMap::new());
+        let r = &self.config.renderer;
+        host::apply_all(&self.host, &r.render(Component::Network, &input)?).await?;
+        let svc = r
+            .render(Component::Apiserver, &input)?
+            .into_iter()
+            .find(|o| o.kind() == "Service")
+            .ok_or(Error::Config(
+                "the kube-apiserver template renders no Service".into(),
+            ))?;
+        host::apply(&self.host, &svc, false).await?;
+        let ns = control_plane_namespace(&t.key);
+        let live = Api::<Service>::namespaced(self.host.clone(), &ns)
+            .get(svc.name())
+            .await
+            .map_err(|e| Error::kube("read the apiserver Service", e))?;
+        Ok(match &self.config.settings.expose {
+            Expose::NodePort { address } => live
+                .spec
+                .and_then(|s| s.ports)
+                .and_then(|p| p.into_iter().find_map(|p| p.node_port))
+                .map(|port| (url(address, port), address.clone())),
+            Expose::LoadBalancer => live
+                .status
+                .and_then(|s| s.load_balancer)
+                .and_then(|lb| lb.ingress)
+                .and_then(|i| i.into_iter().next())
+                .and_then(|i| i.ip.or(i.hostname))
+                .map(|a| (url(&a, 6443), a)),
+            Expose::Hostname { domain } => {
+                let h = format!("{}.{domain}", t.key);
+                Some((format!("https://{h}"), h))
+            }
+        })
+    }
+
+    /// Makes sure every CA and leaf Secret exists, is current and is recorded; returns the
+    /// per-component certificate digests that roll pods on renewal.
+    async fn ensure_pki(
+        &self,
+        t: &Tenant,
+        ns: &str,
+        plan: &Plan,
+        external: &str,
+    ) -> Result<BTreeMap<String, String>> {
+        let secrets: Api<Secret> = Api::namespaced(self.host.clone(), ns);
+        let now = OffsetDateTime::now_utc();
+        let mut cas = BTreeMap::new();
+        for (name, purpose) in pki::CAS {
+            let pair = match self.get_pair(&secrets, name).await? {
+                Some(p) => p,
+                None => {
+                    let ca = Ca::generate(&format!("{}-{purpose}", t.key), now)?;
+                    self.create_secret(&secrets, name, t, pair_data(ca.cert_key(), None), None)
+                        .await?;
+                    // Another replica may have won the race: use whatever is stored now.
+                    self.get_pair(&secrets, name)
+                        .await?
+                        .ok_or_else(|| Error::Config(format!("secret {name} vanished")))?
+                }
+            };
+            let info = pki::inspect(purpose, &pair.cert_pem)?;
+            self.inventory
+                .record_certificate(t.id, purpose, &info)
+                .await?;
+            cas.insert(name, Ca::load(&pair)?);
+        }
+        if secrets
+            .get_opt("sa")
+            .await
+            .map_err(|e| Error::kube("read secret sa", e))?
+            .is_none()
+        {
+            let (key, public) = pki::service_account_key()?;
+            let data = BTreeMap::from([
+                ("sa.key".to_owned(), ByteString(key.into_bytes())),
+                ("sa.pub".to_owned(), ByteString(public.into_bytes())),
+            ]);
+            self.create_secret(&secrets, "sa", t, data, None).await?;
+        }
+        let names = ApiNames {
+            namespace: ns.to_owned(),
+            cluster_domain: self.config.settings.cluster_domain.clone(),
+            kubernetes_service_ip: first_service_ip(&self.config.settings.service_cidr)
+                .ok_or_else(|| Error::Config("service CIDR has no first address".into()))?,
+            external: Some(external.to_owned()),
+            etcd_replicas: plan.etcd_replicas,
+        };
+        let mut serials = BTreeMap::new();
+        for leaf in pki::plan(&names) {
+            let ca = &cas[leaf.ca];
+            let digest = leaf.spec.digest();
+            let existing = secrets
+                .get_opt(leaf.name)
+                .await
+                .map_err(|e| Error::kube(format!("read secret {}", leaf.name), e))?;
+            let current = existing.as_ref().and_then(|s| {
+                let cert = secret_str(s, "tls.crt")?;
+                let ok = s.metadata.annotations.as_ref()?.get(ANN_SPEC) == Some(&digest)
+                    && secret_str(s, "ca.crt").as_deref() == Some(ca.cert_key().cert_pem.as_str())
+                    && !pki::needs_renewal(&pki::inspect(leaf.name, &cert).ok()?, now);
+                ok.then_some(cert)
+            });
+            let cert = match current {
+                Some(c) => c,
+                None => {
+                    let pair = ca.issue(&leaf.spec, now, pki::LEAF_VALIDITY)?;
+                    let data = pair_data(&pair, Some(&ca.cert_key().cert_pem));
+                    match existing {
+                        None => {
+                            self.create_secret(&secrets, leaf.name, t, data, Some(&digest))
+                                .await?
+                        }
+                        Some(old) => {
+                            // Replace with the version we read: a concurrent writer makes
+                            // this a 409, and the next pass starts from what it wrote.
+                            let mut s = secret(leaf.name, t, data, Some(&digest));
+                            s.metadata.resource_version = old.metadata.resource_version;
+                            secrets
+                                .replace(leaf.name, &PostParams::default(), &s)
+                                .await
+                                .map_err(|e| {
+                                    Error::kube(format!("renew secret {}", leaf.name), e)
+                                })?;
+                            tracing::info!(tenant = %t.name, certificate = leaf.name, "certificate reissued");
+                        }
+                    }
+                    secret_str(
+                        &secrets
+                            .get(leaf.name)
+                            .await
+                            .map_err(|e| Error::kube(format!("read secret {}", leaf.name), e))?,
+                        "tls.crt",
+                    )
+                    .unwrap_or_default()
+                }
+            };
+            let info = pki::inspect(leaf.name, &cert)?;
+            self.inventory
+                .record_certificate(t.id, leaf.name, &info)
+                .await?;
+            serials.insert(leaf.name, info.serial);
+        }
+        let digest = |names: &[&str]| {
+            let mut h = Sha256::new();
+            for n in names {
+                h.update(serials.get(n).map(String::as_str).unwrap_or_default());
+                h.update([0]);
+            }
+            pki::hex(&h.finalize()[..8])
+        };
+        Ok(BTreeMap::from([
+            ("etcd".to_owned(), digest(&["etcd"])),
+            (
+                "apiserver".to_owned(),
+                digest(&["apiserver", "apiserver-etcd-client", "front-proxy-client"]),
+            ),
+            (
+                "controller_manager".to_owned(),
+                digest(&["controller-manager"]),
+            ),
+            ("coredns".to_owned(), digest(&["coredns"])),
+            ("syncer".to_owned(), digest(&["syncer"])),
+        ]))
+    }
+
+    async fn get_pair(&self, secrets: &Api<Secret>, name: &str) -> Result<Option<CertKey>> {
+        let s = secrets
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("read secret {name}"), e))?;
+        Ok(s.and_then(|s| {
+            Some(CertKey {
+                cert_pem: secret_str(&s, "tls.crt")?,
+                key_pem: secret_str(&s, "tls.key")?,
+            })
+        }))
+    }
+
+    async fn create_secret(
+        &self,
+        secrets: &Api<Secret>,
+        name: &str,
+        t: &Tenant,
+        data: BTreeMap<String, ByteString>,
+        spec: Option<&str>,
+    ) -> Result<()> {
+        match secrets
+            .create(&PostParams::default(), &secret(name, t, data, spec))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if conflict(&e) => Ok(()),
+            Err(e) => Err(Error::kube(format!("create secret {name}"), e)),
+        }
+    }
+
+    async fn apply_component(
+        &self,
+        r: &Renderer,
+        c: Component,
+        input: &Input<'_>,
+    ) -> Result<StepResult> {
+        let objects = r.render(c, input)?;
+        host::apply_all(&self.host, &objects).await?;
+        workload_ready(&self.host, &objects).await
+    }
+
+    async fn apiserver_ready(
+        &self,
+        r: &Renderer,
+        input: &Input<'_>,
+        ns: &str,
+        endpoint: Option<&str>,
+    ) -> Result<StepResult> {
+        match self.apply_component(r, Component::Apiserver, input).await? {
+            StepResult::Ready => {}
+            other => return Ok(other),
+        }
+        let client = self.tenant_client(ns, endpoint).await?;
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| Error::Config(e.to_string()))?;
+        match client.request_text(req).await {
+            Ok(body) if body.trim() == "ok" => Ok(StepResult::Ready),
+            Ok(body) => Ok(StepResult::Waiting(format!(
+                "apiserver /readyz: {}",
+                body.trim()
+            ))),
+            Err(e) => Ok(StepResult::Waiting(format!("apiserver /readyz: {e}"))),
+        }
+    }
+
+    /// A cluster-admin client of the tenant, as the orchestrator's own user.
+    pub async fn tenant_client(&self, ns: &str, endpoint: Option<&str>) -> Result<Client> {
+        let secrets: Api<Secret> = Api::namespaced(self.host.clone(), ns);
+        let s = secrets
+            .get("orchestrator")
+            .await
+            .map_err(|e| Error::kube("read the orchestrator's tenant certificate", e))?;
+        let server = match (self.config.access, endpoint) {
+            (TenantAccess::Endpoint, Some(e)) => e.to_owned(),
+            _ => format!("https://kube-apiserver.{ns}.svc:6443"),
+        };
+        let kc = render::kubeconfig::embedded(
+            "tenant",
+            &server,
+            &secret_str(&s, "ca.crt").unwrap_or_default(),
+            "vcp",
+            &secret_str(&s, "tls.crt").unwrap_or_default(),
+            &secret_str(&s, "tls.key").unwrap_or_default(),
+        );
+        client_from_kubeconfig(&kc).await
+    }
+
+    /// Binds the access groups inside the tenant; nothing else grants access.
+    async fn bootstrap(&self, ns: &str, endpoint: Option<&str>) -> Result<StepResult> {
+        let client = self.tenant_client(ns, endpoint).await?;
+        let pp = PatchParams::apply(host::FIELD_MANAGER).force();
+        let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+        for (group, role) in [
+            ("view", "view"),
+            ("edit", "edit"),
+            ("admin", "cluster-admin"),
+        ] {
+            let name = format!("vcp:{group}");
+            let body = json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name, "labels": {render::LABEL_MANAGED_BY: "vcp"}},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
+            });
+            crbs.patch(&name, &pp, &Patch::Apply(&body))
+                .await
+                .map_err(|e| Error::kube(format!("bind group {group} in the tenant"), e))?;
+        }
+        let roles: Api<ClusterRole> = Api::all(client.clone());
+        let role = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "vcp:coredns", "labels": {render::LABEL_MANAGED_BY: "vcp"}},
+            "rules": [
+                {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+            ],
+        });
+        roles
+            .patch("vcp:coredns", &pp, &Patch::Apply(&role))
+            .await
+            .map_err(|e| Error::kube("create the CoreDNS role in the tenant", e))?;
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "vcp:coredns", "labels": {render::LABEL_MANAGED_BY: "vcp"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vcp:coredns"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": pki::COREDNS_USER}],
+        });
+        crbs.patch("vcp:coredns", &pp, &Patch::Apply(&binding))
+            .await
+            .map_err(|e| Error::kube("bind the CoreDNS role in the tenant", e))?;
+        Ok(StepResult::Ready)
+    }
+
+    /// Removes everything vcp created for the tenant on the host. `Ready` when nothing is left.
+    async fn tear_down(&self, t: &Tenant) -> Result<StepResult> {
+        let ns = control_plane_namespace(&t.key);
+        // The syncer goes first, so nothing recreates host objects while they are deleted.
+        let deployments: Api<Deployment> = Api::namespaced(self.host.clone(), &ns);
+        ignore_404(
+            deployments
+                .delete("vcp-syncer", &DeleteParams::foreground())
+                .await,
+        )
+        .map_err(|e| Error::kube("delete the syncer", e))?;
+        let pods: Api<Pod> = Api::namespaced(self.host.clone(), &ns);
+        let syncers = pods
+            .list(&ListParams::default().labels(&format!(
+                "{},{}=vcp-syncer",
+                cp_selector(&t.key),
+                render::LABEL_COMPONENT
+            )))
+            .await
+            .map_err(|e| Error::kube("list syncer pods", e))?;
+        if !syncers.items.is_empty() {
+            return Ok(StepResult::Waiting("waiting for the syncer to stop".into()));
+        }
+        let cluster_name = format!("vcp-syncer-{}", t.key);
+        ignore_404(
+            Api::<ClusterRoleBinding>::all(self.host.clone())
+                .delete(&cluster_name, &DeleteParams::default())
+                .await,
+        )
+        .map_err(|e| Error::kube("delete the syncer's cluster role binding", e))?;
+        ignore_404(
+            Api::<ClusterRole>::all(self.host.clone())
+                .delete(&cluster_name, &DeleteParams::default())
+                .await,
+        )
+        .map_err(|e| Error::kube("delete the syncer's cluster role", e))?;
+        if t.retain_data {
+            self.retain_etcd_volumes(&ns).await?;
+        }
+        let namespaces: Api<Namespace> = Api::all(self.host.clone());
+        let mut left = Vec::new();
+        for sel in [format!("{LABEL_TENANT}={}", t.key), cp_selector(&t.key)] {
+            for n in namespaces
+                .list(&ListParams::default().labels(&sel))
+                .await
+                .map_err(|e| Error::kube("list tenant namespaces", e))?
+            {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                if n.metadata.deletion_timestamp.is_none() {
+                    ignore_404(namespaces.delete(&name, &DeleteParams::default()).await)
+                        .map_err(|e| Error::kube(format!("delete namespace {name}"), e))?;
+                }
+                left.push(name);
+            }
+        }
+        let pvs: Api<PersistentVolume> = Api::all(self.host.clone());
+        for pv in pvs
+            .list(&ListParams::default().labels(&format!("{LABEL_TENANT}={}", t.key)))
+            .await
+            .map_err(|e| Error::kube("list tenant volumes", e))?
+        {
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            ignore_404(pvs.delete(&name, &DeleteParams::default()).await)
+                .map_err(|e| Error::kube(format!("delete volume {name}"), e))?;
+            left.push(name);
+        }
+        if left.is_empty() {
+            Ok(StepResult::Ready)
+        } else {
+            left.sort();
+            Ok(StepResult::Waiting(format!(
+                "{} left: {}",
+                left.len(),
+                left.join(", ")
+            )))
+        }
+    }
+
+    async fn retain_etcd_volumes(&self, ns: &str) -> Result<()> {
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.host.clone(), ns);
+        let pvs: Api<PersistentVolume> = Api::all(self.host.clone());
+        for pvc in pvcs
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| Error::kube("list etcd volume claims", e))?
+        {
+            if let Some(pv) = pvc.spec.and_then(|s| s.volume_name) {
+                let patch = json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}});
+                ignore_404(
+                    pvs.patch(&pv, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await,
+                )
+                .map_err(|e| Error::kube(format!("retain volume {pv}"), e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Annotation with the digest of the plan a leaf certificate was issued for.
+const ANN_SPEC: &str = "vcp.dev/certificate-spec";
+
+fn pair_data(p: &CertKey, ca: Option<&str>) -> BTreeMap<String, ByteString> {
+    let mut d = BTreeMap::from([
+        (
+            "tls.crt".to_owned(),
+            ByteString(p.cert_pem.clone().into_bytes()),
+        ),
+        (
+            "tls.key".to_owned(),
+            ByteString(p.key_pem.clone().into_bytes()),
+        ),
+    ]);
+    if let Some(ca) = ca {
+        d.insert("ca.crt".to_owned(), ByteString(ca.as_bytes().to_vec()));
+    }
+    d
+}
+
+fn secret(
+    name: &str,
+    t: &Tenant,
+    data: BTreeMap<String, ByteString>,
+    spec: Option<&str>,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([
+                (render::LABEL_CONTROL_PLANE_OF.to_owned(), t.key.clone()),
+                (render::LABEL_MANAGED_BY.to_owned(), "vcp".to_owned()),
+            ])),
+            annotations: spec.map(|d| BTreeMap::from([(ANN_SPEC.to_owned(), d.to_owned())])),
+            ..ObjectMeta::default()
+        },
+        type_: Some(
+            if data.contains_key("tls.crt") {
+                "kubernetes.io/tls"
+            } else {
+                "Opaque"
+            }
+            .to_owned(),
+        ),
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
+fn ignore_404<T>(r: std::result::Result<T, kube::Error>) -> std::result::Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the StatefulSets and Deployments among `objects` are fully rolled out and ready.
+async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResult> {
+    for o in objects {
+        let Some(ns) = o.namespace() else { continue };
+        let (want, ready, updated, observed, generation) = match o.kind() {
+            "StatefulSet" => {
+                let s = Api::<StatefulSet>::namespaced(client.clone(), ns)
+                    .get(o.name())
+                    .await
+                    .map_err(|e| Error::kube(format!("read statefulset {}", o.name()), e))?;
+                let st = s.status.unwrap_or_default();
+                (
+                    s.spec.replicas.unwrap_or(1),
+                    st.ready_replicas.unwrap_or(0),
+                    st.updated_replicas.unwrap_or(0),
+                    st.observed_generation.unwrap_or(0),
+                    s.metadata.generation.unwrap_or(0),
+                )
+            }
+            "Deployment" => {
+                let d = Api::<Deployment>::namespaced(client.clone(), ns)
+                    .get(o.name())
+                    .await
+                    .map_err(|e| Error::kube(format!("read deployment {}", o.name()), e))?;
+                let st = d.status.unwrap_or_default();
+                (
+                    d.spec.replicas.unwrap_or(1),
+                    st.available_replicas.unwrap_or(0),
+                    st.updated_replicas.unwrap_or(0),
+                    st.observed_generation.unwrap_or(0),
+                    d.metadata.generation.unwrap_or(0),
+                )
+            }
+            _ => continue,
+        };
+        if observed < generation || updated < want || ready < want {
+            return Ok(StepResult::Waiting(format!(
+                "{} {}: {ready}/{want} ready, {updated}/{want} updated",
+                o.kind(),
+                o.name()
+            )));
+        }
+    }
+    Ok(StepResult::Ready)
+}
+
+/// A client from kubeconfig text.
+pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(yaml).map_err(|e| Error::Config(e.to_string()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Config(e.to_string()))?;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(30));
+    Client::try_from(config).map_err(|e| Error::kube("build a tenant client", e))
+}

@@ -1,0 +1,264 @@
+//! The provisioning steps and what their results mean for a tenant (pure).
+//!
+//! Bring-up is a fixed sequence, each step gated on the one before being ready. A pass walks
+//! the sequence from the start (every step is idempotent, so repeating a finished one costs a
+//! few no-op applies), stops at the first step that is not ready yet, and turns what it saw
+//! into conditions and a phase. That is what lets any replica resume any tenant from any point.
+
+use crate::inventory::Condition;
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// Bring-up steps, in order. The name is the condition type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    Namespace,
+    Exposed,
+    Certificates,
+    Etcd,
+    Apiserver,
+    Bootstrapped,
+    ControllerManager,
+    Dns,
+    Syncer,
+}
+
+impl Step {
+    pub const ALL: [Step; 9] = [
+        Step::Namespace,
+        Step::Exposed,
+        Step::Certificates,
+        Step::Etcd,
+        Step::Apiserver,
+        Step::Bootstrapped,
+        Step::ControllerManager,
+        Step::Dns,
+        Step::Syncer,
+    ];
+
+    pub fn condition_type(self) -> &'static str {
+        match self {
+            Step::Namespace => "NamespaceReady",
+            Step::Exposed => "Exposed",
+            Step::Certificates => "CertificatesReady",
+            Step::Etcd => "EtcdReady",
+            Step::Apiserver => "ApiserverReady",
+            Step::Bootstrapped => "Bootstrapped",
+            Step::ControllerManager => "ControllerManagerReady",
+            Step::Dns => "DnsReady",
+            Step::Syncer => "SyncerReady",
+        }
+    }
+}
+
+/// What a step reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepResult {
+    Ready,
+    /// Applied, not ready yet (why, for people).
+    Waiting(String),
+    /// Failed; retried after a back-off. The message must hold no secret.
+    Error(String),
+    /// Cannot succeed without someone changing the tenant or the configuration.
+    Fatal(String),
+}
+
+/// The state a pass leaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub phase: &'static str,
+    pub conditions: Vec<Condition>,
+    pub requeue_after: Duration,
+}
+
+/// How soon to look again.
+pub const REQUEUE_WAITING: Duration = Duration::from_secs(2);
+pub const REQUEUE_ERROR: Duration = Duration::from_secs(10);
+pub const REQUEUE_FATAL: Duration = Duration::from_secs(300);
+/// Ready tenants are re-checked (drift, certificate renewal) this often.
+pub const REQUEUE_READY: Duration = Duration::from_secs(300);
+
+fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    prev: &[Condition],
+    now: OffsetDateTime,
+) -> Condition {
+    // The transition time moves only when the status does, as in Kubernetes.
+    let last = prev
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or(now, |c| c.last_transition_time);
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: last,
+    }
+}
+
+/// Conditions and phase after a bring-up pass that got as far as `results` (in step order;
+/// steps after the last result were not reached).
+pub fn bring_up(
+    results: &[(Step, StepResult)],
+    prev: &[Condition],
+    now: OffsetDateTime,
+) -> Verdict {
+    let mut conditions = Vec::new();
+    let mut requeue = REQUEUE_READY;
+    let mut phase = "Ready";
+    for step in Step::ALL {
+        let t = step.condition_type();
+        let c = match results.iter().find(|(s, _)| *s == step).map(|(_, r)| r) {
+            Some(StepResult::Ready) => condition(t, "True", "Ready", "", prev, now),
+            Some(StepResult::Waiting(m)) => {
+                requeue = REQUEUE_WAITING;
+                phase = "Provisioning";
+                condition(t, "False", "Waiting", m, prev, now)
+            }
+            Some(StepResult::Error(m)) => {
+                requeue = REQUEUE_ERROR;
+                phase = "Provisioning";
+                condition(t, "False", "Error", m, prev, now)
+            }
+            Some(StepResult::Fatal(m)) => {
+                requeue = REQUEUE_FATAL;
+                phase = "Failed";
+                condition(t, "False", "Failed", m, prev, now)
+            }
+            None => {
+                if phase == "Ready" {
+                    phase = "Provisioning";
+                }
+                condition(t, "Unknown", "NotReached", "", prev, now)
+            }
+        };
+        conditions.push(c);
+    }
+    let ready = phase == "Ready";
+    conditions.push(condition(
+        "Ready",
+        if ready { "True" } else { "False" },
+        if ready { "Ready" } else { "Provisioning" },
+        "",
+        prev,
+        now,
+    ));
+    Verdict {
+        phase,
+        conditions,
+        requeue_after: requeue,
+    }
+}
+
+/// Conditions and phase during deletion.
+pub fn tear_down(result: &StepResult, prev: &[Condition], now: OffsetDateTime) -> Verdict {
+    let (status, reason, message, requeue) = match result {
+        StepResult::Ready => ("True", "Deleted", "", REQUEUE_WAITING),
+        StepResult::Waiting(m) => ("False", "Waiting", m.as_str(), REQUEUE_WAITING),
+        StepResult::Error(m) | StepResult::Fatal(m) => {
+            ("False", "Error", m.as_str(), REQUEUE_ERROR)
+        }
+    };
+    let mut conditions: Vec<Condition> = prev
+        .iter()
+        .filter(|c| c.type_ != "Deleted")
+        .cloned()
+        .collect();
+    conditions.push(condition("Deleted", status, reason, message, prev, now));
+    Verdict {
+        phase: "Deleting",
+        conditions,
+        requeue_after: requeue,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(1_790_000_000 + s).unwrap()
+    }
+
+    fn find<'a>(v: &'a Verdict, t: &str) -> &'a Condition {
+        v.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_pass_stopped_at_etcd_is_provisioning_with_later_steps_unknown() {
+        let v = bring_up(
+            &[
+                (Step::Namespace, StepResult::Ready),
+                (Step::Exposed, StepResult::Ready),
+                (Step::Certificates, StepResult::Ready),
+                (Step::Etcd, StepResult::Waiting("0/1 members ready".into())),
+            ],
+            &[],
+            at(0),
+        );
+        assert_eq!(v.phase, "Provisioning");
+        assert_eq!(v.requeue_after, REQUEUE_WAITING);
+        assert_eq!(find(&v, "EtcdReady").status, "False");
+        assert_eq!(find(&v, "EtcdReady").message, "0/1 members ready");
+        assert_eq!(find(&v, "ApiserverReady").status, "Unknown");
+        assert_eq!(find(&v, "Ready").status, "False");
+        assert_eq!(v.conditions.len(), Step::ALL.len() + 1);
+    }
+
+    #[test]
+    fn all_steps_ready_is_ready_and_transition_times_stay_put() {
+        let all: Vec<_> = Step::ALL.iter().map(|s| (*s, StepResult::Ready)).collect();
+        let first = bring_up(&all, &[], at(0));
+        assert_eq!(first.phase, "Ready");
+        assert_eq!(first.requeue_after, REQUEUE_READY);
+        let again = bring_up(&all, &first.conditions, at(100));
+        assert_eq!(
+            again.conditions, first.conditions,
+            "nothing changed, nothing moves"
+        );
+        let mut broken = all.clone();
+        broken[8] = (Step::Syncer, StepResult::Error("boom".into()));
+        let later = bring_up(&broken, &again.conditions, at(200));
+        assert_eq!(later.phase, "Provisioning");
+        assert_eq!(later.requeue_after, REQUEUE_ERROR);
+        assert_eq!(find(&later, "SyncerReady").last_transition_time, at(200));
+        assert_eq!(find(&later, "EtcdReady").last_transition_time, at(0));
+    }
+
+    #[test]
+    fn a_fatal_step_fails_the_tenant() {
+        let v = bring_up(
+            &[(Step::Namespace, StepResult::Fatal("unknown plan".into()))],
+            &[],
+            at(0),
+        );
+        assert_eq!(v.phase, "Failed");
+        assert_eq!(v.requeue_after, REQUEUE_FATAL);
+    }
+
+    #[test]
+    fn deletion_keeps_earlier_conditions_and_reports_progress() {
+        let all: Vec<_> = Step::ALL.iter().map(|s| (*s, StepResult::Ready)).collect();
+        let up = bring_up(&all, &[], at(0));
+        let d = tear_down(
+            &StepResult::Waiting("2 namespaces left".into()),
+            &up.conditions,
+            at(5),
+        );
+        assert_eq!(d.phase, "Deleting");
+        assert_eq!(find(&d, "Deleted").status, "False");
+        assert_eq!(find(&d, "EtcdReady").status, "True");
+        let d2 = tear_down(&StepResult::Ready, &d.conditions, at(9));
+        assert_eq!(
+            d2.conditions
+                .iter()
+                .filter(|c| c.type_ == "Deleted")
+                .count(),
+            1
+        );
+    }
+}

@@ -1,0 +1,450 @@
+//! Tenant control planes as Kubernetes objects (pure: tenant + version + settings -> objects).
+//!
+//! One tera template per component in `templates/` (embedded at build time, or read from
+//! `--templates` to customise a deployment). Templates see a flat context: the tenant's name,
+//! key and namespace, its [`Version`], the placement [`Plan`], the deployment-wide
+//! [`Settings`], labels, in-cluster kubeconfigs, and per-component certificate digests that
+//! roll pods when a certificate is renewed. Output is checked: every document must be a
+//! Kubernetes object in the tenant's namespace (or cluster-scoped and named after the key).
+
+pub mod catalog;
+pub mod kubeconfig;
+
+use crate::names;
+pub use catalog::{Catalog, CatalogError, Version};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The templates, in the order their components come up.
+pub const TEMPLATES: [(Component, &str, &str); 6] = [
+    (
+        Component::Network,
+        "network.yaml",
+        include_str!("../../../templates/network.yaml"),
+    ),
+    (
+        Component::Etcd,
+        "etcd.yaml",
+        include_str!("../../../templates/etcd.yaml"),
+    ),
+    (
+        Component::Apiserver,
+        "kube-apiserver.yaml",
+        include_str!("../../../templates/kube-apiserver.yaml"),
+    ),
+    (
+        Component::ControllerManager,
+        "kube-controller-manager.yaml",
+        include_str!("../../../templates/kube-controller-manager.yaml"),
+    ),
+    (
+        Component::Coredns,
+        "coredns.yaml",
+        include_str!("../../../templates/coredns.yaml"),
+    ),
+    (
+        Component::Syncer,
+        "vcp-syncer.yaml",
+        include_str!("../../../templates/vcp-syncer.yaml"),
+    ),
+];
+
+/// A control-plane component with a template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Component {
+    Network,
+    Etcd,
+    Apiserver,
+    ControllerManager,
+    Coredns,
+    Syncer,
+}
+
+impl Component {
+    /// Label value and key in `rollout`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::Network => "network",
+            Component::Etcd => "etcd",
+            Component::Apiserver => "apiserver",
+            Component::ControllerManager => "controller_manager",
+            Component::Coredns => "coredns",
+            Component::Syncer => "syncer",
+        }
+    }
+}
+
+/// Why rendering failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("template {template} failed: {message}")]
+    Template { template: String, message: String },
+    #[error("template {template} produced invalid YAML: {message}")]
+    Yaml { template: String, message: String },
+    #[error("template {template} produced an object without {field}")]
+    Shape {
+        template: String,
+        field: &'static str,
+    },
+    #[error("template {template} produced {object} outside namespace {namespace}")]
+    Escape {
+        template: String,
+        object: String,
+        namespace: String,
+    },
+    #[error("cannot read templates from {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("plan {plan:?} is invalid: {message}")]
+    Plan { plan: String, message: String },
+}
+
+type Result<T, E = RenderError> = std::result::Result<T, E>;
+
+/// How tenant apiservers are reached from outside the host cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "type")]
+pub enum Expose {
+    /// A NodePort; kubeconfigs use `https://<address>:<nodePort>`.
+    NodePort { address: String },
+    /// A LoadBalancer; kubeconfigs use its ingress address on port 6443.
+    LoadBalancer,
+    /// A ClusterIP Service behind an external name (a proxy or ingress the platform runs):
+    /// kubeconfigs use `https://<key>.<domain>`.
+    Hostname { domain: String },
+}
+
+impl Expose {
+    pub fn service_type(&self) -> &'static str {
+        match self {
+            Expose::NodePort { .. } => "NodePort",
+            Expose::LoadBalancer => "LoadBalancer",
+            Expose::Hostname { .. } => "ClusterIP",
+        }
+    }
+}
+
+/// Deployment-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    /// The host's service CIDR; tenant apiservers allocate from the same range, so the syncer
+    /// can give tenant Services their host ClusterIPs.
+    pub service_cidr: String,
+    pub cluster_domain: String,
+    pub syncer_image: String,
+    pub expose: Expose,
+}
+
+/// Placement and size of a tenant's control plane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tolerations: Vec<Value>,
+    #[serde(default = "one")]
+    pub etcd_replicas: u8,
+    #[serde(default = "one")]
+    pub apiserver_replicas: u8,
+    #[serde(default = "one")]
+    pub dns_replicas: u8,
+    #[serde(default)]
+    pub storage_class: Option<String>,
+    #[serde(default = "default_storage")]
+    pub etcd_storage: String,
+    /// Container resources per component (`etcd`, `kube-apiserver`, ...).
+    #[serde(default)]
+    pub resources: BTreeMap<String, Value>,
+}
+
+fn one() -> u8 {
+    1
+}
+
+fn default_storage() -> String {
+    "1Gi".into()
+}
+
+impl Default for Plan {
+    fn default() -> Plan {
+        serde_yaml::from_str("{}").expect("empty plan")
+    }
+}
+
+/// Named plans (`--plans FILE`: a YAML map of name -> [`Plan`]); `default` always exists.
+pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
+    let mut plans: BTreeMap<String, Plan> =
+        serde_yaml::from_str(yaml).map_err(|e| RenderError::Plan {
+            plan: "<file>".into(),
+            message: e.to_string(),
+        })?;
+    plans.entry("default".into()).or_default();
+    for (name, p) in &plans {
+        let bad = |message: &str| RenderError::Plan {
+            plan: name.clone(),
+            message: message.to_owned(),
+        };
+        if !matches!(p.etcd_replicas, 1 | 3) {
+            return Err(bad("etcd_replicas must be 1 or 3"));
+        }
+        if !(1..=3).contains(&p.apiserver_replicas) {
+            return Err(bad("apiserver_replicas must be 1 to 3"));
+        }
+        if !(1..=3).contains(&p.dns_replicas) {
+            return Err(bad("dns_replicas must be 1 to 3"));
+        }
+    }
+    Ok(plans)
+}
+
+/// Everything one tenant's templates see.
+#[derive(Debug, Clone)]
+pub struct Input<'a> {
+    pub name: &'a str,
+    pub key: &'a str,
+    pub version: &'a Version,
+    pub plan: &'a Plan,
+    pub settings: &'a Settings,
+    /// Component -> digest of the certificates its pods mount.
+    pub rollout: BTreeMap<String, String>,
+}
+
+/// One rendered object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object(pub Value);
+
+impl Object {
+    pub fn api_version(&self) -> &str {
+        self.0["apiVersion"].as_str().unwrap_or_default()
+    }
+    pub fn kind(&self) -> &str {
+        self.0["kind"].as_str().unwrap_or_default()
+    }
+    pub fn name(&self) -> &str {
+        self.0["metadata"]["name"].as_str().unwrap_or_default()
+    }
+    pub fn namespace(&self) -> Option<&str> {
+        self.0["metadata"]["namespace"].as_str()
+    }
+}
+
+/// Labels of everything vcp creates for a tenant's control plane.
+pub const LABEL_CONTROL_PLANE_OF: &str = "vcp.dev/control-plane-of";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+
+/// The loaded templates.
+pub struct Renderer {
+    tera: tera::Tera,
+}
+
+impl std::fmt::Debug for Renderer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renderer").finish_non_exhaustive()
+    }
+}
+
+impl Renderer {
+    /// The templates built into this binary.
+    pub fn builtin() -> Result<Renderer> {
+        Renderer::from_sources(
+            TEMPLATES
+                .iter()
+                .map(|(_, n, s)| ((*n).to_owned(), (*s).to_owned())),
+        )
+    }
+
+    /// Templates read from a directory holding every file of [`TEMPLATES`].
+    pub fn from_dir(dir: &Path) -> Result<Renderer> {
+        let mut sources = Vec::new();
+        for (_, name, _) in TEMPLATES {
+            let path = dir.join(name);
+            let text = std::fs::read_to_string(&path).map_err(|e| RenderError::Read {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            sources.push((name.to_owned(), text));
+        }
+        Renderer::from_sources(sources)
+    }
+
+    fn from_sources(sources: impl IntoIterator<Item = (String, String)>) -> Result<Renderer> {
+        let mut tera = tera::Tera::default();
+        // YAML, not HTML: nothing is escaped.
+        tera.autoescape_on(vec![]);
+        for (name, text) in sources {
+            tera.add_raw_template(&name, &text)
+                .map_err(|e| RenderError::Template {
+                    template: name.clone(),
+                    message: chain(&e),
+                })?;
+        }
+        Ok(Renderer { tera })
+    }
+
+    /// Renders one component's objects.
+    pub fn render(&self, component: Component, input: &Input<'_>) -> Result<Vec<Object>> {
+        let (_, template, _) = TEMPLATES
+            .iter()
+            .find(|(c, _, _)| *c == component)
+            .expect("every component has a template");
+        let ctx = tera::Context::from_value(context(input)).map_err(|e| RenderError::Template {
+            template: (*template).to_owned(),
+            message: chain(&e),
+        })?;
+        let text = self
+            .tera
+            .render(template, &ctx)
+            .map_err(|e| RenderError::Template {
+                template: (*template).to_owned(),
+                message: chain(&e),
+            })?;
+        parse_objects(
+            template,
+            &text,
+            &names::control_plane_namespace(input.key),
+            input.key,
+        )
+    }
+
+    /// Every component's objects, in bring-up order.
+    pub fn render_all(&self, input: &Input<'_>) -> Result<Vec<(Component, Vec<Object>)>> {
+        TEMPLATES
+            .iter()
+            .map(|(c, _, _)| Ok((*c, self.render(*c, input)?)))
+            .collect()
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn labels(key: &str, component: &str) -> (Value, Value) {
+    let selector = json!({
+        LABEL_CONTROL_PLANE_OF: key,
+        LABEL_COMPONENT: component,
+    });
+    let mut all = selector.clone();
+    all[LABEL_MANAGED_BY] = json!("vcp");
+    (all, selector)
+}
+
+/// The template context.
+fn context(input: &Input<'_>) -> Value {
+    let ns = names::control_plane_namespace(input.key);
+    let members: Vec<String> = (0..input.plan.etcd_replicas)
+        .map(|i| format!("etcd-{i}"))
+        .collect();
+    let mut ctx = json!({
+        "name": input.name,
+        "key": input.key,
+        "namespace": ns,
+        "version": input.version,
+        "plan": input.plan,
+        "service_cidr": input.settings.service_cidr,
+        "cluster_domain": input.settings.cluster_domain,
+        "syncer_image": input.settings.syncer_image,
+        "expose": {"service_type": input.settings.expose.service_type()},
+        "etcd_servers": members.iter()
+            .map(|m| format!("https://{m}.etcd.{ns}.svc:2379"))
+            .collect::<Vec<_>>().join(","),
+        "etcd_initial_cluster": members.iter()
+            .map(|m| format!("{m}=https://{m}.etcd.{ns}.svc:2380"))
+            .collect::<Vec<_>>().join(","),
+    });
+    let mut rollout = serde_json::Map::new();
+    for (c, label) in [
+        (Component::Network, "network"),
+        (Component::Etcd, "etcd"),
+        (Component::Apiserver, "kube-apiserver"),
+        (Component::ControllerManager, "kube-controller-manager"),
+        (Component::Coredns, "coredns"),
+        (Component::Syncer, "vcp-syncer"),
+    ] {
+        let (all, selector) = labels(input.key, label);
+        ctx[format!("labels_{}", c.as_str())] = all;
+        ctx[format!("selector_{}", c.as_str())] = selector;
+        rollout.insert(
+            c.as_str().to_owned(),
+            json!(input.rollout.get(c.as_str()).cloned().unwrap_or_default()),
+        );
+    }
+    ctx["rollout"] = Value::Object(rollout);
+    // Resources default to nothing per component, so templates can always index them.
+    for c in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "coredns",
+        "vcp-syncer",
+    ] {
+        if ctx["plan"]["resources"].get(c).is_none() {
+            ctx["plan"]["resources"][c] = json!({});
+        }
+    }
+    let server = format!("https://kube-apiserver.{ns}.svc:6443");
+    for (c, dir) in [
+        ("controller_manager", "/etc/kubernetes/pki/client"),
+        ("coredns", "/etc/coredns/pki"),
+        ("syncer", "/etc/vcp/pki"),
+    ] {
+        ctx[format!("kubeconfig_{c}")] = json!(kubeconfig::in_cluster(&server, dir));
+    }
+    ctx
+}
+
+fn parse_objects(template: &str, text: &str, namespace: &str, key: &str) -> Result<Vec<Object>> {
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let v = Value::deserialize(doc).map_err(|e| RenderError::Yaml {
+            template: template.to_owned(),
+            message: e.to_string(),
+        })?;
+        if v.is_null() {
+            continue;
+        }
+        let o = Object(v);
+        let shape = |field| RenderError::Shape {
+            template: template.to_owned(),
+            field,
+        };
+        if o.api_version().is_empty() {
+            return Err(shape("apiVersion"));
+        }
+        if o.kind().is_empty() {
+            return Err(shape("kind"));
+        }
+        if o.name().is_empty() {
+            return Err(shape("metadata.name"));
+        }
+        // A template may not reach into other namespaces; cluster-scoped objects carry the key
+        // in their name so two tenants' objects never meet.
+        let ok = match o.namespace() {
+            Some(ns) => ns == namespace,
+            None => o.name().ends_with(&format!("-{key}")),
+        };
+        if !ok {
+            return Err(RenderError::Escape {
+                template: template.to_owned(),
+                object: format!("{}/{}", o.kind(), o.name()),
+                namespace: namespace.to_owned(),
+            });
+        }
+        out.push(o);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+//! `vcp serve`: migrations, the admin token, reconcile workers and the HTTP API in one process.
+
+use crate::api::{self, AppState};
+use crate::inventory::Inventory;
+use crate::provision::{Config, Provisioner, TenantAccess};
+use crate::render::{self, Catalog, Expose, Renderer, Settings};
+use crate::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// Database flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DatabaseArgs {
+    /// Postgres URL of the inventory.
+    #[arg(long, env = "VCP_DATABASE_URL")]
+    pub database_url: String,
+}
+
+/// How tenant apiservers are exposed (flag form of [`Expose`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExposeKind {
+    NodePort,
+    LoadBalancer,
+    Hostname,
+}
+
+/// Flags of `vcp serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+    /// Kubeconfig of the host cluster; in-cluster configuration if absent.
+    #[arg(long, env = "VCP_HOST_KUBECONFIG")]
+    pub host_kubeconfig: Option<PathBuf>,
+    /// Directory with the component templates (and optionally versions.yaml) to use instead
+    /// of the built-in ones.
+    #[arg(long, env = "VCP_TEMPLATES")]
+    pub templates: Option<PathBuf>,
+    /// YAML file of named placement plans (name -> plan); `default` exists regardless.
+    #[arg(long, env = "VCP_PLANS")]
+    pub plans: Option<PathBuf>,
+    /// Address of the HTTP API.
+    #[arg(long, env = "VCP_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// The host cluster's service CIDR (tenant apiservers allocate from the same range).
+    #[arg(long, env = "VCP_SERVICE_CIDR", default_value = "10.96.0.0/12")]
+    pub service_cidr: String,
+    /// Cluster domain inside tenants.
+    #[arg(long, env = "VCP_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Image of the per-tenant syncer.
+    #[arg(long, env = "VCP_SYNCER_IMAGE", default_value = concat!("ghcr.io/vcp-dev/vcp-syncer:", env!("CARGO_PKG_VERSION")))]
+    pub syncer_image: String,
+    /// How tenant apiservers are exposed.
+    #[arg(long, env = "VCP_EXPOSE", value_enum, default_value = "node-port")]
+    pub expose: ExposeKind,
+    /// Address kubeconfigs use with `--expose node-port` (a node address or a name for them).
+    #[arg(long, env = "VCP_EXPOSE_ADDRESS")]
+    pub expose_address: Option<String>,
+    /// Domain with `--expose hostname`: tenants are `https://<key>.<domain>`.
+    #[arg(long, env = "VCP_EXPOSE_DOMAIN")]
+    pub expose_domain: Option<String>,
+    /// How vcp reaches tenant apiservers.
+    #[arg(long, env = "VCP_TENANT_ACCESS", value_enum, default_value = "service")]
+    pub tenant_access: TenantAccess,
+    /// Concurrent reconcile workers.
+    #[arg(long, env = "VCP_WORKERS", default_value_t = 4)]
+    pub workers: u16,
+    /// Name of this replica in leases and the audit trail.
+    #[arg(long, env = "VCP_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Admin bearer token to accept (stored hashed). Without it, the first start generates one
+    /// and prints it once.
+    #[arg(long, env = "VCP_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Longest kubeconfig lifetime the API issues, in hours.
+    #[arg(long, env = "VCP_MAX_KUBECONFIG_TTL_HOURS", default_value_t = 720)]
+    pub max_kubeconfig_ttl_hours: u64,
+}
+
+/// How long a claimed tenant stays ours without renewal.
+pub const LEASE: Duration = Duration::from_secs(60);
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// SHA-256 of a token: what the inventory stores.
+pub fn token_hash(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+/// A new random token (`vcp_` + 64 hex characters).
+pub fn new_token() -> String {
+    let mut b = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .expect("the system random source works");
+    format!("vcp_{}", crate::pki::hex(&b))
+}
+
+/// Random bytes for a tenant key suffix.
+pub fn key_suffix() -> [u8; crate::names::KEY_SUFFIX_LEN] {
+    let mut b = [0u8; crate::names::KEY_SUFFIX_LEN];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .expect("the system random source works");
+    b
+}
+
+/// Builds the provisioning configuration from flags.
+pub fn config(a: &ServeArgs) -> Result<Config> {
+    let (renderer, catalog) = match &a.templates {
+        Some(dir) => {
+            let versions = dir.join("versions.yaml");
+            let catalog = if versions.exists() {
+                Catalog::parse(&read(&versions)?)?
+            } else {
+                Catalog::builtin()
+            };
+            (Renderer::from_dir(dir)?, catalog)
+        }
+        None => (Renderer::builtin()?, Catalog::builtin()),
+    };
+    let plans = match &a.plans {
+        Some(p) => render::parse_plans(&read(p)?)?,
+        None => render::parse_plans("{}")?,
+    };
+    let expose =
+        match a.expose {
+            ExposeKind::NodePort => Expose::NodePort {
+                address: a.expose_address.clone().ok_or_else(|| {
+                    Error::Config("--expose node-port needs --expose-address".into())
+                })?,
+            },
+            ExposeKind::LoadBalancer => Expose::LoadBalancer,
+            ExposeKind::Hostname => Expose::Hostname {
+                domain: a.expose_domain.clone().ok_or_else(|| {
+                    Error::Config("--expose hostname needs --expose-domain".into())
+                })?,
+            },
+        };
+    if crate::provision::first_service_ip(&a.service_cidr).is_none() {
+        return Err(Error::Config(format!(
+            "--service-cidr {:?} is not a CIDR",
+            a.service_cidr
+        )));
+    }
+    Ok(Config {
+        catalog,
+        plans,
+        settings: Settings {
+            service_cidr: a.service_cidr.clone(),
+            cluster_domain: a.cluster_domain.clone(),
+            syncer_image: a.syncer_image.clone(),
+            expose,
+        },
+        renderer,
+        access: a.tenant_access,
+    })
+}
+
+async fn host_client(a: &ServeArgs) -> Result<kube::Client> {
+    match &a.host_kubeconfig {
+        Some(p) => crate::provision::client_from_kubeconfig(&read(p)?).await,
+        None => kube::Client::try_default()
+            .await
+            .map_err(|e| Error::kube("load the in-cluster configuration", e)),
+    }
+}
+
+/// Runs until SIGTERM or SIGINT.
+pub async fn serve(a: ServeArgs) -> Result<()> {
+    let config = Arc::new(config(&a)?);
+    let inv = Inventory::connect(&a.db.database_url).await?;
+    inv.migrate().await?;
+    inv.upsert_versions(&config.catalog).await?;
+    match &a.admin_token {
+        Some(t) => inv.ensure_admin_token("admin", &token_hash(t)).await?,
+        None if inv.admin_tokens().await? == 0 => {
+            let t = new_token();
+            inv.ensure_admin_token("admin", &token_hash(&t)).await?;
+            // Shown once, on stdout (not in logs): only its hash is kept.
+            println!("vcp: admin token (shown once, store it now): {t}");
+        }
+        None => {}
+    }
+    let host = host_client(&a).await?;
+    let replica = a
+        .replica_id
+        .clone()
+        .unwrap_or_else(|| format!("vcp-{}", std::process::id()));
+    let prov = Provisioner {
+        inventory: inv.clone(),
+        host,
+        config: config.clone(),
+    };
+    let metrics = Arc::new(api::Metrics::default());
+    let wake = Arc::new(Notify::new());
+    tokio::spawn(listen(inv.clone(), wake.clone()));
+    for i in 0..a.workers {
+        tokio::spawn(worker(
+            prov.clone(),
+            format!("{replica}/{i}"),
+            wake.clone(),
+            metrics.clone(),
+        ));
+    }
+    let state = AppState {
+        inventory: inv,
+        provisioner: prov,
+        metrics,
+        max_kubeconfig_ttl: Duration::from_secs(a.max_kubeconfig_ttl_hours * 3600),
+    };
+    let listener = tokio::net::TcpListener::bind(&a.listen)
+        .await
+        .map_err(Error::Serve)?;
+    tracing::info!(listen = %listener.local_addr().map_err(Error::Serve)?, replica, "vcp serving");
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(shutdown())
+        .await
+        .map_err(Error::Serve)
+}
+
+async fn shutdown() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("signal handlers install");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Wakes workers on every `NOTIFY vcp_tenants`, reconnecting after database outages.
+async fn listen(inv: Inventory, wake: Arc<Notify>) {
+    loop {
+        match inv.listener().await {
+            Ok(mut l) => loop {
+                match l.recv().await {
+                    Ok(_) => wake.notify_waiters(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "inventory notifications interrupted");
+                        break;
+                    }
+                }
+            },
+            Err(e) => tracing::warn!(error = %e.public(), "cannot listen for inventory changes"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Claims due tenants and runs passes over them, one at a time.
+async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<api::Metrics>) {
+    let actor = format!("reconciler/{id}");
+    loop {
+        // Register interest before looking, so a NOTIFY between the look and the wait is not lost.
+        let notified = wake.notified();
+        let claimed = match prov.inventory.claim(&id, LEASE).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(worker = %id, error = %e.public(), "claim failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let Some(t) = claimed else {
+            let due = prov
+                .inventory
+                .next_due()
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(Duration::from_secs(5));
+            let _ = tokio::time::timeout(
+                due.clamp(Duration::from_millis(50), Duration::from_secs(5)),
+                notified,
+            )
+            .await;
+            continue;
+        };
+        let start = Instant::now();
+        let outcome = prov.pass(&t, time::OffsetDateTime::now_utc()).await;
+        metrics.pass(
+            start.elapsed(),
+            outcome.conditions.iter().any(|c| c.reason == "Error"),
+        );
+        tracing::info!(tenant = %t.name, key = %t.key, phase = %outcome.phase, ms = start.elapsed().as_millis() as u64, "pass");
+        let written = if outcome.phase == "Deleted" {
+            prov.inventory.tombstone(&t, &id, &actor).await
+        } else {
+            prov.inventory.finish(&t, &id, &outcome, &actor).await
+        };
+        match written {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(tenant = %t.name, worker = %id, "lease lost; another worker owns the tenant now")
+            }
+            Err(e) => {
+                tracing::warn!(tenant = %t.name, error = %e.public(), "cannot record the pass")
+            }
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The inventory against a real Postgres: migrations from empty, claims, leases, tokens, audit.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+use vcp_dev::postgres::EphemeralPostgres;
+use vcp_orchestrator::Error;
+use vcp_orchestrator::inventory::{Inventory, NewTenant, Outcome};
+use vcp_orchestrator::render::Catalog;
+
+async fn fresh(pg: &EphemeralPostgres, db: &str) -> anyhow::Result<Inventory> {
+    let url = pg.create_database(db).await?;
+    let inv = Inventory::connect(&url).await?;
+    inv.migrate().await?;
+    inv.upsert_versions(&Catalog::builtin()).await?;
+    Ok(inv)
+}
+
+fn tenant(name: &str, key: &str, owner: &str) -> NewTenant {
+    NewTenant {
+        name: name.into(),
+        key: key.into(),
+        owner: owner.into(),
+        labels: BTreeMap::from([("team".into(), "a".into())]),
+        version: "1.37".into(),
+        plan: "default".into(),
+    }
+}
+
+fn outcome(phase: &str, g: i64) -> Outcome {
+    Outcome {
+        phase: phase.into(),
+        conditions: vec![],
+        endpoint: Some("https://127.0.0.1:30001".into()),
+        observed_generation: g,
+        requeue_after: Duration::from_secs(300),
+    }
+}
+
+#[tokio::test]
+async fn migrations_apply_to_an_empty_database_and_again_as_a_no_op() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "migrations").await?;
+    inv.migrate().await?;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
+    )
+    .fetch_all(inv.pool())
+    .await?;
+    for t in [
+        "api_tokens",
+        "audit",
+        "certificates",
+        "kubeconfigs",
+        "tenants",
+        "versions",
+    ] {
+        assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
+    }
+    let default: String = sqlx::query_scalar("SELECT minor FROM versions WHERE is_default")
+        .fetch_one(inv.pool())
+        .await?;
+    assert_eq!(default, "1.37");
+    Ok(())
+}
+
+#[tokio::test]
+async fn names_are_unique_among_live_tenants_and_free_again_after_deletion() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "names").await?;
+    let a = inv
+        .create_tenant(&tenant("demo", "demoaaaaaa", "alice"), "alice")
+        .await?;
+    assert_eq!(a.phase, "Pending");
+    assert!(matches!(
+        inv.create_tenant(&tenant("demo", "demobbbbbb", "bob"), "bob").await,
+        Err(Error::Duplicate(n)) if n == "demo"
+    ));
+    assert!(matches!(
+        inv.create_tenant(&tenant("other", "demoaaaaaa", "bob"), "bob")
+            .await,
+        Err(Error::KeyCollision)
+    ));
+    assert!(
+        inv.get_tenant("demo", Some("bob")).await?.is_none(),
+        "owners see only their own"
+    );
+    assert!(inv.get_tenant("demo", Some("alice")).await?.is_some());
+    assert_eq!(inv.list_tenants(Some("bob")).await?.len(), 0);
+
+    let d = inv
+        .request_delete("demo", None, false, "alice")
+        .await?
+        .unwrap();
+    assert_eq!((d.desired.as_str(), d.generation), ("absent", 2));
+    let claimed = inv.claim("w1", Duration::from_secs(30)).await?.unwrap();
+    assert!(inv.tombstone(&claimed, "w1", "reconciler/w1").await?);
+    assert!(inv.get_tenant("demo", None).await?.is_none());
+    let again = inv
+        .create_tenant(&tenant("demo", "democccccc", "bob"), "bob")
+        .await?;
+    assert_ne!(again.key, a.key);
+    let trail = inv.audit_trail(a.id).await?;
+    let actions: Vec<&str> = trail.iter().map(|(_, a)| a.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["tenant.create", "tenant.delete", "tenant.deleted"]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_workers_never_hold_one_tenant_and_lost_leases_write_nothing() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "claims").await?;
+    for i in 0..20 {
+        inv.create_tenant(&tenant(&format!("t{i}"), &format!("t{i}xxxxxx"), "o"), "o")
+            .await?;
+    }
+    // Many workers claim concurrently: every tenant is handed out exactly once.
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let inv = inv.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(t) = inv
+                .claim(&format!("w{w}"), Duration::from_secs(30))
+                .await
+                .unwrap()
+            {
+                got.push(t.id);
+            }
+            got
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await?);
+    }
+    all.sort();
+    let n = all.len();
+    all.dedup();
+    assert_eq!((n, all.len()), (20, 20), "each tenant claimed exactly once");
+
+    // A finished pass releases the tenant until its requeue time.
+    let t = inv.tenant_by_id(all[0]).await?.unwrap();
+    let holder = sqlx::query_scalar::<_, String>("SELECT lease_owner FROM tenants WHERE id = $1")
+        .bind(t.id)
+        .fetch_one(inv.pool())
+        .await?;
+    assert!(
+        !inv.finish(&t, "intruder", &outcome("Ready", 1), "x")
+            .await?,
+        "not the holder"
+    );
+    assert!(
+        inv.finish(&t, &holder, &outcome("Provisioning", 1), "x")
+            .await?
+    );
+    assert!(
+        inv.claim("w9", Duration::from_secs(30)).await?.is_none(),
+        "requeued 300 s out"
+    );
+
+    // An expired lease can be taken over; the old holder then cannot write.
+    sqlx::query("UPDATE tenants SET next_reconcile_at = now(), lease_owner = 'dead', lease_until = now() - interval '1 s' WHERE id = $1")
+        .bind(t.id)
+        .execute(inv.pool())
+        .await?;
+    let taken = inv.claim("w10", Duration::from_secs(30)).await?.unwrap();
+    assert_eq!(taken.id, t.id);
+    assert!(!inv.renew(t.id, "dead", Duration::from_secs(30)).await?);
+    assert!(
+        !inv.finish(&taken, "dead", &outcome("Ready", 1), "x")
+            .await?
+    );
+    assert!(inv.finish(&taken, "w10", &outcome("Ready", 1), "x").await?);
+    let trail = inv.audit_trail(t.id).await?;
+    assert!(
+        trail
+            .iter()
+            .any(|(who, what)| who == "x" && what == "tenant.phase")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn tokens_are_stored_as_hashes_and_revocation_is_final() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "tokens").await?;
+    let secret = vcp_orchestrator::serve::new_token();
+    let hash = vcp_orchestrator::serve::token_hash(&secret);
+    inv.create_token("team-a", "owner", &hash, "admin").await?;
+    assert!(matches!(
+        inv.create_token("team-a", "owner", b"other", "admin").await,
+        Err(Error::Duplicate(_))
+    ));
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT hash FROM api_tokens WHERE name = 'team-a'")
+        .fetch_one(inv.pool())
+        .await?;
+    assert_eq!(stored, hash);
+    assert!(!String::from_utf8_lossy(&stored).contains(&secret[4..]));
+    assert_eq!(inv.token_by_hash(&hash).await?.unwrap().role, "owner");
+    assert!(inv.revoke_token("team-a", "admin").await?);
+    assert!(inv.token_by_hash(&hash).await?.is_none());
+    assert!(!inv.revoke_token("team-a", "admin").await?);
+    inv.ensure_admin_token("admin", b"h1").await?;
+    inv.ensure_admin_token("admin", b"h2").await?;
+    assert!(
+        inv.token_by_hash(b"h1").await?.is_none(),
+        "a replaced admin token stops working"
+    );
+    assert_eq!(inv.admin_tokens().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn certificates_are_recorded_once_per_serial() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "certs").await?;
+    let t = inv.create_tenant(&tenant("c", "cxxxxxx", "o"), "o").await?;
+    let ca = vcp_orchestrator::pki::Ca::generate("c", time::OffsetDateTime::now_utc())?;
+    let info = vcp_orchestrator::pki::inspect("cluster-ca", &ca.cert_key().cert_pem)?;
+    inv.record_certificate(t.id, "cluster-ca", &info).await?;
+    inv.record_certificate(t.id, "cluster-ca", &info).await?;
+    let rows = inv.certificates(t.id).await?;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].fingerprint, info.fingerprint);
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! End to end on the dev cluster: tenants provisioned through the API by a real `vcp serve`,
+//! their control planes running as real processes on the devnode, workloads synced by the
+//! syncer vcp deployed, and nothing left on the host after deletion.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::time::Duration;
+use vcp_dev::cluster::DevCluster;
+use vcp_dev::platform::{self, ApiClient, ServeOptions};
+use vcp_dev::postgres::EphemeralPostgres;
+use vcp_dev::process::Supervision;
+use vcp_dev::testing::eventually;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(240);
+
+async fn tenant_client(kubeconfig: &str) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(Client::try_from(cfg)?)
+}
+
+fn web(replicas: i32) -> anyhow::Result<Deployment> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.29", "ports": [{"containerPort": 80}]}]},
+            },
+        },
+    }))?)
+}
+
+fn web_service() -> anyhow::Result<Service> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }))?)
+}
+
+/// One DNS A query over UDP to `server`; the answer's addresses.
+fn dns_a(server: Ipv4Addr, name: &str) -> anyhow::Result<Vec<Ipv4Addr>> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.trim_end_matches('.').split('.') {
+        q.push(label.len() as u8);
+        q.extend(label.as_bytes());
+    }
+    q.extend([0, 0, 1, 0, 1]);
+    let sock = UdpSocket::bind("0.0.0.0:0")?;
+    sock.set_read_timeout(Some(Duration::from_secs(2)))?;
+    sock.send_to(&q, (server, 53))?;
+    let mut buf = [0u8; 512];
+    let n = sock.recv(&mut buf)?;
+    let r = &buf[..n];
+    let answers = u16::from_be_bytes([r[6], r[7]]);
+    // Skip the header and the echoed question.
+    let mut i = q.len();
+    let mut out = Vec::new();
+    for _ in 0..answers {
+        i += if r[i] & 0xc0 == 0xc0 {
+            2
+        } else {
+            r[i..].iter().position(|b| *b == 0).unwrap_or(0) + 1
+        };
+        let (ty, len) = (
+            u16::from_be_bytes([r[i], r[i + 1]]),
+            u16::from_be_bytes([r[i + 8], r[i + 9]]) as usize,
+        );
+        i += 10;
+        if ty == 1 && len == 4 {
+            out.push(Ipv4Addr::new(r[i], r[i + 1], r[i + 2], r[i + 3]));
+        }
+        i += len;
+    }
+    Ok(out)
+}
+
+async fn provisioned_tenant_runs_workloads(
+    cluster: &DevCluster,
+    api: &ApiClient,
+    name: &str,
+) -> anyhow::Result<String> {
+    let t = api.wait_ready(name, READY_TIMEOUT).await?;
+    let key = t["key"].as_str().unwrap().to_owned();
+    assert!(
+        t["endpoint"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://127.0.0.1:")
+    );
+    let kc = api.kubeconfig(name, "alice", &["admin"], "1h").await?;
+    let tenant = tenant_client(&kc).await?;
+
+    // kubectl works with the issued kubeconfig.
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, &kc)?;
+    let out = std::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(&path)
+        .args(["get", "namespaces", "-o", "name"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("namespace/default"));
+
+    // A Deployment and a Service run on the host through the syncer vcp deployed.
+    let deploys: Api<Deployment> = Api::namespaced(tenant.clone(), "default");
+    deploys.create(&PostParams::default(), &web(2)?).await?;
+    let services: Api<Service> = Api::namespaced(tenant.clone(), "default");
+    services
+        .create(&PostParams::default(), &web_service()?)
+        .await?;
+    let tenant_pods: Api<Pod> = Api::namespaced(tenant.clone(), "default");
+    let host_ns = format!("{key}-default");
+    let host_pods: Api<Pod> = Api::namespaced(cluster.client(), &host_ns);
+    eventually(
+        &format!("{name}: two web pods Running in the tenant"),
+        Duration::from_secs(120),
+        || async {
+            let pods = tenant_pods
+                .list(&ListParams::default().labels("app=web"))
+                .await?;
+            let running = pods
+                .items
+                .iter()
+                .filter(|p| vcp_dev::testing::running(p))
+                .count();
+            Ok((running == 2).then_some(()))
+        },
+    )
+    .await?;
+    assert_eq!(
+        host_pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items
+            .len(),
+        2
+    );
+    let ip = eventually(
+        &format!("{name}: tenant Service has the host ClusterIP"),
+        Duration::from_secs(60),
+        || async {
+            let host_svc = Api::<Service>::namespaced(cluster.client(), &host_ns)
+                .get_opt("web")
+                .await?;
+            let tenant_svc = services.get("web").await?;
+            let (h, t) = (
+                host_svc.and_then(|s| s.spec?.cluster_ip),
+                tenant_svc.spec.and_then(|s| s.cluster_ip),
+            );
+            Ok((h.is_some() && h == t).then_some(h))
+        },
+    )
+    .await?
+    .unwrap_or_default();
+
+    // The tenant's CoreDNS answers for the Service with that ClusterIP.
+    let cp = format!("vcp-{key}");
+    let dns_pod = Api::<Pod>::namespaced(cluster.client(), &cp)
+        .list(&ListParams::default().labels("app.kubernetes.io/component=coredns"))
+        .await?
+        .items
+        .into_iter()
+        .find_map(|p| p.status?.pod_ip)
+        .expect("a CoreDNS pod with an IP");
+    let server: Ipv4Addr = dns_pod.parse()?;
+    let want: Ipv4Addr = ip.parse()?;
+    eventually(
+        &format!("{name}: CoreDNS answers for web.default"),
+        Duration::from_secs(30),
+        || async {
+            let got =
+                tokio::task::spawn_blocking(move || dns_a(server, "web.default.svc.cluster.local"))
+                    .await??;
+            Ok(got.contains(&want).then_some(()))
+        },
+    )
+    .await?;
+    Ok(key)
+}
+
+async fn nothing_left(cluster: &DevCluster, key: &str) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(cluster.client());
+    eventually(
+        &format!("no host namespace of {key} left"),
+        Duration::from_secs(180),
+        || async {
+            let left: Vec<String> = namespaces
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .filter(|n| n.starts_with(&format!("{key}-")) || *n == format!("vcp-{key}"))
+                .collect();
+            Ok(left.is_empty().then_some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
+-> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let pg = EphemeralPostgres::start().await?;
+    let dir = tempfile::tempdir()?;
+    let token = platform::new_token();
+    let orch = platform::start_orchestrator(
+        cluster,
+        dir.path(),
+        &ServeOptions {
+            database_url: pg.create_database("vcp").await?,
+            admin_token: token.clone(),
+            replica_id: "vcp-e2e".into(),
+            workers: 4,
+            port: None,
+        },
+        Supervision::Attached,
+    )
+    .await?;
+    let api = ApiClient::new(&orch.url, &token);
+    api.create_tenant("alpha").await?;
+    api.create_tenant("beta").await?;
+    let (a, b) = tokio::join!(
+        provisioned_tenant_runs_workloads(cluster, &api, "alpha"),
+        provisioned_tenant_runs_workloads(cluster, &api, "beta"),
+    );
+    let (a, b) = (a?, b?);
+    assert_ne!(a, b);
+
+    api.delete_tenant("alpha").await?;
+    api.delete_tenant("beta").await?;
+    eventually(
+        "both tenants gone from the API",
+        Duration::from_secs(180),
+        || async {
+            Ok((api.get_tenant("alpha").await?.is_none()
+                && api.get_tenant("beta").await?.is_none())
+            .then_some(()))
+        },
+    )
+    .await?;
+    nothing_left(cluster, &a).await?;
+    nothing_left(cluster, &b).await?;
+    let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(cluster.client());
+    assert!(roles.get_opt(&format!("vcp-syncer-{a}")).await?.is_none());
+    drop(orch);
+    Ok(())
+}
