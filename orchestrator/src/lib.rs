@@ -74,6 +74,11 @@ impl Error {
     pub fn public(&self) -> String {
         match self {
             Error::Database(_) | Error::Migrate(_) => "the inventory is unavailable".to_owned(),
+            // The API's own message says it all; the debug form of its status does not help.
+            Error::Kube { context, source } => match source.as_ref() {
+                kube::Error::Api(s) => format!("failed to {context}: {} ({})", s.message, s.code),
+                other => format!("failed to {context}: {other}"),
+            },
             other => {
                 let mut s = other.to_string();
                 let mut cur = std::error::Error::source(other);

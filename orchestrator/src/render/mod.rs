@@ -396,7 +396,7 @@ fn context(input: &Input<'_>) -> Value {
     let server = format!("https://kube-apiserver.{ns}.svc:6443");
     for (c, dir) in [
         ("controller_manager", "/etc/kubernetes/pki/client"),
-        ("coredns", "/etc/coredns/pki"),
+        ("coredns", "/etc/coredns-pki"),
         ("syncer", "/etc/vcp/pki"),
     ] {
         ctx[format!("kubeconfig_{c}")] = json!(kubeconfig::in_cluster(&server, dir));
