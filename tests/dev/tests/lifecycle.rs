@@ -87,8 +87,26 @@ fn cli_up_refuses_a_running_dir_and_down_leaves_no_process_or_listener() {
         .collect();
     assert_eq!(
         pids.len(),
-        8,
-        "etcd, apiserver, kcm, scheduler, kwok, devnode, provisioner, postgres"
+        9,
+        "etcd, apiserver, kcm, scheduler, kwok, devnode, provisioner, postgres, vcp-serve"
+    );
+    // The main job: vcp provisioned tenant `demo` and its admin kubeconfig works.
+    assert!(stdout.contains("tenant demo Ready"), "{stdout}");
+    let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
+    assert!(
+        env.contains("VCP_API_URL=") && env.contains("VCP_TOKEN="),
+        "{env}"
+    );
+    let ns = std::process::Command::new(dir.path().join("bin/kubectl"))
+        .arg("--kubeconfig")
+        .arg(dir.path().join("demo.kubeconfig"))
+        .args(["get", "namespaces", "-o", "name"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ns.stdout).contains("namespace/kube-system"),
+        "{}",
+        String::from_utf8_lossy(&ns.stderr)
     );
     assert!(ports.iter().all(|p| listening(*p)));
 
