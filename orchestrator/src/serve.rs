@@ -194,6 +194,14 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         .replica_id
         .clone()
         .unwrap_or_else(|| format!("vcp-{}", std::process::id()));
+    let released = inv.release_leases_of(&replica).await?;
+    if released > 0 {
+        tracing::info!(
+            replica,
+            released,
+            "took back leases of this replica's previous run"
+        );
+    }
     let prov = Provisioner {
         inventory: inv.clone(),
         host,

@@ -73,6 +73,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tenants/{name}", get(get_tenant).delete(delete_tenant))
         .route("/v1/tenants/{name}/kubeconfigs", post(issue_kubeconfig))
         .route("/v1/tokens", post(create_token))
+        .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
         .fallback(|| async { Problem::not_found("no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::map_response(move |r: Response| {
@@ -563,4 +564,26 @@ async fn create_token(
         StatusCode::CREATED,
         Json(json!({"name": t.name, "role": t.role, "token": secret})),
     ))
+}
+
+async fn revoke_token(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<StatusCode, Problem> {
+    let caller = authenticate(&s, &headers).await?;
+    if !caller.admin() {
+        return Err(Problem::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "forbidden",
+            "only admins revoke tokens",
+            None,
+        ));
+    }
+    match s.inventory.revoke_token(&name, &caller.0.name).await {
+        Ok(true) => Ok(StatusCode::NO_CONTENT),
+        Ok(false) => Err(Problem::not_found(&format!("no live token named {name:?}"))),
+        Err(e) => Err(Problem::internal(&e)),
+    }
 }

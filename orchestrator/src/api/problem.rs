@@ -88,14 +88,7 @@ impl Problem {
     pub fn from_rejection(r: JsonRejection) -> Problem {
         let status = r.status();
         let detail = r.body_text();
-        // serde names the field in "...: unknown field `x`" or "missing field `x`" or "x: invalid type".
-        let field = detail.split('`').nth(1).map(str::to_owned).or_else(|| {
-            detail
-                .split(": ")
-                .nth(1)
-                .filter(|f| !f.contains(' '))
-                .map(str::to_owned)
-        });
+        let field = field_of(&detail);
         let (slug, title) = match status {
             StatusCode::PAYLOAD_TOO_LARGE => ("too-large", "request body too large"),
             StatusCode::UNSUPPORTED_MEDIA_TYPE => {
@@ -135,5 +128,49 @@ impl IntoResponse for Problem {
             body.to_string(),
         )
             .into_response()
+    }
+}
+
+/// The field a serde error is about: `unknown field `x``, `missing field `x``, or the path
+/// that axum puts before the message (`...target type: spec.name: invalid type...`).
+fn field_of(detail: &str) -> Option<String> {
+    for marker in ["unknown field `", "missing field `"] {
+        if let Some(rest) = detail.split(marker).nth(1) {
+            return rest.split('`').next().map(str::to_owned);
+        }
+    }
+    let path = detail.split("target type: ").nth(1)?.split(": ").next()?;
+    (!path.is_empty() && !path.contains(' ')).then(|| path.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field_of;
+
+    #[test]
+    fn serde_messages_name_their_field() {
+        let p = "Failed to deserialize the JSON body into the target type: ";
+        assert_eq!(
+            field_of(&format!(
+                "{p}name: invalid type: integer `7`, expected a string at line 1 column 9"
+            ))
+            .as_deref(),
+            Some("name")
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{p}unknown field `colour`, expected one of `name`"
+            ))
+            .as_deref(),
+            Some("colour")
+        );
+        assert_eq!(
+            field_of(&format!("{p}missing field `name` at line 1 column 2")).as_deref(),
+            Some("name")
+        );
+        assert_eq!(
+            field_of("Failed to parse the request body as JSON: EOF while parsing"),
+            None
+        );
     }
 }

@@ -282,6 +282,19 @@ impl Inventory {
         .await?)
     }
 
+    /// Drops the leases a replica held before it restarted (same replica id): its old workers
+    /// are gone, so their tenants need not wait for the leases to run out.
+    pub async fn release_leases_of(&self, replica: &str) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE tenants SET lease_owner = NULL, lease_until = NULL
+             WHERE lease_owner LIKE $1 || '/%'",
+        )
+        .bind(replica)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
     /// Extends a held lease; false if the lease was lost (another worker took over).
     pub async fn renew(&self, id: i64, worker: &str, lease: Duration) -> Result<bool> {
         let r = sqlx::query(

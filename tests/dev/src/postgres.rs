@@ -50,6 +50,16 @@ fn hand_over(dir: &Path) -> Result<Option<String>> {
 /// Initialises `<dir>/data` unless it exists, starts the server and waits until it accepts
 /// connections.
 pub async fn start_in(dir: &Path, log: &Path, mode: Supervision) -> Result<PgServer> {
+    start_on(dir, log, mode, None).await
+}
+
+/// [`start_in`] on a given port (a restart keeps its URL), or a free one.
+pub async fn start_on(
+    dir: &Path,
+    log: &Path,
+    mode: Supervision,
+    port: Option<u16>,
+) -> Result<PgServer> {
     let initdb = pg_bin("initdb")?;
     let postgres = pg_bin("postgres")?;
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
@@ -86,7 +96,10 @@ pub async fn start_in(dir: &Path, log: &Path, mode: Supervision) -> Result<PgSer
             ));
         }
     }
-    let [port] = process::free_ports()?;
+    let port = match port {
+        Some(p) => p,
+        None => process::free_ports::<1>()?[0],
+    };
     let mut spec = ProcSpec::new("postgres", postgres).args([
         "-D",
         path_str(&data),
@@ -184,6 +197,21 @@ impl EphemeralPostgres {
             "postgres://{PG_USER}@127.0.0.1:{}/{name}",
             self.server.port
         ))
+    }
+
+    /// Stops the server at once (SIGKILL, like a crash) and starts it again on the same port
+    /// with the same data; returns once it accepts connections.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.server.proc.stop(Duration::ZERO);
+        let log = self.dir.path().join("postgres.log");
+        self.server = start_on(
+            self.dir.path(),
+            &log,
+            Supervision::Attached,
+            Some(self.server.port),
+        )
+        .await?;
+        Ok(())
     }
 
     /// The server's pid (its process group holds every backend).
