@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// and prints it once.
     #[arg(long, env = "VCP_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Benchmarks only: treat a tenant's control plane as up when its pods are Ready, without
+    /// talking to its apiserver (for control-plane pods placed on simulated kwok nodes).
+    #[arg(long, env = "VCP_SIMULATE_CONTROL_PLANES")]
+    pub simulate_control_planes: bool,
     /// Longest kubeconfig lifetime the API issues, in hours.
     #[arg(long, env = "VCP_MAX_KUBECONFIG_TTL_HOURS", default_value_t = 720)]
     pub max_kubeconfig_ttl_hours: u64,
@@ -161,6 +165,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
         },
         renderer,
         access: a.tenant_access,
+        simulate: a.simulate_control_planes,
     })
 }
 

@@ -37,6 +37,7 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
             replica_id: "vcp-api".into(),
             workers: 0,
             port: None,
+            simulate: false,
         },
         Supervision::Attached,
     )

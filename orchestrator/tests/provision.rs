@@ -225,6 +225,7 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
             replica_id: "vcp-e2e".into(),
             workers: 4,
             port: None,
+            simulate: false,
         },
         Supervision::Attached,
     )

@@ -30,6 +30,7 @@ async fn serve(
             replica_id: replica.to_owned(),
             workers: 2,
             port: None,
+            simulate: false,
         },
         Supervision::Attached,
     )

@@ -260,3 +260,94 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `bench provision` settings.
+#[derive(Debug, Clone)]
+pub struct ProvisionBench {
+    pub tenants: usize,
+    pub simulate: bool,
+    pub workers: u16,
+    pub idle_seconds: u64,
+}
+
+/// Creates N tenants at once through a real `vcp serve` and reports how long each took to
+/// become Ready, and what vcp itself costs: RSS and CPU, in total and per idle tenant.
+pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
+    use vcp_dev::platform::{self, ApiClient, ServeOptions};
+    let dir = tempfile::Builder::new().prefix("vcp-bench-").tempdir()?;
+    let cluster = DevCluster::start_with(Options {
+        state_dir: dir.path().to_owned(),
+        workers: 3,
+        supervision: Supervision::Attached,
+    })
+    .await?;
+    let token = platform::new_token();
+    let orch = platform::start_orchestrator(
+        &cluster,
+        &dir.path().join("vcp"),
+        &ServeOptions {
+            database_url: cluster.database_url().to_owned(),
+            admin_token: token.clone(),
+            replica_id: "vcp-bench".into(),
+            workers: b.workers,
+            port: None,
+            simulate: b.simulate,
+        },
+        Supervision::Attached,
+    )
+    .await?;
+    let api = ApiClient::new(&orch.url, &token);
+    let (base_rss, base_cpu) = proc_usage(orch.proc.pid);
+    let start = Instant::now();
+    let mut created = Vec::new();
+    for i in 0..b.tenants {
+        let name = format!("t{i}");
+        api.create_tenant(&name).await?;
+        created.push((name, start.elapsed()));
+    }
+    let mut ready: std::collections::BTreeMap<String, Duration> = Default::default();
+    let deadline = Duration::from_secs(600 + 2 * b.tenants as u64);
+    while ready.len() < b.tenants {
+        let (_, list) = api.raw(reqwest::Method::GET, "/v1/tenants", None).await?;
+        for t in list["items"].as_array().into_iter().flatten() {
+            let name = t["name"].as_str().unwrap_or_default();
+            if t["phase"] == "Failed" {
+                anyhow::bail!("tenant {name} failed: {t}");
+            }
+            if t["phase"] == "Ready" && !ready.contains_key(name) {
+                ready.insert(name.to_owned(), start.elapsed());
+            }
+        }
+        if start.elapsed() > deadline {
+            anyhow::bail!(
+                "{} of {} tenants Ready after {deadline:?}",
+                ready.len(),
+                b.tenants
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let all_ready_s = start.elapsed().as_secs_f64();
+    let took: Vec<f64> = created
+        .iter()
+        .map(|(n, c)| (ready[n] - *c).as_secs_f64())
+        .collect();
+    let (rss_mib, cpu_s) = proc_usage(orch.proc.pid);
+    // Idle: every tenant Ready, vcp only re-checking them on its schedule.
+    tokio::time::sleep(Duration::from_secs(b.idle_seconds)).await;
+    let (idle_rss, idle_cpu) = proc_usage(orch.proc.pid);
+    let idle_mcpu_per_tenant =
+        (idle_cpu - cpu_s) * 1000.0 / b.idle_seconds as f64 / b.tenants as f64;
+    println!(
+        "bench-provision tenants={} simulate={} ready_p50_s={:.2} ready_p99_s={:.2} all_ready_s={all_ready_s:.1} orchestrator_rss_mib={rss_mib:.1} orchestrator_cpu_s={:.1} idle_rss_kib_per_tenant={:.0} idle_mcpu_per_tenant={idle_mcpu_per_tenant:.3} idle_window_s={}",
+        b.tenants,
+        b.simulate,
+        percentile(took.clone(), 0.5),
+        percentile(took, 0.99),
+        cpu_s - base_cpu,
+        (idle_rss - base_rss).max(0.0) * 1024.0 / b.tenants as f64,
+        b.idle_seconds,
+    );
+    drop(orch);
+    Ok(())
+}

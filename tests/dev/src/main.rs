@@ -84,6 +84,21 @@ enum Bench {
         #[arg(long, env = "VCP_BENCH_TOKENS")]
         tokens: bool,
     },
+    /// Tenants created at once through `vcp serve`: time to Ready, vcp's RSS and CPU.
+    Provision {
+        /// Tenants to create.
+        #[arg(long, env = "VCP_BENCH_TENANTS", default_value_t = 5)]
+        tenants: usize,
+        /// Control planes on kwok nodes, Ready pods counting as serving (vcp's own overhead).
+        #[arg(long, env = "VCP_BENCH_SIMULATE")]
+        simulate: bool,
+        /// Reconcile workers of vcp serve.
+        #[arg(long, env = "VCP_BENCH_WORKERS", default_value_t = 8)]
+        workers: u16,
+        /// Seconds to watch vcp idle once every tenant is Ready.
+        #[arg(long, env = "VCP_BENCH_IDLE_SECONDS", default_value_t = 60)]
+        idle_seconds: u64,
+    },
     /// Start and stop fresh clusters (new state dir each time) and report startup times.
     Startup {
         /// How many clusters to start, one after the other.
@@ -249,6 +264,21 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 latency_pods,
                 concurrency,
                 tokens,
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Provision {
+            tenants,
+            simulate,
+            workers,
+            idle_seconds,
+        }) => {
+            bench::provision(bench::ProvisionBench {
+                tenants,
+                simulate,
+                workers,
+                idle_seconds,
             })
             .await?;
             Ok(ExitCode::SUCCESS)

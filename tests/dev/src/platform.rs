@@ -58,7 +58,13 @@ pub struct ServeOptions {
     pub workers: u16,
     /// Fixed port, or a free one.
     pub port: Option<u16>,
+    /// Place control planes on kwok nodes and count Ready pods as serving
+    /// (`--simulate-control-planes`; for measuring vcp's own overhead at scale).
+    pub simulate: bool,
 }
+
+/// Plans of the simulation: control-plane pods on the kwok workers.
+pub const SIMULATED_PLANS: &str = "default: {node_selector: {type: kwok}}\n";
 
 /// A started `vcp serve`.
 pub struct Orchestrator {
@@ -75,7 +81,12 @@ pub async fn start_orchestrator(
 ) -> Result<Orchestrator> {
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     let plans = dir.join("plans.yaml");
-    std::fs::write(&plans, DEV_PLANS).map_err(Error::io(&plans))?;
+    let plan_text = if opts.simulate {
+        SIMULATED_PLANS
+    } else {
+        DEV_PLANS
+    };
+    std::fs::write(&plans, plan_text).map_err(Error::io(&plans))?;
     let port = match opts.port {
         Some(p) => p,
         None => {
@@ -99,6 +110,7 @@ pub async fn start_orchestrator(
         ("VCP_ADMIN_TOKEN", opts.admin_token.clone()),
         ("VCP_REPLICA_ID", opts.replica_id.clone()),
         ("VCP_WORKERS", opts.workers.to_string()),
+        ("VCP_SIMULATE_CONTROL_PLANES", opts.simulate.to_string()),
         (
             "RUST_LOG",
             std::env::var("VCP_TEST_ORCHESTRATOR_LOG").unwrap_or_else(|_| "info".into()),
@@ -348,6 +360,7 @@ pub async fn up(
             replica_id: "vcp-serve".into(),
             workers: 4,
             port: None,
+            simulate: false,
         },
         mode,
     )
