@@ -227,3 +227,46 @@ async fn certificates_are_recorded_once_per_serial() -> anyhow::Result<()> {
     assert_eq!(rows[0].fingerprint, info.fingerprint);
     Ok(())
 }
+
+#[tokio::test]
+async fn vcp_migrate_runs_twice_and_bad_settings_fail_clearly() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let url = pg.create_database("cli").await?;
+    let vcp = env!("CARGO_BIN_EXE_vcp");
+    for _ in 0..2 {
+        let out = std::process::Command::new(vcp)
+            .args(["migrate", "--database-url", &url])
+            .output()?;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("migrations applied"));
+    }
+    let bad = std::process::Command::new(vcp)
+        .args([
+            "migrate",
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/none",
+        ])
+        .output()?;
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("database request failed"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let no_address = std::process::Command::new(vcp)
+        .args(["serve", "--database-url", &url, "--expose", "node-port"])
+        .env_remove("VCP_EXPOSE_ADDRESS")
+        .output()?;
+    assert!(!no_address.status.success());
+    assert!(
+        String::from_utf8_lossy(&no_address.stderr)
+            .contains("--expose node-port needs --expose-address"),
+        "{}",
+        String::from_utf8_lossy(&no_address.stderr)
+    );
+    Ok(())
+}

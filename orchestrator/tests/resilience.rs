@@ -188,3 +188,104 @@ async fn two_replicas_provision_each_tenant_once_and_survive_a_database_restart(
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_reissued_certificate_rolls_the_apiserver_while_it_keeps_answering() -> anyhow::Result<()>
+{
+    let cluster = DevCluster::shared().await?;
+    let pg = EphemeralPostgres::start().await?;
+    let db = pg.create_database("renew").await?;
+    let dir = tempfile::tempdir()?;
+    let token = platform::new_token();
+    let orch = serve(cluster, dir.path(), &db, &token, "rr").await?;
+    let api = ApiClient::new(&orch.url, &token);
+    api.create_tenant("zeta").await?;
+    let t = api.wait_ready("zeta", READY).await?;
+    let key = t["key"].as_str().unwrap().to_owned();
+    let kc = api.kubeconfig("zeta", "ops", &["view"], "1h").await?;
+    let tenant = {
+        let kc = kube::config::Kubeconfig::from_yaml(&kc)?;
+        kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?,
+        )?
+    };
+    let pool = sqlx::PgPool::connect(&db).await?;
+    let serials = || async {
+        let v: Vec<String> = sqlx::query_scalar(
+            "SELECT serial FROM certificates WHERE purpose = 'apiserver' ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await?;
+        anyhow::Ok(v)
+    };
+    assert_eq!(serials().await?.len(), 1);
+
+    // Pretend the certificate was issued for another plan (as after an address change) and
+    // let the tenant's next check come now instead of in five minutes.
+    let secrets = Api::<Secret>::namespaced(cluster.client(), &format!("vcp-{key}"));
+    secrets
+        .patch(
+            "apiserver",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {"vcp.dev/certificate-spec": "stale"}}})),
+        )
+        .await?;
+    sqlx::query("UPDATE tenants SET next_reconcile_at = now() WHERE name = 'zeta'")
+        .execute(&pool)
+        .await?;
+    sqlx::query("SELECT pg_notify('vcp_tenants', '')")
+        .execute(&pool)
+        .await?;
+
+    // Ask the tenant apiserver continuously while the new certificate rolls out.
+    let namespaces: Api<Namespace> = Api::all(tenant);
+    let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
+        cluster.client(),
+        &format!("vcp-{key}"),
+    );
+    let (mut ok, mut failed) = (0, Vec::new());
+    let start = std::time::Instant::now();
+    loop {
+        match namespaces.list(&ListParams::default()).await {
+            Ok(_) => ok += 1,
+            Err(e) => failed.push(e.to_string()),
+        }
+        let d = deployments.get("kube-apiserver").await?;
+        let st = d.status.unwrap_or_default();
+        let rolled = d.metadata.generation == Some(2)
+            && st.observed_generation == Some(2)
+            && st.updated_replicas == Some(1)
+            && st.replicas == Some(1)
+            && st.available_replicas == Some(1);
+        if serials().await?.len() == 2 && rolled {
+            break;
+        }
+        anyhow::ensure!(start.elapsed() < READY, "no roll after {READY:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A few more requests against the new replica only.
+    for _ in 0..10 {
+        match namespaces.list(&ListParams::default()).await {
+            Ok(_) => ok += 1,
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    println!(
+        "during the roll: {ok} requests answered, {} failed",
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "requests failed during the roll: {failed:?}"
+    );
+    let s = secrets.get("apiserver").await?;
+    assert_ne!(
+        s.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("vcp.dev/certificate-spec")
+            .map(String::as_str),
+        Some("stale")
+    );
+    Ok(())
+}
