@@ -3,7 +3,7 @@
 //! syncer vcp deployed, and nothing left on the host after deletion.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, Service};
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use std::net::{Ipv4Addr, UdpSocket};
@@ -241,7 +241,15 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
     assert_ne!(a, b);
 
     api.delete_tenant("alpha").await?;
-    api.delete_tenant("beta").await?;
+    // beta keeps its etcd data.
+    let (s, _) = api
+        .raw(
+            reqwest::Method::DELETE,
+            "/v1/tenants/beta?retain_data=true",
+            None,
+        )
+        .await?;
+    assert_eq!(s, 202);
     eventually(
         "both tenants gone from the API",
         Duration::from_secs(180),
@@ -254,6 +262,40 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
     .await?;
     nothing_left(cluster, &a).await?;
     nothing_left(cluster, &b).await?;
+    let pvs = Api::<PersistentVolume>::all(cluster.client());
+    let volume_of = |key: String| {
+        let pvs = pvs.clone();
+        async move {
+            anyhow::Ok(
+                pvs.list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .find(|pv| {
+                        pv.spec
+                            .as_ref()
+                            .and_then(|s| s.claim_ref.as_ref())
+                            .and_then(|c| c.namespace.clone())
+                            == Some(format!("vcp-{key}"))
+                    }),
+            )
+        }
+    };
+    let kept = volume_of(b.clone())
+        .await?
+        .expect("beta's etcd volume is retained");
+    assert_eq!(
+        kept.spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref()),
+        Some("Retain")
+    );
+    assert!(
+        volume_of(a.clone()).await?.is_none(),
+        "alpha's etcd volume went with it"
+    );
+    pvs.delete(&kept.metadata.name.unwrap_or_default(), &Default::default())
+        .await?;
     let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(cluster.client());
     assert!(roles.get_opt(&format!("vcp-syncer-{a}")).await?.is_none());
     drop(orch);
