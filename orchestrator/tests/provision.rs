@@ -85,6 +85,7 @@ async fn provisioned_tenant_runs_workloads(
     api: &ApiClient,
     name: &str,
 ) -> anyhow::Result<String> {
+    let host = cluster.connect().await?;
     let t = api.wait_ready(name, READY_TIMEOUT).await?;
     let key = t["key"].as_str().unwrap().to_owned();
     assert!(
@@ -121,7 +122,7 @@ async fn provisioned_tenant_runs_workloads(
         .await?;
     let tenant_pods: Api<Pod> = Api::namespaced(tenant.clone(), "default");
     let host_ns = format!("{key}-default");
-    let host_pods: Api<Pod> = Api::namespaced(cluster.client(), &host_ns);
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), &host_ns);
     eventually(
         &format!("{name}: two web pods Running in the tenant"),
         Duration::from_secs(120),
@@ -150,7 +151,7 @@ async fn provisioned_tenant_runs_workloads(
         &format!("{name}: tenant Service has the host ClusterIP"),
         Duration::from_secs(60),
         || async {
-            let host_svc = Api::<Service>::namespaced(cluster.client(), &host_ns)
+            let host_svc = Api::<Service>::namespaced(host.clone(), &host_ns)
                 .get_opt("web")
                 .await?;
             let tenant_svc = services.get("web").await?;
@@ -166,7 +167,7 @@ async fn provisioned_tenant_runs_workloads(
 
     // The tenant's CoreDNS answers for the Service with that ClusterIP.
     let cp = format!("vcp-{key}");
-    let dns_pod = Api::<Pod>::namespaced(cluster.client(), &cp)
+    let dns_pod = Api::<Pod>::namespaced(host.clone(), &cp)
         .list(&ListParams::default().labels("app.kubernetes.io/component=coredns"))
         .await?
         .items
@@ -190,7 +191,8 @@ async fn provisioned_tenant_runs_workloads(
 }
 
 async fn nothing_left(cluster: &DevCluster, key: &str) -> anyhow::Result<()> {
-    let namespaces: Api<Namespace> = Api::all(cluster.client());
+    let host = cluster.connect().await?;
+    let namespaces: Api<Namespace> = Api::all(host.clone());
     eventually(
         &format!("no host namespace of {key} left"),
         Duration::from_secs(180),
@@ -213,6 +215,7 @@ async fn nothing_left(cluster: &DevCluster, key: &str) -> anyhow::Result<()> {
 async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
 -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
     let pg = EphemeralPostgres::start().await?;
     let dir = tempfile::tempdir()?;
     let token = platform::new_token();
@@ -262,7 +265,7 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
     .await?;
     nothing_left(cluster, &a).await?;
     nothing_left(cluster, &b).await?;
-    let pvs = Api::<PersistentVolume>::all(cluster.client());
+    let pvs = Api::<PersistentVolume>::all(host.clone());
     let volume_of = |key: String| {
         let pvs = pvs.clone();
         async move {
@@ -296,7 +299,7 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
     );
     pvs.delete(&kept.metadata.name.unwrap_or_default(), &Default::default())
         .await?;
-    let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(cluster.client());
+    let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(host.clone());
     assert!(roles.get_opt(&format!("vcp-syncer-{a}")).await?.is_none());
     drop(orch);
     Ok(())

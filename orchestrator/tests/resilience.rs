@@ -49,7 +49,8 @@ async fn certificate_counts(db: &str) -> anyhow::Result<Vec<(String, String, i64
 }
 
 async fn host_left(cluster: &DevCluster, key: &str) -> anyhow::Result<Vec<String>> {
-    Ok(Api::<Namespace>::all(cluster.client())
+    let host = cluster.connect().await?;
+    Ok(Api::<Namespace>::all(host.clone())
         .list(&ListParams::default())
         .await?
         .items
@@ -75,6 +76,7 @@ async fn phase(api: &ApiClient, name: &str) -> anyhow::Result<Option<(String, us
 async fn a_replica_killed_during_provisioning_and_deletion_converges_without_duplicates()
 -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
     let pg = EphemeralPostgres::start().await?;
     let db = pg.create_database("crash").await?;
     let dir = tempfile::tempdir()?;
@@ -104,7 +106,7 @@ async fn a_replica_killed_during_provisioning_and_deletion_converges_without_dup
     for (tenant, purpose, n) in certificate_counts(&db).await? {
         assert_eq!(n, 1, "{tenant}: {purpose} recorded {n} times");
     }
-    let secrets = Api::<Secret>::namespaced(cluster.client(), &format!("vcp-{key}"));
+    let secrets = Api::<Secret>::namespaced(host.clone(), &format!("vcp-{key}"));
     for ca in ["ca", "etcd-ca", "front-proxy-ca"] {
         assert!(secrets.get_opt(ca).await?.is_some());
     }
@@ -133,6 +135,7 @@ async fn a_replica_killed_during_provisioning_and_deletion_converges_without_dup
 async fn two_replicas_provision_each_tenant_once_and_survive_a_database_restart()
 -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
     let mut pg = EphemeralPostgres::start().await?;
     let db = pg.create_database("pair").await?;
     let dir = tempfile::tempdir()?;
@@ -158,7 +161,7 @@ async fn two_replicas_provision_each_tenant_once_and_survive_a_database_restart(
     }
     for key in &keys {
         // Applied by both replicas or by one: the spec was written once.
-        let sts = Api::<StatefulSet>::namespaced(cluster.client(), &format!("vcp-{key}"))
+        let sts = Api::<StatefulSet>::namespaced(host.clone(), &format!("vcp-{key}"))
             .get("etcd")
             .await?;
         assert_eq!(
@@ -193,6 +196,7 @@ async fn two_replicas_provision_each_tenant_once_and_survive_a_database_restart(
 async fn a_reissued_certificate_rolls_the_apiserver_while_it_keeps_answering() -> anyhow::Result<()>
 {
     let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
     let pg = EphemeralPostgres::start().await?;
     let db = pg.create_database("renew").await?;
     let dir = tempfile::tempdir()?;
@@ -222,7 +226,7 @@ async fn a_reissued_certificate_rolls_the_apiserver_while_it_keeps_answering() -
 
     // Pretend the certificate was issued for another plan (as after an address change) and
     // let the tenant's next check come now instead of in five minutes.
-    let secrets = Api::<Secret>::namespaced(cluster.client(), &format!("vcp-{key}"));
+    let secrets = Api::<Secret>::namespaced(host.clone(), &format!("vcp-{key}"));
     secrets
         .patch(
             "apiserver",
@@ -240,7 +244,7 @@ async fn a_reissued_certificate_rolls_the_apiserver_while_it_keeps_answering() -
     // Ask the tenant apiserver continuously while the new certificate rolls out.
     let namespaces: Api<Namespace> = Api::all(tenant);
     let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
-        cluster.client(),
+        host.clone(),
         &format!("vcp-{key}"),
     );
     let (mut ok, mut failed) = (0, Vec::new());

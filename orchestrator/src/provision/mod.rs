@@ -329,9 +329,18 @@ impl Provisioner {
     ) -> Result<BTreeMap<String, String>> {
         let secrets: Api<Secret> = Api::namespaced(self.host.clone(), ns);
         let now = OffsetDateTime::now_utc();
+        // One list instead of a read per Secret: this runs on every pass.
+        let stored: BTreeMap<String, Secret> = secrets
+            .list(&ListParams::default().labels(&cp_selector(&t.key)))
+            .await
+            .map_err(|e| Error::kube("list the tenant's secrets", e))?
+            .items
+            .into_iter()
+            .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
+            .collect();
         let mut cas = BTreeMap::new();
         for (name, purpose) in pki::CAS {
-            let pair = match self.get_pair(&secrets, name).await? {
+            let pair = match stored.get(name).and_then(cert_key_of) {
                 Some(p) => p,
                 None => {
                     let ca = Ca::generate(&format!("{}-{purpose}", t.key), now)?;
@@ -349,12 +358,7 @@ impl Provisioner {
                 .await?;
             cas.insert(name, Ca::load(&pair)?);
         }
-        if secrets
-            .get_opt("sa")
-            .await
-            .map_err(|e| Error::kube("read secret sa", e))?
-            .is_none()
-        {
+        if !stored.contains_key("sa") {
             let (key, public) = pki::service_account_key()?;
             let data = BTreeMap::from([
                 ("sa.key".to_owned(), ByteString(key.into_bytes())),
@@ -374,10 +378,7 @@ impl Provisioner {
         for leaf in pki::plan(&names) {
             let ca = &cas[leaf.ca];
             let digest = leaf.spec.digest();
-            let existing = secrets
-                .get_opt(leaf.name)
-                .await
-                .map_err(|e| Error::kube(format!("read secret {}", leaf.name), e))?;
+            let existing = stored.get(leaf.name).cloned();
             let current = existing.as_ref().and_then(|s| {
                 let cert = secret_str(s, "tls.crt")?;
                 let ok = s.metadata.annotations.as_ref()?.get(ANN_SPEC) == Some(&digest)
@@ -453,14 +454,18 @@ impl Provisioner {
             .get_opt(name)
             .await
             .map_err(|e| Error::kube(format!("read secret {name}"), e))?;
-        Ok(s.and_then(|s| {
-            Some(CertKey {
-                cert_pem: secret_str(&s, "tls.crt")?,
-                key_pem: secret_str(&s, "tls.key")?,
-            })
-        }))
+        Ok(s.as_ref().and_then(cert_key_of))
     }
+}
 
+fn cert_key_of(s: &Secret) -> Option<CertKey> {
+    Some(CertKey {
+        cert_pem: secret_str(s, "tls.crt")?,
+        key_pem: secret_str(s, "tls.key")?,
+    })
+}
+
+impl Provisioner {
     async fn create_secret(
         &self,
         secrets: &Api<Secret>,
