@@ -459,7 +459,7 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
         .delete("settings", &DeleteParams::default())
         .await?;
     let _syncer = cp.start_syncer(cluster, &["--sync-all-configmaps-secrets"])?;
-    eventually(
+    let converged = eventually(
         "late created and settings removed on the host",
         Duration::from_secs(120),
         || async {
@@ -468,7 +468,18 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
             Ok((late && !settings).then_some(()))
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = converged {
+        // Seen twice on a loaded CI machine and never locally: keep what the syncer said.
+        let late = host_cms.get_opt("late").await?.is_some();
+        let settings = host_cms.get_opt("settings").await?.is_some();
+        let log = std::fs::read_to_string(cp.syncer_log()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(80).collect();
+        anyhow::bail!(
+            "{e} (late on host: {late}, settings on host: {settings}); syncer log tail:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
     // Converged: the same two pods on both sides, nothing missing and nothing left over.
     eventually(
         "two pods on each side, the same ones",
