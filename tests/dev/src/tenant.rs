@@ -199,12 +199,13 @@ impl TenantControlPlane {
     /// Starts `vcp-syncer` between this tenant and `host`, with extra flags. Its log is
     /// `<tenant dir>/syncer.log`; it stops when the returned handle drops.
     pub fn start_syncer(&self, host: &DevCluster, extra: &[&str]) -> Result<Spawned> {
-        let [health] = process::free_ports()?;
+        // Port 0: nobody probes it here, and a port picked in advance can be taken by another
+        // test's process before the syncer binds it (the syncer would exit at once).
         let mut spec = ProcSpec::new("vcp-syncer", syncer_binary()?).args([
             format!("--tenant-kubeconfig={}", p(&self.kubeconfig)),
             format!("--host-kubeconfig={}", p(host.kubeconfig_path())),
             format!("--tenant-key={}", self.key),
-            format!("--listen=127.0.0.1:{health}"),
+            "--listen=127.0.0.1:0".to_owned(),
         ]);
         spec = spec.args(extra.iter().map(|s| (*s).to_owned()));
         spec.env
