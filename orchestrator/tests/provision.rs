@@ -88,6 +88,7 @@ async fn provisioned_tenant_runs_workloads(
     let host = cluster.connect().await?;
     let t = api.wait_ready(name, READY_TIMEOUT).await?;
     let key = t["key"].as_str().unwrap().to_owned();
+    let want_version = t["kubernetes_version"].as_str().unwrap().to_owned();
     assert!(
         t["endpoint"]
             .as_str()
@@ -96,6 +97,11 @@ async fn provisioned_tenant_runs_workloads(
     );
     let kc = api.kubeconfig(name, "alice", &["admin"], "1h").await?;
     let tenant = tenant_client(&kc).await?;
+    let served = tenant.apiserver_version().await?.git_version;
+    assert_eq!(
+        served, want_version,
+        "{name} serves the version it asked for"
+    );
 
     // kubectl works with the issued kubeconfig.
     let dir = tempfile::tempdir()?;
@@ -235,7 +241,15 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
     .await?;
     let api = ApiClient::new(&orch.url, &token);
     api.create_tenant("alpha").await?;
-    api.create_tenant("beta").await?;
+    // beta runs the previous minor: the catalog's second entry end to end.
+    let (s, beta) = api
+        .raw(
+            reqwest::Method::POST,
+            "/v1/tenants",
+            Some(&serde_json::json!({"name": "beta", "version": "1.36"})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{beta}");
     let (a, b) = tokio::join!(
         provisioned_tenant_runs_workloads(cluster, &api, "alpha"),
         provisioned_tenant_runs_workloads(cluster, &api, "beta"),
