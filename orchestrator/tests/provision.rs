@@ -103,6 +103,39 @@ async fn provisioned_tenant_runs_workloads(
         "{name} serves the version it asked for"
     );
 
+    // A teammate's kubeconfig with two groups: both reach the apiserver; `view` reads and
+    // cannot write.
+    let bob = tenant_client(&api.kubeconfig(name, "bob", &["view", "ops"], "1h").await?).await?;
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let review = Api::<SelfSubjectReview>::all(bob.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {}
+            }))?,
+        )
+        .await?;
+    let info = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    assert_eq!(info.username.as_deref(), Some("bob"));
+    let groups = info.groups.unwrap_or_default();
+    assert!(
+        groups.iter().any(|g| g == "view") && groups.iter().any(|g| g == "ops"),
+        "{groups:?}"
+    );
+    Api::<Namespace>::all(bob.clone())
+        .list(&ListParams::default())
+        .await?;
+    let denied = Api::<Namespace>::all(bob)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "nope"}}))?,
+        )
+        .await;
+    assert!(
+        matches!(denied, Err(kube::Error::Api(ref s)) if s.code == 403),
+        "{denied:?}"
+    );
+
     // kubectl works with the issued kubeconfig.
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("kubeconfig");

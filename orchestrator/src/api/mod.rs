@@ -76,6 +76,20 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
         .fallback(|| async { Problem::not_found("no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        // A bug in a handler answers 500 problem+json instead of dropping the connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                tracing::error!("request handler panicked");
+                Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error",
+                    "the request failed; see the server log",
+                    None,
+                )
+                .into_response()
+            },
+        ))
         .layer(axum::middleware::map_response(move |r: Response| {
             let m = metrics.clone();
             async move {
@@ -429,10 +443,10 @@ async fn issue_kubeconfig(
             "groups may not be empty or start with \"system:\"",
         ));
     }
-    if req.groups.len() > 1 {
+    if req.groups.len() > 16 || req.groups.iter().any(|g| g.len() > 128) {
         return Err(Problem::invalid(
             "groups",
-            "one group per kubeconfig in this version (bind further groups in the tenant)",
+            "at most 16 groups of up to 128 characters",
         ));
     }
     let ttl = match req.ttl.as_deref() {

@@ -7,6 +7,8 @@
 //! remaining lifetime ([`needs_renewal`]) and reissues it when either says so, which is how
 //! certificates rotate without anyone asking.
 
+pub mod groups;
+
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
@@ -27,7 +29,7 @@ pub enum PkiError {
     Rcgen(#[from] rcgen::Error),
     #[error("stored certificate for {0} cannot be parsed")]
     Parse(String),
-    #[error("a client certificate can carry at most one group, {0} asked")]
+    #[error("only a plain client certificate can carry several groups ({0} asked)")]
     TooManyGroups(usize),
 }
 
@@ -94,7 +96,7 @@ pub fn needs_renewal(info: &CertInfo, now: OffsetDateTime) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeafSpec {
     pub common_name: String,
-    /// Kubernetes groups (O). rcgen writes one value per attribute type, so at most one.
+    /// Kubernetes groups (O); more than one only for plain client certificates.
     pub groups: Vec<String>,
     pub dns_names: Vec<String>,
     pub ips: Vec<IpAddr>,
@@ -211,7 +213,11 @@ impl Ca {
         validity: Duration,
     ) -> Result<CertKey> {
         if spec.groups.len() > 1 {
-            return Err(PkiError::TooManyGroups(spec.groups.len()));
+            // rcgen writes one O; a client with several groups gets a hand-built certificate.
+            if spec.server || !spec.dns_names.is_empty() || !spec.ips.is_empty() {
+                return Err(PkiError::TooManyGroups(spec.groups.len()));
+            }
+            return groups::issue(&self.pair, &spec.common_name, &spec.groups, now, validity);
         }
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
@@ -482,12 +488,19 @@ mod tests {
     }
 
     #[test]
-    fn more_than_one_group_is_refused_rather_than_silently_dropped() {
+    fn several_groups_are_all_kept_never_silently_dropped() {
         let ca = Ca::generate("c", now()).unwrap();
-        let e = ca
+        let leaf = ca
             .issue(&LeafSpec::client("u", &["a", "b"]), now(), LEAF_VALIDITY)
-            .unwrap_err();
-        assert!(matches!(e, PkiError::TooManyGroups(2)));
+            .unwrap();
+        let (_, subject) = parse(&leaf.cert_pem);
+        assert_eq!(subject, "O=a, O=b, CN=u");
+        let mut server = LeafSpec::server("s", vec!["x".into()], vec![]);
+        server.groups = vec!["a".into(), "b".into()];
+        assert!(matches!(
+            ca.issue(&server, now(), LEAF_VALIDITY).unwrap_err(),
+            PkiError::TooManyGroups(2)
+        ));
     }
 
     #[test]
