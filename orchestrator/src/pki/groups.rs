@@ -175,7 +175,6 @@ fn pem_encode(label: &str, der: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::pki::{Ca, inspect};
-    use x509_parser::prelude::*;
 
     #[test]
     fn every_group_is_an_organization_and_the_ca_signature_verifies() {
