@@ -85,6 +85,11 @@ pub struct Args {
     /// Concurrent reconciles per kind.
     #[arg(long, env = "VCP_SYNC_WORKERS", default_value_t = 8)]
     pub workers: u16,
+    /// Seconds between full resyncs: every synced object is reconciled again after this long,
+    /// which repairs drift that no watch event reported.
+    #[arg(long, env = "VCP_SYNCER_RESYNC_SECONDS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub resync_seconds: u64,
     /// Seconds between virtual-node status refreshes.
     #[arg(long, env = "VCP_NODE_SYNC_SECONDS", default_value_t = 10)]
     pub node_sync_seconds: u64,
@@ -143,6 +148,7 @@ pub async fn run(args: Args) -> Result<()> {
     tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, "starting");
     let mut engine = engine::Engine::new(tenant, host, key.clone(), env);
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
+    engine.resync = Duration::from_secs(args.resync_seconds);
     let engine = Arc::new(engine);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
@@ -209,4 +215,27 @@ pub async fn run(args: Args) -> Result<()> {
         },
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let base = ["vcp-syncer", "--tenant-kubeconfig=/t", "--tenant-key=demo"];
+        Args::try_parse_from(base.iter().chain(extra))
+    }
+
+    #[test]
+    fn the_resync_period_defaults_to_five_minutes_and_is_configurable() {
+        assert_eq!(parse(&[]).unwrap().resync_seconds, 300);
+        assert_eq!(
+            parse(&["--resync-seconds", "30"]).unwrap().resync_seconds,
+            30
+        );
+        assert!(
+            parse(&["--resync-seconds", "0"]).is_err(),
+            "a zero period would requeue in a hot loop"
+        );
+    }
 }

@@ -40,8 +40,8 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Period of the full resync.
-pub const RESYNC: Duration = Duration::from_secs(300);
+/// Default period of the full resync (`--resync-seconds`).
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
 
 /// Everything reconcilers share.
 pub struct Engine {
@@ -50,6 +50,8 @@ pub struct Engine {
     pub ctx: Ctx,
     pub pod_env: resources::pods::PodEnv,
     pub recorder: Recorder,
+    /// Period of the full resync: every reconcile requeues after it.
+    pub resync: Duration,
     /// Sync every ConfigMap and Secret, not only those tenant pods reference.
     pub sync_all_configmaps_secrets: bool,
     /// The tenant pod cache, once the pod controller runs (for reference checks).
@@ -78,6 +80,7 @@ impl Engine {
             ctx: Ctx { key },
             pod_env,
             recorder,
+            resync: DEFAULT_RESYNC,
             sync_all_configmaps_secrets: false,
             tenant_pods: std::sync::OnceLock::new(),
             known_nodes: Default::default(),
@@ -271,7 +274,7 @@ async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
 }
 
 /// GC of a host object whose tenant object is gone. Generic over every synced kind.
@@ -290,13 +293,13 @@ pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     // A cache may lag the controller that just created this host object: confirm with the
     // tenant apiserver before deleting anything.
     if !wanted && tenant_still_has::<K>(e, ns, &r.name, r.uid.as_deref()).await? {
-        return Ok(Action::requeue(RESYNC));
+        return Ok(Action::requeue(e.resync));
     }
     if !wanted {
         tracing::info!(kind = K::kind(&()).as_ref(), ns = %ns, name = %r.name, "tenant object gone; deleting host object");
         delete_host(e, h.as_ref(), None).await?;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
 }
 
 /// Whether the tenant apiserver (not a cache) still has the object, with `uid` if given.

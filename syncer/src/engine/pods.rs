@@ -11,7 +11,7 @@
 //!   bound to them ([`virtual_nodes`]).
 
 use super::decide::{Decision, HostSide, decide};
-use super::{Engine, RESYNC, Side, apply, cached_host, create_or_adopt, delete_host};
+use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host};
 use crate::resources::pods::{host_node, status_to_tenant, to_host};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -101,7 +101,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
 }
 
 /// Copies the ConfigMaps and Secrets a tenant pod references to the host, so the host pod

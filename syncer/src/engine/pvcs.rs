@@ -1,7 +1,7 @@
 //! PersistentVolumeClaims: down, and bound host volumes mirrored up (see `resources::pvcs`).
 
 use super::decide::{Decision, HostSide, decide};
-use super::{Engine, RESYNC, Side, cached_host, create_or_adopt, delete_host, kube_err};
+use super::{Engine, Side, cached_host, create_or_adopt, delete_host, kube_err};
 use crate::Result;
 use crate::resources::FIELD_MANAGER;
 use crate::resources::pvcs::{MIRROR_LABEL, bound_volume, mirror_volume, to_host};
@@ -40,7 +40,7 @@ pub async fn down(
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
 }
 
 async fn mirror(e: &Engine, t: &PersistentVolumeClaim, h: &PersistentVolumeClaim) -> Result<()> {
