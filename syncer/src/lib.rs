@@ -39,6 +39,8 @@ pub enum Error {
     InvalidKey(#[from] naming::InvalidKey),
     #[error("cannot issue a service-account token: {0}")]
     Token(String),
+    #[error("{0} is not ready yet")]
+    NotReady(String),
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
         addr: String,
@@ -188,7 +190,12 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             w,
             |t, s| Box::pin(engine::services::down(t, s)),
-            |_| {}
+            {
+                let e = engine.clone();
+                move |s| {
+                    let _ = e.tenant_services.set(s);
+                }
+            }
         ),
         engine::run_kind::<Pod>(
             engine.clone(),

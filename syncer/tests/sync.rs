@@ -588,3 +588,105 @@ async fn claims_and_statefulset_templates_bind_through_the_host_storage_class() 
     .await?;
     Ok(())
 }
+
+fn env_of(p: &Pod) -> std::collections::BTreeMap<String, String> {
+    p.spec.as_ref().unwrap().containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2eh").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    let svc = create::<Service>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"ports": [{"name": "http", "port": 80}]},
+        }),
+    )
+    .await?;
+    let ip = svc.spec.unwrap().cluster_ip.unwrap();
+    let host_svcs: Api<Service> = Api::namespaced(host.clone(), "e2eh-apps");
+    eventually("host service", Duration::from_secs(30), || async {
+        Ok(host_svcs.get_opt("web").await?)
+    })
+    .await?;
+    for (name, links) in [("linked", true), ("unlinked", false)] {
+        create::<Pod>(
+            &tenant,
+            "apps",
+            serde_json::json!({
+                "metadata": {"name": name, "labels": {"v": "1"}},
+                "spec": {"enableServiceLinks": links, "containers": [{
+                    "name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "env": [{"name": "WEB_SERVICE_PORT", "value": "8080"}]}]},
+            }),
+        )
+        .await?;
+    }
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2eh-apps");
+    let linked = eventually("host pod linked", Duration::from_secs(60), || async {
+        Ok(host_pods.get_opt("linked").await?)
+    })
+    .await?;
+    let env = env_of(&linked);
+    assert_eq!(env.get("WEB_SERVICE_HOST"), Some(&ip));
+    assert_eq!(env["WEB_SERVICE_PORT_HTTP"], "80");
+    assert_eq!(env["WEB_PORT_80_TCP"], format!("tcp://{ip}:80"));
+    assert_eq!(
+        env["WEB_SERVICE_PORT"], "8080",
+        "the container's own value wins"
+    );
+    assert_eq!(
+        linked.spec.as_ref().unwrap().enable_service_links,
+        Some(false),
+        "never the host's links"
+    );
+    let unlinked = eventually("host pod unlinked", Duration::from_secs(60), || async {
+        Ok(host_pods.get_opt("unlinked").await?)
+    })
+    .await?;
+    assert!(!env_of(&unlinked).contains_key("WEB_SERVICE_HOST"));
+
+    // A Service created later does not change the running pod (env is immutable), and the
+    // pod's mutable fields still sync.
+    create::<Service>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "late"}, "spec": {"ports": [{"port": 81}]}}),
+    )
+    .await?;
+    eventually("host service late", Duration::from_secs(30), || async {
+        Ok(host_svcs.get_opt("late").await?)
+    })
+    .await?;
+    Api::<Pod>::namespaced(tenant.clone(), "apps")
+        .patch(
+            "linked",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {"v": "2"}}})),
+        )
+        .await?;
+    let relabelled = eventually(
+        "the new label on the host pod",
+        Duration::from_secs(60),
+        || async {
+            let p = host_pods.get("linked").await?;
+            Ok((p.labels().get("v").map(String::as_str) == Some("2")).then_some(p))
+        },
+    )
+    .await?;
+    assert!(!env_of(&relabelled).contains_key("LATE_SERVICE_HOST"));
+    assert_eq!(env_of(&relabelled), env);
+    Ok(())
+}

@@ -56,6 +56,8 @@ pub struct Engine {
     pub sync_all_configmaps_secrets: bool,
     /// The tenant pod cache, once the pod controller runs (for reference checks).
     pub tenant_pods: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Pod>>,
+    /// The tenant Service cache, once the Service controller runs (for service links).
+    pub tenant_services: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Service>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
     pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -83,6 +85,7 @@ impl Engine {
             resync: DEFAULT_RESYNC,
             sync_all_configmaps_secrets: false,
             tenant_pods: std::sync::OnceLock::new(),
+            tenant_services: std::sync::OnceLock::new(),
             known_nodes: Default::default(),
         }
     }
@@ -322,6 +325,17 @@ where
 {
     tracing::warn!(kind = K::kind(&()).as_ref(), error = %err, "sync failed; retrying");
     Action::requeue(Duration::from_secs(2))
+}
+
+/// Whether a cache holds its first complete list. Never waits: a reconcile waiting for a
+/// cache holds a worker slot, and once every slot is held a controller stops polling its
+/// trigger streams; requeueing frees the slot.
+pub fn cache_ready<K: Resource + Clone + 'static>(store: &Store<K>) -> bool
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures::FutureExt;
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }
 
 /// Maps a host object to the tenant object it came from (for re-triggering down-reconciles).
