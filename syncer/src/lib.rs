@@ -12,7 +12,10 @@ pub mod naming;
 pub mod resources;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, PersistentVolumeClaim, Pod, Secret, Service,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -196,6 +199,18 @@ pub async fn run(args: Args) -> Result<()> {
                     let _ = e.tenant_services.set(s);
                 }
             }
+        ),
+        engine::run_kind::<Endpoints>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(engine::endpoints::down_endpoints(t, s)),
+            |_| {}
+        ),
+        engine::run_kind::<EndpointSlice>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(engine::endpoints::down_slice(t, s)),
+            |_| {}
         ),
         engine::run_kind::<Pod>(
             engine.clone(),

@@ -690,3 +690,106 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
     assert_eq!(env_of(&relabelled), env);
     Ok(())
 }
+
+#[tokio::test]
+async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> Res {
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2ei").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    for (name, selector) in [
+        ("db", None),
+        ("web", Some(serde_json::json!({"app": "web"}))),
+    ] {
+        create::<Service>(
+            &tenant,
+            "apps",
+            serde_json::json!({"metadata": {"name": name},
+                "spec": {"selector": selector, "ports": [{"port": 5432}]}}),
+        )
+        .await?;
+    }
+    // Addresses from the documentation range: data only, nothing connects to them.
+    create::<Endpoints>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "db"},
+            "subsets": [{"addresses": [{"ip": "192.0.2.10"}], "ports": [{"port": 5432}]}],
+        }),
+    )
+    .await?;
+    create::<EndpointSlice>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "db-manual", "labels": {
+                "kubernetes.io/service-name": "db",
+                "endpointslice.kubernetes.io/managed-by": "ops.example.com"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.11"]}],
+            "ports": [{"port": 5432}],
+        }),
+    )
+    .await?;
+
+    let host_eps: Api<Endpoints> = Api::namespaced(host.clone(), "e2ei-apps");
+    let host_slices: Api<EndpointSlice> = Api::namespaced(host.clone(), "e2ei-apps");
+    let ep = eventually("host endpoints db", Duration::from_secs(60), || async {
+        Ok(host_eps.get_opt("db").await?)
+    })
+    .await?;
+    assert_eq!(ep.labels()[LABEL_TENANT], "e2ei");
+    assert_eq!(
+        ep.subsets.unwrap()[0].addresses.as_ref().unwrap()[0].ip,
+        "192.0.2.10"
+    );
+    let slice = eventually("host slice db-manual", Duration::from_secs(60), || async {
+        Ok(host_slices.get_opt("db-manual").await?)
+    })
+    .await?;
+    assert_eq!(slice.labels()["kubernetes.io/service-name"], "db");
+    assert_eq!(slice.endpoints.unwrap()[0].addresses, ["192.0.2.11"]);
+
+    // Slices Kubernetes manages (the tenant's mirror of db's Endpoints, web's computed ones)
+    // and Endpoints of a Service with a selector are not copied.
+    let tenant_slices = Api::<EndpointSlice>::namespaced(tenant.clone(), "apps")
+        .list(&ListParams::default())
+        .await?;
+    for s in tenant_slices
+        .items
+        .iter()
+        .filter(|s| s.name_any() != "db-manual")
+    {
+        let copy = host_slices.get_opt(&s.name_any()).await?;
+        assert!(
+            copy.is_none_or(|c| !c.annotations().contains_key(vcp_syncer::naming::ANN_UID)),
+            "controller-managed tenant slice {} was copied",
+            s.name_any()
+        );
+    }
+    if let Some(web) = host_eps.get_opt("web").await? {
+        assert!(
+            !web.annotations().contains_key(vcp_syncer::naming::ANN_UID),
+            "endpoints of a service with a selector were copied"
+        );
+    }
+
+    Api::<Endpoints>::namespaced(tenant.clone(), "apps")
+        .delete("db", &DeleteParams::default())
+        .await?;
+    Api::<EndpointSlice>::namespaced(tenant.clone(), "apps")
+        .delete("db-manual", &DeleteParams::default())
+        .await?;
+    eventually("host copies gone", Duration::from_secs(60), || async {
+        let ep = host_eps.get_opt("db").await?.is_some();
+        let slice = host_slices.get_opt("db-manual").await?.is_some();
+        Ok((!ep && !slice).then_some(()))
+    })
+    .await?;
+    Ok(())
+}

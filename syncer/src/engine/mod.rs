@@ -16,6 +16,7 @@
 //! binding to virtual nodes and two-way graceful deletion (`pods.rs`).
 
 pub mod decide;
+pub mod endpoints;
 pub mod namespaces;
 pub mod pods;
 pub mod pvcs;
@@ -56,7 +57,7 @@ pub struct Engine {
     pub sync_all_configmaps_secrets: bool,
     /// The tenant pod cache, once the pod controller runs (for reference checks).
     pub tenant_pods: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Pod>>,
-    /// The tenant Service cache, once the Service controller runs (for service links).
+    /// The tenant Service cache, once the Service controller runs (service links, endpoints).
     pub tenant_services: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Service>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
     pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
@@ -143,6 +144,11 @@ pub trait Synced:
 {
     /// The desired host object, or `None` if this tenant object is not synced.
     fn to_host(tenant: &Self, engine: &Engine) -> Option<Self>;
+
+    /// Which host objects of this kind the engine watches: this tenant's, by label.
+    fn host_watch(key: &TenantKey) -> watcher::Config {
+        host_selector(key)
+    }
 }
 
 impl Synced for k8s_openapi::api::core::v1::ConfigMap {
@@ -252,8 +258,8 @@ pub fn cached_host<K: Synced>(side: &Side<K>, desired: &K) -> Option<Arc<K>> {
         .get(&ObjectRef::new(&desired.name_any()).within(&desired.namespace().unwrap_or_default()))
 }
 
-/// Down-reconcile of a plain kind (ConfigMap, Secret, Service).
-async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
+/// Down-reconcile of a plain kind (ConfigMap, Secret, Endpoints).
+pub(crate) async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     let e = &side.engine;
     let Some(desired) = K::to_host(&t, e) else {
         return Ok(Action::await_change());
@@ -398,7 +404,7 @@ pub async fn run_kind<K: Synced>(
     // stores an object before passing it on, so no reconcile sees a cache older than its trigger.
     let (host_reader, host_writer) = kube::runtime::reflector::store();
     // Managed fields are never read here and are a large part of every cached object.
-    let host_stream = watcher(host_api.clone(), host_selector(&key))
+    let host_stream = watcher(host_api.clone(), K::host_watch(&key))
         .default_backoff()
         .modify(|o: &mut K| o.meta_mut().managed_fields = None)
         .reflect(host_writer)
@@ -426,7 +432,7 @@ pub async fn run_kind<K: Synced>(
         .modify(|o: &mut K| o.meta_mut().managed_fields = None)
         .reflect(gc_tenant_writer)
         .touched_objects();
-    let gc_ctl = Controller::new(host_api, host_selector(&key))
+    let gc_ctl = Controller::new(host_api, K::host_watch(&key))
         .with_config(kube::runtime::controller::Config::default().concurrency(workers));
     let gc_side = Arc::new(Side {
         engine: engine.clone(),

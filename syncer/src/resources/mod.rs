@@ -8,6 +8,7 @@
 //! left alone.
 
 pub mod configmaps;
+pub mod endpoints;
 pub mod namespaces;
 pub mod pods;
 pub mod pvcs;
