@@ -186,7 +186,8 @@ pub async fn run(args: Args) -> Result<()> {
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .route("/readyz", axum::routing::get(|| async { "ok" }));
     tokio::join!(
-        engine::namespaces::run(engine.clone(), key),
+        engine::namespaces::run(engine.clone(), key.clone()),
+        engine::volumes::run(engine.clone(), key),
         engine::run_plain::<ConfigMap>(engine.clone(), w),
         engine::run_plain::<Secret>(engine.clone(), w),
         engine::run_kind::<Service>(

@@ -793,3 +793,121 @@ async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> 
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2ej").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "local-a"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "manual", "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": "/tmp/vcp-e2ej-local-a"}},
+    }))?;
+    let tenant_pvs = Api::<PersistentVolume>::all(tenant.clone());
+    tenant_pvs.create(&PostParams::default(), &pv).await?;
+    create::<PersistentVolumeClaim>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                "volumeName": "local-a", "resources": {"requests": {"storage": "1Gi"}}},
+        }),
+    )
+    .await?;
+
+    let host_pvs = Api::<PersistentVolume>::all(host.clone());
+    let host_claims = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2ej-apps");
+    let bound = eventually(
+        "the host volume bound to the host claim",
+        Duration::from_secs(120),
+        || async {
+            let v = host_pvs.get_opt("e2ej-local-a").await?;
+            Ok(v.filter(|v| v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")))
+        },
+    )
+    .await;
+    let hpv = match bound {
+        Ok(v) => v,
+        Err(e) => {
+            let v = host_pvs.get_opt("e2ej-local-a").await?;
+            let c = host_claims.get_opt("data").await?;
+            let tv = tenant_pvs.get_opt("local-a").await?;
+            anyhow::bail!(
+                "{e}\nhost volume: {:?}\nhost claim: {:?}\ntenant volume: {:?}",
+                v.map(|v| (
+                    v.metadata.annotations,
+                    v.spec.and_then(|s| s.claim_ref),
+                    v.status
+                )),
+                c.map(|c| (c.spec, c.status)),
+                tv.map(|v| (v.spec.and_then(|s| s.claim_ref), v.status))
+            );
+        }
+    };
+    assert_eq!(hpv.labels()[LABEL_TENANT], "e2ej");
+    let spec = hpv.spec.unwrap();
+    assert_eq!(spec.storage_class_name.as_deref(), Some("manual"));
+    let claim_ref = spec.claim_ref.unwrap();
+    assert_eq!(
+        (claim_ref.namespace.as_deref(), claim_ref.name.as_deref()),
+        (Some("e2ej-apps"), Some("data"))
+    );
+    let hclaim = host_claims.get("data").await?;
+    assert_eq!(
+        hclaim.spec.unwrap().volume_name.as_deref(),
+        Some("e2ej-local-a")
+    );
+    assert_eq!(
+        claim_ref.uid, hclaim.metadata.uid,
+        "bound to the host claim"
+    );
+    eventually(
+        "tenant volume and claim bound",
+        Duration::from_secs(60),
+        || async {
+            let v = tenant_pvs.get("local-a").await?;
+            let c = Api::<PersistentVolumeClaim>::namespaced(tenant.clone(), "apps")
+                .get("data")
+                .await?;
+            let phase = v.status.and_then(|s| s.phase);
+            let bound_to = c.spec.and_then(|s| s.volume_name);
+            Ok(
+                (phase.as_deref() == Some("Bound") && bound_to.as_deref() == Some("local-a"))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    assert!(
+        tenant_pvs
+            .list(&ListParams::default().labels(vcp_syncer::resources::pvcs::MIRROR_LABEL))
+            .await?
+            .items
+            .is_empty(),
+        "no mirror for a claim bound to a tenant volume"
+    );
+
+    // Gone in the tenant, gone on the host.
+    Api::<PersistentVolumeClaim>::namespaced(tenant.clone(), "apps")
+        .delete("data", &DeleteParams::default())
+        .await?;
+    tenant_pvs
+        .delete("local-a", &DeleteParams::default())
+        .await?;
+    eventually("host volume gone", Duration::from_secs(120), || async {
+        Ok(host_pvs
+            .get_opt("e2ej-local-a")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    Ok(())
+}

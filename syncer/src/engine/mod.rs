@@ -22,6 +22,7 @@ pub mod pods;
 pub mod pvcs;
 pub mod services;
 pub mod tokens;
+pub mod volumes;
 
 use crate::naming::{self, TenantKey};
 use crate::resources::{self, Ctx, FIELD_MANAGER};
@@ -370,7 +371,8 @@ impl Synced for k8s_openapi::api::core::v1::Service {
 
 impl Synced for k8s_openapi::api::core::v1::PersistentVolumeClaim {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        Some(resources::pvcs::to_host(t, &e.ctx))
+        // The claim's volume does not matter here (only its name and namespace are read).
+        Some(resources::pvcs::to_host(t, &e.ctx, None))
     }
 }
 

@@ -14,6 +14,7 @@ pub mod pods;
 pub mod pvcs;
 pub mod secrets;
 pub mod services;
+pub mod volumes;
 
 use crate::naming::{self, TenantKey, TenantRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
