@@ -229,6 +229,7 @@ pub async fn run(args: Args) -> Result<()> {
                 let _ = claims_tx.send(s);
             }
         ),
+        engine::events::run(engine.clone(), usize::from(w)),
         nodes,
         mirrors,
         async move {

@@ -911,3 +911,80 @@ async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let cp = TenantControlPlane::start("e2ek").await?;
+    let syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    let deploy = |name: &str| {
+        serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}},
+        })
+    };
+    create::<Deployment>(&tenant, "apps", deploy("web")).await?;
+    let events: Api<Event> = Api::namespaced(tenant.clone(), "apps");
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    let scheduled = |app: &'static str| {
+        let (events, pods) = (events.clone(), pods.clone());
+        async move {
+            let Some(pod) = pods
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await?
+                .items
+                .into_iter()
+                .next()
+            else {
+                return Ok(None);
+            };
+            let found: Vec<Event> = events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("Scheduled")
+                        && e.involved_object.kind.as_deref() == Some("Pod")
+                        && e.involved_object.name == pod.metadata.name
+                        && e.involved_object.uid == pod.metadata.uid
+                })
+                .collect();
+            anyhow::Ok((!found.is_empty()).then_some(found))
+        }
+    };
+    let first = eventually(
+        "a Scheduled event on the tenant pod",
+        Duration::from_secs(120),
+        || scheduled("web"),
+    )
+    .await?;
+    assert_eq!(first.len(), 1);
+    assert!(
+        !first[0]
+            .message
+            .clone()
+            .unwrap_or_default()
+            .contains("e2ek-apps"),
+        "host namespace leaked: {:?}",
+        first[0].message
+    );
+
+    // A restarted syncer sees every host event again and copies none twice.
+    drop(syncer);
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    create::<Deployment>(&tenant, "apps", deploy("api")).await?;
+    eventually(
+        "the new syncer copies events",
+        Duration::from_secs(120),
+        || scheduled("api"),
+    )
+    .await?;
+    let again = scheduled("web").await?.unwrap_or_default();
+    assert_eq!(again.len(), 1, "the Scheduled event was copied twice");
+    Ok(())
+}

@@ -17,6 +17,7 @@
 
 pub mod decide;
 pub mod endpoints;
+pub mod events;
 pub mod namespaces;
 pub mod pods;
 pub mod pvcs;

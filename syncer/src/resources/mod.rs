@@ -9,6 +9,7 @@
 
 pub mod configmaps;
 pub mod endpoints;
+pub mod events;
 pub mod namespaces;
 pub mod pods;
 pub mod pvcs;
