@@ -12,7 +12,10 @@ pub mod naming;
 pub mod resources;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, PersistentVolumeClaim, Pod, Secret, Service,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,6 +42,8 @@ pub enum Error {
     InvalidKey(#[from] naming::InvalidKey),
     #[error("cannot issue a service-account token: {0}")]
     Token(String),
+    #[error("{0} is not ready yet")]
+    NotReady(String),
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
         addr: String,
@@ -85,6 +90,11 @@ pub struct Args {
     /// Concurrent reconciles per kind.
     #[arg(long, env = "VCP_SYNC_WORKERS", default_value_t = 8)]
     pub workers: u16,
+    /// Seconds between full resyncs: every synced object is reconciled again after this long,
+    /// which repairs drift that no watch event reported.
+    #[arg(long, env = "VCP_SYNCER_RESYNC_SECONDS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub resync_seconds: u64,
     /// Seconds between virtual-node status refreshes.
     #[arg(long, env = "VCP_NODE_SYNC_SECONDS", default_value_t = 10)]
     pub node_sync_seconds: u64,
@@ -143,6 +153,7 @@ pub async fn run(args: Args) -> Result<()> {
     tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, "starting");
     let mut engine = engine::Engine::new(tenant, host, key.clone(), env);
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
+    engine.resync = Duration::from_secs(args.resync_seconds);
     let engine = Arc::new(engine);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
@@ -175,13 +186,31 @@ pub async fn run(args: Args) -> Result<()> {
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .route("/readyz", axum::routing::get(|| async { "ok" }));
     tokio::join!(
-        engine::namespaces::run(engine.clone(), key),
+        engine::namespaces::run(engine.clone(), key.clone()),
+        engine::volumes::run(engine.clone(), key),
         engine::run_plain::<ConfigMap>(engine.clone(), w),
         engine::run_plain::<Secret>(engine.clone(), w),
         engine::run_kind::<Service>(
             engine.clone(),
             w,
             |t, s| Box::pin(engine::services::down(t, s)),
+            {
+                let e = engine.clone();
+                move |s| {
+                    let _ = e.tenant_services.set(s);
+                }
+            }
+        ),
+        engine::run_kind::<Endpoints>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(engine::endpoints::down_endpoints(t, s)),
+            |_| {}
+        ),
+        engine::run_kind::<EndpointSlice>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(engine::endpoints::down_slice(t, s)),
             |_| {}
         ),
         engine::run_kind::<Pod>(
@@ -200,6 +229,7 @@ pub async fn run(args: Args) -> Result<()> {
                 let _ = claims_tx.send(s);
             }
         ),
+        engine::events::run(engine.clone(), usize::from(w)),
         nodes,
         mirrors,
         async move {
@@ -209,4 +239,27 @@ pub async fn run(args: Args) -> Result<()> {
         },
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let base = ["vcp-syncer", "--tenant-kubeconfig=/t", "--tenant-key=demo"];
+        Args::try_parse_from(base.iter().chain(extra))
+    }
+
+    #[test]
+    fn the_resync_period_defaults_to_five_minutes_and_is_configurable() {
+        assert_eq!(parse(&[]).unwrap().resync_seconds, 300);
+        assert_eq!(
+            parse(&["--resync-seconds", "30"]).unwrap().resync_seconds,
+            30
+        );
+        assert!(
+            parse(&["--resync-seconds", "0"]).is_err(),
+            "a zero period would requeue in a hot loop"
+        );
+    }
 }

@@ -145,6 +145,16 @@ pub fn token_secret_name(pod_uid: &str) -> String {
     format!("vcp-sa-{}", hash(pod_uid))
 }
 
+/// Name of the tenant Event copied from the host Event with `host_event_uid`, about tenant
+/// object `object`: deterministic, so a copy is never made twice (a relist, a restart), and
+/// named like the kubelet's (`<object>.<suffix>`) so it sorts with the object's own events.
+pub fn event_name(object: &str, host_event_uid: &str) -> String {
+    let room = MAX_SUBDOMAIN - 1 - HASH_LEN;
+    // Object names are ASCII (DNS-1123), so byte slicing is safe.
+    let object = &object[..object.len().min(room)];
+    format!("{object}.{}", hash(host_event_uid))
+}
+
 /// The markers for a host object made from tenant object `r`.
 pub fn markers(
     key: &TenantKey,
@@ -297,6 +307,14 @@ mod tests {
         assert_eq!(tenant_ref(&key("demo"), &labels, &ann), Some(r));
         assert_eq!(tenant_ref(&key("other"), &labels, &ann), None);
         assert_eq!(tenant_ref(&key("demo"), &BTreeMap::new(), &ann), None);
+    }
+
+    #[test]
+    fn event_names_are_deterministic_distinct_and_bounded() {
+        assert_eq!(event_name("web-1", "u1"), event_name("web-1", "u1"));
+        assert_ne!(event_name("web-1", "u1"), event_name("web-1", "u2"));
+        assert!(event_name("web-1", "u1").starts_with("web-1."));
+        assert_eq!(event_name(&"p".repeat(253), "u1").len(), MAX_SUBDOMAIN);
     }
 
     fn arb_key() -> impl Strategy<Value = TenantKey> {

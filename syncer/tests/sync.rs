@@ -599,3 +599,403 @@ async fn claims_and_statefulset_templates_bind_through_the_host_storage_class() 
     .await?;
     Ok(())
 }
+
+fn env_of(p: &Pod) -> std::collections::BTreeMap<String, String> {
+    p.spec.as_ref().unwrap().containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2eh").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    let svc = create::<Service>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"ports": [{"name": "http", "port": 80}]},
+        }),
+    )
+    .await?;
+    let ip = svc.spec.unwrap().cluster_ip.unwrap();
+    let host_svcs: Api<Service> = Api::namespaced(host.clone(), "e2eh-apps");
+    eventually("host service", Duration::from_secs(30), || async {
+        Ok(host_svcs.get_opt("web").await?)
+    })
+    .await?;
+    for (name, links) in [("linked", true), ("unlinked", false)] {
+        create::<Pod>(
+            &tenant,
+            "apps",
+            serde_json::json!({
+                "metadata": {"name": name, "labels": {"v": "1"}},
+                "spec": {"enableServiceLinks": links, "containers": [{
+                    "name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "env": [{"name": "WEB_SERVICE_PORT", "value": "8080"}]}]},
+            }),
+        )
+        .await?;
+    }
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2eh-apps");
+    let linked = eventually("host pod linked", Duration::from_secs(60), || async {
+        Ok(host_pods.get_opt("linked").await?)
+    })
+    .await?;
+    let env = env_of(&linked);
+    assert_eq!(env.get("WEB_SERVICE_HOST"), Some(&ip));
+    assert_eq!(env["WEB_SERVICE_PORT_HTTP"], "80");
+    assert_eq!(env["WEB_PORT_80_TCP"], format!("tcp://{ip}:80"));
+    assert_eq!(
+        env["WEB_SERVICE_PORT"], "8080",
+        "the container's own value wins"
+    );
+    assert_eq!(
+        linked.spec.as_ref().unwrap().enable_service_links,
+        Some(false),
+        "never the host's links"
+    );
+    let unlinked = eventually("host pod unlinked", Duration::from_secs(60), || async {
+        Ok(host_pods.get_opt("unlinked").await?)
+    })
+    .await?;
+    assert!(!env_of(&unlinked).contains_key("WEB_SERVICE_HOST"));
+
+    // A Service created later does not change the running pod (env is immutable), and the
+    // pod's mutable fields still sync.
+    create::<Service>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "late"}, "spec": {"ports": [{"port": 81}]}}),
+    )
+    .await?;
+    eventually("host service late", Duration::from_secs(30), || async {
+        Ok(host_svcs.get_opt("late").await?)
+    })
+    .await?;
+    Api::<Pod>::namespaced(tenant.clone(), "apps")
+        .patch(
+            "linked",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {"v": "2"}}})),
+        )
+        .await?;
+    let relabelled = eventually(
+        "the new label on the host pod",
+        Duration::from_secs(60),
+        || async {
+            let p = host_pods.get("linked").await?;
+            Ok((p.labels().get("v").map(String::as_str) == Some("2")).then_some(p))
+        },
+    )
+    .await?;
+    assert!(!env_of(&relabelled).contains_key("LATE_SERVICE_HOST"));
+    assert_eq!(env_of(&relabelled), env);
+    Ok(())
+}
+
+#[tokio::test]
+async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> Res {
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2ei").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    for (name, selector) in [
+        ("db", None),
+        ("web", Some(serde_json::json!({"app": "web"}))),
+    ] {
+        create::<Service>(
+            &tenant,
+            "apps",
+            serde_json::json!({"metadata": {"name": name},
+                "spec": {"selector": selector, "ports": [{"port": 5432}]}}),
+        )
+        .await?;
+    }
+    // Addresses from the documentation range: data only, nothing connects to them.
+    create::<Endpoints>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "db"},
+            "subsets": [{"addresses": [{"ip": "192.0.2.10"}], "ports": [{"port": 5432}]}],
+        }),
+    )
+    .await?;
+    create::<EndpointSlice>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "db-manual", "labels": {
+                "kubernetes.io/service-name": "db",
+                "endpointslice.kubernetes.io/managed-by": "ops.example.com"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.11"]}],
+            "ports": [{"port": 5432}],
+        }),
+    )
+    .await?;
+
+    let host_eps: Api<Endpoints> = Api::namespaced(host.clone(), "e2ei-apps");
+    let host_slices: Api<EndpointSlice> = Api::namespaced(host.clone(), "e2ei-apps");
+    let ep = eventually("host endpoints db", Duration::from_secs(60), || async {
+        Ok(host_eps.get_opt("db").await?)
+    })
+    .await?;
+    assert_eq!(ep.labels()[LABEL_TENANT], "e2ei");
+    assert_eq!(
+        ep.subsets.unwrap()[0].addresses.as_ref().unwrap()[0].ip,
+        "192.0.2.10"
+    );
+    let slice = eventually("host slice db-manual", Duration::from_secs(60), || async {
+        Ok(host_slices.get_opt("db-manual").await?)
+    })
+    .await?;
+    assert_eq!(slice.labels()["kubernetes.io/service-name"], "db");
+    assert_eq!(slice.endpoints.unwrap()[0].addresses, ["192.0.2.11"]);
+
+    // Slices Kubernetes manages (the tenant's mirror of db's Endpoints, web's computed ones)
+    // and Endpoints of a Service with a selector are not copied.
+    let tenant_slices = Api::<EndpointSlice>::namespaced(tenant.clone(), "apps")
+        .list(&ListParams::default())
+        .await?;
+    for s in tenant_slices
+        .items
+        .iter()
+        .filter(|s| s.name_any() != "db-manual")
+    {
+        let copy = host_slices.get_opt(&s.name_any()).await?;
+        assert!(
+            copy.is_none_or(|c| !c.annotations().contains_key(vcp_syncer::naming::ANN_UID)),
+            "controller-managed tenant slice {} was copied",
+            s.name_any()
+        );
+    }
+    if let Some(web) = host_eps.get_opt("web").await? {
+        assert!(
+            !web.annotations().contains_key(vcp_syncer::naming::ANN_UID),
+            "endpoints of a service with a selector were copied"
+        );
+    }
+
+    Api::<Endpoints>::namespaced(tenant.clone(), "apps")
+        .delete("db", &DeleteParams::default())
+        .await?;
+    Api::<EndpointSlice>::namespaced(tenant.clone(), "apps")
+        .delete("db-manual", &DeleteParams::default())
+        .await?;
+    eventually("host copies gone", Duration::from_secs(60), || async {
+        let ep = host_eps.get_opt("db").await?.is_some();
+        let slice = host_slices.get_opt("db-manual").await?.is_some();
+        Ok((!ep && !slice).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2ej").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "local-a"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "manual", "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": "/tmp/vcp-e2ej-local-a"}},
+    }))?;
+    let tenant_pvs = Api::<PersistentVolume>::all(tenant.clone());
+    tenant_pvs.create(&PostParams::default(), &pv).await?;
+    create::<PersistentVolumeClaim>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                "volumeName": "local-a", "resources": {"requests": {"storage": "1Gi"}}},
+        }),
+    )
+    .await?;
+
+    let host_pvs = Api::<PersistentVolume>::all(host.clone());
+    let host_claims = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2ej-apps");
+    let bound = eventually(
+        "the host volume bound to the host claim",
+        Duration::from_secs(120),
+        || async {
+            let v = host_pvs.get_opt("e2ej-local-a").await?;
+            Ok(v.filter(|v| v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")))
+        },
+    )
+    .await;
+    let hpv = match bound {
+        Ok(v) => v,
+        Err(e) => {
+            let v = host_pvs.get_opt("e2ej-local-a").await?;
+            let c = host_claims.get_opt("data").await?;
+            let tv = tenant_pvs.get_opt("local-a").await?;
+            anyhow::bail!(
+                "{e}\nhost volume: {:?}\nhost claim: {:?}\ntenant volume: {:?}",
+                v.map(|v| (
+                    v.metadata.annotations,
+                    v.spec.and_then(|s| s.claim_ref),
+                    v.status
+                )),
+                c.map(|c| (c.spec, c.status)),
+                tv.map(|v| (v.spec.and_then(|s| s.claim_ref), v.status))
+            );
+        }
+    };
+    assert_eq!(hpv.labels()[LABEL_TENANT], "e2ej");
+    let spec = hpv.spec.unwrap();
+    assert_eq!(spec.storage_class_name.as_deref(), Some("manual"));
+    let claim_ref = spec.claim_ref.unwrap();
+    assert_eq!(
+        (claim_ref.namespace.as_deref(), claim_ref.name.as_deref()),
+        (Some("e2ej-apps"), Some("data"))
+    );
+    let hclaim = host_claims.get("data").await?;
+    assert_eq!(
+        hclaim.spec.unwrap().volume_name.as_deref(),
+        Some("e2ej-local-a")
+    );
+    assert_eq!(
+        claim_ref.uid, hclaim.metadata.uid,
+        "bound to the host claim"
+    );
+    eventually(
+        "tenant volume and claim bound",
+        Duration::from_secs(60),
+        || async {
+            let v = tenant_pvs.get("local-a").await?;
+            let c = Api::<PersistentVolumeClaim>::namespaced(tenant.clone(), "apps")
+                .get("data")
+                .await?;
+            let phase = v.status.and_then(|s| s.phase);
+            let bound_to = c.spec.and_then(|s| s.volume_name);
+            Ok(
+                (phase.as_deref() == Some("Bound") && bound_to.as_deref() == Some("local-a"))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    assert!(
+        tenant_pvs
+            .list(&ListParams::default().labels(vcp_syncer::resources::pvcs::MIRROR_LABEL))
+            .await?
+            .items
+            .is_empty(),
+        "no mirror for a claim bound to a tenant volume"
+    );
+
+    // Gone in the tenant, gone on the host.
+    Api::<PersistentVolumeClaim>::namespaced(tenant.clone(), "apps")
+        .delete("data", &DeleteParams::default())
+        .await?;
+    tenant_pvs
+        .delete("local-a", &DeleteParams::default())
+        .await?;
+    eventually("host volume gone", Duration::from_secs(120), || async {
+        Ok(host_pvs
+            .get_opt("e2ej-local-a")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let cp = TenantControlPlane::start("e2ek").await?;
+    let syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    let deploy = |name: &str| {
+        serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}},
+        })
+    };
+    create::<Deployment>(&tenant, "apps", deploy("web")).await?;
+    let events: Api<Event> = Api::namespaced(tenant.clone(), "apps");
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    let scheduled = |app: &'static str| {
+        let (events, pods) = (events.clone(), pods.clone());
+        async move {
+            let Some(pod) = pods
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await?
+                .items
+                .into_iter()
+                .next()
+            else {
+                return Ok(None);
+            };
+            let found: Vec<Event> = events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("Scheduled")
+                        && e.involved_object.kind.as_deref() == Some("Pod")
+                        && e.involved_object.name == pod.metadata.name
+                        && e.involved_object.uid == pod.metadata.uid
+                })
+                .collect();
+            anyhow::Ok((!found.is_empty()).then_some(found))
+        }
+    };
+    let first = eventually(
+        "a Scheduled event on the tenant pod",
+        Duration::from_secs(120),
+        || scheduled("web"),
+    )
+    .await?;
+    assert_eq!(first.len(), 1);
+    assert!(
+        !first[0]
+            .message
+            .clone()
+            .unwrap_or_default()
+            .contains("e2ek-apps"),
+        "host namespace leaked: {:?}",
+        first[0].message
+    );
+
+    // A restarted syncer sees every host event again and copies none twice.
+    drop(syncer);
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    create::<Deployment>(&tenant, "apps", deploy("api")).await?;
+    eventually(
+        "the new syncer copies events",
+        Duration::from_secs(120),
+        || scheduled("api"),
+    )
+    .await?;
+    let again = scheduled("web").await?.unwrap_or_default();
+    assert_eq!(again.len(), 1, "the Scheduled event was copied twice");
+    Ok(())
+}

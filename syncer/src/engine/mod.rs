@@ -16,11 +16,14 @@
 //! binding to virtual nodes and two-way graceful deletion (`pods.rs`).
 
 pub mod decide;
+pub mod endpoints;
+pub mod events;
 pub mod namespaces;
 pub mod pods;
 pub mod pvcs;
 pub mod services;
 pub mod tokens;
+pub mod volumes;
 
 use crate::naming::{self, TenantKey};
 use crate::resources::{self, Ctx, FIELD_MANAGER};
@@ -40,8 +43,8 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Period of the full resync.
-pub const RESYNC: Duration = Duration::from_secs(300);
+/// Default period of the full resync (`--resync-seconds`).
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
 
 /// Everything reconcilers share.
 pub struct Engine {
@@ -50,10 +53,14 @@ pub struct Engine {
     pub ctx: Ctx,
     pub pod_env: resources::pods::PodEnv,
     pub recorder: Recorder,
+    /// Period of the full resync: every reconcile requeues after it.
+    pub resync: Duration,
     /// Sync every ConfigMap and Secret, not only those tenant pods reference.
     pub sync_all_configmaps_secrets: bool,
     /// The tenant pod cache, once the pod controller runs (for reference checks).
     pub tenant_pods: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Pod>>,
+    /// The tenant Service cache, once the Service controller runs (service links, endpoints).
+    pub tenant_services: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Service>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
     pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -78,8 +85,10 @@ impl Engine {
             ctx: Ctx { key },
             pod_env,
             recorder,
+            resync: DEFAULT_RESYNC,
             sync_all_configmaps_secrets: false,
             tenant_pods: std::sync::OnceLock::new(),
+            tenant_services: std::sync::OnceLock::new(),
             known_nodes: Default::default(),
         }
     }
@@ -137,6 +146,11 @@ pub trait Synced:
 {
     /// The desired host object, or `None` if this tenant object is not synced.
     fn to_host(tenant: &Self, engine: &Engine) -> Option<Self>;
+
+    /// Which host objects of this kind the engine watches: this tenant's, by label.
+    fn host_watch(key: &TenantKey) -> watcher::Config {
+        host_selector(key)
+    }
 }
 
 impl Synced for k8s_openapi::api::core::v1::ConfigMap {
@@ -246,8 +260,8 @@ pub fn cached_host<K: Synced>(side: &Side<K>, desired: &K) -> Option<Arc<K>> {
         .get(&ObjectRef::new(&desired.name_any()).within(&desired.namespace().unwrap_or_default()))
 }
 
-/// Down-reconcile of a plain kind (ConfigMap, Secret, Service).
-async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
+/// Down-reconcile of a plain kind (ConfigMap, Secret, Endpoints).
+pub(crate) async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     let e = &side.engine;
     let Some(desired) = K::to_host(&t, e) else {
         return Ok(Action::await_change());
@@ -271,7 +285,7 @@ async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
 }
 
 /// GC of a host object whose tenant object is gone. Generic over every synced kind.
@@ -290,13 +304,13 @@ pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     // A cache may lag the controller that just created this host object: confirm with the
     // tenant apiserver before deleting anything.
     if !wanted && tenant_still_has::<K>(e, ns, &r.name, r.uid.as_deref()).await? {
-        return Ok(Action::requeue(RESYNC));
+        return Ok(Action::requeue(e.resync));
     }
     if !wanted {
         tracing::info!(kind = K::kind(&()).as_ref(), ns = %ns, name = %r.name, "tenant object gone; deleting host object");
         delete_host(e, h.as_ref(), None).await?;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
 }
 
 /// Whether the tenant apiserver (not a cache) still has the object, with `uid` if given.
@@ -319,6 +333,17 @@ where
 {
     tracing::warn!(kind = K::kind(&()).as_ref(), error = %err, "sync failed; retrying");
     Action::requeue(Duration::from_secs(2))
+}
+
+/// Whether a cache holds its first complete list. Never waits: a reconcile waiting for a
+/// cache holds a worker slot, and once every slot is held a controller stops polling its
+/// trigger streams; requeueing frees the slot.
+pub fn cache_ready<K: Resource + Clone + 'static>(store: &Store<K>) -> bool
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures::FutureExt;
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }
 
 /// Maps a host object to the tenant object it came from (for re-triggering down-reconciles).
@@ -347,7 +372,8 @@ impl Synced for k8s_openapi::api::core::v1::Service {
 
 impl Synced for k8s_openapi::api::core::v1::PersistentVolumeClaim {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        Some(resources::pvcs::to_host(t, &e.ctx))
+        // The claim's volume does not matter here (only its name and namespace are read).
+        Some(resources::pvcs::to_host(t, &e.ctx, None))
     }
 }
 
@@ -381,7 +407,7 @@ pub async fn run_kind<K: Synced>(
     // stores an object before passing it on, so no reconcile sees a cache older than its trigger.
     let (host_reader, host_writer) = kube::runtime::reflector::store();
     // Managed fields are never read here and are a large part of every cached object.
-    let host_stream = watcher(host_api.clone(), host_selector(&key))
+    let host_stream = watcher(host_api.clone(), K::host_watch(&key))
         .default_backoff()
         .modify(|o: &mut K| o.meta_mut().managed_fields = None)
         .reflect(host_writer)
@@ -409,7 +435,7 @@ pub async fn run_kind<K: Synced>(
         .modify(|o: &mut K| o.meta_mut().managed_fields = None)
         .reflect(gc_tenant_writer)
         .touched_objects();
-    let gc_ctl = Controller::new(host_api, host_selector(&key))
+    let gc_ctl = Controller::new(host_api, K::host_watch(&key))
         .with_config(kube::runtime::controller::Config::default().concurrency(workers));
     let gc_side = Arc::new(Side {
         engine: engine.clone(),

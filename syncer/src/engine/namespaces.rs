@@ -1,6 +1,6 @@
 //! Namespaces (cluster-scoped): a host namespace per tenant namespace, removed with it.
 
-use super::{Engine, RESYNC, host_selector};
+use super::{Engine, host_selector};
 use crate::naming::{self, TenantKey};
 use crate::resources::{FIELD_MANAGER, namespaces};
 use crate::{Error, Result};
@@ -53,7 +53,7 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
         }
         Err(err) => return Err(kube_err(format!("create host namespace {name}"))(err)),
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(cx.engine.resync))
 }
 
 async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
@@ -66,7 +66,7 @@ async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
         .as_ref()
         .is_some_and(|t| r.uid.is_none() || t.uid() == r.uid);
     if wanted || h.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::requeue(RESYNC));
+        return Ok(Action::requeue(cx.engine.resync));
     }
     // Confirm with the tenant apiserver: the cache may lag (see engine::gc).
     let still = Api::<Namespace>::all(e.tenant.clone())
@@ -89,7 +89,7 @@ async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
             }
         }
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(cx.engine.resync))
 }
 
 fn backoff(_: Arc<Namespace>, err: &Error, _: Arc<Ns>) -> Action {

@@ -11,8 +11,11 @@
 //!   bound to them ([`virtual_nodes`]).
 
 use super::decide::{Decision, HostSide, decide};
-use super::{Engine, RESYNC, Side, apply, cached_host, create_or_adopt, delete_host};
-use crate::resources::pods::{host_node, status_to_tenant, to_host};
+use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host};
+use crate::resources::pods::{
+    EnvFromKeys, add_service_links, host_node, keep_host_env, service_links, status_to_tenant,
+    to_host, wants_service_links,
+};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
@@ -53,7 +56,7 @@ async fn remove_tenant_pod(e: &Engine, t: &Pod) -> Result<()> {
 /// Down-reconcile of a tenant pod.
 pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     let e = &side.engine;
-    let desired = to_host(&t, &e.ctx, &e.pod_env);
+    let mut desired = to_host(&t, &e.ctx, &e.pod_env);
     let host = cached_host(&side, &desired);
     let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
         HostSide::of(e.key(), h.labels(), h.annotations())
@@ -81,8 +84,12 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 return Ok(Action::await_change());
             }
             // What the host pod mounts first: its ConfigMaps, Secrets and token.
-            sync_references(e, &t).await?;
+            let env_from = sync_references(e, &t).await?;
             super::tokens::ensure(e, &t, None).await?;
+            if wants_service_links(&t) {
+                let links = tenant_service_links(e, &t.namespace().unwrap_or_default())?;
+                add_service_links(&mut desired, &links, &env_from);
+            }
             create_or_adopt(e, t.as_ref(), &desired).await?;
         }
         Decision::Replace => {
@@ -94,6 +101,8 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
         Decision::Update => {
             let h = host.expect("Update means the host pod is cached");
             if drifted(&desired, &h) {
+                // Env is immutable and was settled at creation (service links of that moment).
+                keep_host_env(&mut desired, &h);
                 apply(e, &desired).await?;
             }
             super::tokens::ensure(e, &t, Some(&h)).await?;
@@ -101,21 +110,26 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
 }
 
 /// Copies the ConfigMaps and Secrets a tenant pod references to the host, so the host pod
-/// never waits for them (later changes flow through their own controllers).
-async fn sync_references(e: &Engine, t: &Pod) -> Result<()> {
+/// never waits for them (later changes flow through their own controllers). Returns their
+/// keys (names only, never values), which decide what envFrom defines.
+async fn sync_references(e: &Engine, t: &Pod) -> Result<EnvFromKeys> {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     let ns = t.namespace().unwrap_or_default();
     let (cms, secrets) = crate::resources::pods::references(t);
+    let mut keys = EnvFromKeys::new();
     for name in cms {
         if let Some(cm) = Api::<ConfigMap>::namespaced(e.tenant.clone(), &ns)
             .get_opt(&name)
             .await
             .map_err(kube_err(format!("get tenant configmap {ns}/{name}")))?
         {
+            let names = cm.data.iter().flat_map(|d| d.keys());
+            let binary = cm.binary_data.iter().flat_map(|d| d.keys());
+            keys.insert((false, name), names.chain(binary).cloned().collect());
             create_or_adopt(e, &cm, &crate::resources::configmaps::to_host(&cm, &e.ctx)).await?;
         }
     }
@@ -124,6 +138,10 @@ async fn sync_references(e: &Engine, t: &Pod) -> Result<()> {
             .get_opt(&name)
             .await
             .map_err(kube_err(format!("get tenant secret {ns}/{name}")))?;
+        if let Some(s) = &secret {
+            let names = s.data.iter().flat_map(|d| d.keys());
+            keys.insert((true, name), names.cloned().collect());
+        }
         if let Some(host) = secret
             .as_ref()
             .and_then(|s| crate::resources::secrets::to_host(s, &e.ctx))
@@ -131,7 +149,25 @@ async fn sync_references(e: &Engine, t: &Pod) -> Result<()> {
             create_or_adopt(e, secret.as_ref().unwrap(), &host).await?;
         }
     }
-    Ok(())
+    Ok(keys)
+}
+
+/// Service-link variables of tenant namespace `ns`, from the tenant Service cache (complete
+/// before any is computed, or a pod created at startup would miss links; until then the pod
+/// is retried, see [`super::cache_ready`] for why it does not wait).
+fn tenant_service_links(e: &Engine, ns: &str) -> Result<Vec<k8s_openapi::api::core::v1::EnvVar>> {
+    let store = e
+        .tenant_services
+        .get()
+        .filter(|s| super::cache_ready(s))
+        .ok_or_else(|| Error::NotReady("tenant service cache".into()))?;
+    let services = store.state();
+    Ok(service_links(
+        services
+            .iter()
+            .filter(|s| s.metadata.namespace.as_deref() == Some(ns))
+            .map(|s| s.as_ref()),
+    ))
 }
 
 /// Whether the host pod lost something the tenant set (labels, annotations, images): the

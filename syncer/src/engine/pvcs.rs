@@ -1,10 +1,12 @@
 //! PersistentVolumeClaims: down, and bound host volumes mirrored up (see `resources::pvcs`).
 
 use super::decide::{Decision, HostSide, decide};
-use super::{Engine, RESYNC, Side, cached_host, create_or_adopt, delete_host, kube_err};
+use super::{Engine, Side, cached_host, create_or_adopt, delete_host, kube_err};
 use crate::Result;
+use crate::naming::host_cluster_name;
 use crate::resources::FIELD_MANAGER;
 use crate::resources::pvcs::{MIRROR_LABEL, bound_volume, mirror_volume, to_host};
+use crate::resources::volumes;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -19,7 +21,7 @@ pub async fn down(
     side: Arc<Side<PersistentVolumeClaim>>,
 ) -> Result<Action> {
     let e = &side.engine;
-    let desired = to_host(&t, &e.ctx);
+    let mut desired = to_host(&t, &e.ctx, None);
     let host = cached_host(&side, &desired);
     let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
         HostSide::of(e.key(), h.labels(), h.annotations())
@@ -29,7 +31,20 @@ pub async fn down(
         t.metadata.deletion_timestamp.is_none(),
         &host_side,
     ) {
-        Decision::Create => create_or_adopt(e, t.as_ref(), &desired).await?,
+        Decision::Create => {
+            let wanted = t.spec.as_ref().and_then(|s| s.volume_name.clone());
+            if let Some(v) = wanted {
+                match tenant_volume(e, &v).await? {
+                    // Not there yet: the host claim must not bind to something else meanwhile.
+                    None => return Ok(Action::requeue(Duration::from_secs(5))),
+                    Some(pv) if volumes::synced(&pv) => {
+                        desired = to_host(&t, &e.ctx, Some(host_cluster_name(e.key(), &v)));
+                    }
+                    Some(_) => {} // a mirror of a host volume: the host claim binds on its own
+                }
+            }
+            create_or_adopt(e, t.as_ref(), &desired).await?
+        }
         // Claim specs are immutable but for growing storage; nothing to apply.
         Decision::Update => mirror(e, &t, host.as_deref().expect("Update means cached")).await?,
         Decision::Replace => {
@@ -40,7 +55,14 @@ pub async fn down(
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
+}
+
+async fn tenant_volume(e: &Engine, name: &str) -> Result<Option<PersistentVolume>> {
+    Api::<PersistentVolume>::all(e.tenant.clone())
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("get tenant volume {name}")))
 }
 
 async fn mirror(e: &Engine, t: &PersistentVolumeClaim, h: &PersistentVolumeClaim) -> Result<()> {

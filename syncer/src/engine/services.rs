@@ -1,7 +1,7 @@
 //! Services: ClusterIP negotiation with the host, NodePorts and load-balancer status up.
 
 use super::decide::{Decision, HostSide, decide};
-use super::{Engine, RESYNC, Side, apply, cached_host, delete_host};
+use super::{Engine, Side, apply, cached_host, delete_host};
 use crate::resources::{FIELD_MANAGER, services};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Service;
@@ -77,7 +77,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(e.resync))
 }
 
 async fn create(e: &Engine, t: &Service, desired: &Service) -> Result<()> {

@@ -8,11 +8,14 @@
 //! left alone.
 
 pub mod configmaps;
+pub mod endpoints;
+pub mod events;
 pub mod namespaces;
 pub mod pods;
 pub mod pvcs;
 pub mod secrets;
 pub mod services;
+pub mod volumes;
 
 use crate::naming::{self, TenantKey, TenantRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -14,6 +14,12 @@
 //!   `kubernetes.default.svc` names resolve there through hostAliases.
 //! - DNS: `dnsPolicy: None` with the tenant CoreDNS Service as nameserver and the tenant's
 //!   search path, so names resolve in the tenant's world.
+//! - Service links: the host pod never gets the host's (`enableServiceLinks: false`); unless the
+//!   tenant pod opted out, it carries the variables a kubelet would derive from the *tenant's*
+//!   Services in its namespace ([`service_links`], [`add_service_links`]), placed before the
+//!   container's own `env` (so `$(VAR)` references to them still expand) and skipped where the
+//!   container defines the name itself (env and envFrom win, as with a kubelet). Like a
+//!   kubelet, they are fixed when the pod is created: env cannot change on a running pod.
 //! - ConfigMap, Secret and PVC references keep their names: the objects are synced into the
 //!   same host namespace under the same names.
 //!
@@ -23,12 +29,13 @@
 
 use super::{Ctx, host_meta};
 use crate::naming;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, HostAlias, KeyToPath, Pod, PodDNSConfig, PodDNSConfigOption, PodSpec,
     PodStatus, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
 };
 use kube::ResourceExt;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where a tenant's pods find their control plane from the host.
 #[derive(Debug, Clone, Default)]
@@ -205,6 +212,136 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
         metadata: host_meta(pod, ctx),
         spec: Some(spec),
         status: None,
+    }
+}
+
+/// A Service name or port name as a kubelet spells it in a variable name.
+fn env_name(s: &str) -> String {
+    s.to_ascii_uppercase().replace('-', "_")
+}
+
+/// The service-link variables a kubelet derives from `services` (the tenant Services in the
+/// pod's namespace), sorted by Service name. Services without a ClusterIP (headless, or not
+/// allocated yet) have none; the tenant apiserver's own Service never counts (its address on
+/// the host is the host apiserver; `KUBERNETES_SERVICE_*` come from [`PodEnv`]).
+pub fn service_links<'a>(services: impl IntoIterator<Item = &'a Service>) -> Vec<EnvVar> {
+    let mut services: Vec<&Service> = services
+        .into_iter()
+        .filter(|s| !super::services::is_apiserver_service(s))
+        .collect();
+    services.sort_by_key(|s| s.metadata.name.clone());
+    let var = |name: String, value: String| EnvVar {
+        name,
+        value: Some(value),
+        ..Default::default()
+    };
+    let mut vars = Vec::new();
+    for svc in services {
+        let Some(spec) = &svc.spec else { continue };
+        let ip = match spec.cluster_ip.as_deref() {
+            Some(ip) if !ip.is_empty() && ip != "None" => ip,
+            _ => continue,
+        };
+        let prefix = env_name(&svc.name_any());
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        vars.push(var(format!("{prefix}_SERVICE_HOST"), ip.to_owned()));
+        if let Some(first) = ports.first() {
+            vars.push(var(
+                format!("{prefix}_SERVICE_PORT"),
+                first.port.to_string(),
+            ));
+        }
+        for p in ports {
+            if let Some(n) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                vars.push(var(
+                    format!("{prefix}_SERVICE_PORT_{}", env_name(n)),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        // IPv6 addresses are bracketed in URLs, as Go's JoinHostPort does.
+        let host = |port: i32| {
+            if ip.contains(':') {
+                format!("[{ip}]:{port}")
+            } else {
+                format!("{ip}:{port}")
+            }
+        };
+        for (i, p) in ports.iter().enumerate() {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            let url = format!("{}://{}", proto.to_ascii_lowercase(), host(p.port));
+            if i == 0 {
+                vars.push(var(format!("{prefix}_PORT"), url.clone()));
+            }
+            let pp = format!("{prefix}_PORT_{}_{}", p.port, proto.to_ascii_uppercase());
+            vars.push(var(pp.clone(), url));
+            vars.push(var(format!("{pp}_PROTO"), proto.to_ascii_lowercase()));
+            vars.push(var(format!("{pp}_PORT"), p.port.to_string()));
+            vars.push(var(format!("{pp}_ADDR"), ip.to_owned()));
+        }
+    }
+    vars
+}
+
+/// Whether a tenant pod gets service links (`enableServiceLinks` defaults to true).
+pub fn wants_service_links(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.enable_service_links) != Some(false)
+}
+
+/// Keys of the ConfigMaps (`false`) and Secrets (`true`) a pod's envFrom reads, by name: the
+/// variables they define win over service links.
+pub type EnvFromKeys = BTreeMap<(bool, String), BTreeSet<String>>;
+
+/// Puts `links` in front of every (init) container's env of `host`, except names the container
+/// defines itself through env or envFrom.
+pub fn add_service_links(host: &mut Pod, links: &[EnvVar], env_from: &EnvFromKeys) {
+    if links.is_empty() {
+        return;
+    }
+    let Some(spec) = &mut host.spec else { return };
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        let mut own: BTreeSet<String> = c.env.iter().flatten().map(|e| e.name.clone()).collect();
+        for f in c.env_from.iter().flatten() {
+            let prefix = f.prefix.as_deref().unwrap_or_default();
+            let source = match (&f.config_map_ref, &f.secret_ref) {
+                (Some(cm), _) => Some((false, cm.name.clone())),
+                (_, Some(s)) => Some((true, s.name.clone())),
+                _ => None,
+            };
+            let keys = source.and_then(|s| env_from.get(&s));
+            own.extend(keys.into_iter().flatten().map(|k| format!("{prefix}{k}")));
+        }
+        let mut vars: Vec<EnvVar> = links
+            .iter()
+            .filter(|v| !own.contains(&v.name))
+            .cloned()
+            .collect();
+        vars.extend(c.env.take().unwrap_or_default());
+        c.env = Some(vars);
+    }
+}
+
+/// `desired` with each container's env as `host` has it: env is immutable on a pod, and what
+/// the host pod was created with (service links of that moment) stays valid for its life.
+pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
+    let Some(hs) = &host.spec else { return };
+    let Some(ds) = &mut desired.spec else { return };
+    let find =
+        |cs: &[Container], name: &str| cs.iter().find(|c| c.name == name).map(|c| c.env.clone());
+    for c in &mut ds.containers {
+        if let Some(env) = find(&hs.containers, &c.name) {
+            c.env = env;
+        }
+    }
+    let host_init = hs.init_containers.as_deref().unwrap_or_default();
+    for c in ds.init_containers.iter_mut().flatten() {
+        if let Some(env) = find(host_init, &c.name) {
+            c.env = env;
+        }
     }
 }
 
@@ -434,5 +571,124 @@ mod tests {
         let mut synced = tenant.clone();
         synced.status = Some(up);
         assert!(status_to_tenant(&host, &synced).is_none());
+    }
+
+    fn service(name: &str, ip: &str, ports: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "apps"},
+            "spec": {"clusterIP": ip, "ports": ports},
+        }))
+        .unwrap()
+    }
+
+    fn vars(v: &[EnvVar]) -> BTreeMap<String, String> {
+        v.iter()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn service_links_are_the_variables_a_kubelet_would_set() {
+        let web = service(
+            "my-web",
+            "10.96.7.7",
+            serde_json::json!([
+                {"name": "http", "port": 80, "targetPort": 8080},
+                {"name": "dns-udp", "port": 53, "protocol": "UDP"},
+            ]),
+        );
+        let got = vars(&service_links([&web]));
+        let want: BTreeMap<String, String> = [
+            ("MY_WEB_SERVICE_HOST", "10.96.7.7"),
+            ("MY_WEB_SERVICE_PORT", "80"),
+            ("MY_WEB_SERVICE_PORT_HTTP", "80"),
+            ("MY_WEB_SERVICE_PORT_DNS_UDP", "53"),
+            ("MY_WEB_PORT", "tcp://10.96.7.7:80"),
+            ("MY_WEB_PORT_80_TCP", "tcp://10.96.7.7:80"),
+            ("MY_WEB_PORT_80_TCP_PROTO", "tcp"),
+            ("MY_WEB_PORT_80_TCP_PORT", "80"),
+            ("MY_WEB_PORT_80_TCP_ADDR", "10.96.7.7"),
+            ("MY_WEB_PORT_53_UDP", "udp://10.96.7.7:53"),
+            ("MY_WEB_PORT_53_UDP_PROTO", "udp"),
+            ("MY_WEB_PORT_53_UDP_PORT", "53"),
+            ("MY_WEB_PORT_53_UDP_ADDR", "10.96.7.7"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn services_without_an_address_and_the_apiserver_service_have_no_links() {
+        let ports = serde_json::json!([{"port": 80}]);
+        let headless = service("db", "None", ports.clone());
+        let unallocated = service("queue", "", ports.clone());
+        let mut apiserver = service("kubernetes", "10.96.0.1", ports.clone());
+        apiserver.metadata.namespace = Some("default".into());
+        assert!(service_links([&headless, &unallocated, &apiserver]).is_empty());
+        let v6 = vars(&service_links([&service("web", "fd00::7", ports)]));
+        assert_eq!(v6["WEB_PORT"], "tcp://[fd00::7]:80");
+    }
+
+    #[test]
+    fn container_env_and_env_from_win_over_service_links_which_come_first() {
+        let mut pod = tenant_pod();
+        let c = &mut pod.spec.as_mut().unwrap().containers[0];
+        c.env = Some(
+            serde_json::from_value(serde_json::json!([
+                {"name": "WEB_SERVICE_PORT", "value": "8443"},
+                {"name": "URL", "value": "http://$(WEB_SERVICE_HOST)"},
+            ]))
+            .unwrap(),
+        );
+        c.env_from = Some(
+            serde_json::from_value(serde_json::json!([
+                {"configMapRef": {"name": "flags"}, "prefix": "WEB_"},
+            ]))
+            .unwrap(),
+        );
+        let links = service_links([&service(
+            "web",
+            "10.96.7.7",
+            serde_json::json!([{"port": 80}]),
+        )]);
+        let keys = EnvFromKeys::from([((false, "flags".into()), BTreeSet::from(["PORT".into()]))]);
+        let mut host = to_host(&pod, &ctx(), &PodEnv::default());
+        add_service_links(&mut host, &links, &keys);
+        let env = host.spec.unwrap().containers[0].env.clone().unwrap();
+        let names: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names.first(), Some(&"WEB_SERVICE_HOST"));
+        assert!(
+            names.iter().position(|n| *n == "WEB_SERVICE_HOST")
+                < names.iter().position(|n| *n == "URL"),
+            "links must precede the variables that reference them"
+        );
+        assert_eq!(
+            env.iter().filter(|e| e.name == "WEB_SERVICE_PORT").count(),
+            1
+        );
+        assert_eq!(vars(&env)["WEB_SERVICE_PORT"], "8443");
+        assert!(
+            !names.contains(&"WEB_PORT"),
+            "envFrom defines WEB_PORT (prefix WEB_, key PORT)"
+        );
+    }
+
+    #[test]
+    fn updates_keep_the_env_the_host_pod_was_created_with() {
+        let mut created = to_host(&tenant_pod(), &ctx(), &env());
+        let links = service_links([&service(
+            "web",
+            "10.96.7.7",
+            serde_json::json!([{"port": 80}]),
+        )]);
+        add_service_links(&mut created, &links, &EnvFromKeys::new());
+        let mut desired = to_host(&tenant_pod(), &ctx(), &env());
+        desired.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
+        keep_host_env(&mut desired, &created);
+        let (d, c) = (desired.spec.unwrap(), created.spec.unwrap());
+        assert_eq!(d.containers[0].env, c.containers[0].env);
+        assert_eq!(d.containers[0].image.as_deref(), Some("nginx:2"));
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Down: the claim keeps its name in the host namespace; `volumeName` and `dataSource` refer to
 //! tenant objects and are dropped, so the host binds the claim to a host volume (dynamically,
-//! through the host StorageClass of the same name, or the host default).
+//! through the host StorageClass of the same name, or the host default). A `volumeName` that
+//! names a volume the tenant created itself becomes that volume's host name instead.
 //!
 //! Up: once the host claim is Bound to host volume `X`, the tenant gets a PersistentVolume `X`
 //! ([`mirror_volume`]) pre-bound (`claimRef`) to the tenant claim; the tenant's own PV
@@ -17,10 +18,16 @@ use kube::ResourceExt;
 /// Label on tenant volumes that mirror a host volume.
 pub const MIRROR_LABEL: &str = "vcp.dev/mirrored-volume";
 
-/// The host claim for a tenant claim.
-pub fn to_host(pvc: &PersistentVolumeClaim, ctx: &Ctx) -> PersistentVolumeClaim {
+/// The host claim for a tenant claim. `host_volume` is the host name of the tenant volume the
+/// claim names, if the tenant created that volume itself (`resources::volumes`); otherwise the
+/// claim binds on the host on its own.
+pub fn to_host(
+    pvc: &PersistentVolumeClaim,
+    ctx: &Ctx,
+    host_volume: Option<String>,
+) -> PersistentVolumeClaim {
     let mut spec = pvc.spec.clone().unwrap_or_default();
-    spec.volume_name = None;
+    spec.volume_name = host_volume;
     spec.data_source = None;
     spec.data_source_ref = None;
     PersistentVolumeClaim {
@@ -87,16 +94,21 @@ mod tests {
 
     #[test]
     fn the_host_claim_binds_on_its_own() {
-        let host = to_host(&claim(), &ctx());
+        let host = to_host(&claim(), &ctx(), None);
         assert_eq!(host.metadata.namespace.as_deref(), Some("demo-apps"));
         let spec = host.spec.unwrap();
         assert!(spec.volume_name.is_none() && spec.data_source.is_none());
         assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
+        let named = to_host(&claim(), &ctx(), Some("demo-tenant-pv".into()));
+        assert_eq!(
+            named.spec.unwrap().volume_name.as_deref(),
+            Some("demo-tenant-pv")
+        );
     }
 
     #[test]
     fn a_bound_host_volume_is_mirrored_prebound_to_the_tenant_claim() {
-        let mut host_claim = to_host(&claim(), &ctx());
+        let mut host_claim = to_host(&claim(), &ctx(), None);
         assert_eq!(bound_volume(&host_claim), None);
         host_claim.spec.as_mut().unwrap().volume_name = Some("pvc-h1".into());
         host_claim.status = serde_json::from_value(serde_json::json!({"phase": "Bound"})).unwrap();

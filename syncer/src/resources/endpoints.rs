@@ -1,0 +1,173 @@
+//! Endpoints and EndpointSlices of selector-less Services.
+//!
+//! A Service without a selector has whatever endpoints its owner writes by hand; the host
+//! cannot compute them, so the tenant's copies go down under the same names (the host Service
+//! keeps the tenant Service's name, so `Endpoints` name and the EndpointSlice
+//! `kubernetes.io/service-name` label already point at it). Endpoints of Services with a
+//! selector never go down: the host computes those from the host pods.
+//!
+//! EndpointSlices that Kubernetes controllers manage (the endpointslice controller for selector
+//! Services, the mirroring controller for hand-written Endpoints) are not copied either: the
+//! host mirrors the copied Endpoints itself. Only slices someone wrote by hand are.
+//!
+//! `targetRef`s name tenant objects (their UIDs mean nothing on the host): the namespace is
+//! translated and the UID and resource version dropped.
+
+use super::{Ctx, host_meta};
+use crate::naming;
+use k8s_openapi::api::core::v1::{Endpoints, ObjectReference, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+/// The label naming the controller that manages an EndpointSlice.
+pub const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+/// Managers of EndpointSlices that Kubernetes computes on each side itself.
+pub const CONTROLLER_MANAGERS: [&str; 2] = [
+    "endpointslice-controller.k8s.io",
+    "endpointslicemirroring-controller.k8s.io",
+];
+
+/// Whether a tenant Service's endpoints are written by hand (no selector), so they go down.
+pub fn hand_managed(svc: &Service) -> bool {
+    !super::services::is_apiserver_service(svc)
+        && svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .is_none_or(|s| s.is_empty())
+}
+
+/// Whether a Kubernetes controller manages this EndpointSlice (never copied, never collected).
+pub fn controller_managed(slice: &EndpointSlice) -> bool {
+    slice
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY))
+        .is_some_and(|m| CONTROLLER_MANAGERS.contains(&m.as_str()))
+}
+
+fn target_ref(r: &mut Option<ObjectReference>, ctx: &Ctx) {
+    if let Some(r) = r {
+        r.namespace = r
+            .namespace
+            .as_ref()
+            .map(|ns| naming::host_namespace(&ctx.key, ns));
+        r.uid = None;
+        r.resource_version = None;
+    }
+}
+
+/// The host copy of the tenant Endpoints of a selector-less Service.
+pub fn endpoints_to_host(ep: &Endpoints, ctx: &Ctx) -> Endpoints {
+    let mut subsets = ep.subsets.clone();
+    for s in subsets.iter_mut().flatten() {
+        for a in s
+            .addresses
+            .iter_mut()
+            .flatten()
+            .chain(s.not_ready_addresses.iter_mut().flatten())
+        {
+            target_ref(&mut a.target_ref, ctx);
+        }
+    }
+    Endpoints {
+        metadata: host_meta(ep, ctx),
+        subsets,
+    }
+}
+
+/// The host copy of a hand-written tenant EndpointSlice.
+pub fn slice_to_host(slice: &EndpointSlice, ctx: &Ctx) -> EndpointSlice {
+    let mut endpoints = slice.endpoints.clone();
+    for e in endpoints.iter_mut().flatten() {
+        target_ref(&mut e.target_ref, ctx);
+    }
+    EndpointSlice {
+        metadata: host_meta(slice, ctx),
+        address_type: slice.address_type.clone(),
+        endpoints,
+        ports: slice.ports.clone(),
+    }
+}
+
+/// The tenant Service a tenant EndpointSlice belongs to.
+pub fn service_of_slice(slice: &EndpointSlice) -> Option<&str> {
+    slice
+        .metadata
+        .labels
+        .as_ref()?
+        .get("kubernetes.io/service-name")
+        .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::naming::LABEL_TENANT;
+    use crate::resources::fixtures::ctx;
+
+    fn svc(selector: Option<serde_json::Value>) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db", "namespace": "apps"},
+            "spec": {"selector": selector, "ports": [{"port": 5432}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_selector_less_services_have_hand_managed_endpoints() {
+        assert!(hand_managed(&svc(None)));
+        assert!(hand_managed(&svc(Some(serde_json::json!({})))));
+        assert!(!hand_managed(&svc(Some(serde_json::json!({"app": "db"})))));
+        let mut api = svc(None);
+        api.metadata.name = Some("kubernetes".into());
+        api.metadata.namespace = Some("default".into());
+        assert!(!hand_managed(&api), "the tenant apiserver's endpoints stay");
+    }
+
+    #[test]
+    fn endpoints_keep_addresses_and_lose_tenant_uids() {
+        let ep: Endpoints = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db", "namespace": "apps", "uid": "e1"},
+            "subsets": [{"addresses": [{"ip": "192.0.2.10", "targetRef": {"kind": "Pod", "namespace": "apps", "name": "db-0", "uid": "p1"}}],
+                "ports": [{"port": 5432}]}],
+        }))
+        .unwrap();
+        let host = endpoints_to_host(&ep, &ctx());
+        assert_eq!(host.metadata.name.as_deref(), Some("db"));
+        assert_eq!(host.metadata.namespace.as_deref(), Some("demo-apps"));
+        assert_eq!(host.metadata.labels.as_ref().unwrap()[LABEL_TENANT], "demo");
+        let addr = &host.subsets.unwrap()[0].addresses.clone().unwrap()[0];
+        assert_eq!(addr.ip, "192.0.2.10");
+        let r = addr.target_ref.as_ref().unwrap();
+        assert_eq!(r.namespace.as_deref(), Some("demo-apps"));
+        assert!(r.uid.is_none());
+    }
+
+    #[test]
+    fn slices_point_at_the_host_service_and_controller_slices_are_recognised() {
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-1", "namespace": "apps",
+                "labels": {"kubernetes.io/service-name": "db", MANAGED_BY: "me"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.10"]}],
+            "ports": [{"port": 5432}],
+        }))
+        .unwrap();
+        assert!(!controller_managed(&slice));
+        assert_eq!(service_of_slice(&slice), Some("db"));
+        let host = slice_to_host(&slice, &ctx());
+        assert_eq!(
+            host.metadata.labels.as_ref().unwrap()["kubernetes.io/service-name"],
+            "db",
+            "the host Service has the tenant Service's name"
+        );
+        assert_eq!(host.endpoints.unwrap()[0].addresses, ["192.0.2.10"]);
+        let mut mirrored = slice.clone();
+        mirrored.metadata.labels.as_mut().unwrap().insert(
+            MANAGED_BY.into(),
+            "endpointslicemirroring-controller.k8s.io".into(),
+        );
+        assert!(controller_managed(&mirrored));
+    }
+}
