@@ -342,8 +342,9 @@ where
 }
 
 /// Whether a cache holds its first complete list. Never waits: a reconcile waiting for a
-/// cache holds a worker slot, and once every slot is held a controller stops polling its
-/// trigger streams; requeueing frees the slot.
+/// cache holds a worker slot, and once every slot is held the controller stops polling its
+/// trigger streams, among them the one that fills that cache. A restart with more host objects
+/// than workers deadlocked that way (the crash test found it); requeueing frees the slot.
 pub fn cache_ready<K: Resource + Clone + 'static>(store: &Store<K>) -> bool
 where
     K::DynamicType: Eq + std::hash::Hash + Clone,
@@ -473,8 +474,8 @@ pub async fn run_kind<K: Synced>(
             move |h, s: Arc<Side<K>>| {
                 let ready = ready.clone();
                 async move {
-                    if ready.wait_until_ready().await.is_err() {
-                        return Ok(Action::requeue(Duration::from_secs(2)));
+                    if !cache_ready(&ready) {
+                        return Ok(Action::requeue(Duration::from_secs(1)));
                     }
                     let e = s.engine.clone();
                     let kind = K::kind(&());

@@ -147,8 +147,8 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
             move |h, cx: Arc<Ns>| {
                 let ready = reader.clone();
                 async move {
-                    if ready.wait_until_ready().await.is_err() {
-                        return Ok(Action::requeue(Duration::from_secs(2)));
+                    if !super::cache_ready(&ready) {
+                        return Ok(Action::requeue(Duration::from_secs(1)));
                     }
                     let e = cx.engine.clone();
                     e.metrics
