@@ -8,6 +8,7 @@
 //! both ways. All state lives in the two apiservers, so a restart converges from scratch.
 
 pub mod engine;
+pub mod metrics;
 pub mod naming;
 pub mod resources;
 
@@ -52,6 +53,21 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The variant's name, as metrics label failures.
+    pub fn variant(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "kube",
+            Error::Kubeconfig { .. } => "kubeconfig",
+            Error::InCluster(_) => "in_cluster",
+            Error::InvalidKey(_) => "invalid_key",
+            Error::Token(_) => "token",
+            Error::NotReady(_) => "not_ready",
+            Error::Serve { .. } => "serve",
+        }
+    }
+}
+
 /// Result with the syncer's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -60,7 +76,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[command(
     name = "vcp-syncer",
     version,
-    about = "Syncs a tenant's workloads onto the host cluster"
+    about = "Syncs a tenant's workloads onto the host cluster",
+    // The last occurrence of a flag wins, so a wrapper's defaults can be overridden by
+    // appending (the test harness passes its own --listen).
+    args_override_self = true
 )]
 pub struct Args {
     /// Kubeconfig of the tenant apiserver.
@@ -98,7 +117,7 @@ pub struct Args {
     /// Seconds between virtual-node status refreshes.
     #[arg(long, env = "VCP_NODE_SYNC_SECONDS", default_value_t = 10)]
     pub node_sync_seconds: u64,
-    /// Address of /healthz and /readyz.
+    /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "VCP_SYNCER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
 }
@@ -182,9 +201,22 @@ pub async fn run(args: Args) -> Result<()> {
         }
     };
     let w = args.workers;
+    let metrics = engine.clone();
     let health = axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .route("/readyz", axum::routing::get(|| async { "ok" }));
+        .route("/readyz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            axum::routing::get(move || async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.metrics.encode(),
+                )
+            }),
+        );
     tokio::join!(
         engine::namespaces::run(engine.clone(), key.clone()),
         engine::volumes::run(engine.clone(), key),
@@ -234,7 +266,7 @@ pub async fn run(args: Args) -> Result<()> {
         mirrors,
         async move {
             if let Err(e) = axum::serve(listener, health).await {
-                tracing::error!(error = %e, "health endpoints stopped");
+                tracing::error!(error = %e, "health and metrics endpoints stopped");
             }
         },
     );
@@ -261,5 +293,11 @@ mod tests {
             parse(&["--resync-seconds", "0"]).is_err(),
             "a zero period would requeue in a hot loop"
         );
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_the_last_value() {
+        let args = parse(&["--listen=127.0.0.1:1", "--listen=127.0.0.1:2"]).unwrap();
+        assert_eq!(args.listen, "127.0.0.1:2");
     }
 }

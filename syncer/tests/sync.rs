@@ -999,3 +999,111 @@ async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
     assert_eq!(again.len(), 1, "the Scheduled event was copied twice");
     Ok(())
 }
+
+/// GET of a path on a local HTTP server (the syncer's own listener on 127.0.0.1).
+async fn http_get(port: u16, path: &str) -> Res<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+/// The value of the first sample `series` (name and labels, exactly as exported) in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let cp = TenantControlPlane::start("e2el").await?;
+    let [port] = vcp_dev::process::free_ports()?;
+    let listen = format!("--listen=127.0.0.1:{port}");
+    let _syncer = cp.start_syncer(cluster, &[&listen])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    create::<Pod>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    eventually(
+        "the tenant pod running",
+        Duration::from_secs(120),
+        || async { Ok(running(&pods.get("p").await?).then_some(())) },
+    )
+    .await?;
+    let text = eventually("metrics of pods", Duration::from_secs(30), || async {
+        let Ok(resp) = http_get(port, "/metrics").await else {
+            return Ok(None);
+        };
+        let down = sample(
+            &resp,
+            r#"vcp_syncer_sync_duration_seconds_count{kind="Pod",direction="down"}"#,
+        );
+        let up = sample(
+            &resp,
+            r#"vcp_syncer_sync_duration_seconds_count{kind="Pod",direction="up"}"#,
+        );
+        Ok((down > Some(0.0) && up > Some(0.0)).then_some(resp))
+    })
+    .await?;
+    assert!(text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200"));
+    assert!(
+        sample(
+            &text,
+            r#"vcp_syncer_sync_duration_seconds_count{kind="Namespace",direction="down"}"#
+        ) > Some(0.0)
+    );
+    assert!(sample(&text, r#"vcp_syncer_reconciles_in_flight{kind="Pod"}"#).is_some());
+
+    // The host refuses pods in a namespace whose quota allows none: failed syncs are counted.
+    namespace(&tenant, "full").await?;
+    let host = cluster.connect().await?;
+    eventually(
+        "host namespace e2el-full",
+        Duration::from_secs(30),
+        || async {
+            Ok(Api::<Namespace>::all(host.clone())
+                .get_opt("e2el-full")
+                .await?)
+        },
+    )
+    .await?;
+    create::<k8s_openapi::api::core::v1::ResourceQuota>(
+        &host,
+        "e2el-full",
+        serde_json::json!({"metadata": {"name": "none"}, "spec": {"hard": {"pods": "0"}}}),
+    )
+    .await?;
+    create::<Pod>(
+        &tenant,
+        "full",
+        serde_json::json!({
+            "metadata": {"name": "refused"},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }),
+    )
+    .await?;
+    eventually("a counted pod error", Duration::from_secs(60), || async {
+        let Ok(resp) = http_get(port, "/metrics").await else {
+            return Ok(None);
+        };
+        let errors = sample(
+            &resp,
+            r#"vcp_syncer_sync_errors_total{kind="Pod",error="kube"}"#,
+        );
+        Ok((errors > Some(0.0)).then_some(()))
+    })
+    .await?;
+    Ok(())
+}

@@ -8,6 +8,7 @@
 //! costs a repeated, idempotent write.
 
 use super::{Engine, kube_err};
+use crate::metrics::Direction;
 use crate::naming::{self, TenantRef};
 use crate::resources::events::{plural, repeat_patch, to_tenant};
 use crate::{Error, Result};
@@ -55,7 +56,9 @@ pub async fn run(e: Arc<Engine>, concurrency: usize) {
         .for_each_concurrent(concurrency, |ev| {
             let (e, memory) = (e.clone(), memory.clone());
             async move {
-                if let Err(err) = copy_up(&e, &memory, &ev).await {
+                let copy = copy_up(&e, &memory, &ev);
+                if let Err(err) = e.metrics.timed("Event", Direction::Up, false, copy).await {
+                    e.metrics.error("Event", &err);
                     tracing::warn!(ns = ?ev.namespace(), event = %ev.name_any(), error = %err, "failed to copy a host event to the tenant");
                 }
             }

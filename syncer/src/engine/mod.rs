@@ -25,6 +25,7 @@ pub mod services;
 pub mod tokens;
 pub mod volumes;
 
+use crate::metrics::Direction;
 use crate::naming::{self, TenantKey};
 use crate::resources::{self, Ctx, FIELD_MANAGER};
 use crate::{Error, Result};
@@ -53,6 +54,8 @@ pub struct Engine {
     pub ctx: Ctx,
     pub pod_env: resources::pods::PodEnv,
     pub recorder: Recorder,
+    /// Sync latencies, reconciles in flight and errors, served on `/metrics`.
+    pub metrics: crate::metrics::Metrics,
     /// Period of the full resync: every reconcile requeues after it.
     pub resync: Duration,
     /// Sync every ConfigMap and Secret, not only those tenant pods reference.
@@ -85,6 +88,7 @@ impl Engine {
             ctx: Ctx { key },
             pod_env,
             recorder,
+            metrics: crate::metrics::Metrics::new(),
             resync: DEFAULT_RESYNC,
             sync_all_configmaps_secrets: false,
             tenant_pods: std::sync::OnceLock::new(),
@@ -327,17 +331,20 @@ pub async fn tenant_still_has<K: Synced>(
     Ok(found.is_some_and(|t| uid.is_none() || t.uid().as_deref() == uid))
 }
 
-fn backoff<K>(_: Arc<K>, err: &Error, _: Arc<Side<K>>) -> Action
+fn backoff<K>(_: Arc<K>, err: &Error, side: Arc<Side<K>>) -> Action
 where
     K: Resource<DynamicType = ()> + 'static,
 {
-    tracing::warn!(kind = K::kind(&()).as_ref(), error = %err, "sync failed; retrying");
+    let kind = K::kind(&());
+    tracing::warn!(kind = kind.as_ref(), error = %err, "sync failed; retrying");
+    side.engine.metrics.error(&kind, err);
     Action::requeue(Duration::from_secs(2))
 }
 
 /// Whether a cache holds its first complete list. Never waits: a reconcile waiting for a
-/// cache holds a worker slot, and once every slot is held a controller stops polling its
-/// trigger streams; requeueing frees the slot.
+/// cache holds a worker slot, and once every slot is held the controller stops polling its
+/// trigger streams, among them the one that fills that cache. A restart with more host objects
+/// than workers deadlocked that way (the crash test found it); requeueing frees the slot.
 pub fn cache_ready<K: Resource + Clone + 'static>(store: &Store<K>) -> bool
 where
     K::DynamicType: Eq + std::hash::Hash + Clone,
@@ -422,9 +429,22 @@ pub async fn run_kind<K: Synced>(
         tenant: tenant_reader,
         host: host_reader,
     });
+    let kind = K::kind(&()).to_string();
     let down_fut = down_ctl
         .watches_stream(host_stream, move |h: K| to_tenant_ref(&k2, &h))
-        .run(down, backoff, side)
+        .run(
+            move |t, s: Arc<Side<K>>| {
+                let kind = kind.clone();
+                async move {
+                    let e = s.engine.clone();
+                    e.metrics
+                        .timed(&kind, Direction::Down, true, down(t, s))
+                        .await
+                }
+            },
+            backoff,
+            side,
+        )
         .for_each(|_| async {});
 
     // GC has its own view of the tenant, fed the same way; deletions trigger it at once.
@@ -454,10 +474,14 @@ pub async fn run_kind<K: Synced>(
             move |h, s: Arc<Side<K>>| {
                 let ready = ready.clone();
                 async move {
-                    if ready.wait_until_ready().await.is_err() {
-                        return Ok(Action::requeue(Duration::from_secs(2)));
+                    if !cache_ready(&ready) {
+                        return Ok(Action::requeue(Duration::from_secs(1)));
                     }
-                    gc(h, s).await
+                    let e = s.engine.clone();
+                    let kind = K::kind(&());
+                    e.metrics
+                        .timed(&kind, Direction::Down, true, gc(h, s))
+                        .await
                 }
             },
             backoff,

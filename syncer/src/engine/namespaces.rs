@@ -1,6 +1,7 @@
 //! Namespaces (cluster-scoped): a host namespace per tenant namespace, removed with it.
 
 use super::{Engine, host_selector};
+use crate::metrics::Direction;
 use crate::naming::{self, TenantKey};
 use crate::resources::{FIELD_MANAGER, namespaces};
 use crate::{Error, Result};
@@ -92,8 +93,9 @@ async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
     Ok(Action::requeue(cx.engine.resync))
 }
 
-fn backoff(_: Arc<Namespace>, err: &Error, _: Arc<Ns>) -> Action {
+fn backoff(_: Arc<Namespace>, err: &Error, cx: Arc<Ns>) -> Action {
     tracing::warn!(kind = "Namespace", error = %err, "sync failed; retrying");
+    cx.engine.metrics.error("Namespace", err);
     Action::requeue(Duration::from_secs(2))
 }
 
@@ -107,7 +109,18 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
         engine: engine.clone(),
         tenant: down_ctl.store(),
     });
-    let down_fut = down_ctl.run(down, backoff, down_cx).for_each(|_| async {});
+    let down_fut = down_ctl
+        .run(
+            |t, cx: Arc<Ns>| async move {
+                let e = cx.engine.clone();
+                e.metrics
+                    .timed("Namespace", Direction::Down, true, down(t, cx))
+                    .await
+            },
+            backoff,
+            down_cx,
+        )
+        .for_each(|_| async {});
     // GC reads a tenant cache filled by the same stream that triggers it (see engine docs).
     let (reader, writer) = kube::runtime::reflector::store();
     let tenant_stream = watcher(
@@ -134,10 +147,13 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
             move |h, cx: Arc<Ns>| {
                 let ready = reader.clone();
                 async move {
-                    if ready.wait_until_ready().await.is_err() {
-                        return Ok(Action::requeue(Duration::from_secs(2)));
+                    if !super::cache_ready(&ready) {
+                        return Ok(Action::requeue(Duration::from_secs(1)));
                     }
-                    gc(h, cx).await
+                    let e = cx.engine.clone();
+                    e.metrics
+                        .timed("Namespace", Direction::Down, true, gc(h, cx))
+                        .await
                 }
             },
             backoff,

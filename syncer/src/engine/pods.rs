@@ -12,6 +12,7 @@
 
 use super::decide::{Decision, HostSide, decide};
 use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host};
+use crate::metrics::Direction;
 use crate::resources::pods::{
     EnvFromKeys, add_service_links, host_node, keep_host_env, service_links, status_to_tenant,
     to_host, wants_service_links,
@@ -106,7 +107,9 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 apply(e, &desired).await?;
             }
             super::tokens::ensure(e, &t, Some(&h)).await?;
-            sync_up(e, &t, &h).await?;
+            e.metrics
+                .timed("Pod", Direction::Up, false, sync_up(e, &t, &h))
+                .await?;
         }
         Decision::Delete | Decision::Conflict | Decision::Nothing => {}
     }

@@ -5,6 +5,7 @@
 //! **gc** deletes host volumes of this tenant whose tenant volume is gone or was recreated.
 
 use super::{Engine, host_selector, kube_err};
+use crate::metrics::Direction;
 use crate::naming::{self, TenantKey};
 use crate::resources::FIELD_MANAGER;
 use crate::resources::volumes::{phase_to_tenant, synced, to_host};
@@ -18,6 +19,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use std::sync::Arc;
 use std::time::Duration;
+
+const KIND: &str = "PersistentVolume";
 
 fn drifted(desired: &PersistentVolume, host: &PersistentVolume) -> bool {
     let subset = |want: &std::collections::BTreeMap<String, String>,
@@ -153,8 +156,9 @@ async fn gc(h: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     Ok(Action::requeue(e.resync))
 }
 
-fn backoff(_: Arc<PersistentVolume>, err: &Error, _: Arc<Engine>) -> Action {
+fn backoff(_: Arc<PersistentVolume>, err: &Error, e: Arc<Engine>) -> Action {
     tracing::warn!(kind = "PersistentVolume", error = %err, "sync failed; retrying");
+    e.metrics.error("PersistentVolume", err);
     Action::requeue(Duration::from_secs(2))
 }
 
@@ -172,7 +176,16 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
                 Some(ObjectRef::new(&r.name))
             },
         )
-        .run(down, backoff, engine.clone())
+        .run(
+            |t, e: Arc<Engine>| async move {
+                let m = e.clone();
+                m.metrics
+                    .timed(KIND, Direction::Down, true, down(t, e))
+                    .await
+            },
+            backoff,
+            engine.clone(),
+        )
         .for_each(|_| async {});
     let k3 = key.clone();
     let gc_fut = Controller::new(host_api, host_selector(&key))
@@ -186,7 +199,14 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
                 )))
             },
         )
-        .run(gc, backoff, engine)
+        .run(
+            |h, e: Arc<Engine>| async move {
+                let m = e.clone();
+                m.metrics.timed(KIND, Direction::Down, true, gc(h, e)).await
+            },
+            backoff,
+            engine,
+        )
         .for_each(|_| async {});
     futures::join!(down_fut, gc_fut);
 }
