@@ -249,8 +249,13 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             w,
             |t, s| Box::pin(engine::pods::down(t, s)),
-            move |s| {
-                let _ = pods_tx.send(s);
+            {
+                let e = engine.clone();
+                move |s| {
+                    // ConfigMaps and Secrets follow the pods that reference them.
+                    let _ = e.tenant_pods.set(s.clone());
+                    let _ = pods_tx.send(s);
+                }
             }
         ),
         engine::run_kind::<PersistentVolumeClaim>(

@@ -127,6 +127,26 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
             .is_none(),
         "an unreferenced configmap reached the host"
     );
+    // An edit of a referenced ConfigMap reaches the host copy (as a kubelet would see it).
+    Api::<ConfigMap>::namespaced(tenant.clone(), "apps")
+        .patch(
+            "settings",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"data": {"mode": "safe"}})),
+        )
+        .await?;
+    eventually(
+        "the edited configmap on the host",
+        Duration::from_secs(60),
+        || async {
+            let cm = Api::<ConfigMap>::namespaced(host.clone(), "e2ea-apps")
+                .get_opt("settings")
+                .await?;
+            let mode = cm.and_then(|c| c.data?.get("mode").cloned());
+            Ok((mode.as_deref() == Some("safe")).then_some(()))
+        },
+    )
+    .await?;
 
     // Up: tenant pods Running with the host pod IPs, bound to virtual nodes of the host nodes.
     let tenant_pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
