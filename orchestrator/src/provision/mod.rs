@@ -298,24 +298,7 @@ impl Provisioner {
             .get(svc.name())
             .await
             .map_err(|e| Error::kube("read the apiserver Service", e))?;
-        Ok(match &self.config.settings.expose {
-            Expose::NodePort { address } => live
-                .spec
-                .and_then(|s| s.ports)
-                .and_then(|p| p.into_iter().find_map(|p| p.node_port))
-                .map(|port| (url(address, port), address.clone())),
-            Expose::LoadBalancer => live
-                .status
-                .and_then(|s| s.load_balancer)
-                .and_then(|lb| lb.ingress)
-                .and_then(|i| i.into_iter().next())
-                .and_then(|i| i.ip.or(i.hostname))
-                .map(|a| (url(&a, 6443), a)),
-            Expose::Hostname { domain } => {
-                let h = format!("{}.{domain}", t.key);
-                Some((format!("https://{h}"), h))
-            }
-        })
+        Ok(endpoint(&self.config.settings.expose, &t.key, &live))
     }
 
     /// Makes sure every CA and leaf Secret exists, is current and is recorded; returns the
@@ -693,6 +676,32 @@ impl Provisioner {
     }
 }
 
+/// Where clients reach a tenant's apiserver, from its Service as the host reports it: the URL
+/// for kubeconfigs and the host name or address the serving certificate must name. `None`
+/// until the host has assigned it (a NodePort, a load balancer's address).
+pub fn endpoint(expose: &Expose, key: &str, live: &Service) -> Option<(String, String)> {
+    match expose {
+        Expose::NodePort { address } => live
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|p| p.iter().find_map(|p| p.node_port))
+            .map(|port| (url(address, port), address.clone())),
+        Expose::LoadBalancer => live
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .and_then(|i| i.first())
+            .and_then(|i| i.ip.clone().or(i.hostname.clone()))
+            .map(|a| (url(&a, 6443), a)),
+        Expose::Hostname { domain } => {
+            let h = format!("{key}.{domain}");
+            Some((format!("https://{h}"), h))
+        }
+    }
+}
+
 /// Annotation with the digest of the plan a leaf certificate was issued for.
 const ANN_SPEC: &str = "vcp.dev/certificate-spec";
 
@@ -806,4 +815,93 @@ pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client> {
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(30));
     Client::try_from(config).map_err(|e| Error::kube("build a tenant client", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn endpoints_follow_the_exposure_and_wait_for_the_host() {
+        let node_port = Expose::NodePort {
+            address: "127.0.0.1".into(),
+        };
+        let pending = svc(json!({"spec": {"ports": [{"port": 6443}]}}));
+        assert_eq!(endpoint(&node_port, "k", &pending), None);
+        let assigned = svc(json!({"spec": {"ports": [{"port": 6443, "nodePort": 30123}]}}));
+        assert_eq!(
+            endpoint(&node_port, "k", &assigned),
+            Some(("https://127.0.0.1:30123".into(), "127.0.0.1".into()))
+        );
+        let v6 = Expose::NodePort {
+            address: "fd00::1".into(),
+        };
+        assert_eq!(
+            endpoint(&v6, "k", &assigned).unwrap().0,
+            "https://[fd00::1]:30123"
+        );
+
+        let lb = Expose::LoadBalancer;
+        assert_eq!(endpoint(&lb, "k", &assigned), None, "no address yet");
+        let with_ip =
+            svc(json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}}));
+        assert_eq!(
+            endpoint(&lb, "k", &with_ip),
+            Some(("https://203.0.113.7:6443".into(), "203.0.113.7".into()))
+        );
+        let with_name =
+            svc(json!({"status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.net"}]}}}));
+        assert_eq!(endpoint(&lb, "k", &with_name).unwrap().1, "lb.example.net");
+
+        let host = Expose::Hostname {
+            domain: "tenants.example.net".into(),
+        };
+        assert_eq!(
+            endpoint(&host, "demoab12cd", &pending),
+            Some((
+                "https://demoab12cd.tenants.example.net".into(),
+                "demoab12cd.tenants.example.net".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn the_serving_certificate_names_an_external_host_or_address() {
+        let names = |external: &str| ApiNames {
+            namespace: "vcp-k".into(),
+            cluster_domain: "cluster.local".into(),
+            kubernetes_service_ip: [10, 96, 0, 1].into(),
+            external: Some(external.into()),
+            etcd_replicas: 1,
+        };
+        let api = |n: &ApiNames| {
+            pki::plan(n)
+                .into_iter()
+                .find(|l| l.name == "apiserver")
+                .unwrap()
+                .spec
+        };
+        let by_name = api(&names("k.tenants.example.net"));
+        assert!(
+            by_name
+                .dns_names
+                .contains(&"k.tenants.example.net".to_owned())
+        );
+        let by_ip = api(&names("203.0.113.7"));
+        assert!(by_ip.ips.contains(&"203.0.113.7".parse().unwrap()));
+        assert!(!by_ip.dns_names.contains(&"203.0.113.7".to_owned()));
+        assert_eq!(
+            first_service_ip("10.96.0.0/16"),
+            Some("10.96.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            first_service_ip("fd00:10:96::/112"),
+            Some("fd00:10:96::1".parse().unwrap())
+        );
+        assert_eq!(first_service_ip("nonsense"), None);
+    }
 }
