@@ -6,6 +6,8 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        // stdout is for what a person must read (the first admin token, `migrate`'s result).
+        .with_writer(std::io::stderr)
         .init();
     rustls::crypto::ring::default_provider()
         .install_default()

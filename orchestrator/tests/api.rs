@@ -234,3 +234,81 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn without_a_configured_token_the_first_start_prints_one_admin_token_once()
+-> anyhow::Result<()> {
+    use std::io::{BufRead, BufReader};
+    let cluster = DevCluster::shared().await?;
+    let pg = EphemeralPostgres::start().await?;
+    let db = pg.create_database("firststart").await?;
+    let start = || -> anyhow::Result<(std::process::Child, String)> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+            .arg("serve")
+            .env_remove("VCP_ADMIN_TOKEN")
+            .env("VCP_DATABASE_URL", &db)
+            .env("VCP_HOST_KUBECONFIG", cluster.kubeconfig_path())
+            .env("VCP_LISTEN", format!("127.0.0.1:{port}"))
+            .env("VCP_EXPOSE_ADDRESS", "127.0.0.1")
+            .env("VCP_WORKERS", "0")
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        Ok((child, format!("http://127.0.0.1:{port}")))
+    };
+    // First start: the token is printed on stdout, before the server listens.
+    let (mut first, url) = start()?;
+    let stdout = first.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.contains("admin token"))
+    })
+    .await?
+    .ok_or_else(|| anyhow::anyhow!("no admin token printed"))?;
+    let token = line.rsplit(' ').next().unwrap().to_owned();
+    assert!(token.starts_with("vcp_") && token.len() == 68, "{line}");
+    let api = ApiClient::new(&url, &token);
+    let ok = vcp_dev::testing::eventually(
+        "the API answers the printed token",
+        std::time::Duration::from_secs(30),
+        || async {
+            Ok(api
+                .raw(Method::GET, "/v1/tenants", None)
+                .await
+                .ok()
+                .filter(|(s, _)| *s == 200))
+        },
+    )
+    .await?;
+    assert_eq!(ok.0, 200);
+    first.kill()?;
+    first.wait()?;
+
+    // Second start on the same inventory: no new token, and the first still works.
+    let (mut second, url) = start()?;
+    let api = ApiClient::new(&url, &token);
+    vcp_dev::testing::eventually(
+        "the restarted API answers the first token",
+        std::time::Duration::from_secs(30),
+        || async {
+            Ok(api
+                .raw(Method::GET, "/v1/tenants", None)
+                .await
+                .ok()
+                .filter(|(s, _)| *s == 200))
+        },
+    )
+    .await?;
+    second.kill()?;
+    second.wait()?;
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut second.stdout.take().unwrap(), &mut out)?;
+    assert!(!out.contains("admin token"), "printed again: {out}");
+    Ok(())
+}
