@@ -79,18 +79,21 @@ impl Error {
                 kube::Error::Api(s) => format!("failed to {context}: {} ({})", s.message, s.code),
                 other => format!("failed to {context}: {other}"),
             },
-            other => {
-                let mut s = other.to_string();
-                let mut cur = std::error::Error::source(other);
-                while let Some(c) = cur {
-                    s.push_str(": ");
-                    s.push_str(&c.to_string());
-                    cur = c.source();
-                }
-                s
-            }
+            other => chain(other),
         }
     }
+}
+
+/// An error and its causes on one line (`a: b: c`).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }
 
 /// Result with the orchestrator's error.

@@ -80,14 +80,7 @@ pub fn router(state: AppState) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
                 tracing::error!("request handler panicked");
-                Problem::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal error",
-                    "the request failed; see the server log",
-                    None,
-                )
-                .into_response()
+                Problem::opaque().into_response()
             },
         ))
         .layer(axum::middleware::map_response(move |r: Response| {
@@ -541,13 +534,7 @@ async fn create_token(
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let caller = authenticate(&s, &headers).await?;
     if !caller.admin() {
-        return Err(Problem::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "forbidden",
-            "only admins create tokens",
-            None,
-        ));
+        return Err(Problem::forbidden("only admins create tokens"));
     }
     let req = body(req)?;
     if TenantName::parse(&req.name).is_err() {
@@ -587,13 +574,7 @@ async fn revoke_token(
 ) -> Result<StatusCode, Problem> {
     let caller = authenticate(&s, &headers).await?;
     if !caller.admin() {
-        return Err(Problem::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "forbidden",
-            "only admins revoke tokens",
-            None,
-        ));
+        return Err(Problem::forbidden("only admins revoke tokens"));
     }
     match s.inventory.revoke_token(&name, &caller.0.name).await {
         Ok(true) => Ok(StatusCode::NO_CONTENT),

@@ -75,11 +75,26 @@ impl Problem {
     /// A 500 that tells the caller nothing; the cause goes to the log.
     pub fn internal(e: &crate::Error) -> Problem {
         tracing::error!(error = %e.public(), cause = ?e, "request failed");
+        Problem::opaque()
+    }
+
+    /// The body of every 500: nothing about internals.
+    pub fn opaque() -> Problem {
         Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "internal error",
             "the request failed; see the server log",
+            None,
+        )
+    }
+
+    pub fn forbidden(detail: &str) -> Problem {
+        Problem::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "forbidden",
+            detail,
             None,
         )
     }

@@ -10,7 +10,7 @@
 pub mod catalog;
 pub mod kubeconfig;
 
-use crate::names;
+use crate::{chain, names};
 pub use catalog::{Catalog, CatalogError, Version};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -317,17 +317,6 @@ impl Renderer {
             .map(|(c, _, _)| Ok((*c, self.render(*c, input)?)))
             .collect()
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 fn labels(key: &str, component: &str) -> (Value, Value) {
