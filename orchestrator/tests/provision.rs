@@ -231,19 +231,11 @@ async fn provisioned_tenant_runs_workloads(
 
 async fn nothing_left(cluster: &DevCluster, key: &str) -> anyhow::Result<()> {
     let host = cluster.connect().await?;
-    let namespaces: Api<Namespace> = Api::all(host.clone());
     eventually(
         &format!("no host namespace of {key} left"),
         Duration::from_secs(180),
         || async {
-            let left: Vec<String> = namespaces
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .filter_map(|n| n.metadata.name)
-                .filter(|n| n.starts_with(&format!("{key}-")) || *n == format!("vcp-{key}"))
-                .collect();
+            let left = vcp_dev::testing::tenant_namespaces(&host, key).await?;
             Ok(left.is_empty().then_some(()))
         },
     )

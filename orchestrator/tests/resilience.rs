@@ -49,15 +49,7 @@ async fn certificate_counts(db: &str) -> anyhow::Result<Vec<(String, String, i64
 }
 
 async fn host_left(cluster: &DevCluster, key: &str) -> anyhow::Result<Vec<String>> {
-    let host = cluster.connect().await?;
-    Ok(Api::<Namespace>::all(host.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .filter(|n| n.starts_with(&format!("{key}-")) || *n == format!("vcp-{key}"))
-        .collect())
+    vcp_dev::testing::tenant_namespaces(&cluster.connect().await?, key).await
 }
 
 async fn phase(api: &ApiClient, name: &str) -> anyhow::Result<Option<(String, usize)>> {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vcp_dev::tenant::TenantControlPlane;
-use vcp_dev::{DevCluster, Options, Supervision};
+use vcp_dev::{DevCluster, Supervision};
 
 pub struct SyncBench {
     pub pods: usize,
@@ -164,13 +164,8 @@ fn proc_usage(pid: u32) -> (f64, f64) {
 
 /// Runs the benchmark and prints its summary line.
 pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
-    let dir = tempfile::Builder::new().prefix("vcp-bench-").tempdir()?;
-    let cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 3,
-        supervision: Supervision::Attached,
-    })
-    .await?;
+    // A fresh cluster in a temporary directory, gone when the benchmark ends.
+    let cluster = DevCluster::start().await?;
     let host = cluster.connect().await?;
 
     namespace(&host, "bench-direct").await?;
@@ -274,17 +269,12 @@ pub struct ProvisionBench {
 /// become Ready, and what vcp itself costs: RSS and CPU, in total and per idle tenant.
 pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
     use vcp_dev::platform::{self, ApiClient, ServeOptions};
-    let dir = tempfile::Builder::new().prefix("vcp-bench-").tempdir()?;
-    let cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 3,
-        supervision: Supervision::Attached,
-    })
-    .await?;
+    // A fresh cluster in a temporary directory, gone when the benchmark ends.
+    let cluster = DevCluster::start().await?;
     let token = platform::new_token();
     let orch = platform::start_orchestrator(
         &cluster,
-        &dir.path().join("vcp"),
+        &cluster.state_dir().join("vcp"),
         &ServeOptions {
             database_url: cluster.database_url().to_owned(),
             admin_token: token.clone(),

@@ -39,3 +39,16 @@ pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
 pub fn running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
+
+/// Host namespaces of tenant `key`: its control plane (`vcp-<key>`) and every namespace the
+/// syncer translated (`<key>-<ns>`).
+pub async fn tenant_namespaces(host: &Client, key: &str) -> anyhow::Result<Vec<String>> {
+    Ok(Api::<Namespace>::all(host.clone())
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .filter(|n| n.starts_with(&format!("{key}-")) || *n == format!("vcp-{key}"))
+        .collect())
+}
