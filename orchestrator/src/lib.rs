@@ -9,6 +9,7 @@
 //! killed at any line leaves state another one resumes from.
 
 pub mod api;
+pub mod cli;
 pub mod inventory;
 pub mod names;
 pub mod pki;
@@ -53,6 +54,14 @@ pub enum Error {
     },
     #[error("http server failed")]
     Serve(#[source] std::io::Error),
+    #[error("{detail} (HTTP {status}{})", field.as_ref().map(|f| format!(", field {f}")).unwrap_or_default())]
+    Api {
+        status: u16,
+        detail: String,
+        field: Option<String>,
+    },
+    #[error("{0}")]
+    Client(String),
 }
 
 impl From<sqlx::Error> for Error {
@@ -118,6 +127,37 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Apply database migrations and exit.
     Migrate(serve::DatabaseArgs),
+    /// Create, list, show and delete tenants.
+    #[command(subcommand_value_name = "ACTION")]
+    Tenant {
+        #[command(flatten)]
+        connection: cli::Connection,
+        #[command(subcommand)]
+        action: cli::TenantCommand,
+    },
+    /// Issue a kubeconfig for a tenant: a client certificate for --user in the --group groups.
+    Kubeconfig {
+        #[command(flatten)]
+        connection: cli::Connection,
+        #[command(flatten)]
+        args: cli::KubeconfigArgs,
+    },
+    /// Create, list and revoke API tokens (admins only).
+    Token {
+        #[command(flatten)]
+        connection: cli::Connection,
+        #[command(subcommand)]
+        action: cli::TokenCommand,
+    },
+    /// Kubernetes versions tenants can run.
+    Version {
+        #[command(flatten)]
+        connection: cli::Connection,
+        #[command(subcommand)]
+        action: cli::VersionCommand,
+    },
+    /// Print the platform API's OpenAPI document (what `/openapi.json` serves).
+    Openapi,
 }
 
 /// Runs the command the arguments ask for.
@@ -129,6 +169,16 @@ pub async fn run(args: Args) -> Result<()> {
             inv.migrate().await?;
             println!("migrations applied");
             Ok(())
+        }
+        Command::Tenant { connection, action } => cli::tenant(&connection, action).await,
+        Command::Kubeconfig { connection, args } => cli::kubeconfig(&connection, args).await,
+        Command::Token { connection, action } => cli::token(&connection, action).await,
+        Command::Version { connection, action } => cli::version(&connection, action).await,
+        Command::Openapi => {
+            let doc = api::openapi()
+                .to_pretty_json()
+                .map_err(|e| Error::Client(format!("cannot encode the OpenAPI document: {e}")))?;
+            cli::print(&format!("{doc}\n"))
         }
     }
 }

@@ -2,9 +2,16 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let args = vcp_orchestrator::Args::parse();
+    // Client commands print for people; their logs only matter when asked for (RUST_LOG).
+    let default_level = match args.command {
+        vcp_orchestrator::Command::Serve(_) | vcp_orchestrator::Command::Migrate(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_level.into()),
         )
         // stdout is for what a person must read (the first admin token, `migrate`'s result).
         .with_writer(std::io::stderr)
@@ -12,6 +19,10 @@ async fn main() -> anyhow::Result<()> {
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a TLS provider was already installed"))?;
-    vcp_orchestrator::run(vcp_orchestrator::Args::parse()).await?;
+    if let Err(e) = vcp_orchestrator::run(args).await {
+        // One line a person can act on; the debug chain adds nothing for a CLI user.
+        eprintln!("error: {}", vcp_orchestrator::chain(&e));
+        std::process::exit(1);
+    }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! and, for caller mistakes, the `field` at fault; a 500 says nothing about internals.
 
 mod problem;
+mod types;
 
 use crate::inventory::{Inventory, NewTenant, Tenant, Token};
 use crate::names::TenantName;
@@ -16,16 +17,18 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Secret;
-pub use problem::Problem;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+pub use problem::{Problem, ProblemBody};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+pub use types::*;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -61,19 +64,72 @@ pub struct AppState {
     pub max_kubeconfig_ttl: Duration,
 }
 
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "vcp platform API",
+        description = "Self-service Kubernetes control planes: tenants, kubeconfigs, tokens.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    modifiers(&BearerAuth),
+    components(schemas(ProblemBody)),
+)]
+struct ApiDoc;
+
+/// Declares the `bearer` scheme the operations refer to.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "an API token from `vcp token create` or the admin token",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// Routes and their OpenAPI operations come from the same `routes!` calls, so the document
+/// cannot list a route the server does not serve (or miss one it does).
+fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics_text))
+        .routes(routes!(versions))
+        .routes(routes!(create_tenant, list_tenants))
+        .routes(routes!(get_tenant, delete_tenant))
+        .routes(routes!(issue_kubeconfig, list_kubeconfigs))
+        .routes(routes!(create_token, list_tokens))
+        .routes(routes!(revoke_token))
+}
+
+/// The OpenAPI document of the API, as served at `/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().into_openapi()
+}
+
 /// The router.
 pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .route("/v1/versions", get(versions))
-        .route("/v1/tenants", post(create_tenant).get(list_tenants))
-        .route("/v1/tenants/{name}", get(get_tenant).delete(delete_tenant))
-        .route("/v1/tenants/{name}/kubeconfigs", post(issue_kubeconfig))
-        .route("/v1/tokens", post(create_token))
-        .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
+    let (routes, doc) = api_routes().split_for_parts();
+    let doc = Arc::new(doc);
+    routes
+        .route(
+            "/openapi.json",
+            get(move || {
+                let doc = doc.clone();
+                async move { Json(doc.as_ref().clone()) }
+            }),
+        )
         .fallback(|| async { Problem::not_found("no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         // A bug in a handler answers 500 problem+json instead of dropping the connection.
@@ -132,6 +188,28 @@ fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
     r.map(|Json(v)| v).map_err(Problem::from_rejection)
 }
 
+fn view(s: &AppState, t: Tenant) -> TenantView {
+    let kubernetes = s
+        .provisioner
+        .config
+        .catalog
+        .get(&t.version)
+        .map(|v| v.kubernetes.clone());
+    TenantView::new(t, kubernetes)
+}
+
+/// Liveness: the process serves requests.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "alive", body = String, content_type = "text/plain")))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the inventory answers.
+#[utoipa::path(get, path = "/readyz", tag = "health", responses(
+    (status = 200, description = "ready", body = String, content_type = "text/plain"),
+    (status = 503, description = "the inventory does not answer", body = String, content_type = "text/plain"),
+))]
 async fn readyz(State(s): State<AppState>) -> Response {
     if s.inventory.ping().await {
         "ok".into_response()
@@ -140,6 +218,9 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
+/// Prometheus metrics of this replica.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 async fn metrics_text(State(s): State<AppState>) -> Response {
     let m = &s.metrics;
     let mut out = String::new();
@@ -187,70 +268,29 @@ async fn metrics_text(State(s): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
-async fn versions(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Problem> {
+/// The Kubernetes versions tenants can run.
+#[utoipa::path(get, path = "/v1/versions", tag = "versions", security(("bearer" = [])), responses(
+    (status = 200, body = VersionList),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+))]
+async fn versions(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<VersionList>, Problem> {
     authenticate(&s, &headers).await?;
     let c = &s.provisioner.config.catalog;
-    Ok(Json(json!({
-        "default": c.default,
-        "versions": c.versions.iter().map(|v| json!({
-            "minor": v.minor, "kubernetes": v.kubernetes, "default": v.minor == c.default,
-        })).collect::<Vec<_>>(),
-    })))
-}
-
-/// `POST /v1/tenants` body.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTenant {
-    pub name: String,
-    #[serde(default)]
-    pub version: Option<String>,
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default)]
-    pub plan: Option<String>,
-}
-
-/// A tenant as the API shows it.
-#[derive(Debug, Serialize)]
-pub struct TenantView {
-    pub name: String,
-    pub key: String,
-    pub owner: String,
-    pub labels: BTreeMap<String, String>,
-    pub version: String,
-    pub kubernetes_version: Option<String>,
-    pub plan: String,
-    pub phase: String,
-    pub conditions: Vec<crate::inventory::Condition>,
-    pub endpoint: Option<String>,
-    pub generation: i64,
-    pub observed_generation: i64,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: time::OffsetDateTime,
-}
-
-fn view(s: &AppState, t: Tenant) -> TenantView {
-    TenantView {
-        kubernetes_version: s
-            .provisioner
-            .config
-            .catalog
-            .get(&t.version)
-            .map(|v| v.kubernetes.clone()),
-        name: t.name,
-        key: t.key,
-        owner: t.owner,
-        labels: t.labels.0,
-        version: t.version,
-        plan: t.plan,
-        phase: t.phase,
-        conditions: t.conditions.0,
-        endpoint: t.endpoint,
-        generation: t.generation,
-        observed_generation: t.observed_generation,
-        created_at: t.created_at,
-    }
+    Ok(Json(VersionList {
+        default: c.default.clone(),
+        versions: c
+            .versions
+            .iter()
+            .map(|v| VersionView {
+                minor: v.minor.clone(),
+                kubernetes: v.kubernetes.clone(),
+                default: v.minor == c.default,
+            })
+            .collect(),
+    }))
 }
 
 fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Problem> {
@@ -275,6 +315,17 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Problem> {
     Ok(())
 }
 
+/// Creates a tenant; provisioning continues in the background (poll its `phase`).
+#[utoipa::path(post, path = "/v1/tenants", tag = "tenants", security(("bearer" = [])),
+    request_body = CreateTenant, responses(
+    (status = 201, description = "accepted; phase Pending", body = TenantView),
+    (status = 400, description = "malformed JSON", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "a live tenant has this name", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 413, description = "body over 64 KiB", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 415, description = "not application/json", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "invalid name, version, plan or labels", body = ProblemBody, content_type = "application/problem+json"),
+))]
 async fn create_tenant(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -325,12 +376,17 @@ async fn create_tenant(
     Err(Problem::internal(&Error::KeyCollision))
 }
 
+/// The caller's tenants (every tenant for an admin).
+#[utoipa::path(get, path = "/v1/tenants", tag = "tenants", security(("bearer" = [])), responses(
+    (status = 200, body = TenantList),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+))]
 async fn list_tenants(
     State(s): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<TenantList>, Problem> {
     let caller = authenticate(&s, &headers).await?;
-    let items: Vec<TenantView> = s
+    let items = s
         .inventory
         .list_tenants(caller.scope())
         .await
@@ -338,7 +394,7 @@ async fn list_tenants(
         .into_iter()
         .map(|t| view(&s, t))
         .collect();
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(TenantList { items }))
 }
 
 async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Problem> {
@@ -349,6 +405,13 @@ async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Probl
         .ok_or_else(|| Problem::not_found(&format!("no tenant named {name:?}")))
 }
 
+/// One tenant.
+#[utoipa::path(get, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
+    params(("name" = String, Path, description = "tenant name")), responses(
+    (status = 200, body = TenantView),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 404, description = "no such tenant, or another owner's", body = ProblemBody, content_type = "application/problem+json"),
+))]
 async fn get_tenant(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -359,12 +422,15 @@ async fn get_tenant(
     Ok(Json(view(&s, t)))
 }
 
-#[derive(Debug, Deserialize)]
-struct DeleteQuery {
-    #[serde(default)]
-    retain_data: bool,
-}
-
+/// Deletes a tenant: its control plane, its workloads on the host and (unless retained) its
+/// data. The name is free again once the tenant is gone from the list.
+#[utoipa::path(delete, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
+    params(("name" = String, Path, description = "tenant name"), DeleteQuery), responses(
+    (status = 202, description = "deletion started; phase Deleting", body = TenantView),
+    (status = 400, description = "malformed query", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 404, description = "no such tenant, or another owner's", body = ProblemBody, content_type = "application/problem+json"),
+))]
 async fn delete_tenant(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -372,7 +438,15 @@ async fn delete_tenant(
     q: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<(StatusCode, Json<TenantView>), Problem> {
     let caller = authenticate(&s, &headers).await?;
-    let Query(q) = q.map_err(|e| Problem::invalid("retain_data", &e.body_text()))?;
+    let Query(q) = q.map_err(|e| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed",
+            "malformed query",
+            &e.body_text(),
+            Some("retain_data"),
+        )
+    })?;
     let t = s
         .inventory
         .request_delete(&name, caller.scope(), q.retain_data, &caller.0.name)
@@ -380,17 +454,6 @@ async fn delete_tenant(
         .map_err(|e| Problem::internal(&e))?
         .ok_or_else(|| Problem::not_found(&format!("no tenant named {name:?}")))?;
     Ok((StatusCode::ACCEPTED, Json(view(&s, t))))
-}
-
-/// `POST /v1/tenants/{name}/kubeconfigs` body.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IssueKubeconfig {
-    pub user: String,
-    #[serde(default)]
-    pub groups: Vec<String>,
-    #[serde(default)]
-    pub ttl: Option<String>,
 }
 
 /// Parses `90m`, `12h`, `30d` (or plain seconds).
@@ -407,15 +470,8 @@ pub fn parse_ttl(s: &str) -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }
 
-async fn issue_kubeconfig(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    req: Result<Json<IssueKubeconfig>, JsonRejection>,
-) -> Result<(StatusCode, Json<Value>), Problem> {
-    let caller = authenticate(&s, &headers).await?;
-    let req = body(req)?;
-    let t = find(&s, &caller, &name).await?;
+/// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
+fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
     let user_ok = !req.user.is_empty()
         && req.user.len() <= 128
         && !req.user.starts_with("system:")
@@ -446,8 +502,36 @@ async fn issue_kubeconfig(
         None => Duration::from_secs(24 * 3600),
         Some(x) => parse_ttl(x)
             .ok_or_else(|| Problem::invalid("ttl", "a duration like 90m, 12h or 30d"))?,
-    }
-    .min(s.max_kubeconfig_ttl);
+    };
+    Ok(ttl.min(max))
+}
+
+/// Issues a kubeconfig: a client certificate signed by the tenant's CA, user as CN and
+/// groups as O. The key is in this answer only; the inventory keeps serial, subject and
+/// expiry.
+#[utoipa::path(post, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
+    params(("name" = String, Path, description = "tenant name")),
+    request_body = IssueKubeconfig, responses(
+    (status = 201, body = KubeconfigIssued),
+    (status = 400, description = "malformed JSON", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 404, description = "no such tenant, or another owner's", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "the tenant is not Ready", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 413, description = "body over 64 KiB", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 415, description = "not application/json", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "invalid user, groups or ttl", body = ProblemBody, content_type = "application/problem+json"),
+))]
+async fn issue_kubeconfig(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    req: Result<Json<IssueKubeconfig>, JsonRejection>,
+) -> Result<(StatusCode, Json<KubeconfigIssued>), Problem> {
+    let caller = authenticate(&s, &headers).await?;
+    // The tenant first: another owner's tenant answers 404 whatever the body.
+    let t = find(&s, &caller, &name).await?;
+    let req = body(req)?;
+    let ttl = check_kubeconfig(&req, s.max_kubeconfig_ttl)?;
     let Some(endpoint) = t.endpoint.clone().filter(|_| t.phase == "Ready") else {
         return Err(Problem::new(
             StatusCode::CONFLICT,
@@ -511,27 +595,58 @@ async fn issue_kubeconfig(
     );
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "kubeconfig": kubeconfig,
-            "serial": info.serial,
-            "expires_at": info.not_after.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
-        })),
+        Json(KubeconfigIssued {
+            kubeconfig,
+            serial: info.serial,
+            user: req.user,
+            groups: req.groups,
+            expires_at: info.not_after,
+        }),
     ))
 }
 
-/// `POST /v1/tokens` body.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateToken {
-    pub name: String,
-    pub role: String,
+/// The kubeconfigs issued for a tenant (serial, subject, groups, expiry; never keys).
+#[utoipa::path(get, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
+    params(("name" = String, Path, description = "tenant name")), responses(
+    (status = 200, body = KubeconfigList),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 404, description = "no such tenant, or another owner's", body = ProblemBody, content_type = "application/problem+json"),
+))]
+async fn list_kubeconfigs(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<KubeconfigList>, Problem> {
+    let caller = authenticate(&s, &headers).await?;
+    let t = find(&s, &caller, &name).await?;
+    let items = s
+        .inventory
+        .kubeconfigs(t.id)
+        .await
+        .map_err(|e| Problem::internal(&e))?
+        .into_iter()
+        .map(KubeconfigView::from)
+        .collect();
+    Ok(Json(KubeconfigList { items }))
 }
 
+/// Creates an API token (admins only). The secret is shown in this answer once.
+#[utoipa::path(post, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])),
+    request_body = CreateToken, responses(
+    (status = 201, body = TokenCreated),
+    (status = 400, description = "malformed JSON", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 403, description = "the caller is not an admin", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "a token has this name", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 413, description = "body over 64 KiB", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 415, description = "not application/json", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "invalid name or role", body = ProblemBody, content_type = "application/problem+json"),
+))]
 async fn create_token(
     State(s): State<AppState>,
     headers: HeaderMap,
     req: Result<Json<CreateToken>, JsonRejection>,
-) -> Result<(StatusCode, Json<Value>), Problem> {
+) -> Result<(StatusCode, Json<TokenCreated>), Problem> {
     let caller = authenticate(&s, &headers).await?;
     if !caller.admin() {
         return Err(Problem::forbidden("only admins create tokens"));
@@ -543,13 +658,15 @@ async fn create_token(
             "a lowercase name like a tenant's: [a-z]([a-z0-9-]*[a-z0-9])?, up to 40 characters",
         ));
     }
-    if !matches!(req.role.as_str(), "admin" | "owner") {
-        return Err(Problem::invalid("role", "\"admin\" or \"owner\""));
-    }
     let secret = new_token();
     let t = match s
         .inventory
-        .create_token(&req.name, &req.role, &token_hash(&secret), &caller.0.name)
+        .create_token(
+            &req.name,
+            req.role.as_str(),
+            &token_hash(&secret),
+            &caller.0.name,
+        )
         .await
     {
         Ok(t) => t,
@@ -563,10 +680,47 @@ async fn create_token(
     };
     Ok((
         StatusCode::CREATED,
-        Json(json!({"name": t.name, "role": t.role, "token": secret})),
+        Json(TokenCreated {
+            role: TokenView::from(t.clone()).role,
+            name: t.name,
+            token: secret,
+        }),
     ))
 }
 
+/// Every token, live and revoked, without secrets (admins only).
+#[utoipa::path(get, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])), responses(
+    (status = 200, body = TokenList),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 403, description = "the caller is not an admin", body = ProblemBody, content_type = "application/problem+json"),
+))]
+async fn list_tokens(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<TokenList>, Problem> {
+    let caller = authenticate(&s, &headers).await?;
+    if !caller.admin() {
+        return Err(Problem::forbidden("only admins list tokens"));
+    }
+    let items = s
+        .inventory
+        .tokens()
+        .await
+        .map_err(|e| Problem::internal(&e))?
+        .into_iter()
+        .map(TokenView::from)
+        .collect();
+    Ok(Json(TokenList { items }))
+}
+
+/// Revokes a token (admins only): it answers 401 from then on.
+#[utoipa::path(delete, path = "/v1/tokens/{name}", tag = "tokens", security(("bearer" = [])),
+    params(("name" = String, Path, description = "token name")), responses(
+    (status = 204, description = "revoked"),
+    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 403, description = "the caller is not an admin", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 404, description = "no live token of that name", body = ProblemBody, content_type = "application/problem+json"),
+))]
 async fn revoke_token(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -580,5 +734,78 @@ async fn revoke_token(
         Ok(true) => Ok(StatusCode::NO_CONTENT),
         Ok(false) => Err(Problem::not_found(&format!("no live token named {name:?}"))),
         Err(e) => Err(Problem::internal(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/openapi.json is the published contract; it must be what the server serves.
+    /// `VCP_UPDATE_GOLDEN=1 cargo test -p vcp-orchestrator --lib openapi` rewrites it.
+    #[test]
+    fn the_committed_openapi_document_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+        let now = format!("{}\n", openapi().to_pretty_json().unwrap());
+        if std::env::var_os("VCP_UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &now).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == now,
+            "docs/openapi.json is stale; run with VCP_UPDATE_GOLDEN=1 to rewrite it"
+        );
+    }
+
+    #[test]
+    fn every_v1_operation_requires_a_token_and_documents_its_bodies() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let mut ops = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                if !path.starts_with("/v1/") {
+                    continue;
+                }
+                ops += 1;
+                assert_eq!(
+                    op["security"][0]["bearer"],
+                    serde_json::json!([]),
+                    "{method} {path}"
+                );
+                let responses = op["responses"].as_object().unwrap();
+                assert!(responses.contains_key("401"), "{method} {path}");
+                for (code, r) in responses {
+                    if code != "204" {
+                        assert!(
+                            r["content"].is_object(),
+                            "{method} {path} {code} has no body"
+                        );
+                    }
+                }
+                if method == "post" {
+                    assert!(
+                        op["requestBody"]["content"]["application/json"].is_object(),
+                        "{path}"
+                    );
+                    assert!(responses.contains_key("422"), "{path}");
+                }
+            }
+        }
+        assert_eq!(ops, 10);
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+    }
+
+    #[test]
+    fn ttls_parse_in_common_units() {
+        assert_eq!(parse_ttl("90m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_ttl("12h"), Some(Duration::from_secs(43_200)));
+        assert_eq!(parse_ttl("30d"), Some(Duration::from_secs(2_592_000)));
+        assert_eq!(parse_ttl("45"), Some(Duration::from_secs(45)));
+        for bad in ["", "0h", "h", "1w", "-1h", "1.5h", "99999999999999999999d"] {
+            assert_eq!(parse_ttl(bad), None, "{bad}");
+        }
     }
 }

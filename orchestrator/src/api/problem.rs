@@ -3,7 +3,22 @@
 use axum::extract::rejection::JsonRejection;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+
+/// The JSON of every error answer (RFC 7807).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ProblemBody {
+    /// `https://vcp.dev/problems/<slug>`: stable, for programs to match on.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub title: String,
+    pub status: u16,
+    /// What went wrong, for people.
+    pub detail: String,
+    /// The request field at fault (`name`, `groups`, `body`, ...), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
 
 /// A problem+json response.
 #[derive(Debug)]
@@ -128,19 +143,17 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let mut body = json!({
-            "type": format!("https://vcp.dev/problems/{}", self.slug),
-            "title": self.title,
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        if let Some(f) = self.field {
-            body["field"] = json!(f);
-        }
+        let body = ProblemBody {
+            type_: format!("https://vcp.dev/problems/{}", self.slug),
+            title: self.title.to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail,
+            field: self.field,
+        };
         (
             self.status,
             [(header::CONTENT_TYPE, "application/problem+json")],
-            body.to_string(),
+            serde_json::to_string(&body).unwrap_or_default(),
         )
             .into_response()
     }

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 pub const CHANNEL: &str = "vcp_tenants";
 
 /// One condition of a tenant (Kubernetes-style).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Condition {
     #[serde(rename = "type")]
     pub type_: String,
@@ -28,6 +28,7 @@ pub struct Condition {
     pub reason: String,
     pub message: String,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub last_transition_time: OffsetDateTime,
 }
 
@@ -82,6 +83,17 @@ pub struct Token {
     pub role: String,
     pub created_at: OffsetDateTime,
     pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// An issued kubeconfig as the inventory records it (never its key).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct KubeconfigRow {
+    pub username: String,
+    pub groups: Vec<String>,
+    pub serial: String,
+    pub expires_at: OffsetDateTime,
+    pub created_by: String,
+    pub created_at: OffsetDateTime,
 }
 
 /// A certificate record.
@@ -442,6 +454,26 @@ impl Inventory {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The kubeconfigs issued for a tenant, oldest first.
+    pub async fn kubeconfigs(&self, tenant_id: i64) -> Result<Vec<KubeconfigRow>> {
+        Ok(sqlx::query_as(
+            "SELECT username, groups, serial, expires_at, created_by, created_at FROM kubeconfigs
+             WHERE tenant_id = $1 ORDER BY created_at, id",
+        )
+        .bind(tenant_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Every token (live and revoked), by name.
+    pub async fn tokens(&self) -> Result<Vec<Token>> {
+        Ok(sqlx::query_as(
+            "SELECT id, name, role, created_at, revoked_at FROM api_tokens ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Stores a token's hash; a duplicate name is [`Error::Duplicate`].

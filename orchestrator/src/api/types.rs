@@ -1,0 +1,287 @@
+//! Request and response bodies of the platform API.
+//!
+//! The server serializes these, the `vcp` client commands deserialize them, and the OpenAPI
+//! document is derived from them: one definition for all three.
+
+use crate::inventory::{Condition, KubeconfigRow, Tenant, Token};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+use utoipa::{IntoParams, ToSchema};
+
+/// Where a tenant is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum Phase {
+    /// Accepted; no reconcile pass has run yet.
+    Pending,
+    /// Steps are being brought up; `conditions` tell which.
+    Provisioning,
+    /// Every step is ready; kubeconfigs can be issued.
+    Ready,
+    /// A fleet upgrade is moving the tenant to another version.
+    Upgrading,
+    /// Deletion was requested and is in progress.
+    Deleting,
+    /// A plan, version or template that cannot work; see `conditions`.
+    Failed,
+}
+
+impl Phase {
+    /// The phase of an inventory row (which stores its name).
+    pub fn of(name: &str) -> Phase {
+        match name {
+            "Provisioning" => Phase::Provisioning,
+            "Ready" => Phase::Ready,
+            "Upgrading" => Phase::Upgrading,
+            "Deleting" => Phase::Deleting,
+            "Failed" => Phase::Failed,
+            _ => Phase::Pending,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Provisioning => "Provisioning",
+            Phase::Ready => "Ready",
+            Phase::Upgrading => "Upgrading",
+            Phase::Deleting => "Deleting",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+/// `POST /v1/tenants` body.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenant {
+    /// `[a-z]([a-z0-9-]*[a-z0-9])?`, up to 40 characters, unique among live tenants.
+    #[schema(example = "team-a")]
+    pub name: String,
+    /// A minor from `GET /v1/versions` (e.g. `1.37`); the default minor when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Free-form labels (keys up to 253, values up to 63 characters of `[A-Za-z0-9-_./]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// A placement plan configured on the server; `default` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+}
+
+/// A tenant.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TenantView {
+    pub name: String,
+    /// Short immutable key: host names of the tenant's objects start with it.
+    pub key: String,
+    /// The token that created the tenant.
+    pub owner: String,
+    pub labels: BTreeMap<String, String>,
+    /// The Kubernetes minor (`1.37`).
+    pub version: String,
+    /// The exact Kubernetes release of that minor (`v1.37.1`).
+    pub kubernetes_version: Option<String>,
+    pub plan: String,
+    pub phase: Phase,
+    /// One condition per provisioning step, in order, then `Ready`.
+    pub conditions: Vec<Condition>,
+    /// `https://host:port` of the tenant apiserver once exposed.
+    pub endpoint: Option<String>,
+    pub generation: i64,
+    pub observed_generation: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+}
+
+impl TenantView {
+    pub fn new(t: Tenant, kubernetes_version: Option<String>) -> TenantView {
+        TenantView {
+            kubernetes_version,
+            phase: Phase::of(&t.phase),
+            name: t.name,
+            key: t.key,
+            owner: t.owner,
+            labels: t.labels.0,
+            version: t.version,
+            plan: t.plan,
+            conditions: t.conditions.0,
+            endpoint: t.endpoint,
+            generation: t.generation,
+            observed_generation: t.observed_generation,
+            created_at: t.created_at,
+        }
+    }
+}
+
+/// `GET /v1/tenants` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TenantList {
+    pub items: Vec<TenantView>,
+}
+
+/// `DELETE /v1/tenants/{name}` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteQuery {
+    /// Keep the etcd volumes (their reclaim policy becomes `Retain`).
+    #[serde(default)]
+    pub retain_data: bool,
+}
+
+/// `POST /v1/tenants/{name}/kubeconfigs` body.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueKubeconfig {
+    /// The user name (certificate CN): 1 to 128 printable characters, not `system:...`.
+    #[schema(example = "alice")]
+    pub user: String,
+    /// Groups (certificate O). `view`, `edit` and `admin` are bound in every tenant; others
+    /// are the tenant's to bind. At most 16, none `system:...`.
+    #[serde(default)]
+    #[schema(example = json!(["view"]))]
+    pub groups: Vec<String>,
+    /// Lifetime like `90m`, `12h` or `30d` (default 24h), capped by the server's maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "12h")]
+    pub ttl: Option<String>,
+}
+
+/// An issued kubeconfig; the only time its private key leaves the server.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct KubeconfigIssued {
+    /// kubeconfig YAML with the client certificate and key embedded.
+    pub kubeconfig: String,
+    /// Serial number of the client certificate (hex).
+    pub serial: String,
+    pub user: String,
+    pub groups: Vec<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: OffsetDateTime,
+}
+
+/// A kubeconfig as the inventory remembers it: never its key.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct KubeconfigView {
+    pub user: String,
+    pub groups: Vec<String>,
+    pub serial: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: OffsetDateTime,
+    /// The token that issued it.
+    pub created_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+}
+
+impl From<KubeconfigRow> for KubeconfigView {
+    fn from(r: KubeconfigRow) -> KubeconfigView {
+        KubeconfigView {
+            user: r.username,
+            groups: r.groups,
+            serial: r.serial,
+            expires_at: r.expires_at,
+            created_by: r.created_by,
+            created_at: r.created_at,
+        }
+    }
+}
+
+/// `GET /v1/tenants/{name}/kubeconfigs` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct KubeconfigList {
+    pub items: Vec<KubeconfigView>,
+}
+
+/// Who a token speaks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Sees and changes every tenant, and manages tokens.
+    Admin,
+    /// Sees and changes only the tenants it created.
+    Owner,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Owner => "owner",
+        }
+    }
+}
+
+/// `POST /v1/tokens` body.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    /// Like a tenant name: `[a-z]([a-z0-9-]*[a-z0-9])?`, up to 40 characters.
+    #[schema(example = "team-a")]
+    pub name: String,
+    pub role: Role,
+}
+
+/// A new token: the secret is in this answer and nowhere else.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenCreated {
+    pub name: String,
+    pub role: Role,
+    /// The bearer secret; only its hash is stored.
+    pub token: String,
+}
+
+/// A token without its secret.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenView {
+    pub name: String,
+    pub role: Role,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+impl From<Token> for TokenView {
+    fn from(t: Token) -> TokenView {
+        TokenView {
+            role: if t.role == "admin" {
+                Role::Admin
+            } else {
+                Role::Owner
+            },
+            name: t.name,
+            created_at: t.created_at,
+            revoked_at: t.revoked_at,
+        }
+    }
+}
+
+/// `GET /v1/tokens` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenList {
+    pub items: Vec<TokenView>,
+}
+
+/// One Kubernetes minor the server can provision.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct VersionView {
+    #[schema(example = "1.37")]
+    pub minor: String,
+    #[schema(example = "v1.37.1")]
+    pub kubernetes: String,
+    pub default: bool,
+}
+
+/// `GET /v1/versions` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct VersionList {
+    pub default: String,
+    pub versions: Vec<VersionView>,
+}

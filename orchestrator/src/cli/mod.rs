@@ -1,0 +1,566 @@
+//! The client commands of `vcp` (`tenant`, `kubeconfig`, `token`, `version`): thin callers of
+//! the platform API. They read the server from `VCP_API_URL` and the bearer token from
+//! `VCP_TOKEN`, decode answers into the same types the server encodes ([`crate::api`]), and
+//! print them with [`output`]. API problems come back as [`Error::Api`] with the server's
+//! detail and field.
+
+pub mod output;
+
+use crate::api::{
+    CreateTenant, CreateToken, IssueKubeconfig, KubeconfigIssued, KubeconfigList, Phase,
+    ProblemBody, Role, TenantList, TenantView, TokenCreated, TokenList, VersionList,
+};
+use crate::{Error, Result};
+use output::Format;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use time::OffsetDateTime;
+
+/// Where the API is and who calls it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// Base URL of the platform API.
+    #[arg(long, env = "VCP_API_URL", default_value = "http://127.0.0.1:8080")]
+    pub api_url: String,
+    /// Bearer token (admin or owner).
+    #[arg(long, env = "VCP_TOKEN", hide_env_values = true)]
+    pub token: String,
+}
+
+/// Output format flag shared by the listing commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OutputArgs {
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        env = "VCP_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
+    pub output: Format,
+}
+
+/// `vcp tenant ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant (and with --wait, follow it until Ready).
+    Create(TenantCreate),
+    /// List the tenants this token sees.
+    List(OutputArgs),
+    /// Show one tenant and its conditions.
+    Get {
+        /// Tenant name.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Delete a tenant (and with --wait, until it is gone).
+    Delete(TenantDelete),
+    /// List the kubeconfigs issued for a tenant (never their keys).
+    Kubeconfigs {
+        /// Tenant name.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TenantCreate {
+    /// Tenant name: lowercase letters, digits and '-', up to 40.
+    pub name: String,
+    /// Kubernetes minor (`vcp version list`); the server's default when absent.
+    #[arg(long = "kubernetes-version", env = "VCP_KUBERNETES_VERSION")]
+    pub version: Option<String>,
+    /// Placement plan configured on the server.
+    #[arg(long, env = "VCP_PLAN")]
+    pub plan: Option<String>,
+    /// Label as KEY=VALUE (repeatable).
+    #[arg(long = "label", env = "VCP_LABELS", value_delimiter = ',')]
+    pub labels: Vec<String>,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TenantDelete {
+    /// Tenant name.
+    pub name: String,
+    /// Keep the etcd volumes.
+    #[arg(long, env = "VCP_RETAIN_DATA")]
+    pub retain_data: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WaitArgs {
+    /// Wait until done, showing progress on stderr.
+    #[arg(long, env = "VCP_WAIT")]
+    pub wait: bool,
+    /// Give up waiting after this long (e.g. 90s, 10m).
+    #[arg(long, env = "VCP_WAIT_TIMEOUT", default_value = "10m", value_parser = duration)]
+    pub timeout: Duration,
+}
+
+/// `vcp kubeconfig NAME ...`
+#[derive(Debug, clap::Args)]
+pub struct KubeconfigArgs {
+    /// Tenant name.
+    pub name: String,
+    /// User name in the certificate (CN).
+    #[arg(long, env = "VCP_KUBECONFIG_USER")]
+    pub user: String,
+    /// Group (O); repeatable. view, edit and admin are bound in every tenant.
+    #[arg(long = "group", env = "VCP_KUBECONFIG_GROUPS", value_delimiter = ',')]
+    pub groups: Vec<String>,
+    /// Lifetime such as 90m, 12h or 30d (capped by the server).
+    #[arg(long, env = "VCP_KUBECONFIG_TTL")]
+    pub ttl: Option<String>,
+    /// Write the kubeconfig here (mode 0600); `-` prints it.
+    #[arg(
+        short = 'o',
+        long = "output",
+        env = "VCP_KUBECONFIG_OUTPUT",
+        default_value = "-"
+    )]
+    pub output: PathBuf,
+}
+
+/// `vcp token ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Create a token (admins only); its secret is printed once.
+    Create {
+        /// Token name: lowercase letters, digits and '-'.
+        name: String,
+        /// admin or owner.
+        #[arg(long, env = "VCP_TOKEN_ROLE", value_enum, default_value = "owner")]
+        role: RoleArg,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List tokens without their secrets (admins only).
+    List(OutputArgs),
+    /// Revoke a token (admins only).
+    Revoke {
+        /// Token name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum RoleArg {
+    Admin,
+    Owner,
+}
+
+/// `vcp version ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum VersionCommand {
+    /// Kubernetes versions tenants can run.
+    List(OutputArgs),
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    crate::api::parse_ttl(s).ok_or_else(|| format!("{s:?} is not a duration like 90s, 10m or 1h"))
+}
+
+/// A client of the platform API.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(c: &Connection) -> Result<Client> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| Error::Client(format!("cannot build an HTTP client: {e}")))?;
+        Ok(Client {
+            base: c.api_url.trim_end_matches('/').to_owned(),
+            token: c.token.clone(),
+            http,
+        })
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<Option<T>> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .http
+            .request(method, &url)
+            .bearer_auth(&self.token)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| Error::Client(format!("cannot reach {}: {}", self.base, root(&e))))?;
+        let status = resp.status();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| Error::Client(format!("reading the answer of {url}: {}", root(&e))))?;
+        if status.is_success() {
+            if status == reqwest::StatusCode::NO_CONTENT || text.is_empty() {
+                return Ok(None);
+            }
+            return serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| Error::Client(format!("unexpected answer from {url}: {e}")));
+        }
+        Err(match serde_json::from_str::<ProblemBody>(&text) {
+            Ok(p) => Error::Api {
+                status: p.status,
+                detail: p.detail,
+                field: p.field,
+            },
+            Err(_) => Error::Api {
+                status: status.as_u16(),
+                detail: text.chars().take(200).collect(),
+                field: None,
+            },
+        })
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.call(reqwest::Method::GET, path, None::<&()>)
+            .await?
+            .ok_or_else(|| Error::Client(format!("empty answer from {path}")))
+    }
+
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> Result<T> {
+        self.call(reqwest::Method::POST, path, Some(body))
+            .await?
+            .ok_or_else(|| Error::Client(format!("empty answer from {path}")))
+    }
+
+    pub async fn tenant(&self, name: &str) -> Result<TenantView> {
+        self.get(&format!("/v1/tenants/{}", self::name(name)?))
+            .await
+    }
+}
+
+/// The innermost cause of a transport error (reqwest's own message is generic).
+fn root(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// A tenant or token name checked before it goes into a URL: the server would refuse a bad
+/// one anyway, but a name like `..` must never become a different path.
+fn name(name: &str) -> Result<String> {
+    crate::names::TenantName::parse(name)
+        .map(|_| segment(name))
+        .map_err(|e| Error::Client(format!("{name:?}: {e}")))
+}
+
+/// A name as one URL path segment: anything outside the name alphabet is escaped.
+fn segment(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Writes to stdout; a reader that went away (`| head`) is not an error.
+pub fn print(s: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::Client(format!("cannot write to stdout: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn progress(line: &str) {
+    eprintln!("{line}");
+}
+
+fn now() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
+}
+
+fn labels(pairs: &[String]) -> Result<BTreeMap<String, String>> {
+    pairs
+        .iter()
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+            _ => Err(Error::Client(format!("--label {p:?}: expected KEY=VALUE"))),
+        })
+        .collect()
+}
+
+/// Polls a tenant until `done` says so, printing progress; fails on `Failed` or timeout.
+async fn follow(
+    client: &Client,
+    name: &str,
+    wait: &WaitArgs,
+    done: impl Fn(&TenantView) -> bool,
+) -> Result<Option<TenantView>> {
+    let start = Instant::now();
+    let mut p = output::Progress::default();
+    let mut last_hint = String::new();
+    let mut hint_at = Instant::now();
+    loop {
+        let t = match client.tenant(name).await {
+            Ok(t) => t,
+            // Gone: what a finished deletion looks like.
+            Err(Error::Api { status: 404, .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        for line in p.update(&t, start.elapsed()) {
+            progress(&line);
+        }
+        if done(&t) {
+            return Ok(Some(t));
+        }
+        if t.phase == Phase::Failed {
+            let why = t
+                .conditions
+                .iter()
+                .find(|c| c.reason == "Failed")
+                .map(|c| format!("{}: {}", c.type_, c.message))
+                .unwrap_or_default();
+            return Err(Error::Client(format!("tenant {name} failed: {why}")));
+        }
+        // While nothing changes, say what the tenant waits on every 10 s.
+        if let Some(h) = output::Progress::waiting_on(&t)
+            && (h != last_hint || hint_at.elapsed() > Duration::from_secs(10))
+            && start.elapsed() > Duration::from_secs(5)
+        {
+            progress(&format!("{:>6.1}s  {h}", start.elapsed().as_secs_f64()));
+            last_hint = h;
+            hint_at = Instant::now();
+        }
+        if start.elapsed() > wait.timeout {
+            return Err(Error::Client(format!(
+                "tenant {name} is still {} after {}s",
+                t.phase.as_str(),
+                wait.timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
+    let client = Client::new(conn)?;
+    let width = output::terminal_width();
+    match cmd {
+        TenantCommand::Create(a) => {
+            let req = CreateTenant {
+                name: a.name.clone(),
+                version: a.version,
+                labels: labels(&a.labels)?,
+                plan: a.plan,
+            };
+            let mut t: TenantView = client.post("/v1/tenants", &req).await?;
+            if a.wait.wait {
+                progress(&format!("tenant {} created; waiting until Ready", t.name));
+                t = follow(&client, &a.name, &a.wait, |t| t.phase == Phase::Ready)
+                    .await?
+                    .ok_or_else(|| Error::Client(format!("tenant {} vanished", a.name)))?;
+            }
+            match a.output.output {
+                Format::Table => print(&output::tenants_table(&[t], now(), width)),
+                f => print(&output::structured(&t, f)),
+            }
+        }
+        TenantCommand::List(o) => {
+            let list: TenantList = client.get("/v1/tenants").await?;
+            match o.output {
+                Format::Table => print(&output::tenants_table(&list.items, now(), width)),
+                f => print(&output::structured(&list, f)),
+            }
+        }
+        TenantCommand::Get { name, output: o } => {
+            let t = client.tenant(&name).await?;
+            match o.output {
+                Format::Table => print(&output::tenant_detail(&t, now(), width)),
+                f => print(&output::structured(&t, f)),
+            }
+        }
+        TenantCommand::Delete(a) => {
+            let path = format!(
+                "/v1/tenants/{}?retain_data={}",
+                name(&a.name)?,
+                a.retain_data
+            );
+            let _: Option<TenantView> = client
+                .call(reqwest::Method::DELETE, &path, None::<&()>)
+                .await?;
+            if a.wait.wait {
+                progress(&format!("tenant {} deleting; waiting until gone", a.name));
+                follow(&client, &a.name, &a.wait, |_| false).await?;
+                print(&format!("tenant {} deleted\n", a.name))
+            } else {
+                print(&format!("tenant {} deleting\n", a.name))
+            }
+        }
+        TenantCommand::Kubeconfigs { name, output: o } => {
+            let list: KubeconfigList = client
+                .get(&format!("/v1/tenants/{}/kubeconfigs", self::name(&name)?))
+                .await?;
+            match o.output {
+                Format::Table => print(&output::kubeconfigs_table(&list.items, now(), width)),
+                f => print(&output::structured(&list, f)),
+            }
+        }
+    }
+}
+
+pub async fn kubeconfig(conn: &Connection, a: KubeconfigArgs) -> Result<()> {
+    let client = Client::new(conn)?;
+    let req = IssueKubeconfig {
+        user: a.user,
+        groups: a.groups,
+        ttl: a.ttl,
+    };
+    let issued: KubeconfigIssued = client
+        .post(&format!("/v1/tenants/{}/kubeconfigs", name(&a.name)?), &req)
+        .await?;
+    if a.output.as_os_str() == "-" {
+        return print(&issued.kubeconfig);
+    }
+    write_private(&a.output, issued.kubeconfig.as_bytes())?;
+    let expires = issued
+        .expires_at
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    progress(&format!(
+        "wrote {} (user {}, groups {}, expires {expires}, serial {})",
+        a.output.display(),
+        issued.user,
+        if issued.groups.is_empty() {
+            "-".to_owned()
+        } else {
+            issued.groups.join(",")
+        },
+        issued.serial
+    ));
+    Ok(())
+}
+
+/// Writes a file only its owner can read: it holds a private key.
+fn write_private(path: &std::path::Path, data: &[u8]) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let io = |source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io)?;
+    // An existing file keeps its mode on open; tighten it too.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(io)?;
+    f.write_all(data).map_err(io)
+}
+
+pub async fn token(conn: &Connection, cmd: TokenCommand) -> Result<()> {
+    let client = Client::new(conn)?;
+    match cmd {
+        TokenCommand::Create { name, role, output } => {
+            let role = match role {
+                RoleArg::Admin => Role::Admin,
+                RoleArg::Owner => Role::Owner,
+            };
+            let t: TokenCreated = client
+                .post("/v1/tokens", &CreateToken { name, role })
+                .await?;
+            match output.output {
+                Format::Table => {
+                    progress(&format!(
+                        "token {} ({}) created; its secret is shown this once:",
+                        t.name,
+                        t.role.as_str()
+                    ));
+                    print(&format!("{}\n", t.token))
+                }
+                f => print(&output::structured(&t, f)),
+            }
+        }
+        TokenCommand::List(o) => {
+            let list: TokenList = client.get("/v1/tokens").await?;
+            match o.output {
+                Format::Table => print(&output::tokens_table(
+                    &list.items,
+                    now(),
+                    output::terminal_width(),
+                )),
+                f => print(&output::structured(&list, f)),
+            }
+        }
+        TokenCommand::Revoke { name } => {
+            let _: Option<()> = client
+                .call(
+                    reqwest::Method::DELETE,
+                    &format!("/v1/tokens/{}", self::name(&name)?),
+                    None::<&()>,
+                )
+                .await?;
+            print(&format!("token {name} revoked\n"))
+        }
+    }
+}
+
+pub async fn version(conn: &Connection, cmd: VersionCommand) -> Result<()> {
+    let client = Client::new(conn)?;
+    let VersionCommand::List(o) = cmd;
+    let v: VersionList = client.get("/v1/versions").await?;
+    match o.output {
+        Format::Table => print(&output::versions_table(&v, output::terminal_width())),
+        f => print(&output::structured(&v, f)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_stay_one_path_segment() {
+        assert_eq!(segment("team-a"), "team-a");
+        assert_eq!(segment("../tokens"), "%2E%2E%2Ftokens");
+        assert!(name("..").is_err());
+        assert_eq!(name("team-a").unwrap(), "team-a");
+        assert_eq!(segment("a b?c"), "a%20b%3Fc");
+    }
+
+    #[test]
+    fn labels_parse_as_key_value() {
+        let l = labels(&["team=a".into(), "tier=".into()]).unwrap();
+        assert_eq!(l["team"], "a");
+        assert_eq!(l["tier"], "");
+        assert!(labels(&["=x".into()]).is_err());
+        assert!(labels(&["novalue".into()]).is_err());
+    }
+}

@@ -1,0 +1,441 @@
+//! What the client commands print: tables that fit the terminal, JSON and YAML, and the
+//! progress lines of `--wait`. Pure functions of the API's answers.
+
+use crate::api::{KubeconfigView, Phase, TenantView, TokenView, VersionList};
+use serde::Serialize;
+use std::fmt::Write as _;
+use time::OffsetDateTime;
+
+/// How a command prints its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Columns for people.
+    Table,
+    Json,
+    Yaml,
+}
+
+/// `value` as JSON or YAML (for the table format, the caller prints its own table).
+pub fn structured<T: Serialize>(value: &T, format: Format) -> String {
+    match format {
+        Format::Yaml => serde_yaml::to_string(value).unwrap_or_default(),
+        _ => {
+            let mut s = serde_json::to_string_pretty(value).unwrap_or_default();
+            s.push('\n');
+            s
+        }
+    }
+}
+
+/// Terminal width: `COLUMNS` when set, else 80 (the width the tables are designed for).
+pub fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c: &usize| c >= 40)
+        .unwrap_or(80)
+}
+
+/// Left-aligned columns, two spaces apart, no line wider than `width` characters. Columns
+/// other than the first (the name people type next) give up characters first, down to 10;
+/// then the widest column shrinks. Cut cells end in `~`.
+pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
+    let n = header.len();
+    let cell_len = |s: &str| s.chars().count();
+    let mut widths: Vec<usize> = header.iter().map(|h| cell_len(h)).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell_len(c));
+        }
+    }
+    let gaps = 2 * n.saturating_sub(1);
+    // One character at a time from the widest candidate: keeps short columns intact.
+    while widths.iter().sum::<usize>() + gaps > width {
+        let others = widths
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, w)| **w > 10)
+            .max_by_key(|(_, w)| **w);
+        let pick = others.or_else(|| widths.iter().enumerate().max_by_key(|(_, w)| **w));
+        match pick {
+            Some((i, &w)) if w > 3 => widths[i] -= 1,
+            _ => break,
+        }
+    }
+    let fit = |s: &str, w: usize| -> String {
+        if cell_len(s) <= w {
+            s.to_owned()
+        } else {
+            let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
+            t.push('~');
+            t
+        }
+    };
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    for r in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, w) in widths.iter().enumerate() {
+            let c = fit(r.get(i).map(String::as_str).unwrap_or(""), *w);
+            if i + 1 == n {
+                line.push_str(&c);
+            } else {
+                let _ = write!(line, "{c:<w$}  ");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `3d`, `5h`, `12m`, `40s` (like kubectl's AGE).
+pub fn age(since: OffsetDateTime, now: OffsetDateTime) -> String {
+    let s = (now - since).whole_seconds().max(0);
+    match s {
+        s if s >= 2 * 86_400 => format!("{}d", s / 86_400),
+        s if s >= 2 * 3600 => format!("{}h", s / 3600),
+        s if s >= 2 * 60 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// `ready/total` over the step conditions (the final `Ready` condition is not a step).
+pub fn steps(t: &TenantView) -> String {
+    let steps: Vec<_> = t.conditions.iter().filter(|c| c.type_ != "Ready").collect();
+    let ready = steps.iter().filter(|c| c.status == "True").count();
+    format!("{ready}/{}", steps.len())
+}
+
+pub fn tenants_table(items: &[TenantView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.phase.as_str().to_owned(),
+                steps(t),
+                t.kubernetes_version.clone().unwrap_or(t.version.clone()),
+                t.owner.clone(),
+                age(t.created_at, now),
+            ]
+        })
+        .collect();
+    table(
+        &["NAME", "PHASE", "STEPS", "VERSION", "OWNER", "AGE"],
+        &rows,
+        width,
+    )
+}
+
+/// One tenant: its fields, then its conditions.
+pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> String {
+    let mut out = String::new();
+    let fields = [
+        ("Name", t.name.clone()),
+        ("Key", t.key.clone()),
+        ("Owner", t.owner.clone()),
+        ("Phase", t.phase.as_str().to_owned()),
+        (
+            "Version",
+            format!(
+                "{} ({})",
+                t.version,
+                t.kubernetes_version.as_deref().unwrap_or("unknown")
+            ),
+        ),
+        ("Plan", t.plan.clone()),
+        ("Endpoint", t.endpoint.clone().unwrap_or_else(|| "-".into())),
+        (
+            "Labels",
+            if t.labels.is_empty() {
+                "-".into()
+            } else {
+                t.labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        ),
+        ("Age", age(t.created_at, now)),
+    ];
+    for (k, v) in fields {
+        let _ = writeln!(out, "{:<10}{v}", format!("{k}:"));
+    }
+    out.push_str("\nConditions:\n");
+    let rows: Vec<Vec<String>> = t
+        .conditions
+        .iter()
+        .map(|c| {
+            vec![
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                age(c.last_transition_time, now),
+                c.message.clone(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"],
+        &rows,
+        width,
+    ));
+    out
+}
+
+pub fn kubeconfigs_table(items: &[KubeconfigView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|k| {
+            let left = if k.expires_at <= now {
+                "expired".to_owned()
+            } else {
+                age(now, k.expires_at)
+            };
+            vec![
+                k.user.clone(),
+                if k.groups.is_empty() {
+                    "-".into()
+                } else {
+                    k.groups.join(",")
+                },
+                left,
+                k.created_by.clone(),
+                k.serial.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &["USER", "GROUPS", "EXPIRES IN", "ISSUED BY", "SERIAL"],
+        &rows,
+        width,
+    )
+}
+
+pub fn tokens_table(items: &[TokenView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.role.as_str().to_owned(),
+                if t.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "live"
+                }
+                .to_owned(),
+                age(t.created_at, now),
+            ]
+        })
+        .collect();
+    table(&["NAME", "ROLE", "STATE", "AGE"], &rows, width)
+}
+
+pub fn versions_table(v: &VersionList, width: usize) -> String {
+    let rows: Vec<Vec<String>> = v
+        .versions
+        .iter()
+        .map(|v| {
+            vec![
+                v.minor.clone(),
+                v.kubernetes.clone(),
+                if v.default { "*" } else { "" }.to_owned(),
+            ]
+        })
+        .collect();
+    table(&["MINOR", "KUBERNETES", "DEFAULT"], &rows, width)
+}
+
+/// Follows a tenant while `--wait` polls it: remembers what was already reported so each
+/// step is printed once, when it becomes ready.
+#[derive(Debug, Default)]
+pub struct Progress {
+    reported: Vec<String>,
+    phase: Option<Phase>,
+}
+
+impl Progress {
+    /// Lines to print for a newly polled state (`elapsed` since the wait began).
+    pub fn update(&mut self, t: &TenantView, elapsed: std::time::Duration) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.phase != Some(t.phase) {
+            lines.push(format!(
+                "{:>6.1}s  {} is {}",
+                elapsed.as_secs_f64(),
+                t.name,
+                t.phase.as_str()
+            ));
+            self.phase = Some(t.phase);
+        }
+        let steps: Vec<_> = t.conditions.iter().filter(|c| c.type_ != "Ready").collect();
+        for (i, c) in steps.iter().enumerate() {
+            if c.status == "True" && !self.reported.contains(&c.type_) {
+                self.reported.push(c.type_.clone());
+                lines.push(format!(
+                    "{:>6.1}s  [{}/{}] {}",
+                    elapsed.as_secs_f64(),
+                    i + 1,
+                    steps.len(),
+                    c.type_
+                ));
+            }
+        }
+        lines
+    }
+
+    /// What the tenant is waiting on now, if a step says so (shown while nothing changes).
+    pub fn waiting_on(t: &TenantView) -> Option<String> {
+        t.conditions
+            .iter()
+            .find(|c| c.type_ != "Ready" && c.status != "True")
+            .map(|c| {
+                if c.message.is_empty() {
+                    format!("waiting for {}", c.type_)
+                } else {
+                    format!("waiting for {}: {}", c.type_, c.message)
+                }
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::Condition;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    fn at(s: i64) -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(1_800_000_000 + s).unwrap()
+    }
+
+    fn cond(t: &str, status: &str, message: &str) -> Condition {
+        Condition {
+            type_: t.into(),
+            status: status.into(),
+            reason: if status == "True" { "Ready" } else { "Waiting" }.into(),
+            message: message.into(),
+            last_transition_time: at(0),
+        }
+    }
+
+    fn tenant(name: &str, owner: &str, conditions: Vec<Condition>) -> TenantView {
+        TenantView {
+            name: name.into(),
+            key: "k".into(),
+            owner: owner.into(),
+            labels: BTreeMap::new(),
+            version: "1.37".into(),
+            kubernetes_version: Some("v1.37.1".into()),
+            plan: "default".into(),
+            phase: Phase::Provisioning,
+            conditions,
+            endpoint: None,
+            generation: 1,
+            observed_generation: 1,
+            created_at: at(0),
+        }
+    }
+
+    fn max_line(s: &str) -> usize {
+        s.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+    }
+
+    #[test]
+    fn a_table_of_the_longest_names_fits_80_columns() {
+        let long = "a".repeat(40);
+        let items = vec![
+            tenant(&long, &"o".repeat(40), vec![]),
+            tenant("short", "team-a", vec![]),
+        ];
+        let out = tenants_table(&items, at(90_000), 80);
+        assert!(max_line(&out) <= 80, "{out}");
+        // Short cells survive; the long ones are cut visibly, the name last.
+        assert!(out.contains("short"), "{out}");
+        assert!(out.contains(&"a".repeat(30)), "{out}");
+        assert!(out.contains('~'), "{out}");
+        assert!(out.lines().next().unwrap().starts_with("NAME"));
+        // Columns line up: every row's PHASE starts where the header's does.
+        let col = out.lines().next().unwrap().find("PHASE").unwrap();
+        for l in out.lines().skip(1) {
+            assert_eq!(&l[col..col + 5], "Provi", "{out}");
+        }
+    }
+
+    #[test]
+    fn narrow_terminals_and_wide_messages_still_fit() {
+        let mut t = tenant(
+            "team-a",
+            "team-a",
+            vec![cond("EtcdReady", "False", &"x".repeat(300))],
+        );
+        t.labels.insert("team".into(), "a".into());
+        for width in [40, 60, 80, 120] {
+            let out = tenant_detail(&t, at(10), width);
+            let conditions = out.split("Conditions:\n").nth(1).unwrap();
+            assert!(max_line(conditions) <= width, "{width}: {out}");
+        }
+    }
+
+    #[test]
+    fn a_table_without_rows_is_its_header() {
+        assert_eq!(table(&["A", "BB"], &[], 80), "A  BB\n");
+    }
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        assert_eq!(age(at(0), at(59)), "59s");
+        assert_eq!(age(at(0), at(300)), "5m");
+        assert_eq!(age(at(0), at(3 * 3600)), "3h");
+        assert_eq!(age(at(0), at(3 * 86_400)), "3d");
+        assert_eq!(age(at(10), at(0)), "0s");
+    }
+
+    #[test]
+    fn progress_reports_each_step_once_in_order() {
+        let mut p = Progress::default();
+        let mut t = tenant(
+            "a",
+            "o",
+            vec![
+                cond("NamespaceReady", "True", ""),
+                cond("EtcdReady", "False", "1 of 1 members not ready"),
+                cond("Ready", "False", ""),
+            ],
+        );
+        let first = p.update(&t, Duration::from_secs(1));
+        assert_eq!(first.len(), 2, "{first:?}");
+        assert!(first[0].ends_with("a is Provisioning"));
+        assert!(first[1].ends_with("[1/2] NamespaceReady"));
+        assert_eq!(
+            Progress::waiting_on(&t).as_deref(),
+            Some("waiting for EtcdReady: 1 of 1 members not ready")
+        );
+        assert!(p.update(&t, Duration::from_secs(2)).is_empty());
+        t.conditions[1].status = "True".into();
+        t.phase = Phase::Ready;
+        let last = p.update(&t, Duration::from_secs(3));
+        assert_eq!(last.len(), 2, "{last:?}");
+        assert!(last[0].ends_with("a is Ready"));
+        assert!(last[1].ends_with("[2/2] EtcdReady"));
+        assert_eq!(steps(&t), "2/2");
+    }
+
+    #[test]
+    fn structured_output_round_trips() {
+        let items = vec![tenant("a", "o", vec![cond("EtcdReady", "True", "")])];
+        for f in [Format::Json, Format::Yaml] {
+            let s = structured(&items, f);
+            let back: Vec<TenantView> = match f {
+                Format::Json => serde_json::from_str(&s).unwrap(),
+                _ => serde_yaml::from_str(&s).unwrap(),
+            };
+            assert_eq!(back[0].name, "a");
+            assert_eq!(back[0].conditions, items[0].conditions);
+        }
+    }
+}
