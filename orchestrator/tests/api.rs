@@ -76,6 +76,10 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
         )
         .await?;
     assert_problem(s, &body, 403, None);
+    let (s, body) = a.raw(Method::GET, "/v1/tokens", None).await?;
+    assert_problem(s, &body, 403, None);
+    let (s, body) = a.raw(Method::DELETE, "/v1/tokens/team-b", None).await?;
+    assert_problem(s, &body, 403, None);
     let (s, body) = admin
         .raw(
             Method::POST,
@@ -123,6 +127,7 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
             "/v1/tenants/shop/kubeconfigs",
             Some(json!({"user": "mallory", "groups": ["admin"]})),
         ),
+        (Method::GET, "/v1/tenants/shop/kubeconfigs", None),
     ] {
         let (s, body) = b.raw(method, path, body.as_ref()).await?;
         assert_problem(s, &body, 404, None);
@@ -310,5 +315,338 @@ async fn without_a_configured_token_the_first_start_prints_one_admin_token_once(
     let mut out = String::new();
     std::io::Read::read_to_string(&mut second.stdout.take().unwrap(), &mut out)?;
     assert!(!out.contains("admin token"), "printed again: {out}");
+    Ok(())
+}
+
+/// Checks `value` against a schema of the document: objects carry their `required`
+/// properties, arrays and `$ref`s are followed. Enough to catch a handler answering a shape
+/// the document does not describe.
+fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/schemas/");
+        return conforms(doc, &doc["components"]["schemas"][name], value, at);
+    }
+    if let Some(alts) = schema["oneOf"].as_array() {
+        // Enums of strings come as oneOf; one branch must take the value.
+        assert!(
+            alts.iter()
+                .any(|a| a["enum"].as_array().is_none_or(|e| e.contains(value))),
+            "{at}: {value} is none of {schema}"
+        );
+        return;
+    }
+    match schema["type"].as_str() {
+        Some("object") => {
+            let obj = value
+                .as_object()
+                .unwrap_or_else(|| panic!("{at}: not an object: {value}"));
+            for req in schema["required"].as_array().into_iter().flatten() {
+                let k = req.as_str().unwrap();
+                assert!(obj.contains_key(k), "{at}: missing {k} in {value}");
+            }
+            for (k, v) in obj {
+                let props = &schema["properties"];
+                assert!(
+                    props.get(k).is_some() || schema["additionalProperties"].is_object(),
+                    "{at}: {k} is not documented"
+                );
+                if let Some(p) = props.get(k) {
+                    conforms(doc, p, v, &format!("{at}.{k}"));
+                }
+            }
+        }
+        Some("array") => {
+            for (i, v) in value.as_array().into_iter().flatten().enumerate() {
+                conforms(doc, &schema["items"], v, &format!("{at}[{i}]"));
+            }
+        }
+        Some("string") => assert!(value.is_string(), "{at}: {value} is not a string"),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5xx()
+-> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let pg = EphemeralPostgres::start().await?;
+    let dir = tempfile::tempdir()?;
+    let admin_token = platform::new_token();
+    let orch = platform::start_orchestrator(
+        cluster,
+        dir.path(),
+        &ServeOptions {
+            database_url: pg.create_database("openapi").await?,
+            admin_token: admin_token.clone(),
+            replica_id: "vcp-openapi".into(),
+            workers: 0,
+            port: None,
+            simulate: false,
+        },
+        Supervision::Attached,
+    )
+    .await?;
+    let admin = ApiClient::new(&orch.url, &admin_token);
+    let (_, owner) = admin
+        .raw(
+            Method::POST,
+            "/v1/tokens",
+            Some(&json!({"name": "team-a", "role": "owner"})),
+        )
+        .await?;
+    let owner_token = owner["token"].as_str().unwrap().to_owned();
+    let owner = admin.with_token(&owner_token);
+    let (s, _) = owner
+        .raw(Method::POST, "/v1/tenants", Some(&json!({"name": "shop"})))
+        .await?;
+    assert_eq!(s, 201);
+
+    // What the server serves is what the library generates.
+    let doc: Value = reqwest::get(format!("{}/openapi.json", orch.url))
+        .await?
+        .json()
+        .await?;
+    assert_eq!(doc, serde_json::to_value(vcp_orchestrator::api::openapi())?);
+    let mut operations = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            operations.push((method.to_uppercase(), path.clone(), op.clone()));
+        }
+    }
+    let mut listed: Vec<String> = operations
+        .iter()
+        .map(|(m, p, _)| format!("{m} {p}"))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            "DELETE /v1/tenants/{name}",
+            "DELETE /v1/tokens/{name}",
+            "GET /healthz",
+            "GET /metrics",
+            "GET /readyz",
+            "GET /v1/tenants",
+            "GET /v1/tenants/{name}",
+            "GET /v1/tenants/{name}/kubeconfigs",
+            "GET /v1/tokens",
+            "GET /v1/versions",
+            "POST /v1/tenants",
+            "POST /v1/tenants/{name}/kubeconfigs",
+            "POST /v1/tokens",
+        ]
+    );
+
+    let http = reqwest::Client::new();
+    let bad_names = [
+        "UPPER", "-x", "x-", "a.b", "a_b", "%00", "%2e%2e", "%ff", "%C3%BC", "%20", "system:x",
+    ];
+    let long_name = "x".repeat(300);
+    let bad_tokens: [&[u8]; 4] = [b"", b"Bearer", b"Bearer vcp_nope", b"Basic YTpi\xff"];
+    let mut tried = 0;
+    let mut check = |what: String, status: u16, body: &str, must_be_4xx: bool| {
+        tried += 1;
+        assert!(status < 500, "{what} answered {status}: {body}");
+        if must_be_4xx {
+            assert!(
+                (400..500).contains(&status),
+                "{what} answered {status}: {body}"
+            );
+            assert!(
+                body.contains("https://vcp.dev/problems/"),
+                "{what}: not a problem: {body}"
+            );
+        }
+    };
+    for (method, path, op) in &operations {
+        let m = Method::from_bytes(method.as_bytes())?;
+        let takes_name = path.contains("{name}");
+        let concrete = path.replace("{name}", "shop");
+        // Every documented route is served (a real answer, not the fallback's 404).
+        let r = http
+            .request(m.clone(), format!("{}{concrete}", orch.url))
+            .bearer_auth(&admin_token)
+            .json(&json!({}))
+            .send()
+            .await?;
+        let body = r.text().await?;
+        assert!(
+            !body.contains("no such route"),
+            "{method} {path} is not served"
+        );
+
+        // Bad or missing credentials.
+        if op["security"].is_array() {
+            for t in bad_tokens {
+                let mut req = http.request(m.clone(), format!("{}{concrete}", orch.url));
+                if !t.is_empty() {
+                    req = req.header(
+                        "authorization",
+                        reqwest::header::HeaderValue::from_bytes(t)?,
+                    );
+                }
+                let r = req.send().await?;
+                let (s, b) = (r.status().as_u16(), r.text().await?);
+                check(format!("{method} {path} with token {t:?}"), s, &b, true);
+                assert_eq!(s, 401, "{method} {path} with token {t:?}: {b}");
+            }
+        }
+        // Names that no tenant or token can have, for both roles.
+        if takes_name {
+            for name in bad_names.iter().copied().chain([long_name.as_str()]) {
+                for token in [&admin_token, &owner_token] {
+                    let url = format!("{}{}", orch.url, path.replace("{name}", name));
+                    let r = http
+                        .request(m.clone(), url)
+                        .bearer_auth(token)
+                        .json(&json!({"user": "u", "groups": ["view"]}))
+                        .send()
+                        .await?;
+                    let (s, b) = (r.status().as_u16(), r.text().await?);
+                    check(format!("{method} {path} name {name:?}"), s, &b, true);
+                }
+            }
+        }
+        // Malformed bodies: broken JSON, wrong shapes, every documented field mistyped,
+        // unknown fields, the wrong content type and an oversize body.
+        if let Some(schema) = op["requestBody"]["content"]["application/json"]["schema"]
+            .as_object()
+            .map(|s| Value::Object(s.clone()))
+        {
+            let name = schema["$ref"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("#/components/schemas/");
+            let fields: Vec<String> = doc["components"]["schemas"][name]["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+            let mut bodies: Vec<(String, Vec<u8>, &str)> = vec![
+                ("empty".into(), vec![], "application/json"),
+                (
+                    "truncated".into(),
+                    b"{\"name\": ".to_vec(),
+                    "application/json",
+                ),
+                ("array".into(), b"[]".to_vec(), "application/json"),
+                ("null".into(), b"null".to_vec(), "application/json"),
+                ("string".into(), b"\"x\"".to_vec(), "application/json"),
+                ("binary".into(), vec![0xff, 0xfe, 0x00], "application/json"),
+                ("text".into(), b"{\"name\": \"x\"}".to_vec(), "text/plain"),
+                (
+                    "unknown field".into(),
+                    br#"{"name": "x", "user": "u", "surprise": 1}"#.to_vec(),
+                    "application/json",
+                ),
+                (
+                    "oversize".into(),
+                    format!("{{\"name\": \"{}\"}}", "x".repeat(70_000)).into_bytes(),
+                    "application/json",
+                ),
+            ];
+            for f in &fields {
+                for wrong in [
+                    json!(7),
+                    json!(true),
+                    json!({"a": 1}),
+                    json!([[]]),
+                    json!(null),
+                    json!("x".repeat(5000)),
+                ] {
+                    // Start from a body that is valid apart from the field under test.
+                    let mut b = json!({"name": "valid-name", "user": "u", "role": "owner"});
+                    b.as_object_mut().unwrap().retain(|k, _| fields.contains(k));
+                    b[f] = wrong.clone();
+                    bodies.push((
+                        format!("{f}={wrong:.40}"),
+                        serde_json::to_vec(&b)?,
+                        "application/json",
+                    ));
+                }
+            }
+            for (what, body, ctype) in bodies {
+                for token in [&admin_token, &owner_token] {
+                    let r = http
+                        .request(m.clone(), format!("{}{concrete}", orch.url))
+                        .bearer_auth(token)
+                        .header("content-type", ctype)
+                        .body(body.clone())
+                        .send()
+                        .await?;
+                    let (s, b) = (r.status().as_u16(), r.text().await?);
+                    // A valid-but-for-one-field body may be accepted only when the field is
+                    // optional and the value happens to be acceptable (`null`, a long string
+                    // for a free-form field): no 5xx either way.
+                    let strict = !what.contains("=null") && !what.contains("=\"xxx");
+                    check(format!("{method} {path} body {what}"), s, &b, strict);
+                }
+            }
+        }
+        // Query strings: junk everywhere, a bad `retain_data` where it is documented.
+        let r = http
+            .request(m.clone(), format!("{}{concrete}?%ff=%zz&&=", orch.url))
+            .bearer_auth(&owner_token)
+            .send()
+            .await?;
+        let (s, b) = (r.status().as_u16(), r.text().await?);
+        check(format!("{method} {path} junk query"), s, &b, false);
+        if op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "retain_data")
+        {
+            for q in ["maybe", "%ff", "1"] {
+                let r = http
+                    .request(
+                        m.clone(),
+                        format!("{}/v1/tenants/nope?retain_data={q}", orch.url),
+                    )
+                    .bearer_auth(&owner_token)
+                    .send()
+                    .await?;
+                let (s, b) = (r.status().as_u16(), r.text().await?);
+                check(format!("{method} {path} retain_data={q}"), s, &b, true);
+                assert_eq!(s, 400, "retain_data={q}: {b}");
+            }
+        }
+    }
+    assert!(tried > 300, "only {tried} malformed requests");
+
+    // Successful answers have the documented shapes.
+    for (path, token) in [
+        ("/v1/tenants", &owner_token),
+        ("/v1/tenants/shop", &owner_token),
+        ("/v1/tenants/shop/kubeconfigs", &owner_token),
+        ("/v1/tokens", &admin_token),
+        ("/v1/versions", &owner_token),
+    ] {
+        let (s, body) = admin.with_token(token).raw(Method::GET, path, None).await?;
+        assert_eq!(s, 200, "{path}: {body}");
+        let key = if path.ends_with("shop") {
+            "/v1/tenants/{name}"
+        } else {
+            path
+        };
+        let key = if path.ends_with("kubeconfigs") {
+            "/v1/tenants/{name}/kubeconfigs"
+        } else {
+            key
+        };
+        let schema =
+            &doc["paths"][key]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        assert!(schema.is_object(), "{path} has no documented answer");
+        conforms(&doc, schema, &body, path);
+    }
+    let metrics = reqwest::get(format!("{}/metrics", orch.url))
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics.contains("vcp_http_server_errors_total 0"),
+        "{metrics}"
+    );
     Ok(())
 }

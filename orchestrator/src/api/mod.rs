@@ -397,7 +397,39 @@ async fn list_tenants(
     Ok(Json(TenantList { items }))
 }
 
+/// The `{name}` of a path, with a problem+json rejection (a name that is not UTF-8, say).
+struct Name(String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Name {
+    type Rejection = Problem;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Name, Problem> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(n)) => Ok(Name(n)),
+            Err(e) => Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed",
+                "malformed path",
+                &e.body_text(),
+                Some("name"),
+            )),
+        }
+    }
+}
+
+/// A name from a URL path. One that no tenant or token could have answers 404 before it
+/// reaches the database (a NUL byte, say, is not even valid text there).
+fn existing_name(name: &str, what: &str) -> Result<(), Problem> {
+    TenantName::parse(name)
+        .map(|_| ())
+        .map_err(|_| Problem::not_found(&format!("no {what} named {name:?}")))
+}
+
 async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Problem> {
+    existing_name(name, "tenant")?;
     s.inventory
         .get_tenant(name, caller.scope())
         .await
@@ -415,7 +447,7 @@ async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Probl
 async fn get_tenant(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    Name(name): Name,
 ) -> Result<Json<TenantView>, Problem> {
     let caller = authenticate(&s, &headers).await?;
     let t = find(&s, &caller, &name).await?;
@@ -434,7 +466,7 @@ async fn get_tenant(
 async fn delete_tenant(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    Name(name): Name,
     q: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<(StatusCode, Json<TenantView>), Problem> {
     let caller = authenticate(&s, &headers).await?;
@@ -447,6 +479,7 @@ async fn delete_tenant(
             Some("retain_data"),
         )
     })?;
+    existing_name(&name, "tenant")?;
     let t = s
         .inventory
         .request_delete(&name, caller.scope(), q.retain_data, &caller.0.name)
@@ -524,7 +557,7 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
 async fn issue_kubeconfig(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    Name(name): Name,
     req: Result<Json<IssueKubeconfig>, JsonRejection>,
 ) -> Result<(StatusCode, Json<KubeconfigIssued>), Problem> {
     let caller = authenticate(&s, &headers).await?;
@@ -615,7 +648,7 @@ async fn issue_kubeconfig(
 async fn list_kubeconfigs(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    Name(name): Name,
 ) -> Result<Json<KubeconfigList>, Problem> {
     let caller = authenticate(&s, &headers).await?;
     let t = find(&s, &caller, &name).await?;
@@ -724,12 +757,13 @@ async fn list_tokens(
 async fn revoke_token(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    Name(name): Name,
 ) -> Result<StatusCode, Problem> {
     let caller = authenticate(&s, &headers).await?;
     if !caller.admin() {
         return Err(Problem::forbidden("only admins revoke tokens"));
     }
+    existing_name(&name, "live token")?;
     match s.inventory.revoke_token(&name, &caller.0.name).await {
         Ok(true) => Ok(StatusCode::NO_CONTENT),
         Ok(false) => Err(Problem::not_found(&format!("no live token named {name:?}"))),
