@@ -1,0 +1,346 @@
+//! The `vcp` client commands against a real `vcp serve` provisioning a real tenant: the
+//! self-service flow of an owner (token, tenant with `--wait`, kubeconfigs for a teammate
+//! and for itself, used with kubectl), the isolation between owners, and the output formats.
+
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+use vcp_dev::cluster::DevCluster;
+use vcp_dev::platform::{self, ServeOptions};
+use vcp_dev::postgres::EphemeralPostgres;
+use vcp_dev::process::Supervision;
+
+/// What one `vcp` invocation did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "{self:#?}");
+        self
+    }
+    fn failed_with(self, status: &str) -> Run {
+        assert_eq!(self.code, 1, "{self:#?}");
+        assert!(
+            self.stderr.starts_with("error: ") && self.stderr.contains(status),
+            "{self:#?}"
+        );
+        self
+    }
+}
+
+async fn vcp(url: &str, token: &str, args: &[&str]) -> anyhow::Result<Run> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+        .args(args)
+        .env("VCP_API_URL", url)
+        .env("VCP_TOKEN", token)
+        .env("COLUMNS", "80")
+        .env_remove("RUST_LOG")
+        .output()
+        .await?;
+    Ok(Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout)?,
+        stderr: String::from_utf8(out.stderr)?,
+    })
+}
+
+fn kubectl(cluster: &DevCluster, kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs")
+}
+
+#[tokio::test]
+async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let pg = EphemeralPostgres::start().await?;
+    let dir = tempfile::tempdir()?;
+    let admin = platform::new_token();
+    let orch = platform::start_orchestrator(
+        cluster,
+        dir.path(),
+        &ServeOptions {
+            database_url: pg.create_database("cli").await?,
+            admin_token: admin.clone(),
+            replica_id: "vcp-cli".into(),
+            workers: 2,
+            port: None,
+            simulate: false,
+        },
+        Supervision::Attached,
+    )
+    .await?;
+    let url = orch.url.clone();
+
+    // An admin creates two owner tokens; each secret is printed once, alone on stdout.
+    let mut owners = Vec::new();
+    for name in ["team-a", "team-b"] {
+        let r = vcp(&url, &admin, &["token", "create", name, "--role", "owner"])
+            .await?
+            .ok();
+        assert!(r.stderr.contains("shown this once"), "{r:#?}");
+        let token = r.stdout.trim().to_owned();
+        assert!(token.starts_with("vcp_") && !token.contains(' '), "{r:#?}");
+        owners.push(token);
+    }
+    let (a, b) = (owners[0].as_str(), owners[1].as_str());
+    let tokens = vcp(&url, &admin, &["token", "list", "-o", "json"])
+        .await?
+        .ok();
+    let tokens: Value = serde_json::from_str(&tokens.stdout)?;
+    assert!(
+        !tokens.to_string().contains("vcp_"),
+        "token listings never carry secrets"
+    );
+
+    // The owner creates a tenant and waits for it, with progress on stderr.
+    let versions = vcp(&url, a, &["version", "list", "-o", "json"]).await?.ok();
+    let versions: Value = serde_json::from_str(&versions.stdout)?;
+    assert_eq!(versions["default"], "1.37");
+    let r = vcp(
+        &url,
+        a,
+        &[
+            "tenant",
+            "create",
+            "shop",
+            "--label",
+            "team=a",
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+    )
+    .await?
+    .ok();
+    assert!(r.stderr.contains("waiting until Ready"), "{r:#?}");
+    assert!(r.stderr.contains("shop is Provisioning"), "{r:#?}");
+    assert!(r.stderr.contains("EtcdReady"), "{r:#?}");
+    assert!(r.stderr.contains("shop is Ready"), "{r:#?}");
+    let steps: Vec<&str> = r.stderr.lines().filter(|l| l.contains("] ")).collect();
+    assert!(steps.len() >= 5, "one line per step: {r:#?}");
+    assert!(r.stdout.contains("Ready"), "{r:#?}");
+
+    // A `view` kubeconfig for a teammate and an `admin` one for the owner.
+    let view = dir.path().join("bob.kubeconfig");
+    let adm = dir.path().join("alice.kubeconfig");
+    for (user, group, path) in [("bob", "view", &view), ("alice", "admin", &adm)] {
+        let r = vcp(
+            &url,
+            a,
+            &[
+                "kubeconfig",
+                "shop",
+                "--user",
+                user,
+                "--group",
+                group,
+                "--ttl",
+                "2h",
+                "-o",
+                path.to_str().unwrap(),
+            ],
+        )
+        .await?
+        .ok();
+        assert!(r.stderr.contains(&format!("groups {group}")), "{r:#?}");
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(
+            std::fs::metadata(path)?.permissions().mode() & 0o777,
+            0o600,
+            "a kubeconfig holds a private key"
+        );
+    }
+    let out = kubectl(cluster, &view, &["get", "namespaces", "-o", "name"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl(cluster, &view, &["create", "namespace", "bobs"]);
+    assert!(!out.status.success(), "view cannot create");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("forbidden"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl(cluster, &adm, &["create", "namespace", "shop"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl(
+        cluster,
+        &adm,
+        &[
+            "-n",
+            "shop",
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.29",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The inventory lists both kubeconfigs, never their keys.
+    let r = vcp(&url, a, &["tenant", "kubeconfigs", "shop", "-o", "json"])
+        .await?
+        .ok();
+    let issued: Value = serde_json::from_str(&r.stdout)?;
+    let users: Vec<(&str, &str)> = issued["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["user"].as_str().unwrap(),
+                k["groups"][0].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(users, [("bob", "view"), ("alice", "admin")]);
+    assert!(!r.stdout.contains("PRIVATE KEY"));
+    let r = vcp(&url, a, &["tenant", "kubeconfigs", "shop"]).await?.ok();
+    assert!(r.stdout.starts_with("USER"), "{r:#?}");
+
+    // Output formats: JSON and YAML parse; the table fits 80 columns.
+    let r = vcp(&url, a, &["tenant", "list", "-o", "json"]).await?.ok();
+    let list: Value = serde_json::from_str(&r.stdout)?;
+    assert_eq!(list["items"][0]["name"], "shop");
+    assert_eq!(list["items"][0]["labels"]["team"], "a");
+    let r = vcp(&url, a, &["tenant", "list", "-o", "yaml"]).await?.ok();
+    let list: Value = serde_yaml::from_str(&r.stdout)?;
+    assert_eq!(list["items"][0]["phase"], "Ready");
+    for args in [
+        &["tenant", "list"][..],
+        &["tenant", "get", "shop"],
+        &["tenant", "kubeconfigs", "shop"],
+        &["version", "list"],
+    ] {
+        let r = vcp(&url, a, args).await?.ok();
+        for line in r.stdout.lines() {
+            assert!(line.chars().count() <= 80, "{args:?}: {line:?}");
+        }
+    }
+    let r = vcp(&url, a, &["tenant", "list"]).await?.ok();
+    let mut lines = r.stdout.lines();
+    assert!(lines.next().unwrap().starts_with("NAME"));
+    assert!(lines.next().unwrap().starts_with("shop "), "{r:#?}");
+
+    // Owner B sees nothing of A's tenant; calling admin routes is forbidden.
+    for args in [
+        &["tenant", "get", "shop"][..],
+        &["tenant", "delete", "shop"],
+        &["tenant", "kubeconfigs", "shop"],
+        &[
+            "kubeconfig",
+            "shop",
+            "--user",
+            "mallory",
+            "--group",
+            "admin",
+        ],
+    ] {
+        vcp(&url, b, args).await?.failed_with("HTTP 404");
+    }
+    let r = vcp(&url, b, &["tenant", "list", "-o", "json"]).await?.ok();
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.stdout)?["items"],
+        Value::Array(vec![])
+    );
+    vcp(&url, b, &["token", "create", "sneaky", "--role", "admin"])
+        .await?
+        .failed_with("HTTP 403");
+    vcp(&url, b, &["token", "list"])
+        .await?
+        .failed_with("HTTP 403");
+
+    // Revoked and unknown tokens get 401; bad input is refused with the field at fault.
+    vcp(&url, &admin, &["token", "revoke", "team-b"])
+        .await?
+        .ok();
+    vcp(&url, b, &["tenant", "list"])
+        .await?
+        .failed_with("HTTP 401");
+    vcp(&url, "vcp_unknown", &["tenant", "list"])
+        .await?
+        .failed_with("HTTP 401");
+    vcp(&url, a, &["tenant", "create", "Bad_Name"])
+        .await?
+        .failed_with("field name");
+    vcp(
+        &url,
+        a,
+        &["tenant", "create", "other", "--kubernetes-version", "1.12"],
+    )
+    .await?
+    .failed_with("field version");
+    vcp(&url, a, &["tenant", "create", "shop"])
+        .await?
+        .failed_with("HTTP 409");
+    vcp(
+        &url,
+        a,
+        &[
+            "kubeconfig",
+            "shop",
+            "--user",
+            "system:admin",
+            "--group",
+            "x",
+        ],
+    )
+    .await?
+    .failed_with("field user");
+    vcp("http://127.0.0.1:1", a, &["tenant", "list"])
+        .await?
+        .failed_with("cannot reach");
+
+    // Deletion with --wait returns once the tenant is gone.
+    let r = vcp(&url, a, &["tenant", "get", "shop", "-o", "json"])
+        .await?
+        .ok();
+    let key = serde_json::from_str::<Value>(&r.stdout)?["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = vcp(
+        &url,
+        a,
+        &["tenant", "delete", "shop", "--wait", "--timeout", "4m"],
+    )
+    .await?
+    .ok();
+    assert!(r.stdout.contains("tenant shop deleted"), "{r:#?}");
+    assert!(r.stderr.contains("shop is Deleting"), "{r:#?}");
+    let r = vcp(&url, a, &["tenant", "list", "-o", "json"]).await?.ok();
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.stdout)?["items"],
+        Value::Array(vec![])
+    );
+    vcp_dev::testing::eventually(
+        "no host namespace of shop left",
+        Duration::from_secs(60),
+        || async {
+            let host = cluster.connect().await?;
+            let ns = vcp_dev::testing::tenant_namespaces(&host, &key).await?;
+            Ok(ns.is_empty().then_some(()))
+        },
+    )
+    .await?;
+    Ok(())
+}
