@@ -196,6 +196,24 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // Bootstrap bound the three access groups (and CoreDNS's reader) and nothing else.
+    let out = kubectl(
+        cluster,
+        &adm,
+        &[
+            "get",
+            "clusterrolebindings",
+            "-l",
+            &format!("{}=vcp", vcp_orchestrator::render::LABEL_MANAGED_BY),
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.roleRef.name}/{.subjects[0].name} {end}",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "vcp:admin=cluster-admin/admin vcp:coredns=vcp:coredns/vcp:coredns vcp:edit=edit/edit vcp:view=view/view"
+    );
+
     // The inventory lists both kubeconfigs, never their keys.
     let r = vcp(&url, a, &["tenant", "kubeconfigs", "shop", "-o", "json"])
         .await?
