@@ -714,7 +714,7 @@ async fn create_token(
     Ok((
         StatusCode::CREATED,
         Json(TokenCreated {
-            role: TokenView::from(t.clone()).role,
+            role: Role::of(&t.role),
             name: t.name,
             token: secret,
         }),

@@ -208,6 +208,15 @@ pub enum Role {
 }
 
 impl Role {
+    /// The role of an inventory row (the database allows only these two).
+    pub fn of(name: &str) -> Role {
+        if name == "admin" {
+            Role::Admin
+        } else {
+            Role::Owner
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Admin => "admin",
@@ -251,11 +260,7 @@ pub struct TokenView {
 impl From<Token> for TokenView {
     fn from(t: Token) -> TokenView {
         TokenView {
-            role: if t.role == "admin" {
-                Role::Admin
-            } else {
-                Role::Owner
-            },
+            role: Role::of(&t.role),
             name: t.name,
             created_at: t.created_at,
             revoked_at: t.revoked_at,
