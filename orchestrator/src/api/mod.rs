@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Secret;
+use problem::{AdminOnly, BodyRefused, NoSuchTenant, Unauthorized};
 pub use problem::{Problem, ProblemBody};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -271,7 +272,7 @@ async fn metrics_text(State(s): State<AppState>) -> Response {
 /// The Kubernetes versions tenants can run.
 #[utoipa::path(get, path = "/v1/versions", tag = "versions", security(("bearer" = [])), responses(
     (status = 200, body = VersionList),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
 ))]
 async fn versions(
     State(s): State<AppState>,
@@ -319,11 +320,9 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Problem> {
 #[utoipa::path(post, path = "/v1/tenants", tag = "tenants", security(("bearer" = [])),
     request_body = CreateTenant, responses(
     (status = 201, description = "accepted; phase Pending", body = TenantView),
-    (status = 400, description = "malformed JSON", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    BodyRefused,
+    Unauthorized,
     (status = 409, description = "a live tenant has this name", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 413, description = "body over 64 KiB", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 415, description = "not application/json", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "invalid name, version, plan or labels", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 async fn create_tenant(
@@ -379,7 +378,7 @@ async fn create_tenant(
 /// The caller's tenants (every tenant for an admin).
 #[utoipa::path(get, path = "/v1/tenants", tag = "tenants", security(("bearer" = [])), responses(
     (status = 200, body = TenantList),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
 ))]
 async fn list_tenants(
     State(s): State<AppState>,
@@ -441,8 +440,8 @@ async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Probl
 #[utoipa::path(get, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
     params(("name" = String, Path, description = "tenant name")), responses(
     (status = 200, body = TenantView),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 404, description = "no such tenant, or another owner's", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    NoSuchTenant,
 ))]
 async fn get_tenant(
     State(s): State<AppState>,
@@ -460,8 +459,8 @@ async fn get_tenant(
     params(("name" = String, Path, description = "tenant name"), DeleteQuery), responses(
     (status = 202, description = "deletion started; phase Deleting", body = TenantView),
     (status = 400, description = "malformed query", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 404, description = "no such tenant, or another owner's", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    NoSuchTenant,
 ))]
 async fn delete_tenant(
     State(s): State<AppState>,
@@ -546,12 +545,10 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
     params(("name" = String, Path, description = "tenant name")),
     request_body = IssueKubeconfig, responses(
     (status = 201, body = KubeconfigIssued),
-    (status = 400, description = "malformed JSON", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 404, description = "no such tenant, or another owner's", body = ProblemBody, content_type = "application/problem+json"),
+    BodyRefused,
+    Unauthorized,
+    NoSuchTenant,
     (status = 409, description = "the tenant is not Ready", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 413, description = "body over 64 KiB", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 415, description = "not application/json", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "invalid user, groups or ttl", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 async fn issue_kubeconfig(
@@ -642,8 +639,8 @@ async fn issue_kubeconfig(
 #[utoipa::path(get, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
     params(("name" = String, Path, description = "tenant name")), responses(
     (status = 200, body = KubeconfigList),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 404, description = "no such tenant, or another owner's", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    NoSuchTenant,
 ))]
 async fn list_kubeconfigs(
     State(s): State<AppState>,
@@ -667,12 +664,10 @@ async fn list_kubeconfigs(
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])),
     request_body = CreateToken, responses(
     (status = 201, body = TokenCreated),
-    (status = 400, description = "malformed JSON", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 403, description = "the caller is not an admin", body = ProblemBody, content_type = "application/problem+json"),
+    BodyRefused,
+    Unauthorized,
+    AdminOnly,
     (status = 409, description = "a token has this name", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 413, description = "body over 64 KiB", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 415, description = "not application/json", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "invalid name or role", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 async fn create_token(
@@ -724,8 +719,8 @@ async fn create_token(
 /// Every token, live and revoked, without secrets (admins only).
 #[utoipa::path(get, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])), responses(
     (status = 200, body = TokenList),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 403, description = "the caller is not an admin", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    AdminOnly,
 ))]
 async fn list_tokens(
     State(s): State<AppState>,
@@ -750,8 +745,8 @@ async fn list_tokens(
 #[utoipa::path(delete, path = "/v1/tokens/{name}", tag = "tokens", security(("bearer" = [])),
     params(("name" = String, Path, description = "token name")), responses(
     (status = 204, description = "revoked"),
-    (status = 401, description = "no, unknown or revoked token", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 403, description = "the caller is not an admin", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    AdminOnly,
     (status = 404, description = "no live token of that name", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 async fn revoke_token(

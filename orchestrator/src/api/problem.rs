@@ -20,6 +20,68 @@ pub struct ProblemBody {
     pub field: Option<String>,
 }
 
+// Problem answers many routes share, for their OpenAPI documentation.
+
+/// 401 on every `/v1` route.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "documents answers; handlers build them as Problem")]
+pub enum Unauthorized {
+    #[response(
+        status = 401,
+        description = "no, unknown or revoked token",
+        content_type = "application/problem+json"
+    )]
+    Unauthorized(ProblemBody),
+}
+
+/// 403 on the admin routes.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "documents answers; handlers build them as Problem")]
+pub enum AdminOnly {
+    #[response(
+        status = 403,
+        description = "the caller is not an admin",
+        content_type = "application/problem+json"
+    )]
+    Forbidden(ProblemBody),
+}
+
+/// 404 on the routes of one tenant.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "documents answers; handlers build them as Problem")]
+pub enum NoSuchTenant {
+    #[response(
+        status = 404,
+        description = "no such tenant, or another owner's",
+        content_type = "application/problem+json"
+    )]
+    NotFound(ProblemBody),
+}
+
+/// Bodies refused before their fields are looked at.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "documents answers; handlers build them as Problem")]
+pub enum BodyRefused {
+    #[response(
+        status = 400,
+        description = "not JSON",
+        content_type = "application/problem+json"
+    )]
+    Malformed(ProblemBody),
+    #[response(
+        status = 413,
+        description = "body over 64 KiB",
+        content_type = "application/problem+json"
+    )]
+    TooLarge(ProblemBody),
+    #[response(
+        status = 415,
+        description = "not application/json",
+        content_type = "application/problem+json"
+    )]
+    NotJson(ProblemBody),
+}
+
 /// A problem+json response.
 #[derive(Debug)]
 pub struct Problem {
