@@ -4,9 +4,8 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::{self, ApiClient, ServeOptions};
+use vcp_dev::platform::ApiClient;
 use vcp_dev::postgres::EphemeralPostgres;
-use vcp_dev::process::Supervision;
 
 fn assert_problem(status: u16, body: &Value, want: u16, field: Option<&str>) {
     assert_eq!(status, want, "{body}");
@@ -25,24 +24,9 @@ fn assert_problem(status: u16, body: &Value, want: u16, field: Option<&str>) {
 #[tokio::test]
 async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
-    let pg = EphemeralPostgres::start().await?;
-    let dir = tempfile::tempdir()?;
-    let admin_token = platform::new_token();
-    let orch = platform::start_orchestrator(
-        cluster,
-        dir.path(),
-        &ServeOptions {
-            database_url: pg.create_database("api").await?,
-            admin_token: admin_token.clone(),
-            replica_id: "vcp-api".into(),
-            workers: 0,
-            port: None,
-            simulate: false,
-        },
-        Supervision::Attached,
-    )
-    .await?;
-    let admin = ApiClient::new(&orch.url, &admin_token);
+    let p = vcp_dev::testing::platform(cluster, "vcp-api", 0).await?;
+    let (orch, admin) = (&p.orchestrator, &p.admin);
+    let admin_token = p.admin_token.clone();
 
     // Authentication.
     let anonymous = admin.with_token("");
@@ -369,24 +353,9 @@ fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) {
 async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5xx()
 -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
-    let pg = EphemeralPostgres::start().await?;
-    let dir = tempfile::tempdir()?;
-    let admin_token = platform::new_token();
-    let orch = platform::start_orchestrator(
-        cluster,
-        dir.path(),
-        &ServeOptions {
-            database_url: pg.create_database("openapi").await?,
-            admin_token: admin_token.clone(),
-            replica_id: "vcp-openapi".into(),
-            workers: 0,
-            port: None,
-            simulate: false,
-        },
-        Supervision::Attached,
-    )
-    .await?;
-    let admin = ApiClient::new(&orch.url, &admin_token);
+    let p = vcp_dev::testing::platform(cluster, "vcp-openapi", 0).await?;
+    let (orch, admin) = (&p.orchestrator, &p.admin);
+    let admin_token = p.admin_token.clone();
     let (_, owner) = admin
         .raw(
             Method::POST,

@@ -6,9 +6,6 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::{self, ServeOptions};
-use vcp_dev::postgres::EphemeralPostgres;
-use vcp_dev::process::Supervision;
 
 /// What one `vcp` invocation did.
 #[derive(Debug)]
@@ -49,36 +46,33 @@ async fn vcp(url: &str, token: &str, args: &[&str]) -> anyhow::Result<Run> {
     })
 }
 
-fn kubectl(cluster: &DevCluster, kubeconfig: &Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(cluster.kubectl())
+/// kubectl with a kubeconfig: (succeeded, stdout, stderr).
+fn kubectl(cluster: &DevCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(cluster.kubectl())
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
         .output()
-        .expect("kubectl runs")
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// kubectl that must succeed; its stdout.
+fn kubectl_ok(cluster: &DevCluster, kubeconfig: &Path, args: &[&str]) -> String {
+    let (ok, out, err) = kubectl(cluster, kubeconfig, args);
+    assert!(ok, "kubectl {args:?}: {err}");
+    out
 }
 
 #[tokio::test]
 async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
-    let pg = EphemeralPostgres::start().await?;
-    let dir = tempfile::tempdir()?;
-    let admin = platform::new_token();
-    let orch = platform::start_orchestrator(
-        cluster,
-        dir.path(),
-        &ServeOptions {
-            database_url: pg.create_database("cli").await?,
-            admin_token: admin.clone(),
-            replica_id: "vcp-cli".into(),
-            workers: 2,
-            port: None,
-            simulate: false,
-        },
-        Supervision::Attached,
-    )
-    .await?;
-    let url = orch.url.clone();
+    let p = vcp_dev::testing::platform(cluster, "vcp-cli", 2).await?;
+    let (url, admin, dir) = (p.orchestrator.url.clone(), p.admin_token.clone(), &p.dir);
 
     // An admin creates two owner tokens; each secret is printed once, alone on stdout.
     let mut owners = Vec::new();
@@ -159,45 +153,25 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
             "a kubeconfig holds a private key"
         );
     }
-    let out = kubectl(cluster, &view, &["get", "namespaces", "-o", "name"]);
+    kubectl_ok(cluster, &view, &["get", "namespaces", "-o", "name"]);
+    let (ok, _, err) = kubectl(cluster, &view, &["create", "namespace", "bobs"]);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        !ok && err.contains("forbidden"),
+        "view cannot create: {err}"
     );
-    let out = kubectl(cluster, &view, &["create", "namespace", "bobs"]);
-    assert!(!out.status.success(), "view cannot create");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("forbidden"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = kubectl(cluster, &adm, &["create", "namespace", "shop"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = kubectl(
-        cluster,
-        &adm,
-        &[
-            "-n",
-            "shop",
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx:1.29",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kubectl_ok(cluster, &adm, &["create", "namespace", "shop"]);
+    let deploy = [
+        "-n",
+        "shop",
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx:1.29",
+    ];
+    kubectl_ok(cluster, &adm, &deploy);
 
     // Bootstrap bound the three access groups (and CoreDNS's reader) and nothing else.
-    let out = kubectl(
+    let bindings = kubectl_ok(
         cluster,
         &adm,
         &[
@@ -210,7 +184,7 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
         ],
     );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
+        bindings.trim(),
         "vcp:admin=cluster-admin/admin vcp:coredns=vcp:coredns/vcp:coredns vcp:edit=edit/edit vcp:view=view/view"
     );
 

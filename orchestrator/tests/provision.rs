@@ -9,9 +9,7 @@ use kube::api::{Api, ListParams, PostParams};
 use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::{self, ApiClient, ServeOptions};
-use vcp_dev::postgres::EphemeralPostgres;
-use vcp_dev::process::Supervision;
+use vcp_dev::platform::ApiClient;
 use vcp_dev::testing::eventually;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(240);
@@ -247,24 +245,8 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
 -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
-    let pg = EphemeralPostgres::start().await?;
-    let dir = tempfile::tempdir()?;
-    let token = platform::new_token();
-    let orch = platform::start_orchestrator(
-        cluster,
-        dir.path(),
-        &ServeOptions {
-            database_url: pg.create_database("vcp").await?,
-            admin_token: token.clone(),
-            replica_id: "vcp-e2e".into(),
-            workers: 4,
-            port: None,
-            simulate: false,
-        },
-        Supervision::Attached,
-    )
-    .await?;
-    let api = ApiClient::new(&orch.url, &token);
+    let platform = vcp_dev::testing::platform(cluster, "vcp-e2e", 4).await?;
+    let api = platform.admin.clone();
     api.create_tenant("alpha").await?;
     // beta runs the previous minor: the catalog's second entry end to end.
     let (s, beta) = api
@@ -340,6 +322,6 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
         .await?;
     let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(host.clone());
     assert!(roles.get_opt(&format!("vcp-syncer-{a}")).await?.is_none());
-    drop(orch);
+    drop(platform);
     Ok(())
 }

@@ -24,7 +24,10 @@ pub struct ProblemBody {
 
 /// 401 on every `/v1` route.
 #[derive(utoipa::IntoResponses)]
-#[expect(dead_code, reason = "documents answers; handlers build them as Problem")]
+#[expect(
+    dead_code,
+    reason = "documents answers; handlers build them as Problem"
+)]
 pub enum Unauthorized {
     #[response(
         status = 401,
@@ -36,7 +39,10 @@ pub enum Unauthorized {
 
 /// 403 on the admin routes.
 #[derive(utoipa::IntoResponses)]
-#[expect(dead_code, reason = "documents answers; handlers build them as Problem")]
+#[expect(
+    dead_code,
+    reason = "documents answers; handlers build them as Problem"
+)]
 pub enum AdminOnly {
     #[response(
         status = 403,
@@ -48,7 +54,10 @@ pub enum AdminOnly {
 
 /// 404 on the routes of one tenant.
 #[derive(utoipa::IntoResponses)]
-#[expect(dead_code, reason = "documents answers; handlers build them as Problem")]
+#[expect(
+    dead_code,
+    reason = "documents answers; handlers build them as Problem"
+)]
 pub enum NoSuchTenant {
     #[response(
         status = 404,
@@ -60,7 +69,10 @@ pub enum NoSuchTenant {
 
 /// Bodies refused before their fields are looked at.
 #[derive(utoipa::IntoResponses)]
-#[expect(dead_code, reason = "documents answers; handlers build them as Problem")]
+#[expect(
+    dead_code,
+    reason = "documents answers; handlers build them as Problem"
+)]
 pub enum BodyRefused {
     #[response(
         status = 400,

@@ -52,3 +52,48 @@ pub async fn tenant_namespaces(host: &Client, key: &str) -> anyhow::Result<Vec<S
         .filter(|n| n.starts_with(&format!("{key}-")) || *n == format!("vcp-{key}"))
         .collect())
 }
+
+/// A `vcp serve` of one test: its own Postgres, database and directory, gone with it.
+pub struct TestPlatform {
+    // Fields drop in order: the server stops before its database.
+    pub orchestrator: crate::platform::Orchestrator,
+    pub admin_token: String,
+    /// A client with the admin token.
+    pub admin: crate::platform::ApiClient,
+    pub dir: tempfile::TempDir,
+    _postgres: crate::postgres::EphemeralPostgres,
+}
+
+/// Starts `vcp serve` on `cluster` as replica `name` with `workers` reconcile workers (0: the
+/// API alone, nothing is provisioned).
+pub async fn platform(
+    cluster: &crate::cluster::DevCluster,
+    name: &str,
+    workers: u16,
+) -> anyhow::Result<TestPlatform> {
+    use crate::platform::{self, ServeOptions};
+    let postgres = crate::postgres::EphemeralPostgres::start().await?;
+    let dir = tempfile::tempdir()?;
+    let admin_token = platform::new_token();
+    let orchestrator = platform::start_orchestrator(
+        cluster,
+        dir.path(),
+        &ServeOptions {
+            database_url: postgres.create_database(&name.replace('-', "_")).await?,
+            admin_token: admin_token.clone(),
+            replica_id: name.to_owned(),
+            workers,
+            port: None,
+            simulate: false,
+        },
+        crate::process::Supervision::Attached,
+    )
+    .await?;
+    Ok(TestPlatform {
+        admin: platform::ApiClient::new(&orchestrator.url, &admin_token),
+        orchestrator,
+        admin_token,
+        dir,
+        _postgres: postgres,
+    })
+}
