@@ -301,6 +301,13 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
     vcp("http://127.0.0.1:1", a, &["tenant", "list"])
         .await?
         .failed_with("cannot reach");
+    vcp(&url, "", &["tenant", "list"])
+        .await?
+        .failed_with("no token");
+    // Flags work after the subcommand too, and override the environment.
+    vcp(&url, "vcp_unknown", &["tenant", "list", "--token", a])
+        .await?
+        .ok();
 
     // Deletion with --wait returns once the tenant is gone.
     let r = vcp(&url, a, &["tenant", "get", "shop", "-o", "json"])

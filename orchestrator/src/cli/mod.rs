@@ -24,11 +24,16 @@ use time::OffsetDateTime;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Connection {
     /// Base URL of the platform API.
-    #[arg(long, env = "VCP_API_URL", default_value = "http://127.0.0.1:8080")]
+    #[arg(
+        long,
+        env = "VCP_API_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
     pub api_url: String,
     /// Bearer token (admin or owner).
-    #[arg(long, env = "VCP_TOKEN", hide_env_values = true)]
-    pub token: String,
+    #[arg(long, env = "VCP_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
 }
 
 /// Output format flag shared by the listing commands.
@@ -187,9 +192,14 @@ impl Client {
             .timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| Error::Client(format!("cannot build an HTTP client: {e}")))?;
+        let token = c
+            .token
+            .clone()
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| Error::Client("no token: set VCP_TOKEN or pass --token".into()))?;
         Ok(Client {
             base: c.api_url.trim_end_matches('/').to_owned(),
-            token: c.token.clone(),
+            token,
             http,
         })
     }
