@@ -100,13 +100,7 @@ pub fn token_hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
-/// A new random token (`vcp_` + 64 hex characters).
-pub fn new_token() -> String {
-    let mut b = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
-        .expect("the system random source works");
-    format!("vcp_{}", crate::pki::hex(&b))
-}
+pub use vcp_pki::new_token;
 
 /// Random bytes for a tenant key suffix.
 pub fn key_suffix() -> [u8; crate::names::KEY_SUFFIX_LEN] {

@@ -218,7 +218,11 @@ async fn certificates_are_recorded_once_per_serial() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "certs").await?;
     let t = inv.create_tenant(&tenant("c", "cxxxxxx", "o"), "o").await?;
-    let ca = vcp_orchestrator::pki::Ca::generate("c", time::OffsetDateTime::now_utc())?;
+    let ca = vcp_orchestrator::pki::Ca::generate(
+        "c",
+        time::OffsetDateTime::now_utc(),
+        vcp_orchestrator::pki::CA_VALIDITY,
+    )?;
     let info = vcp_orchestrator::pki::inspect("cluster-ca", &ca.cert_key().cert_pem)?;
     inv.record_certificate(t.id, "cluster-ca", &info).await?;
     inv.record_certificate(t.id, "cluster-ca", &info).await?;

@@ -326,7 +326,7 @@ impl Provisioner {
             let pair = match stored.get(name).and_then(cert_key_of) {
                 Some(p) => p,
                 None => {
-                    let ca = Ca::generate(&format!("{}-{purpose}", t.key), now)?;
+                    let ca = Ca::generate(&format!("{}-{purpose}", t.key), now, pki::CA_VALIDITY)?;
                     self.create_secret(&secrets, name, t, pair_data(ca.cert_key(), None), None)
                         .await?;
                     // Another replica may have won the race: use whatever is stored now.

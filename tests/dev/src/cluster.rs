@@ -968,8 +968,8 @@ mod tests {
     #[test]
     fn pem_bundle_decodes_every_certificate() {
         let now = time::OffsetDateTime::now_utc();
-        let a = pki::Ca::new("a", now).unwrap();
-        let b = pki::Ca::new("b", now).unwrap();
+        let a = pki::Ca::generate("a", now, pki::CA_VALIDITY).unwrap();
+        let b = pki::Ca::generate("b", now, pki::CA_VALIDITY).unwrap();
         let bundle = format!("{}{}", a.cert_key().cert_pem, b.cert_key().cert_pem);
         let ders = pem_certs_der(&bundle);
         assert_eq!(ders.len(), 2);

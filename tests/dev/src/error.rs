@@ -67,7 +67,7 @@ pub enum Error {
     #[error("invalid kubeconfig")]
     Kubeconfig(#[from] kube::config::KubeconfigError),
     #[error("failed to generate certificates")]
-    Pki(#[from] rcgen::Error),
+    Pki(#[from] vcp_pki::PkiError),
     #[error("failed to encode or decode {what}")]
     Serde {
         what: &'static str,

@@ -1,4 +1,4 @@
-//! The host cluster's PKI, generated with rcgen (pure: values in, PEM strings out).
+//! The host cluster's PKI, built from `vcp_pki` (pure: values in, PEM strings out).
 //!
 //! One cluster CA signs the apiserver's serving certificate, the serving certificates of the
 //! controller-manager and scheduler (so their health endpoints are verified, not trusted
@@ -7,142 +7,14 @@
 //! key pair signs service-account tokens. Every certificate has a bounded lifetime.
 
 use crate::Result;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
-};
 use std::net::IpAddr;
 use time::{Duration, OffsetDateTime};
+pub use vcp_pki::{Ca, CertKey, LeafSpec, new_token, service_account_key};
 
 /// Lifetime of the dev cluster's CAs.
 pub const CA_VALIDITY: Duration = Duration::days(365);
 /// Lifetime of leaf certificates.
 pub const LEAF_VALIDITY: Duration = Duration::days(90);
-
-/// A certificate and its private key, PEM encoded.
-#[derive(Debug, Clone)]
-pub struct CertKey {
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-/// What a leaf certificate is for.
-///
-/// One organization at most: rcgen keeps one value per attribute type in a subject, so a
-/// second O would silently replace the first (and drop a Kubernetes group).
-#[derive(Debug, Clone, Default)]
-pub struct LeafSpec {
-    pub common_name: String,
-    pub organization: Option<String>,
-    pub dns_names: Vec<String>,
-    pub ips: Vec<IpAddr>,
-    pub server: bool,
-    pub client: bool,
-}
-
-impl LeafSpec {
-    /// A client certificate for `user`, in `group` if given (Kubernetes reads CN as the user
-    /// and O as a group).
-    pub fn client(user: &str, group: Option<&str>) -> Self {
-        LeafSpec {
-            common_name: user.to_owned(),
-            organization: group.map(str::to_owned),
-            client: true,
-            ..Default::default()
-        }
-    }
-
-    /// A serving certificate for `name` at the given DNS names and addresses.
-    pub fn server(name: &str, dns_names: &[&str], ips: &[IpAddr]) -> Self {
-        LeafSpec {
-            common_name: name.to_owned(),
-            dns_names: dns_names.iter().map(|d| (*d).to_owned()).collect(),
-            ips: ips.to_vec(),
-            server: true,
-            ..Default::default()
-        }
-    }
-}
-
-/// A certificate authority that can issue leaves.
-pub struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-    pair: CertKey,
-}
-
-impl Ca {
-    /// A new self-signed CA valid for [`CA_VALIDITY`] from `now`.
-    pub fn new(common_name: &str, now: OffsetDateTime) -> Result<Ca> {
-        let key = KeyPair::generate()?;
-        let key_pem = key.serialize_pem();
-        let mut params = CertificateParams::default();
-        params.distinguished_name = dn(common_name, None);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        // Back-dated a little so a clock a few seconds behind still accepts it.
-        params.not_before = now - Duration::minutes(5);
-        params.not_after = now + CA_VALIDITY;
-        let issuer = CertifiedIssuer::self_signed(params, key)?;
-        let pair = CertKey {
-            cert_pem: issuer.pem(),
-            key_pem,
-        };
-        Ok(Ca { issuer, pair })
-    }
-
-    /// The CA's own certificate and key.
-    pub fn cert_key(&self) -> &CertKey {
-        &self.pair
-    }
-
-    /// Issues a leaf certificate valid for [`LEAF_VALIDITY`] from `now`.
-    pub fn issue(&self, spec: &LeafSpec, now: OffsetDateTime) -> Result<CertKey> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::default();
-        params.distinguished_name = dn(&spec.common_name, spec.organization.as_deref());
-        params.subject_alt_names = spec
-            .dns_names
-            .iter()
-            .map(|d| Ok(SanType::DnsName(d.clone().try_into()?)))
-            .chain(spec.ips.iter().map(|ip| Ok(SanType::IpAddress(*ip))))
-            .collect::<Result<_, rcgen::Error>>()?;
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        if spec.server {
-            params
-                .extended_key_usages
-                .push(ExtendedKeyUsagePurpose::ServerAuth);
-        }
-        if spec.client {
-            params
-                .extended_key_usages
-                .push(ExtendedKeyUsagePurpose::ClientAuth);
-        }
-        params.not_before = now - Duration::minutes(5);
-        params.not_after = now + LEAF_VALIDITY;
-        params.use_authority_key_identifier_extension = true;
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(CertKey {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        })
-    }
-}
-
-fn dn(common_name: &str, organization: Option<&str>) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, common_name);
-    if let Some(org) = organization {
-        dn.push(DnType::OrganizationName, org);
-    }
-    dn
-}
 
 /// Everything the host control plane needs, as PEM.
 pub struct ClusterPki {
@@ -166,44 +38,43 @@ impl ClusterPki {
     /// Generates a complete PKI. `api_ips` are the addresses the apiserver is reached at (the
     /// loopback, the Service ClusterIP of `kubernetes`, the advertise address).
     pub fn generate(api_ips: &[IpAddr], now: OffsetDateTime) -> Result<ClusterPki> {
-        let ca = Ca::new("vcp-dev-ca", now)?;
-        let front_proxy_ca = Ca::new("vcp-dev-front-proxy-ca", now)?;
+        let ca = Ca::generate("vcp-dev-ca", now, CA_VALIDITY)?;
+        let front_proxy_ca = Ca::generate("vcp-dev-front-proxy-ca", now, CA_VALIDITY)?;
         let loopback: IpAddr = [127, 0, 0, 1].into();
-        let apiserver = ca.issue(
-            &LeafSpec::server(
+        let localhost = || vec!["localhost".to_owned()];
+        let leaf = |ca: &Ca, spec: LeafSpec| ca.issue(&spec, now, LEAF_VALIDITY);
+        let api_names = [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ];
+        let apiserver = leaf(
+            &ca,
+            LeafSpec::server(
                 "kube-apiserver",
-                &[
-                    "localhost",
-                    "kubernetes",
-                    "kubernetes.default",
-                    "kubernetes.default.svc",
-                    "kubernetes.default.svc.cluster.local",
-                ],
-                api_ips,
+                api_names.iter().map(|n| (*n).to_owned()).collect(),
+                api_ips.to_vec(),
             ),
-            now,
         )?;
-        let sa = KeyPair::generate()?;
+        let (sa_key, sa_pub) = service_account_key()?;
         Ok(ClusterPki {
-            front_proxy_client: front_proxy_ca
-                .issue(&LeafSpec::client("front-proxy-client", None), now)?,
-            admin: ca.issue(&LeafSpec::client(ADMIN_USER, Some("system:masters")), now)?,
-            controller_manager: ca.issue(
-                &LeafSpec::client("system:kube-controller-manager", None),
-                now,
+            front_proxy_client: leaf(&front_proxy_ca, LeafSpec::client("front-proxy-client", &[]))?,
+            admin: leaf(&ca, LeafSpec::client(ADMIN_USER, &["system:masters"]))?,
+            controller_manager: leaf(&ca, LeafSpec::client("system:kube-controller-manager", &[]))?,
+            controller_manager_serving: leaf(
+                &ca,
+                LeafSpec::server("kube-controller-manager", localhost(), vec![loopback]),
             )?,
-            controller_manager_serving: ca.issue(
-                &LeafSpec::server("kube-controller-manager", &["localhost"], &[loopback]),
-                now,
-            )?,
-            scheduler: ca.issue(&LeafSpec::client("system:kube-scheduler", None), now)?,
-            scheduler_serving: ca.issue(
-                &LeafSpec::server("kube-scheduler", &["localhost"], &[loopback]),
-                now,
+            scheduler: leaf(&ca, LeafSpec::client("system:kube-scheduler", &[]))?,
+            scheduler_serving: leaf(
+                &ca,
+                LeafSpec::server("kube-scheduler", localhost(), vec![loopback]),
             )?,
             apiserver,
-            service_account_key_pem: sa.serialize_pem(),
-            service_account_pub_pem: sa.public_key_pem(),
+            service_account_key_pem: sa_key,
+            service_account_pub_pem: sa_pub,
             ca: ca.cert_key().clone(),
             front_proxy_ca: front_proxy_ca.cert_key().clone(),
         })
@@ -279,9 +150,9 @@ mod tests {
 
     #[test]
     fn client_certificates_carry_user_as_cn_and_group_as_o() {
-        let ca = Ca::new("test-ca", now()).unwrap();
+        let ca = Ca::generate("test-ca", now(), CA_VALIDITY).unwrap();
         let pair = ca
-            .issue(&LeafSpec::client("alice", Some("view")), now())
+            .issue(&LeafSpec::client("alice", &["view"]), now(), LEAF_VALIDITY)
             .unwrap();
         let der = parse(&pair.cert_pem);
         let (_, cert) = X509Certificate::from_der(&der).unwrap();
@@ -308,8 +179,10 @@ mod tests {
 
     #[test]
     fn lifetimes_are_bounded() {
-        let ca = Ca::new("test-ca", now()).unwrap();
-        let leaf = ca.issue(&LeafSpec::client("bob", None), now()).unwrap();
+        let ca = Ca::generate("test-ca", now(), CA_VALIDITY).unwrap();
+        let leaf = ca
+            .issue(&LeafSpec::client("bob", &[]), now(), LEAF_VALIDITY)
+            .unwrap();
         for (pem, max) in [
             (&ca.cert_key().cert_pem, CA_VALIDITY),
             (&leaf.cert_pem, LEAF_VALIDITY),

@@ -36,18 +36,7 @@ pub fn orchestrator_binary() -> Result<PathBuf> {
     }
 }
 
-/// A new random admin token for a dev instance.
-pub fn new_token() -> String {
-    use std::io::Read;
-    let mut b = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .expect("/dev/urandom is readable");
-    format!(
-        "vcp_{}",
-        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-    )
-}
+pub use crate::pki::new_token;
 
 /// How to start `vcp serve`.
 #[derive(Debug, Clone)]

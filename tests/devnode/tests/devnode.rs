@@ -102,33 +102,30 @@ struct ControlPlanePki {
 }
 
 fn control_plane_pki(ns: &str) -> Res<ControlPlanePki> {
-    let ca = Ca::new("test-ca", now())?;
+    use vcp_dev::pki::{CA_VALIDITY, LEAF_VALIDITY};
+    let ca = Ca::generate("test-ca", now(), CA_VALIDITY)?;
+    let issue = |spec: LeafSpec| ca.issue(&spec, now(), LEAF_VALIDITY);
+    let names = |n: &[&str]| n.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     let peers = format!("*.etcd.{ns}.svc");
     let peers_long = format!("*.etcd.{ns}.svc.cluster.local");
     let mut etcd_spec = LeafSpec::server(
         "etcd",
-        &[&peers, &peers_long, "localhost"],
-        &[[127, 0, 0, 1].into()],
+        names(&[&peers, &peers_long, "localhost"]),
+        vec![[127, 0, 0, 1].into()],
     );
     etcd_spec.client = true;
-    let sa = rcgen::KeyPair::generate()?;
+    let (sa_key, sa_pub) = vcp_dev::pki::service_account_key()?;
     Ok(ControlPlanePki {
-        etcd: ca.issue(&etcd_spec, now())?,
-        etcd_client: ca.issue(&LeafSpec::client("kube-apiserver-etcd-client", None), now())?,
-        api: ca.issue(
-            &LeafSpec::server(
-                "kube-apiserver",
-                &["kube-apiserver", "kubernetes.default.svc"],
-                &[],
-            ),
-            now(),
-        )?,
-        admin: ca.issue(
-            &LeafSpec::client("test-admin", Some("system:masters")),
-            now(),
-        )?,
-        sa_key: sa.serialize_pem(),
-        sa_pub: sa.public_key_pem(),
+        etcd: issue(etcd_spec)?,
+        etcd_client: issue(LeafSpec::client("kube-apiserver-etcd-client", &[]))?,
+        api: issue(LeafSpec::server(
+            "kube-apiserver",
+            names(&["kube-apiserver", "kubernetes.default.svc"]),
+            vec![],
+        ))?,
+        admin: issue(LeafSpec::client("test-admin", &["system:masters"]))?,
+        sa_key,
+        sa_pub,
         ca: ca.cert_key().clone(),
     })
 }

@@ -6,7 +6,7 @@
 //! signs it with the CA's key through rcgen's signer: ECDSA P-256 with SHA-256, the same
 //! algorithm rcgen uses for every key here.
 
-use super::{CertKey, PkiError, hex};
+use crate::{CertKey, PkiError, hex};
 use rcgen::{KeyPair, PublicKeyData, SigningKey};
 use time::{Duration, OffsetDateTime};
 use yasna::models::{ObjectIdentifier, UTCTime};
@@ -174,13 +174,13 @@ fn pem_encode(label: &str, der: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::{Ca, inspect};
+    use crate::{Ca, inspect};
 
     #[test]
     fn every_group_is_an_organization_and_the_ca_signature_verifies() {
         // Sub-second precision, as the clock gives it.
         let now = OffsetDateTime::from_unix_timestamp_nanos(1_790_000_000_123_456_789).unwrap();
-        let ca = Ca::generate("tenant-ca", now).unwrap();
+        let ca = Ca::generate("tenant-ca", now, Duration::days(365)).unwrap();
         let groups = vec!["view".to_owned(), "ops".to_owned(), "team a".to_owned()];
         let leaf = issue(ca.cert_key(), "alice", &groups, now, Duration::hours(2)).unwrap();
         let (_, pem) = x509_parser::pem::parse_x509_pem(leaf.cert_pem.as_bytes()).unwrap();
@@ -211,7 +211,7 @@ mod tests {
             (now + Duration::hours(2)).replace_nanosecond(0).unwrap()
         );
         // A different CA's signature does not verify.
-        let other = Ca::generate("other", now).unwrap();
+        let other = Ca::generate("other", now, Duration::days(365)).unwrap();
         let (_, other_pem) =
             x509_parser::pem::parse_x509_pem(other.cert_key().cert_pem.as_bytes()).unwrap();
         assert!(
