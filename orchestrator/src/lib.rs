@@ -60,6 +60,18 @@ pub enum Error {
         detail: String,
         field: Option<String>,
     },
+    #[error("cannot reach {url}")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("unexpected answer from {url}")]
+    Answer {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("{0}")]
     Client(String),
 }
@@ -158,6 +170,17 @@ pub enum Command {
     },
     /// Print the platform API's OpenAPI document (what `/openapi.json` serves).
     Openapi,
+}
+
+impl Command {
+    /// Log level when `RUST_LOG` is unset: the server logs its work; client commands print
+    /// for people, and their logs matter only when asked for.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            Command::Serve(_) | Command::Migrate(_) => "info",
+            _ => "warn",
+        }
+    }
 }
 
 /// Runs the command the arguments ask for.

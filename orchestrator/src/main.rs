@@ -3,11 +3,7 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = vcp_orchestrator::Args::parse();
-    // Client commands print for people; their logs only matter when asked for (RUST_LOG).
-    let default_level = match args.command {
-        vcp_orchestrator::Command::Serve(_) | vcp_orchestrator::Command::Migrate(_) => "info",
-        _ => "warn",
-    };
+    let default_level = args.command.default_log_level();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -80,8 +80,10 @@ pub struct ServeArgs {
     /// talking to its apiserver (for control-plane pods placed on simulated kwok nodes).
     #[arg(long, env = "VCP_SIMULATE_CONTROL_PLANES")]
     pub simulate_control_planes: bool,
-    /// Longest kubeconfig lifetime the API issues, in hours.
-    #[arg(long, env = "VCP_MAX_KUBECONFIG_TTL_HOURS", default_value_t = 720)]
+    /// Longest kubeconfig lifetime the API issues, in hours (at most a year: a kubeconfig
+    /// must expire well before the tenant CA that signs it).
+    #[arg(long, env = "VCP_MAX_KUBECONFIG_TTL_HOURS", default_value_t = 720,
+          value_parser = clap::value_parser!(u64).range(1..=8760))]
     pub max_kubeconfig_ttl_hours: u64,
 }
 
@@ -310,6 +312,30 @@ async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<a
             Err(e) => {
                 tracing::warn!(tenant = %t.name, error = %e.public(), "cannot record the pass")
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    #[test]
+    fn the_kubeconfig_ttl_cap_stays_within_a_year() {
+        let parse = |hours: &str| {
+            crate::Args::try_parse_from([
+                "vcp",
+                "serve",
+                "--database-url",
+                "postgres://localhost/vcp",
+                "--max-kubeconfig-ttl-hours",
+                hours,
+            ])
+        };
+        assert!(parse("720").is_ok());
+        assert!(parse("8760").is_ok());
+        for bad in ["0", "8761", "18446744073709551615", "-1"] {
+            assert!(parse(bad).is_err(), "{bad}");
         }
     }
 }

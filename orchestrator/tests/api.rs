@@ -394,6 +394,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "DELETE /v1/tokens/{name}",
             "GET /healthz",
             "GET /metrics",
+            "GET /openapi.json",
             "GET /readyz",
             "GET /v1/tenants",
             "GET /v1/tenants/{name}",
@@ -444,6 +445,17 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "{method} {path} is not served"
         );
 
+        // Methods the route does not take.
+        for other in [Method::PUT, Method::PATCH] {
+            let r = http
+                .request(other.clone(), format!("{}{concrete}", orch.url))
+                .bearer_auth(&admin_token)
+                .send()
+                .await?;
+            let (s, b) = (r.status().as_u16(), r.text().await?);
+            check(format!("{other} {path}"), s, &b, true);
+            assert_eq!(s, 405, "{other} {path}: {b}");
+        }
         // Bad or missing credentials.
         if op["security"].is_array() {
             for t in bad_tokens {

@@ -188,7 +188,28 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
         "vcp:admin=cluster-admin/admin vcp:coredns=vcp:coredns/vcp:coredns vcp:edit=edit/edit vcp:view=view/view"
     );
 
-    // The inventory lists both kubeconfigs, never their keys.
+    // Lifetimes are capped by the server (30 days by default); names that are not plain
+    // printable text never reach the certificate or the inventory.
+    let r = vcp(
+        &url,
+        a,
+        &["kubeconfig", "shop", "--user", "carol", "--ttl", "400d"],
+    )
+    .await?
+    .ok();
+    let kc: serde_yaml::Value = serde_yaml::from_str(&r.stdout)?;
+    assert_eq!(kc["users"][0]["name"], "carol", "{}", r.stdout.len());
+    let (s, body) = p
+        .admin
+        .raw(
+            reqwest::Method::POST,
+            "/v1/tenants/shop/kubeconfigs",
+            Some(&serde_json::json!({"user": "eve", "groups": ["a\u{0}b"]})),
+        )
+        .await?;
+    assert_eq!((s, body["field"].as_str()), (422, Some("groups")), "{body}");
+
+    // The inventory lists the kubeconfigs, never their keys.
     let r = vcp(&url, a, &["tenant", "kubeconfigs", "shop", "-o", "json"])
         .await?
         .ok();
@@ -200,11 +221,22 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
         .map(|k| {
             (
                 k["user"].as_str().unwrap(),
-                k["groups"][0].as_str().unwrap(),
+                k["groups"][0].as_str().unwrap_or("-"),
             )
         })
         .collect();
-    assert_eq!(users, [("bob", "view"), ("alice", "admin")]);
+    assert_eq!(users[..2], [("bob", "view"), ("alice", "admin")]);
+    let carol = &issued["items"][2];
+    assert_eq!(carol["user"], "carol");
+    let expires = time::OffsetDateTime::parse(
+        carol["expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )?;
+    let left = expires - time::OffsetDateTime::now_utc();
+    assert!(
+        left <= time::Duration::days(30) && left > time::Duration::days(29),
+        "capped at 30 days: {left}"
+    );
     assert!(!r.stdout.contains("PRIVATE KEY"));
     let r = vcp(&url, a, &["tenant", "kubeconfigs", "shop"]).await?.ok();
     assert!(r.stdout.starts_with("USER"), "{r:#?}");

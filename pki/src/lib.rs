@@ -353,6 +353,44 @@ mod tests {
 }
 
 #[cfg(test)]
+mod ca_tests {
+    use super::*;
+    use x509_parser::prelude::*;
+
+    #[test]
+    fn cas_sign_leaves_only_and_leaves_cannot_sign() {
+        let now = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let ca = Ca::generate("c", now, Duration::days(30)).unwrap();
+        let leaf = ca
+            .issue(&LeafSpec::client("u", &["g"]), now, Duration::days(1))
+            .unwrap();
+        let der = |pem: &str| {
+            x509_parser::pem::parse_x509_pem(pem.as_bytes())
+                .unwrap()
+                .1
+                .contents
+        };
+        let ca_der = der(&ca.cert_key().cert_pem);
+        let (_, ca_cert) = X509Certificate::from_der(&ca_der).unwrap();
+        let bc = ca_cert.basic_constraints().unwrap().unwrap().value;
+        assert!(bc.ca);
+        assert_eq!(bc.path_len_constraint, Some(0), "no intermediate CAs");
+        let ku = ca_cert.key_usage().unwrap().unwrap().value;
+        assert!(ku.key_cert_sign() && ku.crl_sign());
+        let leaf_der = der(&leaf.cert_pem);
+        let (_, leaf_cert) = X509Certificate::from_der(&leaf_der).unwrap();
+        assert!(
+            leaf_cert
+                .basic_constraints()
+                .unwrap()
+                .is_none_or(|b| !b.value.ca)
+        );
+        let ku = leaf_cert.key_usage().unwrap().unwrap().value;
+        assert!(ku.digital_signature() && !ku.key_cert_sign());
+    }
+}
+
+#[cfg(test)]
 mod token_tests {
     #[test]
     fn tokens_are_long_random_and_distinct() {

@@ -17,7 +17,6 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Secret;
 use problem::{AdminOnly, BodyRefused, NoSuchTenant, Unauthorized};
@@ -111,6 +110,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(issue_kubeconfig, list_kubeconfigs))
         .routes(routes!(create_token, list_tokens))
         .routes(routes!(revoke_token))
+        .routes(routes!(openapi_json))
 }
 
 /// The OpenAPI document of the API, as served at `/openapi.json`.
@@ -118,20 +118,29 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     api_routes().into_openapi()
 }
 
+/// This document (no token needed: it describes the API, not the fleet).
+#[utoipa::path(get, path = "/openapi.json", tag = "health",
+    responses((status = 200, description = "the OpenAPI document of this API", body = Object)))]
+async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
+    static DOC: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
+    Json(DOC.get_or_init(openapi))
+}
+
 /// The router.
 pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
-    let (routes, doc) = api_routes().split_for_parts();
-    let doc = Arc::new(doc);
+    let (routes, _) = api_routes().split_for_parts();
     routes
-        .route(
-            "/openapi.json",
-            get(move || {
-                let doc = doc.clone();
-                async move { Json(doc.as_ref().clone()) }
-            }),
-        )
         .fallback(|| async { Problem::not_found("no such route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "method not allowed",
+                "this route does not take that method; see /openapi.json",
+                None,
+            )
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         // A bug in a handler answers 500 problem+json instead of dropping the connection.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
@@ -446,9 +455,10 @@ async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Probl
 async fn get_tenant(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Name(name): Name,
+    name: Result<Name, Problem>,
 ) -> Result<Json<TenantView>, Problem> {
     let caller = authenticate(&s, &headers).await?;
+    let Name(name) = name?;
     let t = find(&s, &caller, &name).await?;
     Ok(Json(view(&s, t)))
 }
@@ -465,10 +475,11 @@ async fn get_tenant(
 async fn delete_tenant(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Name(name): Name,
+    name: Result<Name, Problem>,
     q: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<(StatusCode, Json<TenantView>), Problem> {
     let caller = authenticate(&s, &headers).await?;
+    let Name(name) = name?;
     let Query(q) = q.map_err(|e| {
         Problem::new(
             StatusCode::BAD_REQUEST,
@@ -504,30 +515,21 @@ pub fn parse_ttl(s: &str) -> Option<Duration> {
 
 /// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
 fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
-    let user_ok = !req.user.is_empty()
-        && req.user.len() <= 128
-        && !req.user.starts_with("system:")
-        && req.user.chars().all(|c| c.is_ascii_graphic());
-    if !user_ok {
+    // Names Kubernetes and vcp reserve for their own identities: a kubeconfig must not
+    // impersonate a node, a controller or vcp's own components.
+    let reserved = |s: &str| s.starts_with("system:") || s.starts_with("vcp:");
+    // Printable ASCII only: these go into certificates, the inventory and terminal tables.
+    let plain = |s: &str| (1..=128).contains(&s.len()) && s.chars().all(|c| c.is_ascii_graphic());
+    if !plain(&req.user) || reserved(&req.user) {
         return Err(Problem::invalid(
             "user",
-            "1 to 128 printable characters, not starting with \"system:\"",
+            "1 to 128 printable ASCII characters without spaces, not starting with \"system:\" or \"vcp:\"",
         ));
     }
-    if req
-        .groups
-        .iter()
-        .any(|g| g.starts_with("system:") || g.is_empty())
-    {
+    if req.groups.len() > 16 || req.groups.iter().any(|g| !plain(g) || reserved(g)) {
         return Err(Problem::invalid(
             "groups",
-            "groups may not be empty or start with \"system:\"",
-        ));
-    }
-    if req.groups.len() > 16 || req.groups.iter().any(|g| g.len() > 128) {
-        return Err(Problem::invalid(
-            "groups",
-            "at most 16 groups of up to 128 characters",
+            "at most 16 groups of 1 to 128 printable ASCII characters, none starting with \"system:\" or \"vcp:\"",
         ));
     }
     let ttl = match req.ttl.as_deref() {
@@ -554,10 +556,11 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
 async fn issue_kubeconfig(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Name(name): Name,
+    name: Result<Name, Problem>,
     req: Result<Json<IssueKubeconfig>, JsonRejection>,
 ) -> Result<(StatusCode, Json<KubeconfigIssued>), Problem> {
     let caller = authenticate(&s, &headers).await?;
+    let Name(name) = name?;
     // The tenant first: another owner's tenant answers 404 whatever the body.
     let t = find(&s, &caller, &name).await?;
     let req = body(req)?;
@@ -599,7 +602,8 @@ async fn issue_kubeconfig(
         .issue(
             &pki::LeafSpec::client(&req.user, &groups),
             now,
-            time::Duration::try_from(ttl).unwrap_or(time::Duration::HOUR),
+            time::Duration::try_from(ttl)
+                .map_err(|_| Problem::invalid("ttl", "longer than this server can represent"))?,
         )
         .map_err(|e| Problem::internal(&Error::Pki(e)))?;
     let info = pki::inspect("kubeconfig", &pair.cert_pem)
@@ -645,9 +649,10 @@ async fn issue_kubeconfig(
 async fn list_kubeconfigs(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Name(name): Name,
+    name: Result<Name, Problem>,
 ) -> Result<Json<KubeconfigList>, Problem> {
     let caller = authenticate(&s, &headers).await?;
+    let Name(name) = name?;
     let t = find(&s, &caller, &name).await?;
     let items = s
         .inventory
@@ -752,12 +757,13 @@ async fn list_tokens(
 async fn revoke_token(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Name(name): Name,
+    name: Result<Name, Problem>,
 ) -> Result<StatusCode, Problem> {
     let caller = authenticate(&s, &headers).await?;
     if !caller.admin() {
         return Err(Problem::forbidden("only admins revoke tokens"));
     }
+    let Name(name) = name?;
     existing_name(&name, "live token")?;
     match s.inventory.revoke_token(&name, &caller.0.name).await {
         Ok(true) => Ok(StatusCode::NO_CONTENT),
@@ -824,6 +830,69 @@ mod tests {
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
+        );
+    }
+
+    fn req(user: &str, groups: &[&str], ttl: Option<&str>) -> IssueKubeconfig {
+        IssueKubeconfig {
+            user: user.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            ttl: ttl.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn kubeconfig_requests_are_checked_before_anything_is_signed() {
+        let max = Duration::from_secs(30 * 86_400);
+        let field = |r: Result<Duration, Problem>| r.unwrap_err().field().map(str::to_owned);
+        assert_eq!(
+            check_kubeconfig(&req("alice", &["view", "ops"], Some("2h")), max).unwrap(),
+            Duration::from_secs(7200)
+        );
+        // The server's cap wins over a longer request; no TTL means a day.
+        assert_eq!(
+            check_kubeconfig(&req("a", &[], Some("400d")), max).unwrap(),
+            max
+        );
+        assert_eq!(
+            check_kubeconfig(&req("a", &[], None), max).unwrap(),
+            Duration::from_secs(86_400)
+        );
+        for user in [
+            "",
+            "system:admin",
+            "vcp:coredns",
+            "a b",
+            "a\u{0}b",
+            "é",
+            &"u".repeat(129),
+        ] {
+            assert_eq!(
+                field(check_kubeconfig(&req(user, &[], None), max)).as_deref(),
+                Some("user"),
+                "{user:?}"
+            );
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("g{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        for groups in [
+            &["system:masters"][..],
+            &["vcp:syncer"],
+            &[""],
+            &["a\u{0}b"],
+            &["line\nbreak"],
+            &["\u{1b}[31mred"],
+            &many,
+        ] {
+            assert_eq!(
+                field(check_kubeconfig(&req("u", groups, None), max)).as_deref(),
+                Some("groups"),
+                "{groups:?}"
+            );
+        }
+        assert_eq!(
+            field(check_kubeconfig(&req("u", &[], Some("1w")), max)).as_deref(),
+            Some("ttl")
         );
     }
 

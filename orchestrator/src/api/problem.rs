@@ -121,6 +121,11 @@ impl Problem {
         }
     }
 
+    /// The request field at fault, if any.
+    pub fn field(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+
     pub fn invalid(field: &str, detail: &str) -> Problem {
         Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,

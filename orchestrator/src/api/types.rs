@@ -149,7 +149,7 @@ pub struct IssueKubeconfig {
 }
 
 /// An issued kubeconfig; the only time its private key leaves the server.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 pub struct KubeconfigIssued {
     /// kubeconfig YAML with the client certificate and key embedded.
     pub kubeconfig: String,
@@ -160,6 +160,19 @@ pub struct KubeconfigIssued {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub expires_at: OffsetDateTime,
+}
+
+impl std::fmt::Debug for KubeconfigIssued {
+    // The kubeconfig embeds a private key: never printed, not even by a stray `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeconfigIssued")
+            .field("kubeconfig", &"<redacted>")
+            .field("serial", &self.serial)
+            .field("user", &self.user)
+            .field("groups", &self.groups)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 /// A kubeconfig as the inventory remembers it: never its key.
@@ -236,12 +249,22 @@ pub struct CreateToken {
 }
 
 /// A new token: the secret is in this answer and nowhere else.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 pub struct TokenCreated {
     pub name: String,
     pub role: Role,
     /// The bearer secret; only its hash is stored.
     pub token: String,
+}
+
+impl std::fmt::Debug for TokenCreated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenCreated")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .field("token", &"<redacted>")
+            .finish()
+    }
 }
 
 /// A token without its secret.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use time::OffsetDateTime;
 
 /// Where the API is and who calls it.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Clone, clap::Args)]
 pub struct Connection {
     /// Base URL of the platform API.
     #[arg(
@@ -34,6 +34,16 @@ pub struct Connection {
     /// Bearer token (admin or owner).
     #[arg(long, env = "VCP_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
+}
+
+impl std::fmt::Debug for Connection {
+    // The token is a bearer secret: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("api_url", &self.api_url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// Output format flag shared by the listing commands.
@@ -179,11 +189,19 @@ fn duration(s: &str) -> Result<Duration, String> {
 }
 
 /// A client of the platform API.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Client {
     base: String,
     token: String,
     http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Client {
@@ -191,7 +209,10 @@ impl Client {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
-            .map_err(|e| Error::Client(format!("cannot build an HTTP client: {e}")))?;
+            .map_err(|source| Error::Http {
+                url: c.api_url.clone(),
+                source,
+            })?;
         let token = c
             .token
             .clone()
@@ -219,22 +240,20 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| Error::Client(format!("cannot reach {}: {}", self.base, root(&e))))?;
+        let http = |source| Error::Http {
+            url: url.clone(),
+            source,
+        };
+        let resp = req.send().await.map_err(http)?;
         let status = resp.status();
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| Error::Client(format!("reading the answer of {url}: {}", root(&e))))?;
+        let text = resp.text().await.map_err(http)?;
         if status.is_success() {
             if status == reqwest::StatusCode::NO_CONTENT || text.is_empty() {
                 return Ok(None);
             }
             return serde_json::from_str(&text)
                 .map(Some)
-                .map_err(|e| Error::Client(format!("unexpected answer from {url}: {e}")));
+                .map_err(|source| Error::Answer { url, source });
         }
         Err(match serde_json::from_str::<ProblemBody>(&text) {
             Ok(p) => Error::Api {
@@ -266,15 +285,6 @@ impl Client {
         self.get(&format!("/v1/tenants/{}", self::name(name)?))
             .await
     }
-}
-
-/// The innermost cause of a transport error (reqwest's own message is generic).
-fn root(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
 }
 
 /// A tenant or token name checked before it goes into a URL: the server would refuse a bad

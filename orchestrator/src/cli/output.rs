@@ -63,21 +63,12 @@ pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
             _ => break,
         }
     }
-    let fit = |s: &str, w: usize| -> String {
-        if cell_len(s) <= w {
-            s.to_owned()
-        } else {
-            let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
-            t.push('~');
-            t
-        }
-    };
     let mut out = String::new();
     let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
     for r in std::iter::once(&header).chain(rows) {
         let mut line = String::new();
         for (i, w) in widths.iter().enumerate() {
-            let c = fit(r.get(i).map(String::as_str).unwrap_or(""), *w);
+            let c = cut(r.get(i).map(String::as_str).unwrap_or(""), *w);
             if i + 1 == n {
                 line.push_str(&c);
             } else {
@@ -88,6 +79,17 @@ pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `s` in at most `w` characters, a cut marked with `~`.
+fn cut(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        s.to_owned()
+    } else {
+        let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
+        t.push('~');
+        t
+    }
 }
 
 /// `3d`, `5h`, `12m`, `40s` (like kubectl's AGE).
@@ -162,7 +164,12 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
         ("Age", age(t.created_at, now)),
     ];
     for (k, v) in fields {
-        let _ = writeln!(out, "{:<10}{v}", format!("{k}:"));
+        let _ = writeln!(
+            out,
+            "{:<10}{}",
+            format!("{k}:"),
+            cut(&v, width.saturating_sub(10))
+        );
     }
     out.push_str("\nConditions:\n");
     let rows: Vec<Vec<String>> = t
@@ -373,11 +380,12 @@ mod tests {
             "team-a",
             vec![cond("EtcdReady", "False", &"x".repeat(300))],
         );
-        t.labels.insert("team".into(), "a".into());
+        t.labels.insert("team".into(), "a".repeat(63));
+        t.labels.insert("b".repeat(200), "x".into());
+        t.endpoint = Some(format!("https://{}.example.com:6443", "e".repeat(80)));
         for width in [40, 60, 80, 120] {
             let out = tenant_detail(&t, at(10), width);
-            let conditions = out.split("Conditions:\n").nth(1).unwrap();
-            assert!(max_line(conditions) <= width, "{width}: {out}");
+            assert!(max_line(&out) <= width, "{width}: {out}");
         }
     }
 
