@@ -634,7 +634,20 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
     let cp = TenantControlPlane::start("e2eh").await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
+    // The tenant's control-plane namespace on the host, with the apiserver Service the syncer
+    // points pods at (no selector: its ClusterIP is data here, nothing connects to it).
+    namespace(&host, "vcp-e2eh").await?;
+    let apiserver = create::<Service>(
+        &host,
+        "vcp-e2eh",
+        serde_json::json!({
+            "metadata": {"name": "kube-apiserver"},
+            "spec": {"ports": [{"name": "https", "port": 6443}]},
+        }),
+    )
+    .await?;
+    let api_ip = apiserver.spec.unwrap().cluster_ip.unwrap();
+    let _syncer = cp.start_syncer(cluster, &["--host-namespace=vcp-e2eh"])?;
     let tenant = cp.connect().await?;
     namespace(&tenant, "apps").await?;
     let svc = create::<Service>(
@@ -660,7 +673,8 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
                 "metadata": {"name": name, "labels": {"v": "1"}},
                 "spec": {"enableServiceLinks": links, "containers": [{
                     "name": "c", "image": "registry.k8s.io/pause:3.10",
-                    "env": [{"name": "WEB_SERVICE_PORT", "value": "8080"}]}]},
+                    "env": [{"name": "WEB_SERVICE_PORT", "value": "8080"},
+                        {"name": "KUBERNETES_PORT_443_TCP_ADDR", "value": "192.0.2.66"}]}]},
             }),
         )
         .await?;
@@ -688,6 +702,36 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
     })
     .await?;
     assert!(!env_of(&unlinked).contains_key("WEB_SERVICE_HOST"));
+    // Every KUBERNETES_* name the host kubelet would inject (links or not) is set to the tenant
+    // apiserver's host Service, and the tenant's forged value is gone.
+    let kubernetes = [
+        ("KUBERNETES_SERVICE_HOST", api_ip.clone()),
+        ("KUBERNETES_SERVICE_PORT", "6443".into()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS", "6443".into()),
+        ("KUBERNETES_PORT", format!("tcp://{api_ip}:6443")),
+        ("KUBERNETES_PORT_443_TCP", format!("tcp://{api_ip}:6443")),
+        ("KUBERNETES_PORT_443_TCP_PROTO", "tcp".into()),
+        ("KUBERNETES_PORT_443_TCP_PORT", "6443".into()),
+        ("KUBERNETES_PORT_443_TCP_ADDR", api_ip.clone()),
+    ];
+    for pod in [&linked, &unlinked] {
+        let env = env_of(pod);
+        for (name, want) in &kubernetes {
+            assert_eq!(
+                env.get(*name),
+                Some(want),
+                "{name} of host pod {}",
+                pod.name_any()
+            );
+        }
+        let vars = pod.spec.as_ref().unwrap().containers[0]
+            .env
+            .iter()
+            .flatten()
+            .filter(|e| e.name == "KUBERNETES_PORT_443_TCP_ADDR")
+            .count();
+        assert_eq!(vars, 1, "the tenant's forged variable is gone");
+    }
 
     // A Service created later does not change the running pod (env is immutable), and the
     // pod's mutable fields still sync.
