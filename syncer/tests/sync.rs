@@ -1064,6 +1064,153 @@ async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
     Ok(())
 }
 
+/// A host Event about `object` (kind, namespace, name, uid) with `reason`, in `ns`.
+fn host_event(name: &str, ns: &str, object: [&str; 4], reason: &str) -> Res<Event> {
+    let [kind, object_ns, object_name, uid] = object;
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "involvedObject": {"apiVersion": "v1", "kind": kind, "namespace": object_ns,
+            "name": object_name, "uid": uid},
+        "reason": reason, "type": "Normal", "message": format!("probe {reason}"),
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingComponent": "vcp-test", "reportingInstance": "vcp-test-1", "action": "Probe",
+    }))?)
+}
+
+#[tokio::test]
+async fn host_events_reach_only_the_tenant_whose_host_namespace_they_are_in() -> Res {
+    use vcp_syncer::naming::{ANN_NAME, ANN_NAMESPACE};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    // A host namespace spelled like tenant e2em's namespace `stray`, but not the syncer's: what
+    // happens in it is someone else's, even about an object carrying e2em's markers.
+    namespace(&host, "e2em-stray").await?;
+    let (m, n) = (
+        TenantControlPlane::start("e2em").await?,
+        TenantControlPlane::start("e2en").await?,
+    );
+    let _syncers = (m.start_syncer(cluster, &[])?, n.start_syncer(cluster, &[])?);
+    let (tm, tn) = (m.connect().await?, n.connect().await?);
+    namespace(&tm, "stray").await?;
+    // The tenant's own ConfigMap `web` there keeps the look-alike from being collected.
+    create::<ConfigMap>(
+        &tm,
+        "stray",
+        serde_json::json!({"metadata": {"name": "web"}}),
+    )
+    .await?;
+    let forged = create::<ConfigMap>(
+        &host,
+        "e2em-stray",
+        serde_json::json!({"metadata": {"name": "web",
+            "labels": {LABEL_TENANT: "e2em"},
+            "annotations": {ANN_NAME: "web", ANN_NAMESPACE: "stray"}}}),
+    )
+    .await?;
+    let pod = serde_json::json!({"metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}});
+    let mut uids = Vec::new();
+    for (tenant, key) in [(&tm, "e2em"), (&tn, "e2en")] {
+        namespace(tenant, "apps").await?;
+        let t = create::<Pod>(tenant, "apps", pod.clone()).await?;
+        let host_pods: Api<Pod> = Api::namespaced(host.clone(), &format!("{key}-apps"));
+        let h = eventually("host pod web", Duration::from_secs(60), || async {
+            Ok(host_pods.get_opt("web").await?)
+        })
+        .await?;
+        uids.push((t.uid().unwrap(), h.uid().unwrap()));
+    }
+    let (m_host_uid, n_host_uid) = (uids[0].1.clone(), uids[1].1.clone());
+
+    // What e2em's syncer must not copy: an Event in its namespace about e2en's pod (same
+    // names), and one in the stray namespace about the forged object.
+    let events = |ns: &str| Api::<Event>::namespaced(host.clone(), ns);
+    let pp = PostParams::default();
+    events("e2em-apps")
+        .create(
+            &pp,
+            &host_event(
+                "cross",
+                "e2em-apps",
+                ["Pod", "e2en-apps", "web", &n_host_uid],
+                "CrossProbe",
+            )?,
+        )
+        .await?;
+    let forged_uid = forged.uid().unwrap();
+    events("e2em-stray")
+        .create(
+            &pp,
+            &host_event(
+                "stray",
+                "e2em-stray",
+                ["ConfigMap", "e2em-stray", "web", &forged_uid],
+                "StrayProbe",
+            )?,
+        )
+        .await?;
+    // What each must copy, created last: once they arrived, the others had their chance.
+    for (key, uid) in [("e2em", &m_host_uid), ("e2en", &n_host_uid)] {
+        let ns = format!("{key}-apps");
+        events(&ns)
+            .create(
+                &pp,
+                &host_event("own", &ns, ["Pod", &ns, "web", uid], "OwnProbe")?,
+            )
+            .await?;
+    }
+    let probes = |tenant: &Client| {
+        let api = Api::<Event>::all(tenant.clone());
+        async move {
+            let all = api.list(&ListParams::default()).await?.items;
+            anyhow::Ok(
+                all.into_iter()
+                    .filter(|e| e.reason.as_deref().is_some_and(|r| r.ends_with("Probe")))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    for tenant in [&tm, &tn] {
+        eventually(
+            "the OwnProbe event in the tenant",
+            Duration::from_secs(60),
+            || async {
+                let found = probes(tenant).await?;
+                Ok(found
+                    .iter()
+                    .any(|e| e.reason.as_deref() == Some("OwnProbe"))
+                    .then_some(()))
+            },
+        )
+        .await?;
+    }
+    // The watches are per namespace; give a late copy a moment to show before checking.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (tenant, (tenant_uid, _), key) in [(&tm, &uids[0], "e2em"), (&tn, &uids[1], "e2en")] {
+        let found = probes(tenant).await?;
+        let seen: Vec<(Option<String>, Option<String>, Option<String>)> = found
+            .iter()
+            .map(|e| {
+                (
+                    e.reason.clone(),
+                    e.involved_object.namespace.clone(),
+                    e.involved_object.uid.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [(
+                Some("OwnProbe".to_owned()),
+                Some("apps".to_owned()),
+                Some(tenant_uid.clone())
+            )],
+            "tenant {key} got exactly its own probe, on its own pod"
+        );
+    }
+    Ok(())
+}
+
 /// GET of a path on a local HTTP server (the syncer's own listener on 127.0.0.1).
 async fn http_get(port: u16, path: &str) -> Res<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
