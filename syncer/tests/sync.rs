@@ -870,6 +870,145 @@ async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> 
 }
 
 #[tokio::test]
+async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back() -> Res {
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Patch, PatchParams};
+    use vcp_syncer::naming::{ANN_NAME, ANN_UID};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2eo").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    create::<Service>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}),
+    )
+    .await?;
+    // Addresses from the documentation range: data only, nothing connects to them.
+    let endpoints = |ip: &str| {
+        serde_json::json!({
+            "metadata": {"name": "db"},
+            "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": 5432}]}],
+        })
+    };
+    create::<Endpoints>(&tenant, "apps", endpoints("192.0.2.10")).await?;
+    create::<EndpointSlice>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "db-manual", "labels": {
+                "kubernetes.io/service-name": "db",
+                "endpointslice.kubernetes.io/managed-by": "ops.example.com"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.11"]}],
+            "ports": [{"port": 5432}],
+        }),
+    )
+    .await?;
+    let host_eps: Api<Endpoints> = Api::namespaced(host.clone(), "e2eo-apps");
+    let host_slices: Api<EndpointSlice> = Api::namespaced(host.clone(), "e2eo-apps");
+    let copied = |ip: &'static str| {
+        let (host_eps, host_slices) = (host_eps.clone(), host_slices.clone());
+        async move {
+            let ep = host_eps.get_opt("db").await?.filter(|ep| {
+                ep.annotations().contains_key(ANN_UID)
+                    && ep
+                        .subsets
+                        .iter()
+                        .flatten()
+                        .any(|s| s.addresses.iter().flatten().any(|a| a.ip == ip))
+            });
+            let slice = host_slices.get_opt("db-manual").await?;
+            anyhow::Ok(ep.zip(slice))
+        }
+    };
+    eventually(
+        "copies of endpoints and slice",
+        Duration::from_secs(60),
+        || copied("192.0.2.10"),
+    )
+    .await?;
+
+    // A selector: the host computes db's endpoints, and the copies go.
+    let services: Api<Service> = Api::namespaced(tenant.clone(), "apps");
+    let pp = PatchParams::default();
+    services
+        .patch(
+            "db",
+            &pp,
+            &Patch::Merge(serde_json::json!({"spec": {"selector": {"app": "db"}}})),
+        )
+        .await?;
+    let handed_over = || async {
+        let ep = host_eps.get_opt("db").await?;
+        let ours = ep.is_some_and(|ep| ep.annotations().contains_key(ANN_NAME));
+        let slice = host_slices.get_opt("db-manual").await?.is_some();
+        anyhow::Ok((!ours && !slice).then_some(()))
+    };
+    eventually(
+        "host copies deleted once the service has a selector",
+        Duration::from_secs(60),
+        handed_over,
+    )
+    .await?;
+    eventually(
+        "the host's own endpoints for db",
+        Duration::from_secs(60),
+        || async { Ok(host_eps.get_opt("db").await?) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        handed_over().await?.is_some(),
+        "the syncer copied endpoints of a selector service again"
+    );
+
+    // No selector again: what the tenant writes by hand goes down again, slice included.
+    services
+        .patch(
+            "db",
+            &pp,
+            &Patch::Merge(serde_json::json!({"spec": {"selector": null}})),
+        )
+        .await?;
+    let host_svc = Api::<Service>::namespaced(host.clone(), "e2eo-apps");
+    eventually(
+        "host service without selector",
+        Duration::from_secs(60),
+        || async {
+            let s = host_svc.get("db").await?;
+            Ok(s.spec.and_then(|s| s.selector).is_none().then_some(()))
+        },
+    )
+    .await?;
+    Api::<Endpoints>::namespaced(tenant.clone(), "apps")
+        .patch(
+            "db",
+            &pp,
+            &Patch::Merge(serde_json::json!({"subsets": endpoints("192.0.2.20")["subsets"]})),
+        )
+        .await?;
+    let (ep, slice) = eventually(
+        "copies of the hand-written endpoints again",
+        Duration::from_secs(60),
+        || copied("192.0.2.20"),
+    )
+    .await?;
+    let tenant_ep = Api::<Endpoints>::namespaced(tenant.clone(), "apps")
+        .get("db")
+        .await?;
+    assert_eq!(
+        ep.annotations().get(ANN_UID),
+        tenant_ep.metadata.uid.as_ref()
+    );
+    assert_eq!(slice.endpoints.unwrap()[0].addresses, ["192.0.2.11"]);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
     let cluster = DevCluster::shared().await?;
