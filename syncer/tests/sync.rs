@@ -1127,6 +1127,146 @@ async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
 }
 
 #[tokio::test]
+async fn claims_the_tenant_binds_later_bind_on_the_host_and_unclaimed_volumes_are_no_ones() -> Res {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use kube::api::{Patch, PatchParams};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let (p, q) = (
+        TenantControlPlane::start("e2ep").await?,
+        TenantControlPlane::start("e2eq").await?,
+    );
+    let _syncers = (p.start_syncer(cluster, &[])?, q.start_syncer(cluster, &[])?);
+    let (tp, tq) = (p.connect().await?, q.connect().await?);
+    for t in [&tp, &tq] {
+        namespace(t, "apps").await?;
+    }
+    let volume = |name: &str, class: &str| -> Res<PersistentVolume> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": class, "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": format!("/tmp/vcp-e2ep-{name}")}},
+        }))?)
+    };
+    let claim = |name: &str, class: &str| {
+        serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                "resources": {"requests": {"storage": "1Gi"}}},
+        })
+    };
+    let host_pvs = Api::<PersistentVolume>::all(host.clone());
+    let p_pvs = Api::<PersistentVolume>::all(tp.clone());
+    let pp = PostParams::default();
+
+    // e2ep's unclaimed volume is not on the host, where e2eq's claim of the same class
+    // would take it.
+    p_pvs.create(&pp, &volume("local-a", "shared")?).await?;
+    eventually(
+        "the tenant volume available",
+        Duration::from_secs(60),
+        || async {
+            let v = p_pvs.get("local-a").await?;
+            Ok((v.status.and_then(|s| s.phase).as_deref() == Some("Available")).then_some(()))
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    create::<PersistentVolumeClaim>(&tq, "apps", claim("grab", "shared")).await?;
+    let q_host_claims = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2eq-apps");
+    eventually("e2eq's host claim", Duration::from_secs(60), || async {
+        Ok(q_host_claims.get_opt("grab").await?)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let grab = q_host_claims.get("grab").await?;
+    assert_eq!(
+        grab.spec.and_then(|s| s.volume_name),
+        None,
+        "e2eq's claim bound e2ep's volume on the host"
+    );
+    assert!(host_pvs.get_opt("e2ep-local-a").await?.is_none());
+
+    // A claim made without volumeName: the tenant's binder picks the volume, and only then
+    // does the volume go down, pre-bound to that claim's host copy.
+    create::<PersistentVolumeClaim>(&tp, "apps", claim("data", "shared")).await?;
+    // A claim waiting on the host first, then pointed by the tenant at a volume of its own.
+    create::<PersistentVolumeClaim>(&tp, "apps", claim("logs", "shared-b")).await?;
+    let p_host_claims = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2ep-apps");
+    eventually(
+        "e2ep's host claim logs",
+        Duration::from_secs(60),
+        || async { Ok(p_host_claims.get_opt("logs").await?) },
+    )
+    .await?;
+    p_pvs.create(&pp, &volume("local-b", "shared-b")?).await?;
+    Api::<PersistentVolumeClaim>::namespaced(tp.clone(), "apps")
+        .patch(
+            "logs",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"volumeName": "local-b"}})),
+        )
+        .await?;
+
+    for (claim, volume) in [("data", "local-a"), ("logs", "local-b")] {
+        let host_volume = format!("e2ep-{volume}");
+        let consistent = eventually(
+            "host volume and host claim bound to each other",
+            Duration::from_secs(120),
+            || async {
+                let v = host_pvs.get_opt(&host_volume).await?;
+                let c = p_host_claims.get(claim).await?;
+                let bound = |phase: Option<&str>| phase == Some("Bound");
+                Ok(v.filter(|v| {
+                    let r = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                    bound(v.status.as_ref().and_then(|s| s.phase.as_deref()))
+                        && bound(c.status.as_ref().and_then(|s| s.phase.as_deref()))
+                        && r.is_some_and(|r| {
+                            r.namespace.as_deref() == Some("e2ep-apps")
+                                && r.name.as_deref() == Some(claim)
+                                && r.uid == c.metadata.uid
+                        })
+                        && c.spec.as_ref().and_then(|s| s.volume_name.as_deref())
+                            == Some(host_volume.as_str())
+                }))
+            },
+        )
+        .await;
+        if let Err(e) = consistent {
+            let v = host_pvs.get_opt(&host_volume).await?;
+            let c = p_host_claims.get_opt(claim).await?;
+            anyhow::bail!(
+                "{e}\nhost volume: {:?}\nhost claim: {:?}",
+                v.map(|v| (v.spec.and_then(|s| s.claim_ref), v.status)),
+                c.map(|c| (c.spec.and_then(|s| s.volume_name), c.status))
+            );
+        }
+        eventually(
+            "tenant volume and claim bound",
+            Duration::from_secs(60),
+            || async {
+                let v = p_pvs.get(volume).await?;
+                let c = Api::<PersistentVolumeClaim>::namespaced(tp.clone(), "apps")
+                    .get(claim)
+                    .await?;
+                let phase = c.status.and_then(|s| s.phase);
+                let v_phase = v.status.and_then(|s| s.phase);
+                let bound_to = c.spec.and_then(|s| s.volume_name);
+                Ok((phase.as_deref() == Some("Bound")
+                    && v_phase.as_deref() == Some("Bound")
+                    && bound_to.as_deref() == Some(volume))
+                .then_some(()))
+            },
+        )
+        .await?;
+    }
+    let grab = q_host_claims.get("grab").await?;
+    assert_eq!(grab.spec.and_then(|s| s.volume_name), None);
+    Ok(())
+}
+
+#[tokio::test]
 async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
     let cluster = DevCluster::shared().await?;
     let cp = TenantControlPlane::start("e2ek").await?;
