@@ -634,7 +634,20 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
     let cp = TenantControlPlane::start("e2eh").await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
+    // The tenant's control-plane namespace on the host, with the apiserver Service the syncer
+    // points pods at (no selector: its ClusterIP is data here, nothing connects to it).
+    namespace(&host, "vcp-e2eh").await?;
+    let apiserver = create::<Service>(
+        &host,
+        "vcp-e2eh",
+        serde_json::json!({
+            "metadata": {"name": "kube-apiserver"},
+            "spec": {"ports": [{"name": "https", "port": 6443}]},
+        }),
+    )
+    .await?;
+    let api_ip = apiserver.spec.unwrap().cluster_ip.unwrap();
+    let _syncer = cp.start_syncer(cluster, &["--host-namespace=vcp-e2eh"])?;
     let tenant = cp.connect().await?;
     namespace(&tenant, "apps").await?;
     let svc = create::<Service>(
@@ -660,7 +673,8 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
                 "metadata": {"name": name, "labels": {"v": "1"}},
                 "spec": {"enableServiceLinks": links, "containers": [{
                     "name": "c", "image": "registry.k8s.io/pause:3.10",
-                    "env": [{"name": "WEB_SERVICE_PORT", "value": "8080"}]}]},
+                    "env": [{"name": "WEB_SERVICE_PORT", "value": "8080"},
+                        {"name": "KUBERNETES_PORT_443_TCP_ADDR", "value": "192.0.2.66"}]}]},
             }),
         )
         .await?;
@@ -688,6 +702,36 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
     })
     .await?;
     assert!(!env_of(&unlinked).contains_key("WEB_SERVICE_HOST"));
+    // Every KUBERNETES_* name the host kubelet would inject (links or not) is set to the tenant
+    // apiserver's host Service, and the tenant's forged value is gone.
+    let kubernetes = [
+        ("KUBERNETES_SERVICE_HOST", api_ip.clone()),
+        ("KUBERNETES_SERVICE_PORT", "6443".into()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS", "6443".into()),
+        ("KUBERNETES_PORT", format!("tcp://{api_ip}:6443")),
+        ("KUBERNETES_PORT_443_TCP", format!("tcp://{api_ip}:6443")),
+        ("KUBERNETES_PORT_443_TCP_PROTO", "tcp".into()),
+        ("KUBERNETES_PORT_443_TCP_PORT", "6443".into()),
+        ("KUBERNETES_PORT_443_TCP_ADDR", api_ip.clone()),
+    ];
+    for pod in [&linked, &unlinked] {
+        let env = env_of(pod);
+        for (name, want) in &kubernetes {
+            assert_eq!(
+                env.get(*name),
+                Some(want),
+                "{name} of host pod {}",
+                pod.name_any()
+            );
+        }
+        let vars = pod.spec.as_ref().unwrap().containers[0]
+            .env
+            .iter()
+            .flatten()
+            .filter(|e| e.name == "KUBERNETES_PORT_443_TCP_ADDR")
+            .count();
+        assert_eq!(vars, 1, "the tenant's forged variable is gone");
+    }
 
     // A Service created later does not change the running pod (env is immutable), and the
     // pod's mutable fields still sync.
@@ -826,6 +870,145 @@ async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> 
 }
 
 #[tokio::test]
+async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back() -> Res {
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Patch, PatchParams};
+    use vcp_syncer::naming::{ANN_NAME, ANN_UID};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2eo").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    create::<Service>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}),
+    )
+    .await?;
+    // Addresses from the documentation range: data only, nothing connects to them.
+    let endpoints = |ip: &str| {
+        serde_json::json!({
+            "metadata": {"name": "db"},
+            "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": 5432}]}],
+        })
+    };
+    create::<Endpoints>(&tenant, "apps", endpoints("192.0.2.10")).await?;
+    create::<EndpointSlice>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "db-manual", "labels": {
+                "kubernetes.io/service-name": "db",
+                "endpointslice.kubernetes.io/managed-by": "ops.example.com"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.11"]}],
+            "ports": [{"port": 5432}],
+        }),
+    )
+    .await?;
+    let host_eps: Api<Endpoints> = Api::namespaced(host.clone(), "e2eo-apps");
+    let host_slices: Api<EndpointSlice> = Api::namespaced(host.clone(), "e2eo-apps");
+    let copied = |ip: &'static str| {
+        let (host_eps, host_slices) = (host_eps.clone(), host_slices.clone());
+        async move {
+            let ep = host_eps.get_opt("db").await?.filter(|ep| {
+                ep.annotations().contains_key(ANN_UID)
+                    && ep
+                        .subsets
+                        .iter()
+                        .flatten()
+                        .any(|s| s.addresses.iter().flatten().any(|a| a.ip == ip))
+            });
+            let slice = host_slices.get_opt("db-manual").await?;
+            anyhow::Ok(ep.zip(slice))
+        }
+    };
+    eventually(
+        "copies of endpoints and slice",
+        Duration::from_secs(60),
+        || copied("192.0.2.10"),
+    )
+    .await?;
+
+    // A selector: the host computes db's endpoints, and the copies go.
+    let services: Api<Service> = Api::namespaced(tenant.clone(), "apps");
+    let pp = PatchParams::default();
+    services
+        .patch(
+            "db",
+            &pp,
+            &Patch::Merge(serde_json::json!({"spec": {"selector": {"app": "db"}}})),
+        )
+        .await?;
+    let handed_over = || async {
+        let ep = host_eps.get_opt("db").await?;
+        let ours = ep.is_some_and(|ep| ep.annotations().contains_key(ANN_NAME));
+        let slice = host_slices.get_opt("db-manual").await?.is_some();
+        anyhow::Ok((!ours && !slice).then_some(()))
+    };
+    eventually(
+        "host copies deleted once the service has a selector",
+        Duration::from_secs(60),
+        handed_over,
+    )
+    .await?;
+    eventually(
+        "the host's own endpoints for db",
+        Duration::from_secs(60),
+        || async { Ok(host_eps.get_opt("db").await?) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        handed_over().await?.is_some(),
+        "the syncer copied endpoints of a selector service again"
+    );
+
+    // No selector again: what the tenant writes by hand goes down again, slice included.
+    services
+        .patch(
+            "db",
+            &pp,
+            &Patch::Merge(serde_json::json!({"spec": {"selector": null}})),
+        )
+        .await?;
+    let host_svc = Api::<Service>::namespaced(host.clone(), "e2eo-apps");
+    eventually(
+        "host service without selector",
+        Duration::from_secs(60),
+        || async {
+            let s = host_svc.get("db").await?;
+            Ok(s.spec.and_then(|s| s.selector).is_none().then_some(()))
+        },
+    )
+    .await?;
+    Api::<Endpoints>::namespaced(tenant.clone(), "apps")
+        .patch(
+            "db",
+            &pp,
+            &Patch::Merge(serde_json::json!({"subsets": endpoints("192.0.2.20")["subsets"]})),
+        )
+        .await?;
+    let (ep, slice) = eventually(
+        "copies of the hand-written endpoints again",
+        Duration::from_secs(60),
+        || copied("192.0.2.20"),
+    )
+    .await?;
+    let tenant_ep = Api::<Endpoints>::namespaced(tenant.clone(), "apps")
+        .get("db")
+        .await?;
+    assert_eq!(
+        ep.annotations().get(ANN_UID),
+        tenant_ep.metadata.uid.as_ref()
+    );
+    assert_eq!(slice.endpoints.unwrap()[0].addresses, ["192.0.2.11"]);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
     let cluster = DevCluster::shared().await?;
@@ -944,6 +1127,146 @@ async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
 }
 
 #[tokio::test]
+async fn claims_the_tenant_binds_later_bind_on_the_host_and_unclaimed_volumes_are_no_ones() -> Res {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use kube::api::{Patch, PatchParams};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let (p, q) = (
+        TenantControlPlane::start("e2ep").await?,
+        TenantControlPlane::start("e2eq").await?,
+    );
+    let _syncers = (p.start_syncer(cluster, &[])?, q.start_syncer(cluster, &[])?);
+    let (tp, tq) = (p.connect().await?, q.connect().await?);
+    for t in [&tp, &tq] {
+        namespace(t, "apps").await?;
+    }
+    let volume = |name: &str, class: &str| -> Res<PersistentVolume> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": class, "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": format!("/tmp/vcp-e2ep-{name}")}},
+        }))?)
+    };
+    let claim = |name: &str, class: &str| {
+        serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                "resources": {"requests": {"storage": "1Gi"}}},
+        })
+    };
+    let host_pvs = Api::<PersistentVolume>::all(host.clone());
+    let p_pvs = Api::<PersistentVolume>::all(tp.clone());
+    let pp = PostParams::default();
+
+    // e2ep's unclaimed volume is not on the host, where e2eq's claim of the same class
+    // would take it.
+    p_pvs.create(&pp, &volume("local-a", "shared")?).await?;
+    eventually(
+        "the tenant volume available",
+        Duration::from_secs(60),
+        || async {
+            let v = p_pvs.get("local-a").await?;
+            Ok((v.status.and_then(|s| s.phase).as_deref() == Some("Available")).then_some(()))
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    create::<PersistentVolumeClaim>(&tq, "apps", claim("grab", "shared")).await?;
+    let q_host_claims = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2eq-apps");
+    eventually("e2eq's host claim", Duration::from_secs(60), || async {
+        Ok(q_host_claims.get_opt("grab").await?)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let grab = q_host_claims.get("grab").await?;
+    assert_eq!(
+        grab.spec.and_then(|s| s.volume_name),
+        None,
+        "e2eq's claim bound e2ep's volume on the host"
+    );
+    assert!(host_pvs.get_opt("e2ep-local-a").await?.is_none());
+
+    // A claim made without volumeName: the tenant's binder picks the volume, and only then
+    // does the volume go down, pre-bound to that claim's host copy.
+    create::<PersistentVolumeClaim>(&tp, "apps", claim("data", "shared")).await?;
+    // A claim waiting on the host first, then pointed by the tenant at a volume of its own.
+    create::<PersistentVolumeClaim>(&tp, "apps", claim("logs", "shared-b")).await?;
+    let p_host_claims = Api::<PersistentVolumeClaim>::namespaced(host.clone(), "e2ep-apps");
+    eventually(
+        "e2ep's host claim logs",
+        Duration::from_secs(60),
+        || async { Ok(p_host_claims.get_opt("logs").await?) },
+    )
+    .await?;
+    p_pvs.create(&pp, &volume("local-b", "shared-b")?).await?;
+    Api::<PersistentVolumeClaim>::namespaced(tp.clone(), "apps")
+        .patch(
+            "logs",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"volumeName": "local-b"}})),
+        )
+        .await?;
+
+    for (claim, volume) in [("data", "local-a"), ("logs", "local-b")] {
+        let host_volume = format!("e2ep-{volume}");
+        let consistent = eventually(
+            "host volume and host claim bound to each other",
+            Duration::from_secs(120),
+            || async {
+                let v = host_pvs.get_opt(&host_volume).await?;
+                let c = p_host_claims.get(claim).await?;
+                let bound = |phase: Option<&str>| phase == Some("Bound");
+                Ok(v.filter(|v| {
+                    let r = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                    bound(v.status.as_ref().and_then(|s| s.phase.as_deref()))
+                        && bound(c.status.as_ref().and_then(|s| s.phase.as_deref()))
+                        && r.is_some_and(|r| {
+                            r.namespace.as_deref() == Some("e2ep-apps")
+                                && r.name.as_deref() == Some(claim)
+                                && r.uid == c.metadata.uid
+                        })
+                        && c.spec.as_ref().and_then(|s| s.volume_name.as_deref())
+                            == Some(host_volume.as_str())
+                }))
+            },
+        )
+        .await;
+        if let Err(e) = consistent {
+            let v = host_pvs.get_opt(&host_volume).await?;
+            let c = p_host_claims.get_opt(claim).await?;
+            anyhow::bail!(
+                "{e}\nhost volume: {:?}\nhost claim: {:?}",
+                v.map(|v| (v.spec.and_then(|s| s.claim_ref), v.status)),
+                c.map(|c| (c.spec.and_then(|s| s.volume_name), c.status))
+            );
+        }
+        eventually(
+            "tenant volume and claim bound",
+            Duration::from_secs(60),
+            || async {
+                let v = p_pvs.get(volume).await?;
+                let c = Api::<PersistentVolumeClaim>::namespaced(tp.clone(), "apps")
+                    .get(claim)
+                    .await?;
+                let phase = c.status.and_then(|s| s.phase);
+                let v_phase = v.status.and_then(|s| s.phase);
+                let bound_to = c.spec.and_then(|s| s.volume_name);
+                Ok((phase.as_deref() == Some("Bound")
+                    && v_phase.as_deref() == Some("Bound")
+                    && bound_to.as_deref() == Some(volume))
+                .then_some(()))
+            },
+        )
+        .await?;
+    }
+    let grab = q_host_claims.get("grab").await?;
+    assert_eq!(grab.spec.and_then(|s| s.volume_name), None);
+    Ok(())
+}
+
+#[tokio::test]
 async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
     let cluster = DevCluster::shared().await?;
     let cp = TenantControlPlane::start("e2ek").await?;
@@ -1017,6 +1340,153 @@ async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
     .await?;
     let again = scheduled("web").await?.unwrap_or_default();
     assert_eq!(again.len(), 1, "the Scheduled event was copied twice");
+    Ok(())
+}
+
+/// A host Event about `object` (kind, namespace, name, uid) with `reason`, in `ns`.
+fn host_event(name: &str, ns: &str, object: [&str; 4], reason: &str) -> Res<Event> {
+    let [kind, object_ns, object_name, uid] = object;
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "involvedObject": {"apiVersion": "v1", "kind": kind, "namespace": object_ns,
+            "name": object_name, "uid": uid},
+        "reason": reason, "type": "Normal", "message": format!("probe {reason}"),
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingComponent": "vcp-test", "reportingInstance": "vcp-test-1", "action": "Probe",
+    }))?)
+}
+
+#[tokio::test]
+async fn host_events_reach_only_the_tenant_whose_host_namespace_they_are_in() -> Res {
+    use vcp_syncer::naming::{ANN_NAME, ANN_NAMESPACE};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    // A host namespace spelled like tenant e2em's namespace `stray`, but not the syncer's: what
+    // happens in it is someone else's, even about an object carrying e2em's markers.
+    namespace(&host, "e2em-stray").await?;
+    let (m, n) = (
+        TenantControlPlane::start("e2em").await?,
+        TenantControlPlane::start("e2en").await?,
+    );
+    let _syncers = (m.start_syncer(cluster, &[])?, n.start_syncer(cluster, &[])?);
+    let (tm, tn) = (m.connect().await?, n.connect().await?);
+    namespace(&tm, "stray").await?;
+    // The tenant's own ConfigMap `web` there keeps the look-alike from being collected.
+    create::<ConfigMap>(
+        &tm,
+        "stray",
+        serde_json::json!({"metadata": {"name": "web"}}),
+    )
+    .await?;
+    let forged = create::<ConfigMap>(
+        &host,
+        "e2em-stray",
+        serde_json::json!({"metadata": {"name": "web",
+            "labels": {LABEL_TENANT: "e2em"},
+            "annotations": {ANN_NAME: "web", ANN_NAMESPACE: "stray"}}}),
+    )
+    .await?;
+    let pod = serde_json::json!({"metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}});
+    let mut uids = Vec::new();
+    for (tenant, key) in [(&tm, "e2em"), (&tn, "e2en")] {
+        namespace(tenant, "apps").await?;
+        let t = create::<Pod>(tenant, "apps", pod.clone()).await?;
+        let host_pods: Api<Pod> = Api::namespaced(host.clone(), &format!("{key}-apps"));
+        let h = eventually("host pod web", Duration::from_secs(60), || async {
+            Ok(host_pods.get_opt("web").await?)
+        })
+        .await?;
+        uids.push((t.uid().unwrap(), h.uid().unwrap()));
+    }
+    let (m_host_uid, n_host_uid) = (uids[0].1.clone(), uids[1].1.clone());
+
+    // What e2em's syncer must not copy: an Event in its namespace about e2en's pod (same
+    // names), and one in the stray namespace about the forged object.
+    let events = |ns: &str| Api::<Event>::namespaced(host.clone(), ns);
+    let pp = PostParams::default();
+    events("e2em-apps")
+        .create(
+            &pp,
+            &host_event(
+                "cross",
+                "e2em-apps",
+                ["Pod", "e2en-apps", "web", &n_host_uid],
+                "CrossProbe",
+            )?,
+        )
+        .await?;
+    let forged_uid = forged.uid().unwrap();
+    events("e2em-stray")
+        .create(
+            &pp,
+            &host_event(
+                "stray",
+                "e2em-stray",
+                ["ConfigMap", "e2em-stray", "web", &forged_uid],
+                "StrayProbe",
+            )?,
+        )
+        .await?;
+    // What each must copy, created last: once they arrived, the others had their chance.
+    for (key, uid) in [("e2em", &m_host_uid), ("e2en", &n_host_uid)] {
+        let ns = format!("{key}-apps");
+        events(&ns)
+            .create(
+                &pp,
+                &host_event("own", &ns, ["Pod", &ns, "web", uid], "OwnProbe")?,
+            )
+            .await?;
+    }
+    let probes = |tenant: &Client| {
+        let api = Api::<Event>::all(tenant.clone());
+        async move {
+            let all = api.list(&ListParams::default()).await?.items;
+            anyhow::Ok(
+                all.into_iter()
+                    .filter(|e| e.reason.as_deref().is_some_and(|r| r.ends_with("Probe")))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    for tenant in [&tm, &tn] {
+        eventually(
+            "the OwnProbe event in the tenant",
+            Duration::from_secs(60),
+            || async {
+                let found = probes(tenant).await?;
+                Ok(found
+                    .iter()
+                    .any(|e| e.reason.as_deref() == Some("OwnProbe"))
+                    .then_some(()))
+            },
+        )
+        .await?;
+    }
+    // The watches are per namespace; give a late copy a moment to show before checking.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (tenant, (tenant_uid, _), key) in [(&tm, &uids[0], "e2em"), (&tn, &uids[1], "e2en")] {
+        let found = probes(tenant).await?;
+        let seen: Vec<(Option<String>, Option<String>, Option<String>)> = found
+            .iter()
+            .map(|e| {
+                (
+                    e.reason.clone(),
+                    e.involved_object.namespace.clone(),
+                    e.involved_object.uid.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [(
+                Some("OwnProbe".to_owned()),
+                Some("apps".to_owned()),
+                Some(tenant_uid.clone())
+            )],
+            "tenant {key} got exactly its own probe, on its own pod"
+        );
+    }
     Ok(())
 }
 

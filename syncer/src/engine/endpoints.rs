@@ -3,17 +3,28 @@
 //! Whether an object goes down depends on its Service, read from the tenant Service cache. An
 //! Endpoints object whose Service is not cached (yet) is retried soon rather than left
 //! waiting for a change: owners often write the Service and its Endpoints back to back.
+//!
+//! A Service can gain or lose its selector. Once it has one, the host computes its endpoints:
+//! the copies the syncer made are deleted (the host's endpoints controller would adopt the
+//! copied Endpoints, keeping the tenant's markers, and a copied hand-written slice would keep
+//! routing to its addresses beside the host's). Once it has none again, the tenant's objects
+//! are copied down again. The Service reconcile sees the change first (the host Service still
+//! has the old selector) and calls [`selector_changed`]; the reconciles of the objects
+//! themselves check again, which covers a syncer that stopped in between.
 
-use super::{Engine, Side, Synced};
+use super::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector, kube_err};
 use crate::Result;
+use crate::naming;
 use crate::resources::endpoints::{
-    self, controller_managed, endpoints_to_host, hand_managed, service_of_slice, slice_to_host,
+    self, SERVICE_NAME, controller_managed, endpoints_to_host, hand_managed, service_of_slice,
+    slice_to_host,
 };
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,22 +65,110 @@ impl Synced for EndpointSlice {
     }
 }
 
+/// Whether host object `h` is the syncer's copy of tenant object `ns/name` (the host
+/// controllers' own objects may carry the tenant label, copied from the Service, but never the
+/// name and namespace markers).
+fn copy_of<K: Resource>(e: &Engine, h: &K, ns: &str, name: &str) -> bool {
+    naming::tenant_ref(e.key(), h.labels(), h.annotations())
+        .is_some_and(|r| r.name == name && r.namespace.as_deref() == Some(ns))
+}
+
+/// Deletes the host copy of tenant object `t` if the cache holds one: its Service has a
+/// selector now.
+async fn release<K: Synced>(side: &Side<K>, t: &K) -> Result<()> {
+    let e = &side.engine;
+    let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
+    let host_ns = naming::host_namespace(e.key(), &ns);
+    if let Some(h) = side.host.get(&ObjectRef::new(&name).within(&host_ns))
+        && copy_of(e, h.as_ref(), &ns, &name)
+    {
+        tracing::info!(kind = K::kind(&()).as_ref(), ns = %ns, name = %name, "service has a selector now; deleting the host copy");
+        delete_host(e, h.as_ref(), None).await?;
+    }
+    Ok(())
+}
+
 /// Down-reconcile of tenant Endpoints.
 pub async fn down_endpoints(t: Arc<Endpoints>, side: Arc<Side<Endpoints>>) -> Result<Action> {
     let ns = t.namespace().unwrap_or_default();
-    if tenant_service(&side.engine, &ns, &t.name_any()).is_none() {
+    let Some(svc) = tenant_service(&side.engine, &ns, &t.name_any()) else {
         return Ok(Action::requeue(SERVICE_PENDING));
+    };
+    if !hand_managed(&svc) {
+        release(&side, &t).await?;
+        return Ok(Action::await_change());
     }
     super::down(t, side).await
 }
 
 /// Down-reconcile of a tenant EndpointSlice.
 pub async fn down_slice(t: Arc<EndpointSlice>, side: Arc<Side<EndpointSlice>>) -> Result<Action> {
+    if controller_managed(&t) {
+        return Ok(Action::await_change());
+    }
     let ns = t.namespace().unwrap_or_default();
-    let pending = !controller_managed(&t)
-        && service_of_slice(&t).is_some_and(|s| tenant_service(&side.engine, &ns, s).is_none());
-    if pending {
+    let Some(service) = service_of_slice(&t) else {
+        return super::down(t, side).await;
+    };
+    let Some(svc) = tenant_service(&side.engine, &ns, service) else {
         return Ok(Action::requeue(SERVICE_PENDING));
+    };
+    if !hand_managed(&svc) {
+        release(&side, &t).await?;
+        return Ok(Action::await_change());
     }
     super::down(t, side).await
+}
+
+/// Called by the Service reconcile when tenant Service `t` gained a selector (before the host
+/// Service gets it) or lost it (after): deletes the syncer's host copies of its Endpoints and
+/// hand-written slices, or copies the tenant's down again. Both are idempotent.
+pub async fn selector_changed(e: &Engine, t: &Service) -> Result<()> {
+    let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
+    let host_ns = naming::host_namespace(e.key(), &ns);
+    if hand_managed(t) {
+        let tenant_eps = Api::<Endpoints>::namespaced(e.tenant.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(format!("get tenant endpoints {ns}/{name}")))?;
+        if let Some(ep) = tenant_eps {
+            create_or_adopt(e, &ep, &endpoints_to_host(&ep, &e.ctx)).await?;
+        }
+        let slices = Api::<EndpointSlice>::namespaced(e.tenant.clone(), &ns)
+            .list(&ListParams::default().labels(&format!("{SERVICE_NAME}={name}")))
+            .await
+            .map_err(kube_err(format!("list tenant slices of {ns}/{name}")))?;
+        for s in slices.items.iter().filter(|s| !controller_managed(s)) {
+            create_or_adopt(e, s, &slice_to_host(s, &e.ctx)).await?;
+        }
+        tracing::info!(ns = %ns, service = %name, "service lost its selector; its endpoints go down again");
+        return Ok(());
+    }
+    let host_eps = Api::<Endpoints>::namespaced(e.host.clone(), &host_ns)
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!("get host endpoints {host_ns}/{name}")))?;
+    if let Some(h) = host_eps.filter(|h| copy_of(e, h, &ns, &name)) {
+        delete_host(e, &h, None).await?;
+    }
+    // This tenant's slices of the Service, minus the host controllers' (which carry the tenant
+    // label too: they copy it from the Service).
+    let selector = host_selector(e.key());
+    let labels = format!(
+        "{},{SERVICE_NAME}={name}",
+        selector.label_selector.unwrap_or_default()
+    );
+    let slices = Api::<EndpointSlice>::namespaced(e.host.clone(), &host_ns)
+        .list(&ListParams::default().labels(&labels))
+        .await
+        .map_err(kube_err(format!("list host slices of {host_ns}/{name}")))?;
+    for h in slices.items.iter().filter(|h| !controller_managed(h)) {
+        let copied = naming::tenant_ref(e.key(), h.labels(), h.annotations())
+            .is_some_and(|r| r.namespace.as_deref() == Some(ns.as_str()));
+        if copied {
+            delete_host(e, h, None).await?;
+        }
+    }
+    tracing::info!(ns = %ns, service = %name, "service has a selector now; deleted the host copies of its endpoints");
+    Ok(())
 }

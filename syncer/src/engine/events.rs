@@ -1,24 +1,29 @@
-//! Events up (see `resources::events`): one watch of host Events, filtered to this tenant's
-//! host namespaces (`<key>-*`); each Event about a host object carrying the tenant's markers
-//! is created, or updated, in the tenant.
+//! Events up (see `resources::events`): host Events are watched only in this tenant's host
+//! namespaces (those carrying its label), one watch per namespace, started and stopped as a
+//! watch of those namespaces reports them. The host apiserver thus sends no other tenant's
+//! Events (nor the host's own), instead of every syncer receiving all of the host's Events and
+//! dropping nearly all of them. Each Event about a host object carrying the tenant's markers,
+//! in the Event's own namespace, is created, or updated, in the tenant.
 //!
 //! Host objects are looked up once per UID (an Event names its object's UID; many Events
 //! name the same pod). Host Event resource versions already copied are remembered, so a
 //! relist after a watch reconnect writes nothing. Both memories are bounded; forgetting only
 //! costs a repeated, idempotent write.
 
-use super::{Engine, kube_err};
+use super::{Engine, host_selector, kube_err};
 use crate::metrics::Direction;
 use crate::naming::{self, TenantRef};
 use crate::resources::events::{plural, repeat_patch, to_tenant};
 use crate::{Error, Result};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
 
 /// Entries each memory holds before it starts over.
 const MEMORY: usize = 10_000;
@@ -41,29 +46,100 @@ fn remember<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>, k: K, v: V) {
 /// Copies host Events of this tenant's objects up until the future is dropped.
 pub async fn run(e: Arc<Engine>, concurrency: usize) {
     let memory = Arc::new(Mutex::new(Memory::default()));
-    let prefix = format!("{}-", e.key());
-    watcher(Api::<Event>::all(e.host.clone()), watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .filter_map(|r| async move {
-            r.map_err(|err| tracing::warn!(error = %err, "host event watch failed; retrying"))
-                .ok()
-        })
-        .filter(|ev| {
-            let ours = ev.namespace().is_some_and(|ns| ns.starts_with(&prefix));
-            async move { ours }
-        })
-        .for_each_concurrent(concurrency, |ev| {
-            let (e, memory) = (e.clone(), memory.clone());
-            async move {
-                let copy = copy_up(&e, &memory, &ev);
-                if let Err(err) = e.metrics.timed("Event", Direction::Up, false, copy).await {
-                    e.metrics.error("Event", &err);
-                    tracing::warn!(ns = ?ev.namespace(), event = %ev.name_any(), error = %err, "failed to copy a host event to the tenant");
+    // The namespace watches feed one queue, so copies stay bounded by `concurrency` however
+    // many namespaces the tenant has.
+    let (tx, rx) = mpsc::channel::<Event>(concurrency.max(1) * 64);
+    let copies = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|ev| (ev, rx))
+    })
+    .for_each_concurrent(concurrency, |ev| {
+        let (e, memory) = (e.clone(), memory.clone());
+        async move {
+            let copy = copy_up(&e, &memory, &ev);
+            if let Err(err) = e.metrics.timed("Event", Direction::Up, false, copy).await {
+                e.metrics.error("Event", &err);
+                tracing::warn!(ns = ?ev.namespace(), event = %ev.name_any(), error = %err, "failed to copy a host event to the tenant");
+            }
+        }
+    });
+    futures::join!(watch_namespaces(e.clone(), tx), copies);
+}
+
+/// Keeps one Event watch running per host namespace of this tenant. The tasks live in a
+/// `JoinSet`, so they end with this future.
+async fn watch_namespaces(e: Arc<Engine>, tx: mpsc::Sender<Event>) {
+    let mut tasks = JoinSet::new();
+    let mut watching: HashMap<String, AbortHandle> = HashMap::new();
+    // Namespaces seen in the relist under way: the rest are gone once it completes.
+    let mut listed: HashSet<String> = HashSet::new();
+    let mut namespaces = watcher(
+        Api::<Namespace>::all(e.host.clone()),
+        host_selector(e.key()),
+    )
+    .default_backoff()
+    .boxed();
+    while let Some(event) = namespaces.next().await {
+        let started = match event {
+            Ok(watcher::Event::Init) => {
+                listed.clear();
+                None
+            }
+            Ok(watcher::Event::InitApply(ns)) => {
+                listed.insert(ns.name_any());
+                Some(ns.name_any())
+            }
+            Ok(watcher::Event::Apply(ns)) => Some(ns.name_any()),
+            Ok(watcher::Event::InitDone) => {
+                watching.retain(|ns, task| {
+                    let keep = listed.contains(ns);
+                    if !keep {
+                        task.abort();
+                    }
+                    keep
+                });
+                None
+            }
+            Ok(watcher::Event::Delete(ns)) => {
+                if let Some(task) = watching.remove(&ns.name_any()) {
+                    tracing::debug!(ns = %ns.name_any(), "host namespace gone; stopped watching its events");
+                    task.abort();
+                }
+                None
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "host namespace watch failed; retrying");
+                None
+            }
+        };
+        if let Some(ns) = started.filter(|ns| !watching.contains_key(ns)) {
+            tracing::debug!(ns = %ns, "watching host events");
+            let task = tasks.spawn(forward(e.host.clone(), ns.clone(), tx.clone()));
+            watching.insert(ns, task);
+        }
+        // Reap finished (aborted) tasks so the set does not grow with namespace churn.
+        while tasks.try_join_next().is_some() {}
+    }
+}
+
+/// Sends every Event of host namespace `ns` (listed, then watched) to `tx`.
+async fn forward(host: kube::Client, ns: String, tx: mpsc::Sender<Event>) {
+    let mut events = watcher(
+        Api::<Event>::namespaced(host, &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .applied_objects()
+    .boxed();
+    while let Some(r) = events.next().await {
+        match r {
+            Ok(ev) => {
+                if tx.send(ev).await.is_err() {
+                    return; // the copier is gone: the syncer is stopping
                 }
             }
-        })
-        .await;
+            Err(err) => tracing::warn!(ns = %ns, error = %err, "host event watch failed; retrying"),
+        }
+    }
 }
 
 async fn tenant_object(
@@ -100,8 +176,15 @@ async fn tenant_object(
         return Ok(None);
     };
     // Token Secrets are the syncer's own, not a tenant object's.
+    // The markers must name a tenant namespace that maps to this very host namespace: an
+    // object can only stand for a tenant object of the namespace it lives in.
     let r = naming::tenant_ref(e.key(), obj.labels(), obj.annotations())
-        .filter(|_| !obj.annotations().contains_key(naming::ANN_GENERATED));
+        .filter(|_| !obj.annotations().contains_key(naming::ANN_GENERATED))
+        .filter(|r| {
+            r.namespace
+                .as_deref()
+                .is_some_and(|ns| naming::host_namespace(e.key(), ns) == host_ns)
+        });
     if !uid.is_empty() {
         remember(&mut lock(memory).objects, uid, r.clone());
     }

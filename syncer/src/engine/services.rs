@@ -1,7 +1,10 @@
-//! Services: ClusterIP negotiation with the host, NodePorts and load-balancer status up.
+//! Services: ClusterIP negotiation with the host, NodePorts and load-balancer status up; a
+//! selector that comes or goes hands the Service's endpoints to the host or back
+//! (`endpoints::selector_changed`).
 
 use super::decide::{Decision, HostSide, decide};
 use super::{Engine, Side, apply, cached_host, delete_host};
+use crate::resources::endpoints::hand_managed;
 use crate::resources::{FIELD_MANAGER, services};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Service;
@@ -48,7 +51,17 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
                 recreate_tenant_with_ip(e, &t, &h).await?;
                 return Ok(Action::requeue(Duration::from_secs(1)));
             }
+            // Hand-written endpoints go down only while the Service has no selector; the host
+            // Service still shows the selector as it was (see `endpoints` for the order).
+            let had_selector = !hand_managed(&h);
+            let has_selector = !hand_managed(&t);
+            if has_selector && !had_selector {
+                super::endpoints::selector_changed(e, &t).await?;
+            }
             apply(e, &services::to_host(&t, &e.ctx, false)).await?;
+            if had_selector && !has_selector {
+                super::endpoints::selector_changed(e, &t).await?;
+            }
             if let Some(patch) = services::to_tenant_patch(&h, &t) {
                 let api: Api<Service> = Api::namespaced(e.tenant.clone(), &ns);
                 if let Some(spec) = patch.get("spec") {

@@ -1,4 +1,4 @@
-//! Tenant-created PersistentVolumes (cluster-scoped) down, their phase up.
+//! Tenant-created PersistentVolumes (cluster-scoped) down once claimed, their phase up.
 //!
 //! Volumes are few, so both controllers read the other side with a GET instead of a cache:
 //! **down** reconciles each tenant volume (re-triggered by changes of its host volume) and
@@ -60,6 +60,12 @@ async fn down(t: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     let desired = to_host(&t, &e.ctx, current.as_ref());
     let Some(h) = current else {
         if t.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::await_change());
+        }
+        // Unclaimed, it would be any host claim's to take (`resources::volumes`); the tenant
+        // binder's claimRef re-triggers this reconcile.
+        if t.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_none() {
+            tracing::debug!(volume = %t.name_any(), "tenant volume not claimed yet; not on the host");
             return Ok(Action::await_change());
         }
         let pp = PostParams {

@@ -20,6 +20,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// The label naming the controller that manages an EndpointSlice.
 pub const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+/// The label naming the Service an EndpointSlice belongs to.
+pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
 /// Managers of EndpointSlices that Kubernetes computes on each side itself.
 pub const CONTROLLER_MANAGERS: [&str; 2] = [
     "endpointslice-controller.k8s.io",
@@ -96,7 +98,7 @@ pub fn service_of_slice(slice: &EndpointSlice) -> Option<&str> {
         .metadata
         .labels
         .as_ref()?
-        .get("kubernetes.io/service-name")
+        .get(SERVICE_NAME)
         .map(String::as_str)
 }
 

@@ -10,7 +10,10 @@
 //! - `serviceAccountName`, `priorityClassName`, `runtimeClassName` and scheduling gates refer to
 //!   tenant objects the host does not have and are dropped; `nodeName` is kept (a tenant pod
 //!   bound to a virtual node names a host node).
-//! - `KUBERNETES_SERVICE_HOST/PORT` point at the tenant apiserver's host Service, and
+//! - Every (init, ephemeral) container gets the full set of `KUBERNETES_*` variables a kubelet
+//!   derives from the `kubernetes` Service ([`kubernetes_env`]), pointing at the tenant
+//!   apiserver's host Service: the host kubelet injects the host's even with service links off,
+//!   and only explicit env overrides them. The tenant's own values of those names are dropped.
 //!   `kubernetes.default.svc` names resolve there through hostAliases.
 //! - DNS: `dnsPolicy: None` with the tenant CoreDNS Service as nameserver and the tenant's
 //!   search path, so names resolve in the tenant's world.
@@ -103,29 +106,66 @@ fn is_token_volume(v: &k8s_openapi::api::core::v1::Volume) -> bool {
     })
 }
 
-fn rewrite_container(c: &mut Container, dropped: &[String], env: &PodEnv) {
+/// Port of the `kubernetes` Service of every apiserver (kube-apiserver hard-codes 443, named
+/// `https`). Kubelets name the `KUBERNETES_PORT_443_TCP*` variables after it: the host's
+/// kubelet for the host's Service, and a tenant kubelet would for the tenant's.
+const KUBERNETES_SERVICE_PORT: i32 = 443;
+
+/// `ip:port` as in a URL: IPv6 addresses are bracketed, as Go's JoinHostPort does.
+fn join_host_port(ip: &str, port: i32) -> String {
+    if ip.contains(':') {
+        format!("[{ip}]:{port}")
+    } else {
+        format!("{ip}:{port}")
+    }
+}
+
+/// The `KUBERNETES_*` variables of a container on the host: every name a kubelet derives from
+/// the `kubernetes` Service (it does so even with `enableServiceLinks: false`), with values
+/// pointing at the tenant apiserver's host Service `ip:port`. The host kubelet injects the same
+/// names for the host apiserver, but explicit container env wins over kubelet-injected service
+/// env, so setting all of them leaves none of the host's values visible.
+pub fn kubernetes_env(ip: &str, port: i32) -> Vec<EnvVar> {
+    let url = format!("tcp://{}", join_host_port(ip, port));
+    let pp = format!("KUBERNETES_PORT_{KUBERNETES_SERVICE_PORT}_TCP");
+    [
+        ("KUBERNETES_SERVICE_HOST".to_owned(), ip.to_owned()),
+        ("KUBERNETES_SERVICE_PORT".to_owned(), port.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".to_owned(), port.to_string()),
+        ("KUBERNETES_PORT".to_owned(), url.clone()),
+        (pp.clone(), url),
+        (format!("{pp}_PROTO"), "tcp".to_owned()),
+        (format!("{pp}_PORT"), port.to_string()),
+        (format!("{pp}_ADDR"), ip.to_owned()),
+    ]
+    .into_iter()
+    .map(|(name, value)| EnvVar {
+        name,
+        value: Some(value),
+        ..Default::default()
+    })
+    .collect()
+}
+
+/// Puts `vars` first in `env`, dropping the container's own variables of those names: a
+/// tenant may not point its workload at another apiserver by forging them, and first is where
+/// `$(VAR)` references in the rest of `env` can expand them.
+fn set_kubernetes_env(env: &mut Option<Vec<EnvVar>>, vars: &[EnvVar]) {
+    let own = env.take().unwrap_or_default();
+    let mut merged = vars.to_vec();
+    merged.extend(
+        own.into_iter()
+            .filter(|e| !vars.iter().any(|v| v.name == e.name)),
+    );
+    *env = Some(merged);
+}
+
+fn rewrite_container(c: &mut Container, dropped: &[String], kube_env: &[EnvVar]) {
     if let Some(mounts) = &mut c.volume_mounts {
         mounts.retain(|m| !dropped.contains(&m.name));
     }
-    if let Some((ip, port)) = &env.apiserver {
-        let vars = c.env.get_or_insert_with(Vec::new);
-        vars.retain(|e| e.name != "KUBERNETES_SERVICE_HOST" && e.name != "KUBERNETES_SERVICE_PORT");
-        vars.insert(
-            0,
-            EnvVar {
-                name: "KUBERNETES_SERVICE_PORT".into(),
-                value: Some(port.to_string()),
-                ..Default::default()
-            },
-        );
-        vars.insert(
-            0,
-            EnvVar {
-                name: "KUBERNETES_SERVICE_HOST".into(),
-                value: Some(ip.clone()),
-                ..Default::default()
-            },
-        );
+    if !kube_env.is_empty() {
+        set_kubernetes_env(&mut c.env, kube_env);
     }
 }
 
@@ -139,16 +179,24 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
         }
     }
     let dropped: Vec<String> = Vec::new();
+    let kube_env = env
+        .apiserver
+        .as_ref()
+        .map(|(ip, port)| kubernetes_env(ip, *port))
+        .unwrap_or_default();
     for c in spec
         .containers
         .iter_mut()
         .chain(spec.init_containers.iter_mut().flatten())
     {
-        rewrite_container(c, &dropped, env);
+        rewrite_container(c, &dropped, &kube_env);
     }
     for c in spec.ephemeral_containers.iter_mut().flatten() {
         if let Some(m) = &mut c.volume_mounts {
             m.retain(|m| !dropped.contains(&m.name));
+        }
+        if !kube_env.is_empty() {
+            set_kubernetes_env(&mut c.env, &kube_env);
         }
     }
     spec.automount_service_account_token = Some(false);
@@ -223,7 +271,7 @@ fn env_name(s: &str) -> String {
 /// The service-link variables a kubelet derives from `services` (the tenant Services in the
 /// pod's namespace), sorted by Service name. Services without a ClusterIP (headless, or not
 /// allocated yet) have none; the tenant apiserver's own Service never counts (its address on
-/// the host is the host apiserver; `KUBERNETES_SERVICE_*` come from [`PodEnv`]).
+/// the host is the host apiserver; `KUBERNETES_*` come from [`kubernetes_env`]).
 pub fn service_links<'a>(services: impl IntoIterator<Item = &'a Service>) -> Vec<EnvVar> {
     let mut services: Vec<&Service> = services
         .into_iter()
@@ -259,17 +307,13 @@ pub fn service_links<'a>(services: impl IntoIterator<Item = &'a Service>) -> Vec
                 ));
             }
         }
-        // IPv6 addresses are bracketed in URLs, as Go's JoinHostPort does.
-        let host = |port: i32| {
-            if ip.contains(':') {
-                format!("[{ip}]:{port}")
-            } else {
-                format!("{ip}:{port}")
-            }
-        };
         for (i, p) in ports.iter().enumerate() {
             let proto = p.protocol.as_deref().unwrap_or("TCP");
-            let url = format!("{}://{}", proto.to_ascii_lowercase(), host(p.port));
+            let url = format!(
+                "{}://{}",
+                proto.to_ascii_lowercase(),
+                join_host_port(ip, p.port)
+            );
             if i == 0 {
                 vars.push(var(format!("{prefix}_PORT"), url.clone()));
             }
@@ -534,6 +578,100 @@ mod tests {
             "apps.svc.cluster.local",
             "tenant namespace, not the host one"
         );
+    }
+
+    #[test]
+    fn every_container_gets_the_full_kubernetes_env_of_the_tenant_apiserver_and_no_forgery() {
+        let mut pod = tenant_pod();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.enable_service_links = Some(false);
+        spec.containers[0].env = Some(
+            serde_json::from_value(serde_json::json!([
+                {"name": "KUBERNETES_PORT_443_TCP_ADDR", "value": "192.0.2.66"},
+                {"name": "KUBERNETES_SERVICE_PORT_HTTPS", "valueFrom": {"configMapKeyRef": {"name": "evil", "key": "port"}}},
+                {"name": "KUBERNETES_NAMESPACE", "value": "apps"},
+                {"name": "API", "value": "https://$(KUBERNETES_SERVICE_HOST)"},
+            ]))
+            .unwrap(),
+        );
+        spec.init_containers = Some(vec![Container {
+            name: "init".into(),
+            ..Default::default()
+        }]);
+        spec.ephemeral_containers = Some(vec![
+            serde_json::from_value(serde_json::json!({
+                "name": "debug", "env": [{"name": "KUBERNETES_PORT", "value": "tcp://192.0.2.66:443"}],
+            }))
+            .unwrap(),
+        ]);
+        let env = PodEnv {
+            apiserver: Some(("10.96.4.4".into(), 6443)),
+            ..env()
+        };
+        let spec = to_host(&pod, &ctx(), &env).spec.unwrap();
+        let want: BTreeMap<String, String> = [
+            ("KUBERNETES_SERVICE_HOST", "10.96.4.4"),
+            ("KUBERNETES_SERVICE_PORT", "6443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "6443"),
+            ("KUBERNETES_PORT", "tcp://10.96.4.4:6443"),
+            // Named after port 443 of the `kubernetes` Service, as the host kubelet names the
+            // host's: only these names override its values.
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.96.4.4:6443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "6443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.4.4"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let envs = [
+            ("container", spec.containers[0].env.clone().unwrap()),
+            (
+                "init",
+                spec.init_containers.unwrap()[0].env.clone().unwrap(),
+            ),
+            (
+                "ephemeral",
+                spec.ephemeral_containers.unwrap()[0].env.clone().unwrap(),
+            ),
+        ];
+        for (which, vars) in &envs {
+            let kube: BTreeMap<String, String> = vars
+                .iter()
+                .filter(|e| want.contains_key(&e.name))
+                .map(|e| {
+                    assert!(e.value_from.is_none(), "{which}: {} forged", e.name);
+                    (e.name.clone(), e.value.clone().unwrap())
+                })
+                .collect();
+            assert_eq!(kube, want, "{which}");
+            let names: Vec<&str> = vars.iter().map(|e| e.name.as_str()).collect();
+            let unique: BTreeSet<&str> = names.iter().copied().collect();
+            assert_eq!(
+                unique.len(),
+                names.len(),
+                "{which}: a name twice: {names:?}"
+            );
+        }
+        let names: Vec<&str> = envs[0].1.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names[want.len()..],
+            ["KUBERNETES_NAMESPACE", "API"],
+            "the tenant's other variables stay, after ours so $(KUBERNETES_SERVICE_HOST) expands"
+        );
+
+        let v6 = PodEnv {
+            apiserver: Some(("fd00::4".into(), 443)),
+            ..env
+        };
+        let vars = vars(
+            &to_host(&pod, &ctx(), &v6).spec.unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap(),
+        );
+        assert_eq!(vars["KUBERNETES_PORT_443_TCP"], "tcp://[fd00::4]:443");
+        assert_eq!(vars["KUBERNETES_PORT_443_TCP_ADDR"], "fd00::4");
     }
 
     #[test]

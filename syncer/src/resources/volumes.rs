@@ -8,6 +8,12 @@
 //! resource version, which later applies keep. Tenant claims that name such a volume get the host volume's name
 //! (`pvcs::to_host`).
 //!
+//! A tenant volume goes down only once it has a `claimRef` (the tenant's binder bound it, or the
+//! tenant pre-bound it): on the host, an unclaimed volume is free for any claim the host binder
+//! matches it with, another tenant's among them, and the tenant's binder, not the host's, decides
+//! which of its claims a tenant volume serves. For the same reason a claim, once on the host,
+//! is never taken away from a host volume by the syncer.
+//!
 //! Volumes the syncer mirrors up from the host (`pvcs::MIRROR_LABEL`) are the host's own and
 //! never go down. Up: the host's `Bound`, `Released` and `Failed` phases are copied to the
 //! tenant volume; `Pending`/`Available` are left to the tenant's binder, which owns them there.
@@ -62,6 +68,11 @@ pub fn to_host(
             .filter(|h| h.namespace == c.namespace && h.name == c.name);
         c.uid = held.and_then(|h| h.uid.clone());
         c.resource_version = held.and_then(|h| h.resource_version.clone());
+    } else {
+        // A host volume without a claim could be bound by any host claim, another tenant's
+        // included: it goes down only once claimed (`engine::volumes`), and if the tenant
+        // unclaims it later, the host volume keeps the claim it had, so it stays reserved.
+        spec.claim_ref = current.and_then(|h| h.spec.as_ref()?.claim_ref.clone());
     }
     PersistentVolume {
         metadata: ObjectMeta {
@@ -142,6 +153,26 @@ mod tests {
             .name = Some("other".into());
         let rebound = to_host(&other, &ctx(), Some(&bound));
         assert!(rebound.spec.unwrap().claim_ref.unwrap().uid.is_none());
+    }
+
+    #[test]
+    fn an_unclaimed_tenant_volume_keeps_the_host_volume_reserved_for_its_last_claim() {
+        let bound = to_host(&pv("fast"), &ctx(), None);
+        let mut unclaimed = pv("fast");
+        unclaimed.spec.as_mut().unwrap().claim_ref = None;
+        let again = to_host(&unclaimed, &ctx(), Some(&bound));
+        let c = again.spec.unwrap().claim_ref.unwrap();
+        assert_eq!(
+            (c.namespace.as_deref(), c.name.as_deref()),
+            (Some("demo-apps"), Some("data"))
+        );
+        assert!(
+            to_host(&unclaimed, &ctx(), None)
+                .spec
+                .unwrap()
+                .claim_ref
+                .is_none()
+        );
     }
 
     #[test]
