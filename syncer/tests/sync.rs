@@ -1597,3 +1597,67 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn gc_never_deletes_look_alikes_outside_the_host_namespaces_it_owns() -> Res {
+    use vcp_syncer::naming::{ANN_NAME, ANN_NAMESPACE};
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    // `e2eg-stray` is spelled like the host namespace of tenant namespace `stray` but was
+    // made by someone else (no tenant label); `e2eg-apps` is the syncer's own.
+    namespace(&host, "e2eg-stray").await?;
+    let cp = TenantControlPlane::start("e2eg").await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    let host_cms = |ns: &str| Api::<ConfigMap>::namespaced(host.clone(), ns);
+    eventually(
+        "host namespace e2eg-apps",
+        Duration::from_secs(60),
+        || async {
+            Ok(Api::<Namespace>::all(host.clone())
+                .get_opt("e2eg-apps")
+                .await?)
+        },
+    )
+    .await?;
+    let forged = |name: &str, tenant_ns: &str| {
+        serde_json::json!({"metadata": {"name": name,
+            "labels": {LABEL_TENANT: "e2eg"},
+            "annotations": {ANN_NAME: name, ANN_NAMESPACE: tenant_ns}}})
+    };
+    // Markers of objects the tenant does not have, in three places: in the syncer's own
+    // namespace (collected: the control that shows gc ran), in the look-alike namespace
+    // naming it, and in the look-alike naming another namespace.
+    create::<ConfigMap>(&host, "e2eg-apps", forged("control", "apps")).await?;
+    create::<ConfigMap>(&host, "e2eg-stray", forged("same", "stray")).await?;
+    create::<ConfigMap>(&host, "e2eg-stray", forged("other", "apps")).await?;
+    eventually(
+        "the control is collected",
+        Duration::from_secs(60),
+        || async {
+            Ok(host_cms("e2eg-apps")
+                .get_opt("control")
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await?;
+    // A change to the look-alikes wakes the gc for them again; they must still be there.
+    for name in ["same", "other"] {
+        let mut cm = host_cms("e2eg-stray").get(name).await?;
+        cm.data = Some([("touched".to_owned(), "yes".to_owned())].into());
+        host_cms("e2eg-stray")
+            .replace(name, &PostParams::default(), &cm)
+            .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for name in ["same", "other"] {
+        assert!(
+            host_cms("e2eg-stray").get_opt(name).await?.is_some(),
+            "{name} in a namespace the syncer does not own was deleted"
+        );
+    }
+    Ok(())
+}

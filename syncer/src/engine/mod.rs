@@ -301,6 +301,11 @@ pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     let Some(ns) = r.namespace.as_deref() else {
         return Ok(Action::await_change());
     };
+    // Markers say which tenant namespace an object came from; it must sit in that
+    // namespace's host namespace, or the markers were copied or forged onto it elsewhere.
+    if h.namespace().as_deref() != Some(naming::host_namespace(e.key(), ns).as_str()) {
+        return Ok(Action::await_change());
+    }
     let tenant = side.tenant.get(&ObjectRef::new(&r.name).within(ns));
     let wanted = tenant
         .as_ref()
@@ -311,10 +316,26 @@ pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
         return Ok(Action::requeue(e.resync));
     }
     if !wanted {
+        // Only in host namespaces this syncer made: a namespace someone else created under a
+        // name that happens to start with our key is theirs, whatever its objects say.
+        if !host_namespace_is_ours(e, &naming::host_namespace(e.key(), ns)).await? {
+            tracing::warn!(kind = K::kind(&()).as_ref(), ns = %ns, name = %r.name, "host object with this tenant's markers in a namespace the syncer does not own; left alone");
+            return Ok(Action::await_change());
+        }
         tracing::info!(kind = K::kind(&()).as_ref(), ns = %ns, name = %r.name, "tenant object gone; deleting host object");
         delete_host(e, h.as_ref(), None).await?;
     }
     Ok(Action::requeue(e.resync))
+}
+
+/// Whether the host namespace carries this tenant's label (the syncer created it). Asked of
+/// the apiserver, and only before a deletion, so it costs nothing in steady state.
+async fn host_namespace_is_ours(e: &Engine, host_ns: &str) -> Result<bool> {
+    let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(e.host.clone())
+        .get_opt(host_ns)
+        .await
+        .map_err(kube_err(format!("get host namespace {host_ns}")))?;
+    Ok(ns.is_some_and(|n| naming::owned_by(e.key(), n.labels())))
 }
 
 /// Whether the tenant apiserver (not a cache) still has the object, with `uid` if given.
