@@ -122,19 +122,24 @@ pub struct Args {
     pub listen: String,
 }
 
-async fn client_from(path: &std::path::Path) -> Result<Client> {
+async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
     let err = |source| Error::Kubeconfig {
         path: path.to_owned(),
         source,
     };
     let kc = kube::config::Kubeconfig::read_from(path).map_err(err)?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
-        .map_err(err)?;
-    Client::try_from(cfg).map_err(|source| Error::Kube {
+        .map_err(err)
+}
+
+/// A client whose requests are counted on `/metrics`.
+fn counted_client(cfg: kube::Config, requests: metrics::ApiRequests) -> Result<Client> {
+    let builder = kube::client::ClientBuilder::try_from(cfg).map_err(|source| Error::Kube {
         context: "build a client".into(),
         source,
-    })
+    })?;
+    Ok(builder.with_layer(&requests.layer()).build())
 }
 
 /// Finds the tenant apiserver and DNS Services in the control-plane namespace.
@@ -163,14 +168,22 @@ async fn pod_env(host: &Client, args: &Args) -> resources::pods::PodEnv {
 /// Runs the syncer until the process is stopped.
 pub async fn run(args: Args) -> Result<()> {
     let key = naming::TenantKey::new(&args.tenant_key)?;
-    let tenant = client_from(&args.tenant_kubeconfig).await?;
-    let host = match &args.host_kubeconfig {
-        Some(p) => client_from(p).await?,
-        None => Client::try_default().await.map_err(Error::InCluster)?,
+    let metrics = metrics::Metrics::new();
+    let tenant = counted_client(
+        config_from(&args.tenant_kubeconfig).await?,
+        metrics.api_requests("tenant"),
+    )?;
+    let host_cfg = match &args.host_kubeconfig {
+        Some(p) => config_from(p).await?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| Error::InCluster(kube::Error::InferConfig(e)))?,
     };
+    let host = counted_client(host_cfg, metrics.api_requests("host"))?;
     let env = pod_env(&host, &args).await;
     tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, "starting");
     let mut engine = engine::Engine::new(tenant, host, key.clone(), env);
+    engine.metrics = metrics;
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
     engine.resync = Duration::from_secs(args.resync_seconds);
     let engine = Arc::new(engine);

@@ -1085,6 +1085,20 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
         ) > Some(0.0)
     );
     assert!(sample(&text, r#"vcp_syncer_reconciles_in_flight{kind="Pod"}"#).is_some());
+    // Requests to both apiservers are counted: the host pod's creation and the tenant pod's
+    // binding at least.
+    assert!(
+        sample(
+            &text,
+            r#"vcp_syncer_api_requests_total{side="host",verb="create",resource="pods"}"#
+        ) >= Some(1.0)
+    );
+    assert!(
+        sample(
+            &text,
+            r#"vcp_syncer_api_requests_total{side="tenant",verb="create",resource="pods/binding"}"#
+        ) >= Some(1.0)
+    );
 
     // The host refuses pods in a namespace whose quota allows none: failed syncs are counted.
     namespace(&tenant, "full").await?;
