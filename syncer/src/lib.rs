@@ -1,7 +1,8 @@
 //! vcp-syncer: makes a tenant's workloads real on the host cluster.
 //!
 //! Data flow: kube-runtime controllers watch the tenant apiserver and the host apiserver (host
-//! side filtered by this tenant's label). For each kind, a down-controller reconciles tenant
+//! side filtered by this tenant's label), one watch and one cache per kind and side shared by
+//! every controller that reads it (`engine::shared`). For each kind, a down-controller reconciles tenant
 //! objects into host objects through a pure translator (`resources/`) and the injective naming
 //! scheme (`naming`), and a gc-controller removes host objects whose tenant object is gone
 //! (`engine/`). Pods also flow up: status, binding to virtual nodes, and graceful deletion
@@ -241,7 +242,7 @@ pub async fn run(args: Args) -> Result<()> {
             |t, s| Box::pin(engine::services::down(t, s)),
             {
                 let e = engine.clone();
-                move |s| {
+                move |s, _| {
                     let _ = e.tenant_services.set(s);
                 }
             }
@@ -250,13 +251,13 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             w,
             |t, s| Box::pin(engine::endpoints::down_endpoints(t, s)),
-            |_| {}
+            |_, _| {}
         ),
         engine::run_kind::<EndpointSlice>(
             engine.clone(),
             w,
             |t, s| Box::pin(engine::endpoints::down_slice(t, s)),
-            |_| {}
+            |_, _| {}
         ),
         engine::run_kind::<Pod>(
             engine.clone(),
@@ -264,9 +265,11 @@ pub async fn run(args: Args) -> Result<()> {
             |t, s| Box::pin(engine::pods::down(t, s)),
             {
                 let e = engine.clone();
-                move |s| {
+                move |s, h| {
                     // ConfigMaps and Secrets follow the pods that reference them.
                     let _ = e.tenant_pods.set(s.clone());
+                    // Events up find their host pod here.
+                    let _ = e.host_pods.set(h);
                     let _ = pods_tx.send(s);
                 }
             }
@@ -275,11 +278,24 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             w,
             |t, s| Box::pin(engine::pvcs::down(t, s)),
-            move |s| {
+            move |s, _| {
                 let _ = claims_tx.send(s);
             }
         ),
-        engine::events::run(engine.clone(), usize::from(w)),
+        {
+            let e = engine.clone();
+            async move {
+                // Events are matched to their objects through the host caches; started before
+                // those hold their first list, the events already on the host would each cost
+                // a GET. Not forever: events matter more than the GETs.
+                let caches = async {
+                    engine::wait_for_cache(&e.host_namespaces).await;
+                    engine::wait_for_cache(&e.host_pods).await;
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(30), caches).await;
+                engine::events::run(e, usize::from(w)).await
+            }
+        },
         nodes,
         mirrors,
         async move {

@@ -14,8 +14,8 @@ use super::decide::{Decision, HostSide, decide};
 use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host};
 use crate::metrics::Direction;
 use crate::resources::pods::{
-    EnvFromKeys, add_service_links, host_node, keep_host_env, service_links, status_to_tenant,
-    to_host, wants_service_links,
+    EnvFromKeys, add_service_links, bound_status, host_node, keep_host_env, service_links,
+    status_to_tenant, to_host, wants_service_links,
 };
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -191,13 +191,78 @@ fn drifted(desired: &Pod, host: &Pod) -> bool {
         || images(desired) != images(host)
 }
 
+/// Entries [`UpWrites`] holds before it starts over (it only holds writes in flight).
+const UP_WRITES: usize = 10_000;
+
+/// Writes to tenant pods (binding, status) that the tenant cache may not show yet.
+///
+/// A host change can trigger a pass on a pod before the tenant watch delivered this syncer's
+/// own last writes to it; that pass would bind again (answered 409) and copy the same status
+/// again, a tenant request each. The memory is only a hint: it applies while the cached
+/// tenant pod is exactly the version those writes were based on, so the cache still lags
+/// them; any other version means the cache moved on (it shows them, or something newer) and
+/// the entry is dropped. Forgetting costs one repeated, idempotent write.
+#[derive(Default)]
+pub struct UpWrites(std::sync::Mutex<std::collections::HashMap<String, UpWrite>>);
+
+/// What the syncer last wrote to one tenant pod.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpWrite {
+    /// Resource version of the tenant pod the writes were based on.
+    pub based_on: String,
+    pub bound: bool,
+    /// The status copied up, if one was.
+    pub status: Option<k8s_openapi::api::core::v1::PodStatus>,
+}
+
+impl UpWrites {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, UpWrite>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The writes to pod `uid` that a cache holding version `rv` of it does not show yet.
+    pub fn unseen(&self, uid: &str, rv: &str) -> Option<UpWrite> {
+        let mut m = self.lock();
+        match m.get(uid) {
+            Some(w) if w.based_on == rv => Some(w.clone()),
+            Some(_) => {
+                m.remove(uid);
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub fn record(&self, uid: &str, w: UpWrite) {
+        let mut m = self.lock();
+        if m.len() >= UP_WRITES {
+            m.clear();
+        }
+        m.insert(uid.to_owned(), w);
+    }
+}
+
 async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
     let api: Api<Pod> = Api::namespaced(e.tenant.clone(), &ns);
-    if t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
-        && let Some(node) = host_node(h)
-    {
+    let uid = t.uid().unwrap_or_default();
+    let rv = t.resource_version().unwrap_or_default();
+    let unseen = e.up_writes.unseen(&uid, &rv);
+    let cached_bound = t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+    // The tenant status as it stands, counting this syncer's writes the cache lags behind.
+    let mut shown = match &unseen {
+        Some(w) if w.status.is_some() => w.status.clone(),
+        Some(w) if w.bound && !cached_bound => Some(bound_status(t.status.as_ref())),
+        _ => t.status.clone(),
+    };
+    let mut wrote = unseen.clone().unwrap_or_else(|| UpWrite {
+        based_on: rv,
+        ..Default::default()
+    });
+    let mut changed = false;
+    let bound = cached_bound || unseen.is_some_and(|w| w.bound);
+    if !bound && let Some(node) = host_node(h) {
         ensure_virtual_node(e, node).await?;
         let binding = serde_json::json!({
             "apiVersion": "v1",
@@ -214,16 +279,28 @@ async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
             )
             .await
         {
-            Ok(_) => {}
-            Err(kube::Error::Api(ae)) if ae.code == 409 => {}
+            // The binding marks the pod scheduled; the status below need not repeat it.
+            Ok(_) => {
+                shown = Some(bound_status(shown.as_ref()));
+                wrote.bound = true;
+                changed = true;
+            }
+            // Bound already, by a pass whose writes this syncer no longer remembers: the
+            // tenant's status is unknown here, so the host's is copied in full.
+            Err(kube::Error::Api(ae)) if ae.code == 409 => shown = None,
             Err(err) => return Err(kube_err(format!("bind tenant pod {ns}/{name}"))(err)),
         }
     }
-    if let Some(status) = status_to_tenant(h, t) {
+    if let Some(status) = status_to_tenant(h, shown.as_ref()) {
         let patch = serde_json::json!({"status": status});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(kube_err(format!("update status of tenant pod {ns}/{name}")))?;
+        wrote.status = Some(status);
+        changed = true;
+    }
+    if changed && !uid.is_empty() {
+        e.up_writes.record(&uid, wrote);
     }
     Ok(())
 }
@@ -416,6 +493,25 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": image}]},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn writes_are_remembered_only_while_the_cache_lags_them() {
+        let w = UpWrites::default();
+        let wrote = UpWrite {
+            based_on: "10".into(),
+            bound: true,
+            status: None,
+        };
+        w.record("u1", wrote.clone());
+        assert_eq!(
+            w.unseen("u1", "10"),
+            Some(wrote),
+            "the cache still holds the version the binding was based on"
+        );
+        assert_eq!(w.unseen("u1", "11"), None, "the cache moved on");
+        assert_eq!(w.unseen("u1", "10"), None, "and the entry is gone");
+        assert_eq!(w.unseen("u2", "10"), None);
     }
 
     #[test]
