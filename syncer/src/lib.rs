@@ -232,8 +232,8 @@ pub async fn run(args: Args) -> Result<()> {
             }),
         );
     tokio::join!(
-        engine::namespaces::run(engine.clone(), key.clone()),
-        engine::volumes::run(engine.clone(), key),
+        engine::spawned(engine::namespaces::run(engine.clone(), key.clone())),
+        engine::spawned(engine::volumes::run(engine.clone(), key)),
         engine::run_plain::<ConfigMap>(engine.clone(), w),
         engine::run_plain::<Secret>(engine.clone(), w),
         engine::run_kind::<Service>(
@@ -293,11 +293,11 @@ pub async fn run(args: Args) -> Result<()> {
                     engine::wait_for_cache(&e.host_pods).await;
                 };
                 let _ = tokio::time::timeout(Duration::from_secs(30), caches).await;
-                engine::events::run(e, usize::from(w)).await
+                engine::spawned(engine::events::run(e, usize::from(w))).await
             }
         },
-        nodes,
-        mirrors,
+        engine::spawned(nodes),
+        engine::spawned(mirrors),
         async move {
             if let Err(e) = axum::serve(listener, health).await {
                 tracing::error!(error = %e, "health and metrics endpoints stopped");

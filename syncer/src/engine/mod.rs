@@ -523,12 +523,11 @@ pub async fn run_kind<K: Synced>(
     // GC: triggered by host objects and, so deletions act at once, by tenant ones.
     let k3 = key.clone();
     let ready = tenant.store();
+    let tenant_cache = tenant.store();
     let gc_fut = Controller::for_shared_stream(host.subscribe(), host.store())
         .with_config(config)
         .watches_shared_stream(tenant.subscribe(), move |t: Arc<K>| {
-            Some(
-                ObjectRef::new(&t.name_any()).within(&naming::host_namespace(&k3, &t.namespace()?)),
-            )
+            gc_trigger(&k3, &tenant_cache, t.as_ref())
         })
         .run(
             move |h, s: Arc<Side<K>>| {
@@ -553,11 +552,38 @@ pub async fn run_kind<K: Synced>(
     let tenant_api: Api<K> = Api::all(engine.tenant.clone());
     let host_api: Api<K> = Api::all(engine.host.clone());
     futures::join!(
-        tenant.run(tenant_api, watcher::Config::default()),
-        host.run(host_api, K::host_watch(&key)),
-        down_fut,
-        gc_fut
+        spawned(tenant.run(tenant_api, watcher::Config::default())),
+        spawned(host.run(host_api, K::host_watch(&key))),
+        spawned(down_fut),
+        spawned(gc_fut)
     );
+}
+
+/// The host object a touched tenant object asks gc to look at, if any. A tenant object the
+/// cache still holds with the same UID leaves its host object wanted, so only deletions (and
+/// recreations under the same name) give gc work, not every status change of every pod.
+pub fn gc_trigger<K: Synced>(key: &TenantKey, tenant: &Store<K>, t: &K) -> Option<ObjectRef<K>> {
+    if tenant
+        .get(&ObjectRef::from_obj(t))
+        .is_some_and(|c| c.uid() == t.uid())
+    {
+        return None;
+    }
+    Some(ObjectRef::new(&t.name_any()).within(&naming::host_namespace(key, &t.namespace()?)))
+}
+
+/// Runs `fut` on a task of its own, so watches and controllers spread over every core and one's
+/// work (decoding a large list, say) does not hold up another's reconciles; a panic there
+/// still ends the syncer, as it did when everything ran in one task.
+pub async fn spawned<F>(fut: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    if let Err(err) = tokio::spawn(fut).await
+        && err.is_panic()
+    {
+        std::panic::resume_unwind(err.into_panic());
+    }
 }
 
 #[cfg(test)]
@@ -577,6 +603,29 @@ mod tests {
         }
         writer.apply_watcher_event(&watcher::Event::InitDone);
         reader
+    }
+
+    #[test]
+    fn gc_looks_at_host_objects_of_deleted_or_recreated_tenant_objects_only() {
+        let key = TenantKey::new("demo").unwrap();
+        let cm = |uid: &str| -> k8s_openapi::api::core::v1::ConfigMap {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "cfg", "namespace": "apps", "uid": uid}
+            }))
+            .unwrap()
+        };
+        let tenant = cache::<k8s_openapi::api::core::v1::ConfigMap>(&[serde_json::json!({
+            "metadata": {"name": "cfg", "namespace": "apps", "uid": "u1"}
+        })]);
+        assert_eq!(
+            gc_trigger(&key, &tenant, &cm("u1")),
+            None,
+            "alive: nothing to collect"
+        );
+        let host = Some(ObjectRef::new("cfg").within("demo-apps"));
+        assert_eq!(gc_trigger(&key, &tenant, &cm("u0")), host, "replaced by u1");
+        let empty = cache::<k8s_openapi::api::core::v1::ConfigMap>(&[]);
+        assert_eq!(gc_trigger(&key, &empty, &cm("u1")), host, "deleted");
     }
 
     #[test]

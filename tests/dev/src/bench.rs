@@ -9,7 +9,9 @@
 //! Two more lines explain the figures without changing them: `bench-sync-requests`, the
 //! syncer's own count of apiserver requests (its `/metrics`) per tenant pod, and
 //! `bench-sync-cpu`, CPU seconds of every process of the benchmark's clusters per phase (from
-//! /proc), which shows what the two shared cores spent on what.
+//! /proc), which shows what the two shared cores spent on what; its `work_ratio` is the direct
+//! phase's CPU over the synced phase's, the throughput ratio a machine doing nothing else
+//! could reach if CPU bound.
 
 use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
@@ -399,13 +401,14 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         Ok(m) => println!("{}", requests_line(&m, total)),
         Err(e) => eprintln!("could not read the syncer's metrics: {e}"),
     }
+    let direct_cpu = cpu_between(&cpu_host, &cpu_host, &cpu_direct);
+    let synced_cpu = cpu_between(&cpu_host, &cpu_synced_start, &cpu_synced);
+    // What the two throughput phases cost the machine, whatever else ran on it meanwhile.
+    let work_ratio = direct_cpu.values().sum::<f64>() / synced_cpu.values().sum::<f64>();
     println!(
-        "bench-sync-cpu {} {} {}",
-        cpu_line("direct", &cpu_between(&cpu_host, &cpu_host, &cpu_direct)),
-        cpu_line(
-            "synced",
-            &cpu_between(&cpu_host, &cpu_synced_start, &cpu_synced)
-        ),
+        "bench-sync-cpu work_ratio={work_ratio:.2} {} {} {}",
+        cpu_line("direct", &direct_cpu),
+        cpu_line("synced", &synced_cpu),
         cpu_line(
             "latency",
             &cpu_between(&cpu_host, &cpu_synced, &cpu_latency)
