@@ -355,9 +355,13 @@ pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
 /// reason or message) is copied whole, host timestamps included.
 pub fn status_to_tenant(host: &Pod, tenant: Option<&PodStatus>) -> Option<PodStatus> {
     let want = host.status.as_ref()?;
-    let shown =
-        tenant.is_some_and(|have| without_condition_times(have) == without_condition_times(want));
+    let shown = tenant.is_some_and(|have| same_status(have, want));
     (!shown).then(|| want.clone())
+}
+
+/// Whether two pod statuses say the same, condition timestamps aside (see [`status_to_tenant`]).
+pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
+    without_condition_times(a) == without_condition_times(b)
 }
 
 fn without_condition_times(status: &PodStatus) -> PodStatus {
