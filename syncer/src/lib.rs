@@ -204,13 +204,16 @@ pub async fn run(args: Args) -> Result<()> {
             }
         }
     };
-    let (claims_tx, claims_rx) = tokio::sync::oneshot::channel();
+    let (claims_tx, claims_rx) =
+        tokio::sync::oneshot::channel::<engine::shared::Cache<PersistentVolumeClaim>>();
     let mirrors = {
         let e = engine.clone();
         let period = Duration::from_secs(args.node_sync_seconds.max(1));
         async move {
-            if let Ok(store) = claims_rx.await {
-                engine::pvcs::mirrors(e, store, period).await;
+            if let Ok(cache) = claims_rx.await {
+                // Ready before the mirror loop waits on the store itself (see engine::shared).
+                cache.ready().await;
+                engine::pvcs::mirrors(e, cache.store(), period).await;
             }
         }
     };

@@ -44,7 +44,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use shared::Shared;
+use shared::{Cache, Shared};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,17 +66,17 @@ pub struct Engine {
     /// Sync every ConfigMap and Secret, not only those tenant pods reference.
     pub sync_all_configmaps_secrets: bool,
     /// The tenant pod cache, once the pod controller runs (for reference checks).
-    pub tenant_pods: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Pod>>,
+    pub tenant_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
     /// The tenant Service cache, once the Service controller runs (service links, endpoints).
-    pub tenant_services: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Service>>,
+    pub tenant_services: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Service>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
     pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Tenant pod writes the tenant cache may not show yet (see [`pods::UpWrites`]).
     pub up_writes: pods::UpWrites,
     /// This tenant's host pods, once the pod controllers run (Events up find their pod here).
-    pub host_pods: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Pod>>,
+    pub host_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
     /// This tenant's host namespaces, once the namespace controllers run.
-    pub host_namespaces: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Namespace>>,
+    pub host_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
 }
 
 impl Engine {
@@ -123,7 +123,7 @@ impl Engine {
         tenant_ref_from_caches(
             self.key(),
             self.host_namespaces.get(),
-            self.host_pods.get(),
+            self.host_pods.get().map(|c| &**c),
             kind,
             (host_ns, name, uid),
         )
@@ -205,10 +205,10 @@ impl Synced for k8s_openapi::api::core::v1::Secret {
 }
 
 /// The two caches of one kind.
-pub struct Side<K: Resource<DynamicType = ()> + 'static> {
+pub struct Side<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub engine: Arc<Engine>,
-    pub tenant: Store<K>,
-    pub host: Store<K>,
+    pub tenant: Cache<K>,
+    pub host: Cache<K>,
 }
 
 fn host_api<K: Synced>(e: &Engine, host_ns: &str) -> Api<K> {
@@ -365,7 +365,7 @@ pub async fn tenant_still_has<K: Synced>(
 
 fn backoff<K>(_: Arc<K>, err: &Error, side: Arc<Side<K>>) -> Action
 where
-    K: Resource<DynamicType = ()> + 'static,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
     let kind = K::kind(&());
     tracing::warn!(kind = kind.as_ref(), error = %err, "sync failed; retrying");
@@ -377,12 +377,8 @@ where
 /// cache holds a worker slot, and once every slot is held the controller stops polling its
 /// trigger streams, among them the one that fills that cache. A restart with more host objects
 /// than workers deadlocked that way (the crash test found it); requeueing frees the slot.
-pub fn cache_ready<K: Resource + Clone + 'static>(store: &Store<K>) -> bool
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    use futures::FutureExt;
-    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+pub fn cache_ready<K: Resource<DynamicType = ()> + Clone + 'static>(cache: &Cache<K>) -> bool {
+    cache.is_ready()
 }
 
 /// Which tenant object the host object `kind` `(host_ns, name, uid)` was made from, from the
@@ -392,14 +388,14 @@ where
 /// Event they copy.
 pub fn tenant_ref_from_caches(
     key: &TenantKey,
-    namespaces: Option<&Store<k8s_openapi::api::core::v1::Namespace>>,
+    namespaces: Option<&Cache<k8s_openapi::api::core::v1::Namespace>>,
     pods: Option<&Store<k8s_openapi::api::core::v1::Pod>>,
     kind: Option<&str>,
     (host_ns, name, uid): (&str, &str, &str),
 ) -> Option<Option<naming::TenantRef>> {
     // Namespaces exist long before anything in them has events, so a complete cache without
     // this one means it is not ours.
-    if let Some(namespaces) = namespaces.filter(|s| cache_ready(s))
+    if let Some(namespaces) = namespaces.filter(|s| s.is_ready())
         && namespaces.get(&ObjectRef::new(host_ns)).is_none()
     {
         return Some(None);
@@ -415,14 +411,13 @@ pub fn tenant_ref_from_caches(
 }
 
 /// Waits until a cache that a controller publishes once it starts holds its first list.
-pub async fn wait_for_cache<K>(cache: &std::sync::OnceLock<Store<K>>)
+pub async fn wait_for_cache<K>(cache: &std::sync::OnceLock<Cache<K>>)
 where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
     loop {
-        if let Some(store) = cache.get() {
-            let _ = store.wait_until_ready().await;
+        if let Some(cache) = cache.get() {
+            cache.ready().await;
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -482,7 +477,7 @@ pub async fn run_kind<K: Synced>(
     engine: Arc<Engine>,
     workers: u16,
     down: DownFn<K>,
-    with_stores: impl FnOnce(Store<K>, Store<K>),
+    with_stores: impl FnOnce(Cache<K>, Cache<K>),
 ) {
     let key = engine.key().clone();
     // One watch and one cache per side, read by both controllers; each controller is
@@ -490,11 +485,11 @@ pub async fn run_kind<K: Synced>(
     // sees a cache older than its trigger.
     let mut tenant = Shared::<K>::new();
     let mut host = Shared::<K>::new();
-    with_stores(tenant.store(), host.store());
+    with_stores(tenant.cache(), host.cache());
     let side = Arc::new(Side {
         engine: engine.clone(),
-        tenant: tenant.store(),
-        host: host.store(),
+        tenant: tenant.cache(),
+        host: host.cache(),
     });
     let config = kube::runtime::controller::Config::default().concurrency(workers);
 
@@ -522,7 +517,7 @@ pub async fn run_kind<K: Synced>(
 
     // GC: triggered by host objects and, so deletions act at once, by tenant ones.
     let k3 = key.clone();
-    let ready = tenant.store();
+    let ready = tenant.cache();
     let tenant_cache = tenant.store();
     let gc_fut = Controller::for_shared_stream(host.subscribe(), host.store())
         .with_config(config)
@@ -534,7 +529,7 @@ pub async fn run_kind<K: Synced>(
                 let ready = ready.clone();
                 async move {
                     // Deleting needs a complete picture of the tenant.
-                    if !cache_ready(&ready) {
+                    if !ready.is_ready() {
                         return Ok(Action::requeue(Duration::from_secs(1)));
                     }
                     let e = s.engine.clone();
@@ -631,8 +626,9 @@ mod tests {
     #[test]
     fn events_find_their_tenant_object_in_the_caches_without_a_get() {
         let key = TenantKey::new("demo").unwrap();
-        let namespaces =
-            cache::<Namespace>(&[serde_json::json!({"metadata": {"name": "demo-apps"}})]);
+        let namespaces = shared::Cache::listed(cache::<Namespace>(&[
+            serde_json::json!({"metadata": {"name": "demo-apps"}}),
+        ]));
         let pods = cache::<Pod>(&[serde_json::json!({"metadata": {
             "name": "web", "namespace": "demo-apps", "uid": "h1",
             "labels": {(naming::LABEL_TENANT): "demo"},

@@ -105,7 +105,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
     // One watch and cache per side, shared by both controllers (see `super::shared`).
     let mut tenant = Shared::<Namespace>::new();
     let mut host = Shared::<Namespace>::new();
-    let _ = engine.host_namespaces.set(host.store());
+    let _ = engine.host_namespaces.set(host.cache());
     let cx = Arc::new(Ns {
         engine: engine.clone(),
         tenant: tenant.store(),
@@ -124,7 +124,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
         .for_each(|_| async {});
     // GC is triggered by host namespaces and, so a deletion acts at once, by tenant ones.
     let k2 = key.clone();
-    let ready = tenant.store();
+    let ready = tenant.cache();
     let gc_fut = Controller::for_shared_stream(host.subscribe(), host.store())
         .watches_shared_stream(tenant.subscribe(), move |t: Arc<Namespace>| {
             Some(ObjectRef::new(&naming::host_namespace(&k2, &t.name_any())))

@@ -435,8 +435,12 @@ async fn refresh_virtual_node(e: &Engine, node: &Node) -> Result<()> {
 
 /// Keeps virtual nodes in step: status mirrored from the host node every period; removed once
 /// no tenant pod is bound to them.
-pub async fn virtual_nodes(e: Arc<Engine>, tenant_pods: Store<Pod>, period: Duration) {
-    let _ = tenant_pods.wait_until_ready().await;
+pub async fn virtual_nodes(
+    e: Arc<Engine>,
+    tenant_pods: super::shared::Cache<Pod>,
+    period: Duration,
+) {
+    tenant_pods.ready().await;
     loop {
         if let Err(err) = virtual_nodes_once(&e, &tenant_pods).await {
             tracing::warn!(error = %err, "virtual node upkeep failed");

@@ -10,6 +10,13 @@
 //! subscribers see applied objects only, never deletions, and deletions trigger work here: a
 //! deleted tenant object triggers gc, a host pod deleted out of band triggers the down
 //! controller (which then replaces or removes the tenant pod).
+//!
+//! Readiness (the first list is in) is published by [`Cache`], not by the store's own
+//! `wait_until_ready`: that one wakes only the last task that polled it (a oneshot receiver
+//! behind a mutex), so with one cache read by many tasks the others slept until something
+//! unrelated woke them (the volume-mirror loop for minutes, Events up until their first
+//! timeout), and `now_or_never` on it replaced a waiting controller's waker with a no-op. The
+//! store's own readiness is left to the one controller that reads it as its primary cache.
 
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
@@ -20,11 +27,77 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::sync::Arc;
+use tokio::sync::watch;
 
 /// Drops what the syncer never reads from an object before it is cached: managed fields
 /// (a list of every writer's field set, often the larger part of an object's metadata).
 pub fn slim<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
+}
+
+/// A shared cache and whether it holds its first complete list. Reads go to the store
+/// (`Deref`); readiness has any number of waiters.
+pub struct Cache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store: Store<K>,
+    ready: watch::Receiver<bool>,
+}
+
+impl<K> Clone for Cache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    fn clone(&self) -> Self {
+        Cache {
+            store: self.store.clone(),
+            ready: self.ready.clone(),
+        }
+    }
+}
+
+impl<K> std::ops::Deref for Cache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    type Target = Store<K>;
+
+    fn deref(&self) -> &Store<K> {
+        &self.store
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// The store itself (for code that takes one).
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Whether the cache holds its first complete list. Never waits: see
+    /// [`super::cache_ready`] for why reconciles must not.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Waits until the cache holds its first complete list.
+    pub async fn ready(&self) {
+        let mut ready = self.ready.clone();
+        // An error means the watch is gone for good, and with it the process.
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    /// A cache over a store that already holds its list (tests build stores by hand).
+    #[cfg(test)]
+    pub fn listed(store: Store<K>) -> Cache<K> {
+        Cache {
+            store,
+            ready: watch::channel(true).1,
+        }
+    }
 }
 
 /// One watch of one kind on one side, its cache, and the streams of its subscribers.
@@ -34,6 +107,7 @@ where
 {
     reader: Store<K>,
     writer: reflector::store::Writer<K>,
+    ready: watch::Sender<bool>,
     subscribers: Vec<mpsc::UnboundedSender<Arc<K>>>,
 }
 
@@ -55,13 +129,23 @@ where
         Shared {
             reader,
             writer,
+            ready: watch::channel(false).0,
             subscribers: Vec::new(),
         }
     }
 
-    /// The cache (complete once the first list is in, see [`super::cache_ready`]).
+    /// The store, for the one controller that reads it as its primary cache (it waits for the
+    /// store's own readiness; nothing else may, see the module docs).
     pub fn store(&self) -> Store<K> {
         self.reader.clone()
+    }
+
+    /// The cache, for everyone else.
+    pub fn cache(&self) -> Cache<K> {
+        Cache {
+            store: self.reader.clone(),
+            ready: self.ready.subscribe(),
+        }
     }
 
     /// A stream of every object the watch touches (listed, applied or deleted), each
@@ -93,6 +177,7 @@ where
         let Shared {
             reader,
             writer,
+            ready,
             mut subscribers,
         } = self;
         let kind = K::kind(&()).to_string();
@@ -111,6 +196,7 @@ where
                     Ok(watcher::Event::Init) => before_list = reader.state(),
                     Ok(watcher::Event::InitApply(_)) => {}
                     Ok(watcher::Event::InitDone) => {
+                        ready.send_replace(true);
                         for obj in reader.state() {
                             send(obj);
                         }
@@ -155,6 +241,32 @@ mod tests {
         want.metadata.managed_fields = None;
         slim(&mut p);
         assert_eq!(p, want);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_task_waiting_for_a_shared_cache_wakes_when_its_list_is_in() {
+        let shared = Shared::<Pod>::new();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let cache = shared.cache();
+                tokio::spawn(async move { cache.ready().await })
+            })
+            .collect();
+        let cache = shared.cache();
+        assert!(!cache.is_ready());
+        let (events, rx) = mpsc::unbounded();
+        tokio::spawn(shared.feed(rx));
+        // Let every waiter register before the list completes.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        events.unbounded_send(Ok(watcher::Event::Init)).unwrap();
+        events.unbounded_send(Ok(watcher::Event::InitDone)).unwrap();
+        for w in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), w)
+                .await
+                .expect("a waiter slept through the list")
+                .unwrap();
+        }
+        assert!(cache.is_ready());
     }
 
     #[tokio::test]
