@@ -281,11 +281,15 @@ fn requests_line(metrics: &str, pods: usize) -> String {
         }
         let write = !matches!(verb.as_str(), "get" | "list");
         *sums.entry((side.clone(), write)).or_insert(0.0) += n;
-        detail.push(format!("{side}:{verb}:{resource}={:.2}", n / pods as f64));
+        // Series below 0.005 per pod (watch restarts, the periodic upkeep) would only be noise.
+        if n / pods as f64 >= 0.005 {
+            detail.push(format!("{side}:{verb}:{resource}={:.2}", n / pods as f64));
+        }
     }
     let per = |side: &str, write: bool| {
         sums.get(&(side.to_owned(), write)).copied().unwrap_or(0.0) / pods as f64
     };
+    detail.sort();
     format!(
         "bench-sync-requests pods={pods} tenant_writes_per_pod={:.2} tenant_reads_per_pod={:.2} host_writes_per_pod={:.2} host_reads_per_pod={:.2} {}",
         per("tenant", true),
