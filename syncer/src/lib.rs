@@ -1,7 +1,8 @@
 //! vcp-syncer: makes a tenant's workloads real on the host cluster.
 //!
 //! Data flow: kube-runtime controllers watch the tenant apiserver and the host apiserver (host
-//! side filtered by this tenant's label). For each kind, a down-controller reconciles tenant
+//! side filtered by this tenant's label), one watch and one cache per kind and side shared by
+//! every controller that reads it (`engine::shared`). For each kind, a down-controller reconciles tenant
 //! objects into host objects through a pure translator (`resources/`) and the injective naming
 //! scheme (`naming`), and a gc-controller removes host objects whose tenant object is gone
 //! (`engine/`). Pods also flow up: status, binding to virtual nodes, and graceful deletion
@@ -122,19 +123,24 @@ pub struct Args {
     pub listen: String,
 }
 
-async fn client_from(path: &std::path::Path) -> Result<Client> {
+async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
     let err = |source| Error::Kubeconfig {
         path: path.to_owned(),
         source,
     };
     let kc = kube::config::Kubeconfig::read_from(path).map_err(err)?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
-        .map_err(err)?;
-    Client::try_from(cfg).map_err(|source| Error::Kube {
+        .map_err(err)
+}
+
+/// A client whose requests are counted on `/metrics`.
+fn counted_client(cfg: kube::Config, requests: metrics::ApiRequests) -> Result<Client> {
+    let builder = kube::client::ClientBuilder::try_from(cfg).map_err(|source| Error::Kube {
         context: "build a client".into(),
         source,
-    })
+    })?;
+    Ok(builder.with_layer(&requests.layer()).build())
 }
 
 /// Finds the tenant apiserver and DNS Services in the control-plane namespace.
@@ -163,14 +169,22 @@ async fn pod_env(host: &Client, args: &Args) -> resources::pods::PodEnv {
 /// Runs the syncer until the process is stopped.
 pub async fn run(args: Args) -> Result<()> {
     let key = naming::TenantKey::new(&args.tenant_key)?;
-    let tenant = client_from(&args.tenant_kubeconfig).await?;
-    let host = match &args.host_kubeconfig {
-        Some(p) => client_from(p).await?,
-        None => Client::try_default().await.map_err(Error::InCluster)?,
+    let metrics = metrics::Metrics::new();
+    let tenant = counted_client(
+        config_from(&args.tenant_kubeconfig).await?,
+        metrics.api_requests("tenant"),
+    )?;
+    let host_cfg = match &args.host_kubeconfig {
+        Some(p) => config_from(p).await?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| Error::InCluster(kube::Error::InferConfig(e)))?,
     };
+    let host = counted_client(host_cfg, metrics.api_requests("host"))?;
     let env = pod_env(&host, &args).await;
     tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, "starting");
     let mut engine = engine::Engine::new(tenant, host, key.clone(), env);
+    engine.metrics = metrics;
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
     engine.resync = Duration::from_secs(args.resync_seconds);
     let engine = Arc::new(engine);
@@ -190,13 +204,16 @@ pub async fn run(args: Args) -> Result<()> {
             }
         }
     };
-    let (claims_tx, claims_rx) = tokio::sync::oneshot::channel();
+    let (claims_tx, claims_rx) =
+        tokio::sync::oneshot::channel::<engine::shared::Cache<PersistentVolumeClaim>>();
     let mirrors = {
         let e = engine.clone();
         let period = Duration::from_secs(args.node_sync_seconds.max(1));
         async move {
-            if let Ok(store) = claims_rx.await {
-                engine::pvcs::mirrors(e, store, period).await;
+            if let Ok(cache) = claims_rx.await {
+                // Ready before the mirror loop waits on the store itself (see engine::shared).
+                cache.ready().await;
+                engine::pvcs::mirrors(e, cache.store(), period).await;
             }
         }
     };
@@ -218,8 +235,8 @@ pub async fn run(args: Args) -> Result<()> {
             }),
         );
     tokio::join!(
-        engine::namespaces::run(engine.clone(), key.clone()),
-        engine::volumes::run(engine.clone(), key),
+        engine::spawned(engine::namespaces::run(engine.clone(), key.clone())),
+        engine::spawned(engine::volumes::run(engine.clone(), key)),
         engine::run_plain::<ConfigMap>(engine.clone(), w),
         engine::run_plain::<Secret>(engine.clone(), w),
         engine::run_kind::<Service>(
@@ -228,7 +245,7 @@ pub async fn run(args: Args) -> Result<()> {
             |t, s| Box::pin(engine::services::down(t, s)),
             {
                 let e = engine.clone();
-                move |s| {
+                move |s, _| {
                     let _ = e.tenant_services.set(s);
                 }
             }
@@ -237,13 +254,13 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             w,
             |t, s| Box::pin(engine::endpoints::down_endpoints(t, s)),
-            |_| {}
+            |_, _| {}
         ),
         engine::run_kind::<EndpointSlice>(
             engine.clone(),
             w,
             |t, s| Box::pin(engine::endpoints::down_slice(t, s)),
-            |_| {}
+            |_, _| {}
         ),
         engine::run_kind::<Pod>(
             engine.clone(),
@@ -251,9 +268,11 @@ pub async fn run(args: Args) -> Result<()> {
             |t, s| Box::pin(engine::pods::down(t, s)),
             {
                 let e = engine.clone();
-                move |s| {
+                move |s, h| {
                     // ConfigMaps and Secrets follow the pods that reference them.
                     let _ = e.tenant_pods.set(s.clone());
+                    // Events up find their host pod here.
+                    let _ = e.host_pods.set(h);
                     let _ = pods_tx.send(s);
                 }
             }
@@ -262,13 +281,26 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             w,
             |t, s| Box::pin(engine::pvcs::down(t, s)),
-            move |s| {
+            move |s, _| {
                 let _ = claims_tx.send(s);
             }
         ),
-        engine::events::run(engine.clone(), usize::from(w)),
-        nodes,
-        mirrors,
+        {
+            let e = engine.clone();
+            async move {
+                // Events are matched to their objects through the host caches; started before
+                // those hold their first list, the events already on the host would each cost
+                // a GET. Not forever: events matter more than the GETs.
+                let caches = async {
+                    engine::wait_for_cache(&e.host_namespaces).await;
+                    engine::wait_for_cache(&e.host_pods).await;
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(30), caches).await;
+                engine::spawned(engine::events::run(e, usize::from(w))).await
+            }
+        },
+        engine::spawned(nodes),
+        engine::spawned(mirrors),
         async move {
             if let Err(e) = axum::serve(listener, health).await {
                 tracing::error!(error = %e, "health and metrics endpoints stopped");

@@ -6,6 +6,9 @@
 //! - `vcp_syncer_reconciles_in_flight{kind}`: reconciles running now; at the worker limit it
 //!   means the queue is backing up.
 //! - `vcp_syncer_sync_errors_total{kind, error}`: failed syncs by error variant.
+//! - `vcp_syncer_api_requests_total{side, verb, resource}`: requests the syncer sent to the
+//!   tenant or host apiserver, counted by a layer in each client's HTTP stack ([`ApiRequests`]);
+//!   divided by the pods synced, it says what one pod costs the two control planes.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -44,6 +47,13 @@ struct KindLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    side: &'static str,
+    verb: &'static str,
+    resource: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     kind: String,
     error: String,
@@ -62,6 +72,7 @@ pub struct Metrics {
     duration: Histograms,
     in_flight: Family<KindLabels, Gauge>,
     errors: Family<ErrorLabels, Counter>,
+    requests: Family<RequestLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -85,6 +96,7 @@ impl Metrics {
         let duration = Histograms::new_with_constructor(latency_histogram);
         let in_flight = Family::<KindLabels, Gauge>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
+        let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "vcp_syncer_sync_duration_seconds",
             "Duration of one object's sync, by kind and direction (down: onto the host, up: back to the tenant)",
@@ -100,11 +112,25 @@ impl Metrics {
             "Failed syncs, by kind and error variant",
             errors.clone(),
         );
+        registry.register(
+            "vcp_syncer_api_requests",
+            "Requests sent to the tenant or host apiserver, by side, verb and resource",
+            requests.clone(),
+        );
         Metrics {
             registry,
             duration,
             in_flight,
             errors,
+            requests,
+        }
+    }
+
+    /// The request counter of one side's client (`"tenant"` or `"host"`).
+    pub fn api_requests(&self, side: &'static str) -> ApiRequests {
+        ApiRequests {
+            side,
+            family: self.requests.clone(),
         }
     }
 
@@ -154,9 +180,189 @@ impl Metrics {
     }
 }
 
+/// Counts the requests one client sends (see [`ApiRequests::layer`]).
+#[derive(Clone)]
+pub struct ApiRequests {
+    side: &'static str,
+    family: Family<RequestLabels, Counter>,
+}
+
+impl ApiRequests {
+    /// Counts one request.
+    pub fn count(&self, method: &http::Method, uri: &http::Uri) {
+        let (verb, resource) = classify(method, uri.path(), uri.query().unwrap_or_default());
+        self.family
+            .get_or_create(&RequestLabels {
+                side: self.side,
+                verb,
+                resource,
+            })
+            .inc();
+    }
+
+    /// A layer for a kube client's HTTP stack that counts every request it sends.
+    pub fn layer<B>(
+        self,
+    ) -> tower::util::MapRequestLayer<impl Fn(http::Request<B>) -> http::Request<B> + Clone> {
+        tower::util::MapRequestLayer::new(move |req: http::Request<B>| {
+            self.count(req.method(), req.uri());
+            req
+        })
+    }
+}
+
+/// The Kubernetes verb and resource (with its subresource, `pods/status`) of a request path:
+/// `/api/v1/namespaces/a/pods/web/status` is a `patch` of `pods/status` when sent as PATCH.
+pub fn classify(method: &http::Method, path: &str, query: &str) -> (&'static str, String) {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // Skip /api/<version> or /apis/<group>/<version>.
+    let rest = match segs.first() {
+        Some(&"api") => segs.get(2..),
+        Some(&"apis") => segs.get(3..),
+        _ => None,
+    }
+    .unwrap_or_default();
+    // Namespaced: namespaces/<ns>/<resource>[/<name>[/<sub>]]; otherwise (namespaces
+    // themselves, nodes, volumes) <resource>[/<name>[/<sub>]].
+    let rest = match rest {
+        // A namespace's own subresources.
+        ["namespaces", _, "status" | "finalize"] => rest,
+        ["namespaces", _, _, ..] => &rest[2..],
+        _ => rest,
+    };
+    let (resource, named) = match rest {
+        [] => ("other".to_owned(), false),
+        [r] => ((*r).to_owned(), false),
+        [r, _] => ((*r).to_owned(), true),
+        [r, _, sub, ..] => (format!("{r}/{sub}"), true),
+    };
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match *method {
+        http::Method::GET if named => "get",
+        http::Method::GET if watch => "watch",
+        http::Method::GET => "list",
+        http::Method::POST => "create",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE if named => "delete",
+        http::Method::DELETE => "deletecollection",
+        _ => "other",
+    };
+    (verb, resource)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_are_classified_by_verb_and_resource() {
+        use http::Method;
+        let cases = [
+            (
+                Method::GET,
+                "/api/v1/pods",
+                "watch=true&resourceVersion=1",
+                "watch",
+                "pods",
+            ),
+            (Method::GET, "/api/v1/pods", "limit=500", "list", "pods"),
+            (
+                Method::POST,
+                "/api/v1/namespaces/a/pods",
+                "",
+                "create",
+                "pods",
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/a/pods/web",
+                "",
+                "get",
+                "pods",
+            ),
+            (
+                Method::PATCH,
+                "/api/v1/namespaces/a/pods/web/status",
+                "",
+                "patch",
+                "pods/status",
+            ),
+            (
+                Method::POST,
+                "/api/v1/namespaces/a/pods/web/binding",
+                "",
+                "create",
+                "pods/binding",
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/a/pods/web",
+                "",
+                "delete",
+                "pods",
+            ),
+            (Method::GET, "/api/v1/namespaces/a", "", "get", "namespaces"),
+            (Method::GET, "/api/v1/namespaces", "", "list", "namespaces"),
+            (
+                Method::PUT,
+                "/api/v1/namespaces/a/finalize",
+                "",
+                "update",
+                "namespaces/finalize",
+            ),
+            (
+                Method::POST,
+                "/api/v1/namespaces",
+                "",
+                "create",
+                "namespaces",
+            ),
+            (Method::GET, "/api/v1/nodes/n1", "", "get", "nodes"),
+            (
+                Method::PATCH,
+                "/api/v1/nodes/n1/status",
+                "",
+                "patch",
+                "nodes/status",
+            ),
+            (
+                Method::GET,
+                "/apis/discovery.k8s.io/v1/namespaces/a/endpointslices",
+                "watch=1",
+                "watch",
+                "endpointslices",
+            ),
+            (
+                Method::POST,
+                "/api/v1/namespaces/a/serviceaccounts/default/token",
+                "",
+                "create",
+                "serviceaccounts/token",
+            ),
+        ];
+        for (method, path, query, verb, resource) in cases {
+            assert_eq!(
+                classify(&method, path, query),
+                (verb, resource.to_owned()),
+                "{method} {path}?{query}"
+            );
+        }
+    }
+
+    #[test]
+    fn api_requests_are_counted_per_side() {
+        let m = Metrics::new();
+        let host = m.api_requests("host");
+        let uri: http::Uri = "https://h/api/v1/namespaces/a/pods".parse().unwrap();
+        host.count(&http::Method::POST, &uri);
+        host.count(&http::Method::POST, &uri);
+        let text = m.encode();
+        let line = r#"vcp_syncer_api_requests_total{side="host",verb="create",resource="pods"} 2"#;
+        assert!(text.contains(line), "{line} missing in:\n{text}");
+    }
 
     #[test]
     fn syncs_errors_and_in_flight_reconciles_are_exported() {

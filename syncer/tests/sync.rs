@@ -1507,6 +1507,21 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Creates a tenant namespace and waits for its default service account: until the tenant's
+/// controller-manager made it, the tenant apiserver refuses pods there (403), which a loaded
+/// machine shows.
+async fn namespace_for_pods(tenant: &Client, ns: &str) -> Res {
+    namespace(tenant, ns).await?;
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(tenant.clone(), ns);
+    eventually(
+        "the default service account",
+        Duration::from_secs(60),
+        || async { Ok(sas.get_opt("default").await?) },
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
     let cluster = DevCluster::shared().await?;
@@ -1515,7 +1530,7 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
     let listen = format!("--listen=127.0.0.1:{port}");
     let _syncer = cp.start_syncer(cluster, &[&listen])?;
     let tenant = cp.connect().await?;
-    namespace(&tenant, "apps").await?;
+    namespace_for_pods(&tenant, "apps").await?;
     create::<Pod>(
         &tenant,
         "apps",
@@ -1555,9 +1570,23 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
         ) > Some(0.0)
     );
     assert!(sample(&text, r#"vcp_syncer_reconciles_in_flight{kind="Pod"}"#).is_some());
+    // Requests to both apiservers are counted: the host pod's creation and the tenant pod's
+    // binding at least.
+    assert!(
+        sample(
+            &text,
+            r#"vcp_syncer_api_requests_total{side="host",verb="create",resource="pods"}"#
+        ) >= Some(1.0)
+    );
+    assert!(
+        sample(
+            &text,
+            r#"vcp_syncer_api_requests_total{side="tenant",verb="create",resource="pods/binding"}"#
+        ) >= Some(1.0)
+    );
 
     // The host refuses pods in a namespace whose quota allows none: failed syncs are counted.
-    namespace(&tenant, "full").await?;
+    namespace_for_pods(&tenant, "full").await?;
     let host = cluster.connect().await?;
     eventually(
         "host namespace e2el-full",

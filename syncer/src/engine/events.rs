@@ -159,6 +159,9 @@ async fn tenant_object(
     if let Some(known) = lock(memory).objects.get(&uid) {
         return Ok(known.clone());
     }
+    if let Some(known) = e.cached_tenant_ref(o.kind.as_deref(), host_ns, name, &uid) {
+        return Ok(known);
+    }
     let kind = o.kind.clone().unwrap_or_default();
     let ar = ApiResource {
         group: String::new(),

@@ -11,6 +11,9 @@
 //!   tenant object is gone (or has another UID). It waits until the tenant cache is complete,
 //!   so a restart never mistakes "not listed yet" for "deleted".
 //!
+//! Both read the same two caches: one watch per kind and side ([`shared`]), with managed
+//! fields stripped, feeds every controller that needs it.
+//!
 //! Both requeue periodically: that is the full resync that repairs drift, and since all state
 //! lives in the two apiservers, a restarted syncer converges from scratch. Pods add status up,
 //! binding to virtual nodes and two-way graceful deletion (`pods.rs`).
@@ -22,6 +25,7 @@ pub mod namespaces;
 pub mod pods;
 pub mod pvcs;
 pub mod services;
+pub mod shared;
 pub mod tokens;
 pub mod volumes;
 
@@ -36,10 +40,11 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use shared::{Cache, Shared};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,11 +66,17 @@ pub struct Engine {
     /// Sync every ConfigMap and Secret, not only those tenant pods reference.
     pub sync_all_configmaps_secrets: bool,
     /// The tenant pod cache, once the pod controller runs (for reference checks).
-    pub tenant_pods: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Pod>>,
+    pub tenant_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
     /// The tenant Service cache, once the Service controller runs (service links, endpoints).
-    pub tenant_services: std::sync::OnceLock<Store<k8s_openapi::api::core::v1::Service>>,
+    pub tenant_services: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Service>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
     pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Tenant pod writes the tenant cache may not show yet (see [`pods::UpWrites`]).
+    pub up_writes: pods::UpWrites,
+    /// This tenant's host pods, once the pod controllers run (Events up find their pod here).
+    pub host_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
+    /// This tenant's host namespaces, once the namespace controllers run.
+    pub host_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
 }
 
 impl Engine {
@@ -94,7 +105,28 @@ impl Engine {
             tenant_pods: std::sync::OnceLock::new(),
             tenant_services: std::sync::OnceLock::new(),
             known_nodes: Default::default(),
+            up_writes: Default::default(),
+            host_pods: std::sync::OnceLock::new(),
+            host_namespaces: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Which tenant object a host object was made from, as far as the caches tell (see
+    /// [`tenant_ref_from_caches`]).
+    pub fn cached_tenant_ref(
+        &self,
+        kind: Option<&str>,
+        host_ns: &str,
+        name: &str,
+        uid: &str,
+    ) -> Option<Option<naming::TenantRef>> {
+        tenant_ref_from_caches(
+            self.key(),
+            self.host_namespaces.get(),
+            self.host_pods.get().map(|c| &**c),
+            kind,
+            (host_ns, name, uid),
+        )
     }
 
     /// Whether a tenant pod in `ns` references ConfigMap (`secret == false`) or Secret `name`.
@@ -173,10 +205,10 @@ impl Synced for k8s_openapi::api::core::v1::Secret {
 }
 
 /// The two caches of one kind.
-pub struct Side<K: Resource<DynamicType = ()> + 'static> {
+pub struct Side<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub engine: Arc<Engine>,
-    pub tenant: Store<K>,
-    pub host: Store<K>,
+    pub tenant: Cache<K>,
+    pub host: Cache<K>,
 }
 
 fn host_api<K: Synced>(e: &Engine, host_ns: &str) -> Api<K> {
@@ -354,7 +386,7 @@ pub async fn tenant_still_has<K: Synced>(
 
 fn backoff<K>(_: Arc<K>, err: &Error, side: Arc<Side<K>>) -> Action
 where
-    K: Resource<DynamicType = ()> + 'static,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
     let kind = K::kind(&());
     tracing::warn!(kind = kind.as_ref(), error = %err, "sync failed; retrying");
@@ -366,12 +398,51 @@ where
 /// cache holds a worker slot, and once every slot is held the controller stops polling its
 /// trigger streams, among them the one that fills that cache. A restart with more host objects
 /// than workers deadlocked that way (the crash test found it); requeueing frees the slot.
-pub fn cache_ready<K: Resource + Clone + 'static>(store: &Store<K>) -> bool
+pub fn cache_ready<K: Resource<DynamicType = ()> + Clone + 'static>(cache: &Cache<K>) -> bool {
+    cache.is_ready()
+}
+
+/// Which tenant object the host object `kind` `(host_ns, name, uid)` was made from, from the
+/// syncer's caches alone: `Some(None)` if the namespace is not one of this tenant's (a host
+/// namespace that merely starts with `<key>-`), `Some(Some(_))` for a cached host pod of that
+/// UID, `None` if only the host apiserver can tell. Saves Events up a GET for nearly every
+/// Event they copy.
+pub fn tenant_ref_from_caches(
+    key: &TenantKey,
+    namespaces: Option<&Cache<k8s_openapi::api::core::v1::Namespace>>,
+    pods: Option<&Store<k8s_openapi::api::core::v1::Pod>>,
+    kind: Option<&str>,
+    (host_ns, name, uid): (&str, &str, &str),
+) -> Option<Option<naming::TenantRef>> {
+    // Namespaces exist long before anything in them has events, so a complete cache without
+    // this one means it is not ours.
+    if let Some(namespaces) = namespaces.filter(|s| s.is_ready())
+        && namespaces.get(&ObjectRef::new(host_ns)).is_none()
+    {
+        return Some(None);
+    }
+    if kind != Some("Pod") {
+        return None;
+    }
+    let pod = pods?.get(&ObjectRef::new(name).within(host_ns))?;
+    if uid.is_empty() || pod.uid().as_deref() != Some(uid) {
+        return None;
+    }
+    Some(naming::tenant_ref(key, pod.labels(), pod.annotations()))
+}
+
+/// Waits until a cache that a controller publishes once it starts holds its first list.
+pub async fn wait_for_cache<K>(cache: &std::sync::OnceLock<Cache<K>>)
 where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    use futures::FutureExt;
-    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+    loop {
+        if let Some(cache) = cache.get() {
+            cache.ready().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Maps a host object to the tenant object it came from (for re-triggering down-reconciles).
@@ -417,42 +488,39 @@ pub type DownFn<K> =
 
 /// Runs the plain down-reconciler for `K` (ConfigMaps, Secrets).
 pub async fn run_plain<K: Synced>(engine: Arc<Engine>, workers: u16) {
-    run_kind::<K>(engine, workers, |t, s| Box::pin(down(t, s)), |_| {}).await
+    run_kind::<K>(engine, workers, |t, s| Box::pin(down(t, s)), |_, _| {}).await
 }
 
-/// Runs down and gc controllers for a kind until the future is dropped. `with_tenant_store`
-/// receives the tenant cache (pods hand it to the virtual-node upkeep).
+/// Runs down and gc controllers for a kind until the future is dropped. `with_stores`
+/// receives the tenant and the host cache (pods hand them to the virtual-node upkeep and to
+/// Events up).
 pub async fn run_kind<K: Synced>(
     engine: Arc<Engine>,
     workers: u16,
     down: DownFn<K>,
-    with_tenant_store: impl FnOnce(Store<K>),
+    with_stores: impl FnOnce(Cache<K>, Cache<K>),
 ) {
-    let tenant_api: Api<K> = Api::all(engine.tenant.clone());
-    let host_api: Api<K> = Api::all(engine.host.clone());
     let key = engine.key().clone();
-    // Each controller is triggered by the stream that fills the cache it reads: the reflector
-    // stores an object before passing it on, so no reconcile sees a cache older than its trigger.
-    let (host_reader, host_writer) = kube::runtime::reflector::store();
-    // Managed fields are never read here and are a large part of every cached object.
-    let host_stream = watcher(host_api.clone(), K::host_watch(&key))
-        .default_backoff()
-        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
-        .reflect(host_writer)
-        .touched_objects();
-    let down_ctl = Controller::new(tenant_api.clone(), watcher::Config::default())
-        .with_config(kube::runtime::controller::Config::default().concurrency(workers));
-    let tenant_reader = down_ctl.store();
-    with_tenant_store(tenant_reader.clone());
-    let k2 = key.clone();
+    // One watch and one cache per side, read by both controllers; each controller is
+    // triggered by the streams that fill the caches it reads (see `shared`), so no reconcile
+    // sees a cache older than its trigger.
+    let mut tenant = Shared::<K>::new();
+    let mut host = Shared::<K>::new();
+    with_stores(tenant.cache(), host.cache());
     let side = Arc::new(Side {
         engine: engine.clone(),
-        tenant: tenant_reader,
-        host: host_reader,
+        tenant: tenant.cache(),
+        host: host.cache(),
     });
+    let config = kube::runtime::controller::Config::default().concurrency(workers);
+
+    let k2 = key.clone();
     let kind = K::kind(&()).to_string();
-    let down_fut = down_ctl
-        .watches_stream(host_stream, move |h: K| to_tenant_ref(&k2, &h))
+    let down_fut = Controller::for_shared_stream(tenant.subscribe(), tenant.store())
+        .with_config(config.clone())
+        .watches_shared_stream(host.subscribe(), move |h: Arc<K>| {
+            to_tenant_ref(&k2, h.as_ref())
+        })
         .run(
             move |t, s: Arc<Side<K>>| {
                 let kind = kind.clone();
@@ -464,38 +532,25 @@ pub async fn run_kind<K: Synced>(
                 }
             },
             backoff,
-            side,
+            side.clone(),
         )
         .for_each(|_| async {});
 
-    // GC has its own view of the tenant, fed the same way; deletions trigger it at once.
-    let (gc_tenant_reader, gc_tenant_writer) = kube::runtime::reflector::store();
+    // GC: triggered by host objects and, so deletions act at once, by tenant ones.
     let k3 = key.clone();
-    let tenant_stream = watcher(tenant_api, watcher::Config::default())
-        .default_backoff()
-        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
-        .reflect(gc_tenant_writer)
-        .touched_objects();
-    let gc_ctl = Controller::new(host_api, K::host_watch(&key))
-        .with_config(kube::runtime::controller::Config::default().concurrency(workers));
-    let gc_side = Arc::new(Side {
-        engine: engine.clone(),
-        tenant: gc_tenant_reader.clone(),
-        host: gc_ctl.store(),
-    });
-    let gc_fut = async move {
-        let mapped = gc_ctl.watches_stream(tenant_stream, move |t: K| {
-            Some(
-                ObjectRef::new(&t.name_any()).within(&naming::host_namespace(&k3, &t.namespace()?)),
-            )
-        });
-        // Deleting needs a complete picture of the tenant.
-        let ready = gc_tenant_reader.clone();
-        let run = mapped.run(
+    let ready = tenant.cache();
+    let tenant_cache = tenant.store();
+    let gc_fut = Controller::for_shared_stream(host.subscribe(), host.store())
+        .with_config(config)
+        .watches_shared_stream(tenant.subscribe(), move |t: Arc<K>| {
+            gc_trigger(&k3, &tenant_cache, t.as_ref())
+        })
+        .run(
             move |h, s: Arc<Side<K>>| {
                 let ready = ready.clone();
                 async move {
-                    if !cache_ready(&ready) {
+                    // Deleting needs a complete picture of the tenant.
+                    if !ready.is_ready() {
                         return Ok(Action::requeue(Duration::from_secs(1)));
                     }
                     let e = s.engine.clone();
@@ -506,9 +561,134 @@ pub async fn run_kind<K: Synced>(
                 }
             },
             backoff,
-            gc_side,
+            side,
+        )
+        .for_each(|_| async {});
+
+    let tenant_api: Api<K> = Api::all(engine.tenant.clone());
+    let host_api: Api<K> = Api::all(engine.host.clone());
+    futures::join!(
+        spawned(tenant.run(tenant_api, watcher::Config::default())),
+        spawned(host.run(host_api, K::host_watch(&key))),
+        spawned(down_fut),
+        spawned(gc_fut)
+    );
+}
+
+/// The host object a touched tenant object asks gc to look at, if any. A tenant object the
+/// cache still holds with the same UID leaves its host object wanted, so only deletions (and
+/// recreations under the same name) give gc work, not every status change of every pod.
+pub fn gc_trigger<K: Synced>(key: &TenantKey, tenant: &Store<K>, t: &K) -> Option<ObjectRef<K>> {
+    if tenant
+        .get(&ObjectRef::from_obj(t))
+        .is_some_and(|c| c.uid() == t.uid())
+    {
+        return None;
+    }
+    Some(ObjectRef::new(&t.name_any()).within(&naming::host_namespace(key, &t.namespace()?)))
+}
+
+/// Runs `fut` on a task of its own, so watches and controllers spread over every core and one's
+/// work (decoding a large list, say) does not hold up another's reconciles; a panic there
+/// still ends the syncer, as it did when everything ran in one task.
+pub async fn spawned<F>(fut: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    if let Err(err) = tokio::spawn(fut).await
+        && err.is_panic()
+    {
+        std::panic::resume_unwind(err.into_panic());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+
+    fn cache<K>(objects: &[serde_json::Value]) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
+    {
+        let (reader, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for o in objects {
+            let obj = serde_json::from_value(o.clone()).unwrap();
+            writer.apply_watcher_event(&watcher::Event::InitApply(obj));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        reader
+    }
+
+    #[test]
+    fn gc_looks_at_host_objects_of_deleted_or_recreated_tenant_objects_only() {
+        let key = TenantKey::new("demo").unwrap();
+        let cm = |uid: &str| -> k8s_openapi::api::core::v1::ConfigMap {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "cfg", "namespace": "apps", "uid": uid}
+            }))
+            .unwrap()
+        };
+        let tenant = cache::<k8s_openapi::api::core::v1::ConfigMap>(&[serde_json::json!({
+            "metadata": {"name": "cfg", "namespace": "apps", "uid": "u1"}
+        })]);
+        assert_eq!(
+            gc_trigger(&key, &tenant, &cm("u1")),
+            None,
+            "alive: nothing to collect"
         );
-        run.for_each(|_| async {}).await;
-    };
-    futures::join!(down_fut, gc_fut);
+        let host = Some(ObjectRef::new("cfg").within("demo-apps"));
+        assert_eq!(gc_trigger(&key, &tenant, &cm("u0")), host, "replaced by u1");
+        let empty = cache::<k8s_openapi::api::core::v1::ConfigMap>(&[]);
+        assert_eq!(gc_trigger(&key, &empty, &cm("u1")), host, "deleted");
+    }
+
+    #[test]
+    fn events_find_their_tenant_object_in_the_caches_without_a_get() {
+        let key = TenantKey::new("demo").unwrap();
+        let namespaces = shared::Cache::listed(cache::<Namespace>(&[
+            serde_json::json!({"metadata": {"name": "demo-apps"}}),
+        ]));
+        let pods = cache::<Pod>(&[serde_json::json!({"metadata": {
+            "name": "web", "namespace": "demo-apps", "uid": "h1",
+            "labels": {(naming::LABEL_TENANT): "demo"},
+            "annotations": {(naming::ANN_NAME): "web", (naming::ANN_NAMESPACE): "apps", (naming::ANN_UID): "t1"},
+        }})]);
+        let find = |kind, ns, name, uid| {
+            tenant_ref_from_caches(
+                &key,
+                Some(&namespaces),
+                Some(&pods),
+                Some(kind),
+                (ns, name, uid),
+            )
+        };
+        let r = find("Pod", "demo-apps", "web", "h1").unwrap().unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.namespace.as_deref(), r.uid.as_deref()),
+            ("web", Some("apps"), Some("t1"))
+        );
+        assert_eq!(
+            find("Pod", "demo-direct", "web", "h1"),
+            Some(None),
+            "a host namespace with the tenant's prefix that is not the tenant's"
+        );
+        assert_eq!(
+            find("Pod", "demo-apps", "web", "h2"),
+            None,
+            "another pod of that name: ask"
+        );
+        assert_eq!(
+            find("Pod", "demo-apps", "db", "h3"),
+            None,
+            "not cached (yet): ask"
+        );
+        assert_eq!(find("Service", "demo-apps", "web", "s1"), None);
+        assert_eq!(
+            tenant_ref_from_caches(&key, None, None, Some("Pod"), ("demo-direct", "web", "h1")),
+            None,
+            "without caches only the apiserver can tell"
+        );
+    }
 }

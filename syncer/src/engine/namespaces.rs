@@ -1,5 +1,6 @@
 //! Namespaces (cluster-scoped): a host namespace per tenant namespace, removed with it.
 
+use super::shared::Shared;
 use super::{Engine, host_selector};
 use crate::metrics::Direction;
 use crate::naming::{self, TenantKey};
@@ -11,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,15 +102,15 @@ fn backoff(_: Arc<Namespace>, err: &Error, cx: Arc<Ns>) -> Action {
 
 /// Runs the namespace controllers until dropped.
 pub async fn run(engine: Arc<Engine>, key: TenantKey) {
-    let down_ctl = Controller::new(
-        Api::<Namespace>::all(engine.tenant.clone()),
-        watcher::Config::default(),
-    );
-    let down_cx = Arc::new(Ns {
+    // One watch and cache per side, shared by both controllers (see `super::shared`).
+    let mut tenant = Shared::<Namespace>::new();
+    let mut host = Shared::<Namespace>::new();
+    let _ = engine.host_namespaces.set(host.cache());
+    let cx = Arc::new(Ns {
         engine: engine.clone(),
-        tenant: down_ctl.store(),
+        tenant: tenant.store(),
     });
-    let down_fut = down_ctl
+    let down_fut = Controller::for_shared_stream(tenant.subscribe(), tenant.store())
         .run(
             |t, cx: Arc<Ns>| async move {
                 let e = cx.engine.clone();
@@ -118,34 +119,19 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
                     .await
             },
             backoff,
-            down_cx,
+            cx.clone(),
         )
         .for_each(|_| async {});
-    // GC reads a tenant cache filled by the same stream that triggers it (see engine docs).
-    let (reader, writer) = kube::runtime::reflector::store();
-    let tenant_stream = watcher(
-        Api::<Namespace>::all(engine.tenant.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects();
-    let cx = Arc::new(Ns {
-        engine: engine.clone(),
-        tenant: reader.clone(),
-    });
-    let gc_fut = async move {
-        let k2 = key.clone();
-        Controller::new(
-            Api::<Namespace>::all(engine.host.clone()),
-            host_selector(&key),
-        )
-        .watches_stream(tenant_stream, move |t: Namespace| {
+    // GC is triggered by host namespaces and, so a deletion acts at once, by tenant ones.
+    let k2 = key.clone();
+    let ready = tenant.cache();
+    let gc_fut = Controller::for_shared_stream(host.subscribe(), host.store())
+        .watches_shared_stream(tenant.subscribe(), move |t: Arc<Namespace>| {
             Some(ObjectRef::new(&naming::host_namespace(&k2, &t.name_any())))
         })
         .run(
             move |h, cx: Arc<Ns>| {
-                let ready = reader.clone();
+                let ready = ready.clone();
                 async move {
                     if !super::cache_ready(&ready) {
                         return Ok(Action::requeue(Duration::from_secs(1)));
@@ -159,8 +145,17 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
             backoff,
             cx,
         )
-        .for_each(|_| async {})
-        .await;
-    };
-    futures::join!(down_fut, gc_fut);
+        .for_each(|_| async {});
+    futures::join!(
+        tenant.run(
+            Api::<Namespace>::all(engine.tenant.clone()),
+            watcher::Config::default()
+        ),
+        host.run(
+            Api::<Namespace>::all(engine.host.clone()),
+            host_selector(&key)
+        ),
+        down_fut,
+        gc_fut
+    );
 }

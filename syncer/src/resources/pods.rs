@@ -34,8 +34,8 @@ use super::{Ctx, host_meta};
 use crate::naming;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostAlias, KeyToPath, Pod, PodDNSConfig, PodDNSConfigOption, PodSpec,
-    PodStatus, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
+    Container, EnvVar, HostAlias, KeyToPath, Pod, PodCondition, PodDNSConfig, PodDNSConfigOption,
+    PodSpec, PodStatus, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
 };
 use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
@@ -389,10 +389,49 @@ pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
     }
 }
 
-/// The tenant status that mirrors a host pod's, or `None` if the tenant already shows it.
-pub fn status_to_tenant(host: &Pod, tenant: &Pod) -> Option<PodStatus> {
-    let want = host.status.clone()?;
-    (tenant.status.as_ref() != Some(&want)).then_some(want)
+/// The tenant status that mirrors a host pod's, or `None` if the tenant already shows it
+/// (`tenant`: the tenant pod's status as it stands, see [`bound_status`]).
+///
+/// Conditions are compared without their timestamps. The tenant's binding makes the tenant
+/// apiserver write its own `PodScheduled` condition, stamped a moment after the host's for the
+/// same transition; a patch that only moved that stamp would cost a tenant write per pod and
+/// tell no client anything. Any real change (phase, IPs, container states, a condition's status,
+/// reason or message) is copied whole, host timestamps included.
+pub fn status_to_tenant(host: &Pod, tenant: Option<&PodStatus>) -> Option<PodStatus> {
+    let want = host.status.as_ref()?;
+    let shown = tenant.is_some_and(|have| same_status(have, want));
+    (!shown).then(|| want.clone())
+}
+
+/// Whether two pod statuses say the same, condition timestamps aside (see [`status_to_tenant`]).
+pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
+    without_condition_times(a) == without_condition_times(b)
+}
+
+fn without_condition_times(status: &PodStatus) -> PodStatus {
+    let mut s = status.clone();
+    for c in s.conditions.iter_mut().flatten() {
+        c.last_probe_time = None;
+        c.last_transition_time = None;
+    }
+    s
+}
+
+/// A tenant pod's status after a binding went through: the apiserver sets `PodScheduled` to
+/// `True` (no reason, no message) as part of the binding.
+pub fn bound_status(status: Option<&PodStatus>) -> PodStatus {
+    let mut s = status.cloned().unwrap_or_default();
+    let conditions = s.conditions.get_or_insert_with(Vec::new);
+    let scheduled = PodCondition {
+        type_: "PodScheduled".into(),
+        status: "True".into(),
+        ..Default::default()
+    };
+    match conditions.iter_mut().find(|c| c.type_ == "PodScheduled") {
+        Some(c) => *c = scheduled,
+        None => conditions.push(scheduled),
+    }
+    s
 }
 
 /// ConfigMaps and Secrets a tenant pod references (volumes, projections, env, envFrom, image
@@ -698,17 +737,56 @@ mod tests {
         let mut host = to_host(&tenant_pod(), &ctx(), &env());
         let tenant = tenant_pod();
         assert!(
-            status_to_tenant(&host, &tenant).is_none(),
+            status_to_tenant(&host, tenant.status.as_ref()).is_none(),
             "no host status yet"
         );
         host.status =
             serde_json::from_value(serde_json::json!({"phase": "Running", "podIP": "10.244.1.7"}))
                 .unwrap();
-        let up = status_to_tenant(&host, &tenant).unwrap();
+        let up = status_to_tenant(&host, tenant.status.as_ref()).unwrap();
         assert_eq!(up.pod_ip.as_deref(), Some("10.244.1.7"));
-        let mut synced = tenant.clone();
-        synced.status = Some(up);
-        assert!(status_to_tenant(&host, &synced).is_none());
+        assert!(status_to_tenant(&host, Some(&up)).is_none());
+    }
+
+    fn status(v: serde_json::Value) -> PodStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_scheduled_host_pod_costs_no_status_patch_after_the_binding() {
+        // What the host's scheduler left on the host pod, and the tenant pod before its binding.
+        let mut host = to_host(&tenant_pod(), &ctx(), &env());
+        host.status = Some(status(serde_json::json!({
+            "phase": "Pending", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True",
+                "lastTransitionTime": "2026-11-21T10:00:00Z"}],
+        })));
+        let before = status(serde_json::json!({"phase": "Pending", "qosClass": "BestEffort"}));
+        assert!(
+            status_to_tenant(&host, Some(&before)).is_some(),
+            "unbound, the tenant does not show it"
+        );
+        // The binding marks the tenant pod scheduled (a second later): nothing left to copy.
+        let bound = bound_status(Some(&before));
+        assert!(status_to_tenant(&host, Some(&bound)).is_none());
+        let mut stamped = bound.clone();
+        stamped.conditions.as_mut().unwrap()[0].last_transition_time =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-21T10:00:01Z".parse().unwrap(),
+            ));
+        assert!(status_to_tenant(&host, Some(&stamped)).is_none());
+        // Once the host pod runs, the whole status goes up, host timestamps included.
+        host.status = Some(status(serde_json::json!({
+            "phase": "Running", "qosClass": "BestEffort", "podIP": "10.244.1.7",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-21T10:00:00Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-21T10:00:02Z"}],
+        })));
+        assert_eq!(status_to_tenant(&host, Some(&stamped)), host.status);
+        // A condition that changed its status is a change, whatever the timestamps.
+        let mut not_ready = host.status.clone().unwrap();
+        not_ready.conditions.as_mut().unwrap()[1].status = "False".into();
+        assert!(status_to_tenant(&host, Some(&not_ready)).is_some());
     }
 
     fn service(name: &str, ip: &str, ports: serde_json::Value) -> Service {

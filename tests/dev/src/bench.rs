@@ -5,6 +5,13 @@
 //! run by kwok, synced up). Latency: L more tenant pods at a fixed rate, watched on both sides:
 //! down = tenant create returned -> host pod seen; up = host pod seen Running -> tenant pod
 //! seen Running. Resource use of the syncer process from /proc.
+//!
+//! Two more lines explain the figures without changing them: `bench-sync-requests`, the
+//! syncer's own count of apiserver requests (its `/metrics`) per tenant pod, and
+//! `bench-sync-cpu`, CPU seconds of every process of the benchmark's clusters per phase (from
+//! /proc), which shows what the two shared cores spent on what; its `work_ratio` is the direct
+//! phase's CPU over the synced phase's, the throughput ratio a machine doing nothing else
+//! could reach if CPU bound.
 
 use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
@@ -162,21 +169,160 @@ fn proc_usage(pid: u32) -> (f64, f64) {
     (rss_kib / 1024.0, cpu_ticks / 100.0)
 }
 
+/// CPU seconds so far of this process and every descendant, by pid, with its name.
+fn descendants_cpu() -> HashMap<u32, (String, f64)> {
+    let mut procs: HashMap<u32, (u32, String, f64)> = HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = stat[open + 1..close].to_owned();
+        let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+        let (Some(ppid), Some(utime), Some(stime)) = (num(1), num(11), num(12)) else {
+            continue;
+        };
+        procs.insert(pid, (ppid as u32, comm, (utime + stime) / 100.0));
+    }
+    let me = std::process::id();
+    let is_descendant = |mut pid: u32| {
+        for _ in 0..32 {
+            match procs.get(&pid) {
+                Some((ppid, ..)) if *ppid == me => return true,
+                Some((ppid, ..)) => pid = *ppid,
+                None => return false,
+            }
+        }
+        false
+    };
+    procs
+        .iter()
+        .filter(|(pid, _)| **pid == me || is_descendant(**pid))
+        .map(|(pid, (_, comm, cpu))| (*pid, (comm.clone(), *cpu)))
+        .collect()
+}
+
+/// CPU seconds per process name between two snapshots; processes started after `host` are
+/// the tenant's (its apiserver has the host's name) and get a `tenant-` prefix.
+fn cpu_between(
+    host: &HashMap<u32, (String, f64)>,
+    from: &HashMap<u32, (String, f64)>,
+    to: &HashMap<u32, (String, f64)>,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (pid, (comm, cpu)) in to {
+        let before = from.get(pid).map_or(0.0, |(_, c)| *c);
+        let name = if host.contains_key(pid) || comm.starts_with("vcp-syncer") {
+            comm.clone()
+        } else {
+            format!("tenant-{comm}")
+        };
+        *out.entry(name).or_insert(0.0) += cpu - before;
+    }
+    out
+}
+
+fn cpu_line(phase: &str, cpu: &std::collections::BTreeMap<String, f64>) -> String {
+    let total: f64 = cpu.values().sum();
+    let parts: Vec<String> = cpu
+        .iter()
+        .filter(|(_, s)| **s >= 0.05)
+        .map(|(n, s)| format!("{n}={s:.1}"))
+        .collect();
+    format!("{phase}_total={total:.1} {}", parts.join(" "))
+}
+
+/// The syncer's `/metrics` text (plain HTTP/1.0 on loopback; no client needed).
+async fn scrape(addr: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await?;
+    conn.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await?;
+    Ok(text)
+}
+
+/// Requests per pod from the syncer's `vcp_syncer_api_requests_total` counters: per side,
+/// writes and reads (watches excluded: they are long-lived), and every series in detail.
+fn requests_line(metrics: &str, pods: usize) -> String {
+    let mut sums: std::collections::BTreeMap<(String, bool), f64> = Default::default();
+    let mut detail = Vec::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("vcp_syncer_api_requests_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |k: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let (side, verb, resource) = (label("side"), label("verb"), label("resource"));
+        let Ok(n) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        if verb == "watch" {
+            continue;
+        }
+        let write = !matches!(verb.as_str(), "get" | "list");
+        *sums.entry((side.clone(), write)).or_insert(0.0) += n;
+        // Series below 0.005 per pod (watch restarts, the periodic upkeep) would only be noise.
+        if n / pods as f64 >= 0.005 {
+            detail.push(format!("{side}:{verb}:{resource}={:.2}", n / pods as f64));
+        }
+    }
+    let per = |side: &str, write: bool| {
+        sums.get(&(side.to_owned(), write)).copied().unwrap_or(0.0) / pods as f64
+    };
+    detail.sort();
+    format!(
+        "bench-sync-requests pods={pods} tenant_writes_per_pod={:.2} tenant_reads_per_pod={:.2} host_writes_per_pod={:.2} host_reads_per_pod={:.2} {}",
+        per("tenant", true),
+        per("tenant", false),
+        per("host", true),
+        per("host", false),
+        detail.join(" ")
+    )
+}
+
 /// Runs the benchmark and prints its summary line.
 pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     // A fresh cluster in a temporary directory, gone when the benchmark ends.
     let cluster = DevCluster::start().await?;
     let host = cluster.connect().await?;
+    let cpu_host = descendants_cpu();
 
     namespace(&host, "bench-direct").await?;
     let direct_s = burst(&host, "bench-direct", b.pods, b.concurrency, false).await?;
     eprintln!("direct: {} pods Running in {direct_s:.1}s", b.pods);
+    let cpu_direct = descendants_cpu();
 
     let tenant_cp = TenantControlPlane::start("bench").await?;
-    let syncer = tenant_cp.start_syncer(&cluster, &["--workers=32"])?;
+    // A port picked here so /metrics can be read at the end.
+    let [port] = vcp_dev::process::free_ports()?;
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let listen = format!("--listen={metrics_addr}");
+    let syncer = tenant_cp.start_syncer(&cluster, &["--workers=32", &listen])?;
     let tenant = tenant_cp.connect().await?;
     namespace(&tenant, "burst").await?;
+    let cpu_synced_start = descendants_cpu();
     let synced_s = burst(&tenant, "burst", b.pods, b.concurrency, b.tokens).await?;
+    let cpu_synced = descendants_cpu();
     eprintln!(
         "synced: {} pods Running in the tenant in {synced_s:.1}s",
         b.pods
@@ -227,6 +373,8 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         w.abort();
     }
     let (rss_mib, cpu_s) = proc_usage(syncer.pid);
+    let cpu_latency = descendants_cpu();
+    let metrics = scrape(&metrics_addr).await;
     let s = seen.lock().unwrap_or_else(|e| e.into_inner());
     let ms = |a: &Instant, b: &Instant| b.saturating_duration_since(*a).as_secs_f64() * 1000.0;
     let down: Vec<f64> = s
@@ -252,6 +400,23 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         b.latency_pods,
         b.rate,
         b.tokens,
+    );
+    match metrics {
+        Ok(m) => println!("{}", requests_line(&m, total)),
+        Err(e) => eprintln!("could not read the syncer's metrics: {e}"),
+    }
+    let direct_cpu = cpu_between(&cpu_host, &cpu_host, &cpu_direct);
+    let synced_cpu = cpu_between(&cpu_host, &cpu_synced_start, &cpu_synced);
+    // What the two throughput phases cost the machine, whatever else ran on it meanwhile.
+    let work_ratio = direct_cpu.values().sum::<f64>() / synced_cpu.values().sum::<f64>();
+    println!(
+        "bench-sync-cpu work_ratio={work_ratio:.2} {} {} {}",
+        cpu_line("direct", &direct_cpu),
+        cpu_line("synced", &synced_cpu),
+        cpu_line(
+            "latency",
+            &cpu_between(&cpu_host, &cpu_synced, &cpu_latency)
+        ),
     );
     Ok(())
 }
