@@ -31,6 +31,8 @@ pub struct SyncBench {
     pub latency_pods: usize,
     pub concurrency: usize,
     pub tokens: bool,
+    /// The syncer binary; the workspace's debug build when `None`.
+    pub syncer: Option<std::path::PathBuf>,
 }
 
 fn pod(name: &str, app: &str, tokens: bool) -> Pod {
@@ -317,7 +319,11 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     let [port] = vcp_dev::process::free_ports()?;
     let metrics_addr = format!("127.0.0.1:{port}");
     let listen = format!("--listen={metrics_addr}");
-    let syncer = tenant_cp.start_syncer(&cluster, &["--workers=32", &listen])?;
+    let binary = match &b.syncer {
+        Some(p) => p.clone(),
+        None => vcp_dev::tenant::syncer_binary()?,
+    };
+    let syncer = tenant_cp.start_syncer_binary(&cluster, &binary, &["--workers=32", &listen])?;
     let tenant = tenant_cp.connect().await?;
     namespace(&tenant, "burst").await?;
     let cpu_synced_start = descendants_cpu();
@@ -389,7 +395,7 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         .collect();
     let total = b.pods + b.latency_pods;
     println!(
-        "bench-sync pods={} direct_s={direct_s:.2} synced_s={synced_s:.2} throughput_ratio={:.2} down_p50_ms={:.1} down_p99_ms={:.1} up_p50_ms={:.1} up_p99_ms={:.1} syncer_rss_mib={rss_mib:.1} syncer_cpu_s={cpu_s:.1} rss_kib_per_pod={:.1} latency_pods={} rate={} tokens={}",
+        "bench-sync pods={} direct_s={direct_s:.2} synced_s={synced_s:.2} throughput_ratio={:.2} down_p50_ms={:.1} down_p99_ms={:.1} up_p50_ms={:.1} up_p99_ms={:.1} syncer_rss_mib={rss_mib:.1} syncer_cpu_s={cpu_s:.1} rss_kib_per_pod={:.1} latency_pods={} rate={} tokens={} syncer_build={}",
         b.pods,
         direct_s / synced_s,
         percentile(down.clone(), 0.5),
@@ -400,6 +406,11 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         b.latency_pods,
         b.rate,
         b.tokens,
+        // The build profile is the binary's directory under target/ (debug or release).
+        binary
+            .parent()
+            .and_then(|d| d.file_name())
+            .map_or("?".into(), |d| d.to_string_lossy()),
     );
     match metrics {
         Ok(m) => println!("{}", requests_line(&m, total)),

@@ -83,6 +83,10 @@ enum Bench {
         /// Mount service-account tokens in the tenant pods (one TokenRequest and Secret each).
         #[arg(long, env = "VCP_BENCH_TOKENS")]
         tokens: bool,
+        /// The `vcp-syncer` to measure (e.g. target/release/vcp-syncer); the workspace's
+        /// debug build by default.
+        #[arg(long, env = "VCP_BENCH_SYNCER")]
+        syncer: Option<std::path::PathBuf>,
     },
     /// Tenants created at once through `vcp serve`: time to Ready, vcp's RSS and CPU.
     Provision {
@@ -257,6 +261,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             latency_pods,
             concurrency,
             tokens,
+            syncer,
         }) => {
             bench::sync(bench::SyncBench {
                 pods,
@@ -264,6 +269,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 latency_pods,
                 concurrency,
                 tokens,
+                syncer,
             })
             .await?;
             Ok(ExitCode::SUCCESS)

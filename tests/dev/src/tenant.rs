@@ -199,9 +199,19 @@ impl TenantControlPlane {
     /// Starts `vcp-syncer` between this tenant and `host`, with extra flags. Its log is
     /// `<tenant dir>/syncer.log`; it stops when the returned handle drops.
     pub fn start_syncer(&self, host: &DevCluster, extra: &[&str]) -> Result<Spawned> {
+        self.start_syncer_binary(host, &syncer_binary()?, extra)
+    }
+
+    /// [`Self::start_syncer`] with another build of `vcp-syncer` (a release build, say).
+    pub fn start_syncer_binary(
+        &self,
+        host: &DevCluster,
+        binary: &std::path::Path,
+        extra: &[&str],
+    ) -> Result<Spawned> {
         // Port 0: nobody probes it here, and a port picked in advance can be taken by another
         // test's process before the syncer binds it (the syncer would exit at once).
-        let mut spec = ProcSpec::new("vcp-syncer", syncer_binary()?).args([
+        let mut spec = ProcSpec::new("vcp-syncer", binary.to_path_buf()).args([
             format!("--tenant-kubeconfig={}", p(&self.kubeconfig)),
             format!("--host-kubeconfig={}", p(host.kubeconfig_path())),
             format!("--tenant-key={}", self.key),
