@@ -27,13 +27,52 @@ where
         .await?)
 }
 
-#[tokio::test]
-async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_reports_back() -> Res {
+/// An EndpointSlice of Service `db` written by hand (not by Kubernetes' controllers).
+fn manual_slice() -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": "db-manual", "labels": {
+            "kubernetes.io/service-name": "db",
+            "endpointslice.kubernetes.io/managed-by": "ops.example.com"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["192.0.2.11"]}],
+        "ports": [{"port": 5432}],
+    })
+}
+
+/// A tenant control plane with a syncer between it and the shared dev cluster. Destructure
+/// it whole: the control plane and the syncer stop when their parts drop.
+struct Synced {
+    cluster: &'static DevCluster,
+    host: Client,
+    cp: TenantControlPlane,
+    _syncer: vcp_dev::process::Spawned,
+    tenant: Client,
+}
+
+async fn synced(key: &str) -> Res<Synced> {
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
-    let tenant_cp = TenantControlPlane::start("e2ea").await?;
-    let _syncer = tenant_cp.start_syncer(cluster, &[])?;
-    let tenant = tenant_cp.connect().await?;
+    let cp = TenantControlPlane::start(key).await?;
+    let _syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    Ok(Synced {
+        cluster,
+        host,
+        cp,
+        _syncer,
+        tenant,
+    })
+}
+
+#[tokio::test]
+async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_reports_back() -> Res {
+    let Synced {
+        cluster,
+        host,
+        cp: tenant_cp,
+        _syncer,
+        tenant,
+    } = synced("e2ea").await?;
 
     namespace(&tenant, "apps").await?;
     create::<ConfigMap>(
@@ -529,11 +568,13 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
 async fn claims_and_statefulset_templates_bind_through_the_host_storage_class() -> Res {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    let cluster = DevCluster::shared().await?;
-    let host = cluster.connect().await?;
-    let cp = TenantControlPlane::start("e2ef").await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
-    let tenant = cp.connect().await?;
+    let Synced {
+        cluster: _,
+        host,
+        cp: _cp,
+        _syncer,
+        tenant,
+    } = synced("e2ef").await?;
     namespace(&tenant, "data").await?;
     create::<PersistentVolumeClaim>(&tenant, "data", serde_json::json!({
         "metadata": {"name": "scratch"},
@@ -770,11 +811,13 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
 async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> Res {
     use k8s_openapi::api::core::v1::Endpoints;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
-    let cluster = DevCluster::shared().await?;
-    let host = cluster.connect().await?;
-    let cp = TenantControlPlane::start("e2ei").await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
-    let tenant = cp.connect().await?;
+    let Synced {
+        cluster: _,
+        host,
+        cp: _cp,
+        _syncer,
+        tenant,
+    } = synced("e2ei").await?;
     namespace(&tenant, "apps").await?;
     for (name, selector) in [
         ("db", None),
@@ -798,19 +841,7 @@ async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> 
         }),
     )
     .await?;
-    create::<EndpointSlice>(
-        &tenant,
-        "apps",
-        serde_json::json!({
-            "metadata": {"name": "db-manual", "labels": {
-                "kubernetes.io/service-name": "db",
-                "endpointslice.kubernetes.io/managed-by": "ops.example.com"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": ["192.0.2.11"]}],
-            "ports": [{"port": 5432}],
-        }),
-    )
-    .await?;
+    create::<EndpointSlice>(&tenant, "apps", manual_slice()).await?;
 
     let host_eps: Api<Endpoints> = Api::namespaced(host.clone(), "e2ei-apps");
     let host_slices: Api<EndpointSlice> = Api::namespaced(host.clone(), "e2ei-apps");
@@ -875,11 +906,13 @@ async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back(
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube::api::{Patch, PatchParams};
     use vcp_syncer::naming::{ANN_NAME, ANN_UID};
-    let cluster = DevCluster::shared().await?;
-    let host = cluster.connect().await?;
-    let cp = TenantControlPlane::start("e2eo").await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
-    let tenant = cp.connect().await?;
+    let Synced {
+        cluster: _,
+        host,
+        cp: _cp,
+        _syncer,
+        tenant,
+    } = synced("e2eo").await?;
     namespace(&tenant, "apps").await?;
     create::<Service>(
         &tenant,
@@ -895,19 +928,7 @@ async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back(
         })
     };
     create::<Endpoints>(&tenant, "apps", endpoints("192.0.2.10")).await?;
-    create::<EndpointSlice>(
-        &tenant,
-        "apps",
-        serde_json::json!({
-            "metadata": {"name": "db-manual", "labels": {
-                "kubernetes.io/service-name": "db",
-                "endpointslice.kubernetes.io/managed-by": "ops.example.com"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": ["192.0.2.11"]}],
-            "ports": [{"port": 5432}],
-        }),
-    )
-    .await?;
+    create::<EndpointSlice>(&tenant, "apps", manual_slice()).await?;
     let host_eps: Api<Endpoints> = Api::namespaced(host.clone(), "e2eo-apps");
     let host_slices: Api<EndpointSlice> = Api::namespaced(host.clone(), "e2eo-apps");
     let copied = |ip: &'static str| {
@@ -1011,11 +1032,13 @@ async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back(
 #[tokio::test]
 async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    let cluster = DevCluster::shared().await?;
-    let host = cluster.connect().await?;
-    let cp = TenantControlPlane::start("e2ej").await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
-    let tenant = cp.connect().await?;
+    let Synced {
+        cluster: _,
+        host,
+        cp: _cp,
+        _syncer,
+        tenant,
+    } = synced("e2ej").await?;
     namespace(&tenant, "apps").await?;
     let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "local-a"},
