@@ -224,6 +224,21 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits until `api` answers its token with 200.
+async fn answers(api: &ApiClient, what: &str) -> anyhow::Result<()> {
+    let (status, _) =
+        vcp_dev::testing::eventually(what, std::time::Duration::from_secs(30), || async {
+            Ok(api
+                .raw(Method::GET, "/v1/tenants", None)
+                .await
+                .ok()
+                .filter(|(s, _)| *s == 200))
+        })
+        .await?;
+    assert_eq!(status, 200);
+    Ok(())
+}
+
 #[tokio::test]
 async fn without_a_configured_token_the_first_start_prints_one_admin_token_once()
 -> anyhow::Result<()> {
@@ -263,37 +278,14 @@ async fn without_a_configured_token_the_first_start_prints_one_admin_token_once(
     let token = line.rsplit(' ').next().unwrap().to_owned();
     assert!(token.starts_with("vcp_") && token.len() == 68, "{line}");
     let api = ApiClient::new(&url, &token);
-    let ok = vcp_dev::testing::eventually(
-        "the API answers the printed token",
-        std::time::Duration::from_secs(30),
-        || async {
-            Ok(api
-                .raw(Method::GET, "/v1/tenants", None)
-                .await
-                .ok()
-                .filter(|(s, _)| *s == 200))
-        },
-    )
-    .await?;
-    assert_eq!(ok.0, 200);
+    answers(&api, "the API answers the printed token").await?;
     first.kill()?;
     first.wait()?;
 
     // Second start on the same inventory: no new token, and the first still works.
     let (mut second, url) = start()?;
     let api = ApiClient::new(&url, &token);
-    vcp_dev::testing::eventually(
-        "the restarted API answers the first token",
-        std::time::Duration::from_secs(30),
-        || async {
-            Ok(api
-                .raw(Method::GET, "/v1/tenants", None)
-                .await
-                .ok()
-                .filter(|(s, _)| *s == 200))
-        },
-    )
-    .await?;
+    answers(&api, "the restarted API answers the first token").await?;
     second.kill()?;
     second.wait()?;
     let mut out = String::new();

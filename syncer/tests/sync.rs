@@ -568,13 +568,8 @@ async fn drift_is_repaired_out_of_band_deletions_are_replaced_and_a_restart_conv
 async fn claims_and_statefulset_templates_bind_through_the_host_storage_class() -> Res {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    let Synced {
-        cluster: _,
-        host,
-        cp: _cp,
-        _syncer,
-        tenant,
-    } = synced("e2ef").await?;
+    let setup = synced("e2ef").await?;
+    let (host, tenant) = (setup.host.clone(), setup.tenant.clone());
     namespace(&tenant, "data").await?;
     create::<PersistentVolumeClaim>(&tenant, "data", serde_json::json!({
         "metadata": {"name": "scratch"},
@@ -811,13 +806,8 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
 async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> Res {
     use k8s_openapi::api::core::v1::Endpoints;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
-    let Synced {
-        cluster: _,
-        host,
-        cp: _cp,
-        _syncer,
-        tenant,
-    } = synced("e2ei").await?;
+    let setup = synced("e2ei").await?;
+    let (host, tenant) = (setup.host.clone(), setup.tenant.clone());
     namespace(&tenant, "apps").await?;
     for (name, selector) in [
         ("db", None),
@@ -906,13 +896,8 @@ async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back(
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube::api::{Patch, PatchParams};
     use vcp_syncer::naming::{ANN_NAME, ANN_UID};
-    let Synced {
-        cluster: _,
-        host,
-        cp: _cp,
-        _syncer,
-        tenant,
-    } = synced("e2eo").await?;
+    let setup = synced("e2eo").await?;
+    let (host, tenant) = (setup.host.clone(), setup.tenant.clone());
     namespace(&tenant, "apps").await?;
     create::<Service>(
         &tenant,
@@ -1032,13 +1017,8 @@ async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back(
 #[tokio::test]
 async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    let Synced {
-        cluster: _,
-        host,
-        cp: _cp,
-        _syncer,
-        tenant,
-    } = synced("e2ej").await?;
+    let setup = synced("e2ej").await?;
+    let (host, tenant) = (setup.host.clone(), setup.tenant.clone());
     namespace(&tenant, "apps").await?;
     let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "local-a"},
