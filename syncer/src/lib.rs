@@ -11,6 +11,7 @@
 pub mod engine;
 pub mod metrics;
 pub mod naming;
+pub mod policy;
 pub mod resources;
 
 use clap::Parser;

@@ -17,9 +17,14 @@
 //! tenant-side name, namespace and UID. A host object without this tenant's markers is never
 //! modified or deleted.
 //!
-//! Tenants may use labels and annotations under `vcp.dev` too; on the host such keys are
-//! rewritten with a `t.` prefix (`vcp.dev/x` -> `t.vcp.dev/x`, `t.vcp.dev/x` -> `t.t.vcp.dev/x`)
-//! so a tenant can never forge a marker, and rewritten back on the way up.
+//! Tenants may use labels and annotations under `vcp.dev` too, and keys the host acts on
+//! ([`HOST_RESERVED_DOMAINS`], [`HOST_RESERVED_KEYS`]: Pod Security admission levels, namespace
+//! node selectors and toleration lists, cloud load-balancer settings, ...). On the host such
+//! keys are rewritten with a `t.` prefix (`vcp.dev/x` -> `t.vcp.dev/x`, `t.vcp.dev/x` ->
+//! `t.t.vcp.dev/x`, `pod-security.kubernetes.io/enforce` -> `t.pod-security.kubernetes.io/enforce`)
+//! so a tenant can never forge a marker nor give the host an instruction, and rewritten back
+//! on the way up. A key is reserved if it is one of those or `t.` followed by a reserved key,
+//! so reserved and plain keys map to disjoint sets and the rewrite stays injective.
 
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -175,29 +180,67 @@ fn domain_of(key: &str) -> Option<&str> {
     key.split_once('/').map(|(d, _)| d)
 }
 
-fn reserved(domain: &str) -> bool {
-    domain == RESERVED_DOMAIN || domain.ends_with(".vcp.dev")
+/// Label and annotation domains (and their subdomains) the host acts on: a tenant's keys there
+/// are stored under a `t.` prefix, never as written.
+/// - `pod-security.kubernetes.io`: Pod Security admission levels of a namespace;
+/// - `scheduler.alpha.kubernetes.io`: namespace node selectors and toleration lists of the
+///   PodNodeSelector and PodTolerationRestriction admission plugins;
+/// - `service.beta.kubernetes.io`, `service.kubernetes.io`: cloud load-balancer settings and
+///   the proxy that serves a Service;
+/// - `endpointslice.kubernetes.io`: which controller manages a slice;
+/// - `node.kubernetes.io`, `node-role.kubernetes.io`: node roles and conditions;
+/// - `cluster-autoscaler.kubernetes.io`: whether the autoscaler may remove a node;
+/// - `networking.gke.io`, `cloud.google.com`: cloud networking.
+pub const HOST_RESERVED_DOMAINS: [&str; 10] = [
+    "pod-security.kubernetes.io",
+    "scheduler.alpha.kubernetes.io",
+    "service.beta.kubernetes.io",
+    "service.kubernetes.io",
+    "endpointslice.kubernetes.io",
+    "node.kubernetes.io",
+    "node-role.kubernetes.io",
+    "cluster-autoscaler.kubernetes.io",
+    "networking.gke.io",
+    "cloud.google.com",
+];
+
+/// Single keys the host sets or acts on, outside the reserved domains: a namespace's own name
+/// label (the host sets it to the host name; network policies select by it).
+pub const HOST_RESERVED_KEYS: [&str; 1] = ["kubernetes.io/metadata.name"];
+
+fn reserved_domain(domain: &str) -> bool {
+    std::iter::once(RESERVED_DOMAIN)
+        .chain(HOST_RESERVED_DOMAINS)
+        .any(|r| domain == r || domain.strip_suffix(r).is_some_and(|p| p.ends_with('.')))
+}
+
+/// Whether a key is stored under a `t.` prefix on the host: in a reserved domain, one of the
+/// reserved keys, or `t.` followed by a reserved key (so a tenant's own `t.vcp.dev/x` cannot
+/// meet the host form of `vcp.dev/x`).
+fn reserved(k: &str) -> bool {
+    domain_of(k).is_some_and(reserved_domain)
+        || HOST_RESERVED_KEYS.contains(&k)
+        || k.strip_prefix("t.").is_some_and(reserved)
 }
 
 /// A tenant label or annotation key as it is stored on the host.
 pub fn key_to_host(k: &str) -> String {
-    match domain_of(k) {
-        Some(d) if reserved(d) => format!("t.{k}"),
-        _ => k.to_owned(),
+    if reserved(k) {
+        format!("t.{k}")
+    } else {
+        k.to_owned()
     }
 }
 
-/// A host label or annotation key as the tenant sees it, or `None` for vcp's own markers.
+/// A host label or annotation key as the tenant sees it, or `None` for keys vcp or the host
+/// set themselves (markers, admission levels).
 pub fn key_to_tenant(k: &str) -> Option<String> {
-    match domain_of(k) {
-        Some(d) if reserved(d) => {
-            let inner = k.strip_prefix("t.")?;
-            domain_of(inner)
-                .filter(|d| reserved(d))
-                .map(|_| inner.to_owned())
-        }
-        _ => Some(k.to_owned()),
+    if !reserved(k) {
+        return Some(k.to_owned());
     }
+    k.strip_prefix("t.")
+        .filter(|inner| reserved(inner))
+        .map(str::to_owned)
 }
 
 /// Tenant labels or annotations as stored on the host (without markers; add those separately).
@@ -317,6 +360,60 @@ mod tests {
         assert_eq!(event_name(&"p".repeat(253), "u1").len(), MAX_SUBDOMAIN);
     }
 
+    /// A key the host or vcp acts on as written (not the `t.` form of one).
+    fn base_reserved(k: &str) -> bool {
+        domain_of(k).is_some_and(reserved_domain) && !k.starts_with("t.")
+            || HOST_RESERVED_KEYS.contains(&k)
+    }
+
+    fn arb_label_key() -> impl Strategy<Value = String> {
+        let prefix = prop_oneof![Just(""), Just("t."), Just("t.t."), Just("x.")];
+        let domain = prop_oneof![
+            Just("vcp.dev"),
+            Just("pod-security.kubernetes.io"),
+            Just("kubernetes.io"),
+            Just("example.com"),
+            Just("node.kubernetes.io"),
+        ];
+        let name = prop_oneof![Just("metadata.name".to_owned()), "[a-z]{1,3}"];
+        (prefix, domain, name).prop_map(|(p, d, n)| format!("{p}{d}/{n}"))
+    }
+
+    #[test]
+    fn host_meaningful_keys_never_reach_the_host_as_written() {
+        let tenant = BTreeMap::from([
+            (
+                "pod-security.kubernetes.io/enforce".to_owned(),
+                "privileged".to_owned(),
+            ),
+            (
+                "scheduler.alpha.kubernetes.io/node-selector".to_owned(),
+                "x=y".to_owned(),
+            ),
+            ("kubernetes.io/metadata.name".to_owned(), "apps".to_owned()),
+            ("app.kubernetes.io/name".to_owned(), "web".to_owned()),
+            ("kubernetes.io/hostname".to_owned(), "n1".to_owned()),
+        ]);
+        let host = map_to_host(&tenant);
+        assert_eq!(host["t.pod-security.kubernetes.io/enforce"], "privileged");
+        assert_eq!(host["t.scheduler.alpha.kubernetes.io/node-selector"], "x=y");
+        assert_eq!(host["t.kubernetes.io/metadata.name"], "apps");
+        assert_eq!(host["app.kubernetes.io/name"], "web", "ordinary keys stay");
+        assert_eq!(host["kubernetes.io/hostname"], "n1");
+        assert_eq!(map_to_tenant(&host), tenant);
+        let mut set_by_host = host.clone();
+        set_by_host.insert(
+            "pod-security.kubernetes.io/enforce".into(),
+            "baseline".into(),
+        );
+        set_by_host.insert("kubernetes.io/metadata.name".into(), "demo-apps".into());
+        assert_eq!(
+            map_to_tenant(&set_by_host),
+            tenant,
+            "the host's own never go up"
+        );
+    }
+
     fn arb_key() -> impl Strategy<Value = TenantKey> {
         "[a-z][a-z0-9]{0,19}".prop_map(|s| TenantKey::new(&s).unwrap())
     }
@@ -345,10 +442,24 @@ mod tests {
         }
 
         #[test]
-        fn label_keys_round_trip(domain in prop_oneof![Just("vcp.dev"), Just("t.vcp.dev"), Just("x.vcp.dev"), Just("example.com")], name in "[a-z]{1,10}") {
+        fn label_keys_round_trip(domain in prop_oneof![
+            Just("vcp.dev"), Just("t.vcp.dev"), Just("x.vcp.dev"), Just("example.com"),
+            Just("pod-security.kubernetes.io"), Just("t.pod-security.kubernetes.io"),
+            Just("scheduler.alpha.kubernetes.io"), Just("kubernetes.io"), Just("t.kubernetes.io"),
+            Just("app.kubernetes.io"), Just("xpod-security.kubernetes.io"),
+        ], name in prop_oneof![Just("metadata.name".to_owned()), "[a-z]{1,10}"]) {
             let k = format!("{domain}/{name}");
             prop_assert_eq!(key_to_tenant(&key_to_host(&k)), Some(k.clone()));
             prop_assert_ne!(key_to_host(&k), LABEL_TENANT.to_owned());
+            // Nothing a tenant writes reaches the host as a key the host acts on.
+            prop_assert!(!base_reserved(&key_to_host(&k)));
+        }
+
+        #[test]
+        fn label_keys_are_injective(a in arb_label_key(), b in arb_label_key()) {
+            if a != b {
+                prop_assert_ne!(key_to_host(&a), key_to_host(&b));
+            }
         }
     }
 }
