@@ -47,6 +47,18 @@ pub enum Error {
     Token(String),
     #[error("{0} is not ready yet")]
     NotReady(String),
+    #[error("failed to read the tenant policy {path}")]
+    PolicyFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Policy {
+        path: PathBuf,
+        #[source]
+        source: policy::InvalidPolicy,
+    },
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
         addr: String,
@@ -65,6 +77,7 @@ impl Error {
             Error::InvalidKey(_) => "invalid_key",
             Error::Token(_) => "token",
             Error::NotReady(_) => "not_ready",
+            Error::PolicyFile { .. } | Error::Policy { .. } => "policy",
             Error::Serve { .. } => "serve",
         }
     }
@@ -119,6 +132,10 @@ pub struct Args {
     /// Seconds between virtual-node status refreshes.
     #[arg(long, env = "VCP_NODE_SYNC_SECONDS", default_value_t = 10)]
     pub node_sync_seconds: u64,
+    /// The tenant policy (YAML, the `policy` section of the tenant's plan); without it, the
+    /// restrictive defaults.
+    #[arg(long, env = "VCP_SYNCER_POLICY")]
+    pub policy: Option<PathBuf>,
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "VCP_SYNCER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
@@ -167,9 +184,26 @@ async fn pod_env(host: &Client, args: &Args) -> resources::pods::PodEnv {
     env
 }
 
+/// The tenant policy from `--policy`, or the defaults.
+pub fn load_policy(path: Option<&std::path::Path>) -> Result<policy::TenantPolicy> {
+    let Some(path) = path else {
+        return Ok(policy::TenantPolicy::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| Error::PolicyFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    policy::TenantPolicy::from_yaml(&text).map_err(|source| Error::Policy {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 /// Runs the syncer until the process is stopped.
 pub async fn run(args: Args) -> Result<()> {
     let key = naming::TenantKey::new(&args.tenant_key)?;
+    // A policy that does not parse stops the syncer before it writes anything to the host.
+    let policy = load_policy(args.policy.as_deref())?;
     let metrics = metrics::Metrics::new();
     let tenant = counted_client(
         config_from(&args.tenant_kubeconfig).await?,
@@ -183,8 +217,8 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let host = counted_client(host_cfg, metrics.api_requests("host"))?;
     let env = pod_env(&host, &args).await;
-    tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, "starting");
-    let mut engine = engine::Engine::new(tenant, host, key.clone(), env);
+    tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, pod_security = %policy.pod_security, "starting");
+    let mut engine = engine::Engine::new(tenant, host, key.clone(), policy, env);
     engine.metrics = metrics;
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
     engine.resync = Duration::from_secs(args.resync_seconds);
@@ -331,6 +365,26 @@ mod tests {
             parse(&["--resync-seconds", "0"]).is_err(),
             "a zero period would requeue in a hot loop"
         );
+    }
+
+    #[test]
+    fn a_policy_file_is_read_and_checked_and_its_absence_means_the_defaults() {
+        assert_eq!(load_policy(None).unwrap(), policy::TenantPolicy::default());
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.yaml");
+        std::fs::write(&good, "pod_security: restricted\n").unwrap();
+        assert_eq!(
+            load_policy(Some(&good)).unwrap().pod_security,
+            policy::Level::Restricted
+        );
+        let bad = dir.path().join("bad.yaml");
+        std::fs::write(&bad, "pod_security: lax\n").unwrap();
+        let err = load_policy(Some(&bad)).unwrap_err().to_string();
+        assert!(err.contains("bad.yaml") && err.contains("lax"), "{err}");
+        assert!(matches!(
+            load_policy(Some(&dir.path().join("missing.yaml"))),
+            Err(Error::PolicyFile { .. })
+        ));
     }
 
     #[test]

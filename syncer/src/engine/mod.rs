@@ -84,6 +84,7 @@ impl Engine {
         tenant: Client,
         host: Client,
         key: TenantKey,
+        policy: crate::policy::TenantPolicy,
         pod_env: resources::pods::PodEnv,
     ) -> Engine {
         let recorder = Recorder::new(
@@ -96,7 +97,10 @@ impl Engine {
         Engine {
             tenant,
             host,
-            ctx: Ctx { key },
+            ctx: Ctx {
+                key,
+                policy: Arc::new(policy),
+            },
             pod_env,
             recorder,
             metrics: crate::metrics::Metrics::new(),
@@ -219,8 +223,17 @@ pub(crate) fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Kube { context, source }
 }
 
+/// What [`create_or_adopt`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    /// The host object is ours and as desired (created, or adopted and applied).
+    Ours,
+    /// Someone else holds the name on the host: nothing was written, the tenant was told.
+    Conflict,
+}
+
 /// Creates `desired` on the host; if the name is taken, applies only when the holder is ours.
-pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> Result<()> {
+pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> Result<Placed> {
     let ns = desired.namespace().unwrap_or_default();
     let name = desired.name_any();
     let api: Api<K> = host_api(e, &ns);
@@ -231,7 +244,7 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
     match api.create(&pp, desired).await {
         Ok(_) => {
             tracing::debug!(kind = K::kind(&()).as_ref(), ns = %ns, name = %name, "created on host");
-            Ok(())
+            Ok(Placed::Ours)
         }
         Err(kube::Error::Api(ae)) if ae.code == 409 => {
             let current = api
@@ -239,7 +252,7 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
                 .await
                 .map_err(kube_err(format!("get host {ns}/{name}")))?;
             match HostSide::of(e.key(), current.labels(), current.annotations()) {
-                HostSide::Ours { .. } => apply(e, desired).await,
+                HostSide::Ours { .. } => apply(e, desired).await.map(|()| Placed::Ours),
                 _ => {
                     tracing::warn!(ns = %ns, name = %name, "host object exists and is not ours; leaving it alone");
                     e.report(
@@ -248,7 +261,7 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
                         format!("the host already has {ns}/{name}, not managed by this tenant; it was left untouched"),
                     )
                     .await;
-                    Ok(())
+                    Ok(Placed::Conflict)
                 }
             }
         }
@@ -311,7 +324,9 @@ pub(crate) async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Act
         t.meta().deletion_timestamp.is_none(),
         &host_side,
     ) {
-        Decision::Create => create_or_adopt(e, t.as_ref(), &desired).await?,
+        Decision::Create => {
+            create_or_adopt(e, t.as_ref(), &desired).await?;
+        }
         Decision::Update => apply(e, &desired).await?,
         Decision::Replace => {
             if let Some(h) = &host {
@@ -465,7 +480,8 @@ impl Synced for k8s_openapi::api::core::v1::Service {
         if resources::services::is_apiserver_service(t) {
             return None;
         }
-        Some(resources::services::to_host(t, &e.ctx, true))
+        let (host_ports, _) = services::host_ports(e, t);
+        Some(resources::services::to_host(t, &e.ctx, true, host_ports))
     }
 }
 

@@ -9,7 +9,7 @@ use crate::{Error, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -51,11 +51,31 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
                     format!("host namespace {name} exists and is not managed by this tenant"),
                 )
                 .await;
+            } else if drifted(&desired, &current) {
+                // Labels changed in the tenant, or the plan's level changed, or someone edited
+                // the host namespace: the host must carry exactly what vcp decides.
+                api.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired),
+                )
+                .await
+                .map_err(kube_err(format!("apply host namespace {name}")))?;
             }
         }
         Err(err) => return Err(kube_err(format!("create host namespace {name}"))(err)),
     }
     Ok(Action::requeue(cx.engine.resync))
+}
+
+/// Whether the host namespace lacks a label or annotation vcp wants on it.
+fn drifted(desired: &Namespace, current: &Namespace) -> bool {
+    let missing = |want: &std::collections::BTreeMap<String, String>,
+                   have: &std::collections::BTreeMap<String, String>| {
+        want.iter().any(|(k, v)| have.get(k) != Some(v))
+    };
+    missing(desired.labels(), current.labels())
+        || missing(desired.annotations(), current.annotations())
 }
 
 async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {

@@ -11,11 +11,12 @@
 //!   bound to them ([`virtual_nodes`]).
 
 use super::decide::{Decision, HostSide, decide};
-use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host};
+use super::{Engine, Placed, Side, apply, cached_host, create_or_adopt, delete_host};
 use crate::metrics::Direction;
+use crate::policy::Refusal;
 use crate::resources::pods::{
-    EnvFromKeys, add_service_links, bound_status, host_node, keep_host_env, same_status,
-    service_links, status_to_tenant, to_host, wants_service_links,
+    EnvFromKeys, add_service_links, bound_status, host_node, keep_host_env, placement_notes,
+    same_status, service_links, status_to_tenant, to_host, wants_service_links,
 };
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
@@ -84,14 +85,41 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 remove_tenant_pod(e, &t).await?;
                 return Ok(Action::await_change());
             }
-            // What the host pod mounts first: its ConfigMaps, Secrets and token.
-            let env_from = sync_references(e, &t).await?;
+            // The plan decides before anything of the pod reaches the host.
+            let refusals = crate::policy::pods::admit(&t, &e.ctx.policy);
+            if !refusals.is_empty() {
+                refuse(e, &t, "PolicyRefused", &refusals).await?;
+                return Ok(Action::requeue(e.resync));
+            }
+            // What the host pod mounts first: its ConfigMaps, Secrets and token. One held on
+            // the host by someone else keeps the pod off the host: it would mount theirs.
+            let (env_from, held) = sync_references(e, &t).await?;
+            if !held.is_empty() {
+                let refusals: Vec<Refusal> = held
+                    .iter()
+                    .map(|what| {
+                        Refusal::new(
+                            what.clone(),
+                            "vcp: host conflict",
+                            "the host object of that name is not this tenant's; the pod waits until it is renamed or gone",
+                        )
+                    })
+                    .collect();
+                refuse(e, &t, "HostConflict", &refusals).await?;
+                return Ok(Action::requeue(CONFLICT_RETRY));
+            }
             super::tokens::ensure(e, &t, None).await?;
             if wants_service_links(&t) {
                 let links = tenant_service_links(e, &t.namespace().unwrap_or_default())?;
                 add_service_links(&mut desired, &links, &env_from);
             }
-            create_or_adopt(e, t.as_ref(), &desired).await?;
+            if create_or_adopt(e, t.as_ref(), &desired).await? == Placed::Ours {
+                let notes = placement_notes(&t, &e.ctx);
+                if !notes.is_empty() {
+                    e.report(t.as_ref(), "PlacementAdjusted", notes.join("; "))
+                        .await;
+                }
+            }
         }
         Decision::Replace => {
             if let Some(h) = &host {
@@ -116,14 +144,54 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     Ok(Action::requeue(e.resync))
 }
 
+/// How soon a pod kept off the host by a name someone else holds there is looked at again.
+const CONFLICT_RETRY: Duration = Duration::from_secs(30);
+
+/// Keeps a pod off the host: a Warning event, and the pod's `PodScheduled` condition `False`
+/// with the same reason and message (what `kubectl describe` and `get -o wide` show; the tenant
+/// has no scheduler of its own that would set it). Written once per message.
+async fn refuse(e: &Engine, t: &Pod, reason: &str, refusals: &[Refusal]) -> Result<()> {
+    let message = crate::policy::summary(refusals);
+    let shown = t
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some(reason)
+                    && c.message.as_deref() == Some(message.as_str())
+            })
+        });
+    if shown {
+        return Ok(());
+    }
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    tracing::info!(ns = %ns, pod = %name, reason, %message, "pod kept off the host");
+    e.report(t, reason, message.clone()).await;
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
+        "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    }]}});
+    Api::<Pod>::namespaced(e.tenant.clone(), &ns)
+        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .map_err(kube_err(format!("mark tenant pod {ns}/{name} refused")))?;
+    Ok(())
+}
+
 /// Copies the ConfigMaps and Secrets a tenant pod references to the host, so the host pod
 /// never waits for them (later changes flow through their own controllers). Returns their
-/// keys (names only, never values), which decide what envFrom defines.
-async fn sync_references(e: &Engine, t: &Pod) -> Result<EnvFromKeys> {
+/// keys (names only, never values), which decide what envFrom defines, and the references
+/// whose host name someone else holds (as `configmaps/<name>`, `secrets/<name>`).
+async fn sync_references(e: &Engine, t: &Pod) -> Result<(EnvFromKeys, Vec<String>)> {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     let ns = t.namespace().unwrap_or_default();
     let (cms, secrets) = crate::resources::pods::references(t);
     let mut keys = EnvFromKeys::new();
+    let mut held = Vec::new();
     for name in cms {
         if let Some(cm) = Api::<ConfigMap>::namespaced(e.tenant.clone(), &ns)
             .get_opt(&name)
@@ -132,8 +200,14 @@ async fn sync_references(e: &Engine, t: &Pod) -> Result<EnvFromKeys> {
         {
             let names = cm.data.iter().flat_map(|d| d.keys());
             let binary = cm.binary_data.iter().flat_map(|d| d.keys());
-            keys.insert((false, name), names.chain(binary).cloned().collect());
-            create_or_adopt(e, &cm, &crate::resources::configmaps::to_host(&cm, &e.ctx)).await?;
+            keys.insert(
+                (false, name.clone()),
+                names.chain(binary).cloned().collect(),
+            );
+            let host = crate::resources::configmaps::to_host(&cm, &e.ctx);
+            if create_or_adopt(e, &cm, &host).await? == Placed::Conflict {
+                held.push(format!("configmaps/{name}"));
+            }
         }
     }
     for name in secrets {
@@ -141,18 +215,16 @@ async fn sync_references(e: &Engine, t: &Pod) -> Result<EnvFromKeys> {
             .get_opt(&name)
             .await
             .map_err(kube_err(format!("get tenant secret {ns}/{name}")))?;
-        if let Some(s) = &secret {
-            let names = s.data.iter().flat_map(|d| d.keys());
-            keys.insert((true, name), names.cloned().collect());
-        }
-        if let Some(host) = secret
-            .as_ref()
-            .and_then(|s| crate::resources::secrets::to_host(s, &e.ctx))
+        let Some(s) = &secret else { continue };
+        let names = s.data.iter().flat_map(|d| d.keys());
+        keys.insert((true, name.clone()), names.cloned().collect());
+        if let Some(host) = crate::resources::secrets::to_host(s, &e.ctx)
+            && create_or_adopt(e, s, &host).await? == Placed::Conflict
         {
-            create_or_adopt(e, secret.as_ref().unwrap(), &host).await?;
+            held.push(format!("secrets/{name}"));
         }
     }
-    Ok(keys)
+    Ok((keys, held))
 }
 
 /// Service-link variables of tenant namespace `ns`, from the tenant Service cache (complete

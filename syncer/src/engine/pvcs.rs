@@ -32,6 +32,17 @@ pub async fn down(
         &host_side,
     ) {
         Decision::Create => {
+            let spec = t.spec.clone().unwrap_or_default();
+            let refusals = crate::policy::volumes::check_claim(&spec, &e.ctx.policy, "spec");
+            if !refusals.is_empty() {
+                e.report(
+                    t.as_ref(),
+                    "PolicyRefused",
+                    crate::policy::summary(&refusals),
+                )
+                .await;
+                return Ok(Action::requeue(e.resync));
+            }
             let wanted = t.spec.as_ref().and_then(|s| s.volume_name.clone());
             if let Some(v) = wanted {
                 match tenant_volume(e, &v).await? {
@@ -43,7 +54,7 @@ pub async fn down(
                     Some(_) => {} // a mirror of a host volume: the host claim binds on its own
                 }
             }
-            create_or_adopt(e, t.as_ref(), &desired).await?
+            create_or_adopt(e, t.as_ref(), &desired).await?;
         }
         // Claim specs are immutable but for growing storage; nothing to apply.
         Decision::Update => mirror(e, &t, host.as_deref().expect("Update means cached")).await?,

@@ -4,6 +4,7 @@
 
 use super::decide::{Decision, HostSide, decide};
 use super::{Engine, Side, apply, cached_host, delete_host};
+use crate::policy::{self, Refusal};
 use crate::resources::endpoints::hand_managed;
 use crate::resources::{FIELD_MANAGER, services};
 use crate::{Error, Result};
@@ -24,22 +25,28 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     if services::is_apiserver_service(&t) {
         return Ok(Action::await_change());
     }
-    let desired = services::to_host(&t, &e.ctx, true);
+    let (host_ports, refusals) = host_ports(e, &t);
+    let desired = services::to_host(&t, &e.ctx, true, host_ports);
     let host = cached_host(&side, &desired);
     let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
         HostSide::of(e.key(), h.labels(), h.annotations())
     });
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
+    if t.metadata.deletion_timestamp.is_none() {
+        tell(e, &t, &refusals).await;
+    }
     match decide(
         t.uid().as_deref(),
         t.metadata.deletion_timestamp.is_none(),
         &host_side,
     ) {
-        Decision::Create => create(e, &t, &desired).await?,
+        Decision::Create => {
+            create(e, &t, &desired, host_ports).await?;
+        }
         // The tenant Service was recreated to carry the host's address: same IP, same Service.
         Decision::Replace if !services::ip_mismatch(host.as_deref().unwrap(), &t) => {
-            apply(e, &services::to_host(&t, &e.ctx, false)).await?;
+            apply(e, &services::to_host(&t, &e.ctx, false, host_ports)).await?;
         }
         Decision::Replace => {
             delete_host(e, host.as_deref().unwrap(), None).await?;
@@ -58,7 +65,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
             if has_selector && !had_selector {
                 super::endpoints::selector_changed(e, &t).await?;
             }
-            apply(e, &services::to_host(&t, &e.ctx, false)).await?;
+            apply(e, &services::to_host(&t, &e.ctx, false, host_ports)).await?;
             if had_selector && !has_selector {
                 super::endpoints::selector_changed(e, &t).await?;
             }
@@ -93,16 +100,73 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     Ok(Action::requeue(e.resync))
 }
 
-async fn create(e: &Engine, t: &Service, desired: &Service) -> Result<()> {
+async fn create(
+    e: &Engine,
+    t: &Service,
+    desired: &Service,
+    host_ports: bool,
+) -> Result<super::Placed> {
     match super::create_or_adopt(e, t, desired).await {
         // The tenant's address is taken on the host (another tenant allocated it): let the host choose.
         Err(Error::Kube {
             source: kube::Error::Api(ae),
             ..
         }) if ae.code == 422 => {
-            super::create_or_adopt(e, t, &services::to_host(t, &e.ctx, false)).await
+            super::create_or_adopt(e, t, &services::to_host(t, &e.ctx, false, host_ports)).await
         }
         other => other,
+    }
+}
+
+/// Whether the tenant's plan admits `t` with host NodePorts (always, for other types), and what
+/// it refuses. Decided over the whole tenant Service cache in creation order, so every pass
+/// and every restarted syncer admits the same Services.
+pub fn host_ports(e: &Engine, t: &Service) -> (bool, Vec<Refusal>) {
+    if !policy::services::takes_node_ports(t) {
+        return (true, Vec::new());
+    }
+    let key = (t.namespace().unwrap_or_default(), t.name_any());
+    let Some(cache) = e.tenant_services.get() else {
+        return (false, policy::services::check(t, &e.ctx.policy.services));
+    };
+    let all = cache.state();
+    let (verdicts, _) =
+        policy::services::admitted(all.iter().map(|s| s.as_ref()), &e.ctx.policy.services);
+    let refusals = verdicts
+        .get(&key)
+        .cloned()
+        .unwrap_or_else(|| policy::services::check(t, &e.ctx.policy.services));
+    (refusals.is_empty(), refusals)
+}
+
+/// Tells the tenant what of its Service the host does not get (Warning events; the recorder
+/// folds repeats into one event with a count).
+async fn tell(e: &Engine, t: &Service, refusals: &[Refusal]) {
+    if !refusals.is_empty() {
+        let note = format!(
+            "{}; the Service is served inside the cluster only",
+            policy::summary(refusals)
+        );
+        e.report(t, "PolicyRefused", note).await;
+    }
+    let spec = t.spec.as_ref();
+    if spec.is_some_and(|s| s.external_ips.as_ref().is_some_and(|i| !i.is_empty())) {
+        e.report(
+            t,
+            "PolicyRefused",
+            policy::services::EXTERNAL_IPS_NOTE.into(),
+        )
+        .await;
+    }
+    if let Some(ip) = policy::services::reserved_ip(t, &e.ctx.policy) {
+        e.report(
+            t,
+            "PolicyRefused",
+            format!(
+                "clusterIP {ip} is reserved by the host; the Service gets a host-allocated address"
+            ),
+        )
+        .await;
     }
 }
 

@@ -1,4 +1,5 @@
-//! Tenant-created PersistentVolumes (cluster-scoped) down once claimed, their phase up.
+//! Tenant-created PersistentVolumes (cluster-scoped) down once claimed and only with sources
+//! and classes the tenant's plan allows, their phase up.
 //!
 //! Volumes are few, so both controllers read the other side with a GET instead of a cache:
 //! **down** reconciles each tenant volume (re-triggered by changes of its host volume) and
@@ -61,6 +62,18 @@ async fn down(t: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     let Some(h) = current else {
         if t.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
+        }
+        // A source the plan does not list (a node's own files, someone's storage) never goes
+        // down; the tenant is told why.
+        let refusals = crate::policy::volumes::check_volume(&t, &e.ctx.policy);
+        if !refusals.is_empty() {
+            e.report(
+                t.as_ref(),
+                "PolicyRefused",
+                crate::policy::summary(&refusals),
+            )
+            .await;
+            return Ok(Action::requeue(e.resync));
         }
         // Unclaimed, it would be any host claim's to take (`resources::volumes`); the tenant
         // binder's claimRef re-triggers this reconcile.

@@ -76,14 +76,13 @@ pub fn confine(
     avoid_nodes(spec, &placement.avoid_node_labels);
     confine_pod_terms(spec, key);
 
-    match spec.priority_class_name.take() {
-        Some(class) => match scheduling.priority_classes.get(&class) {
+    if let Some(class) = spec.priority_class_name.take() {
+        match scheduling.priority_classes.get(&class) {
             Some(host) => spec.priority_class_name = Some(host.clone()),
             None => notes.push(format!(
                 "priorityClassName {class} dropped: the plan maps no host class to it"
             )),
-        },
-        None => {}
+        }
     }
     // Set by the tenant's admission from its own classes; the host's admission sets them
     // again from the host classes (and rejects a pod whose values disagree with them).

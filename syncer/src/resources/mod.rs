@@ -28,6 +28,8 @@ pub const FIELD_MANAGER: &str = "vcp-syncer";
 #[derive(Debug, Clone)]
 pub struct Ctx {
     pub key: TenantKey,
+    /// What the tenant's plan lets it put on the host.
+    pub policy: std::sync::Arc<crate::policy::TenantPolicy>,
 }
 
 /// Host metadata for a namespaced tenant object: same name, translated namespace, tenant labels
@@ -63,6 +65,7 @@ pub(crate) mod fixtures {
     pub fn ctx() -> Ctx {
         Ctx {
             key: TenantKey::new("demo").unwrap(),
+            policy: Default::default(),
         }
     }
 }

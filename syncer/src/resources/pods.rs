@@ -7,9 +7,12 @@
 //!   Secret ([`naming::token_secret_name`]) holding a token the *tenant* apiserver issued for
 //!   this pod, the tenant CA and the namespace; a host kubelet would otherwise fill it with a
 //!   host token.
-//! - `serviceAccountName`, `priorityClassName`, `runtimeClassName` and scheduling gates refer to
-//!   tenant objects the host does not have and are dropped; `nodeName` is kept (a tenant pod
-//!   bound to a virtual node names a host node).
+//! - `serviceAccountName` and scheduling gates refer to tenant objects the host does not have
+//!   and are dropped (the service account's name stays readable by the downward API, through an
+//!   annotation). Placement, affinity, priority and runtime classes are confined by the tenant's
+//!   policy ([`crate::policy::placement`]): `nodeName` never goes down, the host scheduler
+//!   binds within the plan's pool. Downward-API references read the tenant's values, and
+//!   ephemeral volumes' claim templates are translated like claims.
 //! - Every (init, ephemeral) container gets the full set of `KUBERNETES_*` variables a kubelet
 //!   derives from the `kubernetes` Service ([`kubernetes_env`]), pointing at the tenant
 //!   apiserver's host Service: the host kubelet injects the host's even with service links off,
@@ -32,11 +35,13 @@
 
 use super::{Ctx, host_meta};
 use crate::naming;
+use crate::policy::{self, placement};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, HostAlias, KeyToPath, Pod, PodCondition, PodDNSConfig, PodDNSConfigOption,
     PodSpec, PodStatus, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -201,15 +206,31 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
     }
     spec.automount_service_account_token = Some(false);
     spec.enable_service_links = Some(false);
-    spec.service_account_name = None;
+    let service_account = spec.service_account_name.take();
     #[allow(deprecated)] // the deprecated alias must go too, or the host defaults from it
     {
         spec.service_account = None;
     }
-    spec.priority_class_name = None;
-    spec.priority = None;
-    spec.runtime_class_name = None;
     spec.scheduling_gates = None;
+    // Placement, affinity and classes: confined to the plan's pool and the tenant's own pods
+    // (what it asked for and did not get is reported separately, see `placement_notes`).
+    let policy = &ctx.policy;
+    placement::confine(&mut spec, &ctx.key, &policy.placement, &policy.scheduling);
+    policy::pods::downward_to_tenant_view(&mut spec);
+    for v in spec.volumes.iter_mut().flatten() {
+        let template = v
+            .ephemeral
+            .as_mut()
+            .and_then(|e| e.volume_claim_template.as_mut());
+        if let Some(t) = template {
+            super::pvcs::claim_spec_to_host(&mut t.spec, &ctx.key, None);
+            t.metadata = t.metadata.take().map(|m| ObjectMeta {
+                labels: m.labels.as_ref().map(naming::map_to_host),
+                annotations: m.annotations.as_ref().map(naming::map_to_host),
+                ..Default::default()
+            });
+        }
+    }
     if let Some((ip, _)) = &env.apiserver {
         let domain = &env.cluster_domain;
         let aliases = spec.host_aliases.get_or_insert_with(Vec::new);
@@ -256,11 +277,29 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
             options: Some(options),
         });
     }
+    let mut metadata = host_meta(pod, ctx);
+    // The downward API reads the tenant's service account here (the host pod has none).
+    metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            policy::pods::ANN_SERVICE_ACCOUNT.into(),
+            service_account.unwrap_or_else(|| "default".into()),
+        );
     Pod {
-        metadata: host_meta(pod, ctx),
+        metadata,
         spec: Some(spec),
         status: None,
     }
+}
+
+/// What the host pod does not get of what the tenant asked for (dropped tolerations, node
+/// selector keys the pool overrides, unmapped priority classes): told to the tenant, since the
+/// pod still runs.
+pub fn placement_notes(pod: &Pod, ctx: &Ctx) -> Vec<String> {
+    let mut spec = pod.spec.clone().unwrap_or_default();
+    let policy = &ctx.policy;
+    placement::confine(&mut spec, &ctx.key, &policy.placement, &policy.scheduling)
 }
 
 /// A Service name or port name as a kubelet spells it in a variable name.

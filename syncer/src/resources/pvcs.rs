@@ -1,7 +1,8 @@
 //! PersistentVolumeClaims down, and the volumes that bind them mirrored up.
 //!
 //! Down: the claim keeps its name in the host namespace; `volumeName` and `dataSource` refer to
-//! tenant objects and are dropped, so the host binds the claim to a host volume (dynamically,
+//! tenant objects and are dropped, a `selector` is confined to the tenant's own volumes
+//! ([`claim_spec_to_host`]), so the host binds the claim to a host volume (dynamically,
 //! through the host StorageClass of the same name, or the host default). A `volumeName` that
 //! names a volume the tenant created itself becomes that volume's host name instead.
 //!
@@ -27,14 +28,30 @@ pub fn to_host(
     host_volume: Option<String>,
 ) -> PersistentVolumeClaim {
     let mut spec = pvc.spec.clone().unwrap_or_default();
-    spec.volume_name = host_volume;
-    spec.data_source = None;
-    spec.data_source_ref = None;
+    claim_spec_to_host(&mut spec, &ctx.key, host_volume);
     PersistentVolumeClaim {
         metadata: host_meta(pvc, ctx),
         spec: Some(spec),
         status: None,
     }
+}
+
+/// A claim spec (of a claim, or of an ephemeral volume's claim template) as the host gets it:
+/// `volumeName` is `host_volume` (or unset), data sources that name tenant objects are dropped,
+/// and a volume selector can match only this tenant's volumes (keys rewritten as on the host,
+/// AND the tenant label), never another tenant's or the host's.
+pub fn claim_spec_to_host(
+    spec: &mut k8s_openapi::api::core::v1::PersistentVolumeClaimSpec,
+    key: &crate::naming::TenantKey,
+    host_volume: Option<String>,
+) {
+    spec.volume_name = host_volume;
+    spec.data_source = None;
+    spec.data_source_ref = None;
+    spec.selector = spec
+        .selector
+        .as_ref()
+        .map(|s| crate::policy::placement::namespace_selector_to_host(s, key));
 }
 
 /// The host volume a host claim is bound to.

@@ -6,7 +6,10 @@
 //! without it, the host allocates one, and the tenant Service is recreated with the host's
 //! address ([`ip_mismatch`]). NodePorts are always host-allocated (each tenant's range would
 //! collide) and copied up. Selector keys get the same rewrite as labels, so a tenant
-//! selector matches the host pods.
+//! selector matches the host pods. The tenant's plan decides what takes host resources
+//! ([`crate::policy::services`]): `externalIPs` never go down, a ClusterIP in a host-reserved
+//! range is not requested, and NodePort/LoadBalancer Services beyond the plan go down as
+//! ClusterIP Services.
 
 use super::{Ctx, host_meta};
 use crate::naming;
@@ -19,11 +22,16 @@ pub fn is_apiserver_service(svc: &Service) -> bool {
     svc.namespace().as_deref() == Some("default") && svc.name_any() == "kubernetes"
 }
 
-/// The host Service for a tenant Service. With `keep_ip`, it requests the tenant's ClusterIP.
-pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool) -> Service {
+/// The host Service for a tenant Service. With `keep_ip`, it requests the tenant's ClusterIP
+/// (unless the tenant's plan reserves that address for the host). With `host_ports` false
+/// (the plan does not admit it as a NodePort or LoadBalancer Service, see
+/// [`crate::policy::services::admitted`]) it goes down as a plain ClusterIP Service: served
+/// inside the cluster, no host port opened. `externalIPs` never go down.
+pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool, host_ports: bool) -> Service {
     let mut spec: ServiceSpec = svc.spec.clone().unwrap_or_default();
     let headless = spec.cluster_ip.as_deref() == Some("None");
-    if !headless && !keep_ip {
+    let reserved = crate::policy::services::reserved_ip(svc, &ctx.policy).is_some();
+    if !headless && (!keep_ip || reserved) {
         spec.cluster_ip = None;
         spec.cluster_ips = None;
     }
@@ -31,6 +39,18 @@ pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool) -> Service {
         p.node_port = None;
     }
     spec.health_check_node_port = None;
+    spec.external_ips = None;
+    if !host_ports && crate::policy::services::takes_node_ports(svc) {
+        spec.type_ = Some("ClusterIP".into());
+        spec.external_traffic_policy = None;
+        spec.load_balancer_class = None;
+        spec.load_balancer_source_ranges = None;
+        spec.allocate_load_balancer_node_ports = None;
+        #[allow(deprecated)] // refused along with the rest of the LoadBalancer
+        {
+            spec.load_balancer_ip = None;
+        }
+    }
     if let Some(sel) = &spec.selector {
         spec.selector = Some(naming::map_to_host(sel));
     }
@@ -109,7 +129,7 @@ mod tests {
     #[test]
     fn the_host_service_asks_for_the_tenant_ip_first_and_never_for_node_ports() {
         let tenant = svc("10.96.7.7", Some(30080));
-        let host = to_host(&tenant, &ctx(), true).spec.unwrap();
+        let host = to_host(&tenant, &ctx(), true, true).spec.unwrap();
         assert_eq!(host.cluster_ip.as_deref(), Some("10.96.7.7"));
         assert_eq!(host.ports.unwrap()[0].node_port, None);
         let sel = host.selector.unwrap();
@@ -119,12 +139,44 @@ mod tests {
             "a tenant selector must not select by marker"
         );
         assert!(
-            to_host(&tenant, &ctx(), false)
+            to_host(&tenant, &ctx(), false, true)
                 .spec
                 .unwrap()
                 .cluster_ip
                 .is_none()
         );
+    }
+
+    #[test]
+    fn external_ips_reserved_addresses_and_refused_node_ports_never_reach_the_host() {
+        let mut tenant = svc("10.96.0.10", Some(30080));
+        let spec = tenant.spec.as_mut().unwrap();
+        spec.external_ips = Some(vec!["192.0.2.1".into()]);
+        spec.external_traffic_policy = Some("Local".into());
+        let mut c = ctx();
+        c.policy = std::sync::Arc::new(
+            crate::policy::TenantPolicy::from_yaml(
+                "services: {reserved_cluster_ips: [10.96.0.0/28]}",
+            )
+            .unwrap(),
+        );
+        let host = to_host(&tenant, &c, true, false).spec.unwrap();
+        assert_eq!(host.external_ips, None);
+        assert_eq!(
+            host.cluster_ip, None,
+            "the host allocates instead of the reserved address"
+        );
+        assert_eq!(
+            host.type_.as_deref(),
+            Some("ClusterIP"),
+            "refused NodePort: cluster-internal only"
+        );
+        assert_eq!(host.external_traffic_policy, None);
+        let admitted = to_host(&svc("10.96.7.7", None), &c, true, true)
+            .spec
+            .unwrap();
+        assert_eq!(admitted.type_.as_deref(), Some("NodePort"));
+        assert_eq!(admitted.cluster_ip.as_deref(), Some("10.96.7.7"));
     }
 
     #[test]
@@ -149,7 +201,9 @@ mod tests {
 
     #[test]
     fn headless_services_stay_headless() {
-        let host = to_host(&svc("None", None), &ctx(), false).spec.unwrap();
+        let host = to_host(&svc("None", None), &ctx(), false, true)
+            .spec
+            .unwrap();
         assert_eq!(host.cluster_ip.as_deref(), Some("None"));
     }
 }
