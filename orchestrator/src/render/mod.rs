@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
+use vcp_syncer::policy::TenantPolicy;
 
 /// The templates, in the order their components come up.
 pub const TEMPLATES: [(Component, &str, &str); 6] = [
@@ -158,6 +159,41 @@ pub struct Plan {
     /// Container resources per component (`etcd`, `kube-apiserver`, ...).
     #[serde(default)]
     pub resources: BTreeMap<String, Value>,
+    /// What the tenant may put on the host (docs/syncer.md, "Security model"); the syncer
+    /// enforces it. Absent: the restrictive defaults.
+    #[serde(default)]
+    pub policy: TenantPolicy,
+}
+
+/// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that
+/// run control planes (the plan's control-plane node selector) are never a tenant pod's, and
+/// the static band of the host's service CIDR (where fixed addresses such as cluster DNS
+/// live) is never a tenant Service's ClusterIP.
+pub fn syncer_policy(plan: &Plan, settings: &Settings) -> TenantPolicy {
+    let mut p = plan.policy.clone();
+    for (k, v) in &plan.node_selector {
+        p.placement
+            .avoid_node_labels
+            .entry(k.clone())
+            .or_insert_with(|| v.clone());
+    }
+    if let Some(band) = static_band(&settings.service_cidr)
+        && !p.services.reserved_cluster_ips.contains(&band)
+    {
+        p.services.reserved_cluster_ips.push(band);
+    }
+    p
+}
+
+/// The lower band of a service CIDR that Kubernetes keeps for addresses chosen by hand
+/// (dynamic allocation uses it last): `max(16, min(256, size / 16))` addresses.
+pub fn static_band(cidr: &str) -> Option<ipnet::IpNet> {
+    let net: ipnet::IpNet = cidr.parse().ok()?;
+    let host_bits = u32::from(net.max_prefix_len() - net.prefix_len());
+    // size / 16 in powers of two, clamped to [16, 256].
+    let band_bits = host_bits.saturating_sub(4).clamp(4, 8).min(host_bits);
+    let prefix = net.max_prefix_len() - u8::try_from(band_bits).ok()?;
+    ipnet::IpNet::new(net.network(), prefix).ok()
 }
 
 fn one() -> u8 {
@@ -196,6 +232,9 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
         if !(1..=3).contains(&p.dns_replicas) {
             return Err(bad("dns_replicas must be 1 to 3"));
         }
+        p.policy
+            .validate()
+            .map_err(|e| bad(&format!("policy: {}", e.0)))?;
     }
     Ok(plans)
 }
@@ -370,6 +409,10 @@ fn context(input: &Input<'_>) -> Value {
         );
     }
     ctx["rollout"] = Value::Object(rollout);
+    let policy = serde_yaml::to_string(&syncer_policy(input.plan, input.settings))
+        .expect("a policy always serializes");
+    ctx["syncer_policy_digest"] = json!(digest(&policy));
+    ctx["syncer_policy"] = json!(policy);
     // Resources default to nothing per component, so templates can always index them.
     for c in [
         "etcd",
@@ -391,6 +434,16 @@ fn context(input: &Input<'_>) -> Value {
         ctx[format!("kubeconfig_{c}")] = json!(kubeconfig::in_cluster(&server, dir));
     }
     ctx
+}
+
+/// A short SHA-256 of a rendered input, for pod annotations that roll a component when it changes.
+fn digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn parse_objects(template: &str, text: &str, namespace: &str, key: &str) -> Result<Vec<Object>> {

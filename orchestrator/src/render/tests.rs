@@ -175,3 +175,77 @@ fn in_cluster_kubeconfigs_point_at_mounted_files() {
     assert_eq!(v["users"][0]["user"]["client-key"], "/p/tls.key");
     assert_eq!(v["clusters"][0]["cluster"]["server"], "https://a:6443");
 }
+
+#[test]
+fn the_static_band_is_what_kubernetes_keeps_for_chosen_addresses() {
+    let band = |c: &str| static_band(c).unwrap().to_string();
+    assert_eq!(band("10.96.0.0/12"), "10.96.0.0/24", "256 at most");
+    assert_eq!(band("10.96.0.0/16"), "10.96.0.0/24");
+    assert_eq!(band("10.96.0.0/20"), "10.96.0.0/24", "4096 / 16 = 256");
+    assert_eq!(band("10.96.0.0/22"), "10.96.0.0/26", "1024 / 16 = 64");
+    assert_eq!(band("10.96.0.0/24"), "10.96.0.0/28", "16 at least");
+    assert_eq!(
+        band("10.96.0.0/28"),
+        "10.96.0.0/28",
+        "a tiny range is all static"
+    );
+    assert_eq!(band("fd00:10:96::/112"), "fd00:10:96::/120");
+    assert!(static_band("not a cidr").is_none());
+}
+
+#[test]
+fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresses() {
+    let plan = dev_plan();
+    let p = syncer_policy(&plan, &settings());
+    assert_eq!(p.placement.avoid_node_labels["vcp.dev/runtime"], "process");
+    assert_eq!(
+        p.services.reserved_cluster_ips,
+        ["10.96.0.0/24".parse::<ipnet::IpNet>().unwrap()]
+    );
+    assert_eq!(
+        p.pod_security,
+        vcp_syncer::policy::Level::Baseline,
+        "the default"
+    );
+    // The rendered syncer reads exactly this, and rolls when it changes.
+    let objs = Renderer::builtin()
+        .unwrap()
+        .render(
+            Component::Syncer,
+            &Input {
+                name: "demo",
+                key: "demoabc123",
+                version: Catalog::builtin().get("1.37").unwrap(),
+                plan: &plan,
+                settings: &settings(),
+                rollout: BTreeMap::new(),
+            },
+        )
+        .unwrap();
+    let cm = objs.iter().find(|o| o.kind() == "ConfigMap").unwrap();
+    let text = cm.0["data"]["policy.yaml"].as_str().unwrap();
+    assert_eq!(
+        vcp_syncer::policy::TenantPolicy::from_yaml(text).unwrap(),
+        p
+    );
+    let deploy = objs.iter().find(|o| o.kind() == "Deployment").unwrap();
+    let annotations = &deploy.0["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["vcp.dev/policy"], json!(digest(text)));
+    let args = deploy.0["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--policy=/etc/vcp/kubeconfig/policy.yaml"));
+}
+
+#[test]
+fn plans_with_a_policy_that_cannot_work_are_refused() {
+    let err = parse_plans("default: {policy: {services: {node_port_services: 1}}}")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("policy") && err.contains("node_ports"),
+        "{err}"
+    );
+    let err = parse_plans("default: {policy: {pod_securty: baseline}}")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pod_securty"), "{err}");
+}

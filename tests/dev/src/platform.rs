@@ -13,10 +13,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Plans of the dev environment: control planes run on the process node.
-pub const DEV_PLANS: &str = r#"# Control-plane pods go to the dev cluster's process node (vcp-devnode).
+pub const DEV_PLANS: &str = r#"# Control-plane pods go to the dev cluster's process node (vcp-devnode); tenant workloads
+# to the simulated kwok workers, under the default (restrictive) tenant policy otherwise.
 default:
   node_selector: {vcp.dev/runtime: process}
   tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  policy:
+    placement:
+      node_selector: {type: kwok}
 "#;
 
 /// Image name of the syncer in the dev environment (the devnode maps it to the workspace build).
