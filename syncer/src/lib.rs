@@ -83,6 +83,19 @@ impl Error {
     }
 }
 
+/// An error with its causes, `outer: cause: root cause`: the apiserver's own message (why a
+/// write was refused) is the last link, and logs without it say nothing useful.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 /// Result with the syncer's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

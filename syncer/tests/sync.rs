@@ -39,6 +39,9 @@ fn manual_slice() -> serde_json::Value {
     })
 }
 
+/// A tenant policy that lets tenant-created NFS volumes reach the host.
+const NFS_VOLUMES: &str = "volumes: {persistent_volume_sources: [nfs]}";
+
 /// A tenant control plane with a syncer between it and the shared dev cluster. Destructure
 /// it whole: the control plane and the syncer stop when their parts drop.
 struct Synced {
@@ -50,10 +53,15 @@ struct Synced {
 }
 
 async fn synced(key: &str) -> Res<Synced> {
+    synced_with_policy(key, "{}").await
+}
+
+/// [`synced`] with a tenant policy of its own (YAML).
+async fn synced_with_policy(key: &str, policy: &str) -> Res<Synced> {
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
     let cp = TenantControlPlane::start(key).await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
+    let _syncer = cp.start_syncer(cluster, &[&cp.policy_flag(policy)?])?;
     let tenant = cp.connect().await?;
     Ok(Synced {
         cluster,
@@ -1017,14 +1025,15 @@ async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back(
 #[tokio::test]
 async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    let setup = synced("e2ej").await?;
+    // NFS volumes (data for the API: nothing mounts them here) are the plan's to allow.
+    let setup = synced_with_policy("e2ej", NFS_VOLUMES).await?;
     let (host, tenant) = (setup.host.clone(), setup.tenant.clone());
     namespace(&tenant, "apps").await?;
     let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "local-a"},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
             "storageClassName": "manual", "persistentVolumeReclaimPolicy": "Retain",
-            "hostPath": {"path": "/tmp/vcp-e2ej-local-a"}},
+            "nfs": {"server": "192.0.2.50", "path": "/exports/local-a"}},
     }))?;
     let tenant_pvs = Api::<PersistentVolume>::all(tenant.clone());
     tenant_pvs.create(&PostParams::default(), &pv).await?;
@@ -1139,7 +1148,10 @@ async fn claims_the_tenant_binds_later_bind_on_the_host_and_unclaimed_volumes_ar
         TenantControlPlane::start("e2ep").await?,
         TenantControlPlane::start("e2eq").await?,
     );
-    let _syncers = (p.start_syncer(cluster, &[])?, q.start_syncer(cluster, &[])?);
+    let _syncers = (
+        p.start_syncer(cluster, &[&p.policy_flag(NFS_VOLUMES)?])?,
+        q.start_syncer(cluster, &[&q.policy_flag(NFS_VOLUMES)?])?,
+    );
     let (tp, tq) = (p.connect().await?, q.connect().await?);
     for t in [&tp, &tq] {
         namespace(t, "apps").await?;
@@ -1149,7 +1161,7 @@ async fn claims_the_tenant_binds_later_bind_on_the_host_and_unclaimed_volumes_ar
             "metadata": {"name": name},
             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                 "storageClassName": class, "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": format!("/tmp/vcp-e2ep-{name}")}},
+                "nfs": {"server": "192.0.2.50", "path": format!("/exports/{name}")}},
         }))?)
     };
     let claim = |name: &str, class: &str| {

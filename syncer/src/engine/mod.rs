@@ -404,7 +404,7 @@ where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     let kind = K::kind(&());
-    tracing::warn!(kind = kind.as_ref(), error = %err, "sync failed; retrying");
+    tracing::warn!(kind = kind.as_ref(), error = %crate::chain(err), "sync failed; retrying");
     side.engine.metrics.error(&kind, err);
     Action::requeue(Duration::from_secs(2))
 }

@@ -115,7 +115,7 @@ async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
 }
 
 fn backoff(_: Arc<Namespace>, err: &Error, cx: Arc<Ns>) -> Action {
-    tracing::warn!(kind = "Namespace", error = %err, "sync failed; retrying");
+    tracing::warn!(kind = "Namespace", error = %crate::chain(err), "sync failed; retrying");
     cx.engine.metrics.error("Namespace", err);
     Action::requeue(Duration::from_secs(2))
 }

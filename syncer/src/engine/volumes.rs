@@ -176,7 +176,7 @@ async fn gc(h: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
 }
 
 fn backoff(_: Arc<PersistentVolume>, err: &Error, e: Arc<Engine>) -> Action {
-    tracing::warn!(kind = "PersistentVolume", error = %err, "sync failed; retrying");
+    tracing::warn!(kind = "PersistentVolume", error = %crate::chain(err), "sync failed; retrying");
     e.metrics.error("PersistentVolume", err);
     Action::requeue(Duration::from_secs(2))
 }

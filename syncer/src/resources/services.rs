@@ -42,7 +42,6 @@ pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool, host_ports: bool) -> Ser
     spec.external_ips = None;
     if !host_ports && crate::policy::services::takes_node_ports(svc) {
         spec.type_ = Some("ClusterIP".into());
-        spec.external_traffic_policy = None;
         spec.load_balancer_class = None;
         spec.load_balancer_source_ranges = None;
         spec.allocate_load_balancer_node_ports = None;
@@ -50,6 +49,11 @@ pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool, host_ports: bool) -> Ser
         {
             spec.load_balancer_ip = None;
         }
+    }
+    // Only externally reachable Services may have one, and without externalIPs a ClusterIP
+    // Service no longer is (the tenant apiserver defaulted it for those).
+    if !matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")) {
+        spec.external_traffic_policy = None;
     }
     if let Some(sel) = &spec.selector {
         spec.selector = Some(naming::map_to_host(sel));

@@ -223,6 +223,14 @@ impl TenantControlPlane {
         process::spawn(&spec, Supervision::Attached, &self.syncer_log())
     }
 
+    /// Writes a tenant policy (YAML, as a plan's `policy` section) next to the control plane
+    /// and returns the syncer flag that reads it.
+    pub fn policy_flag(&self, yaml: &str) -> Result<String> {
+        let path = self.dir.path().join("policy.yaml");
+        std::fs::write(&path, yaml).map_err(crate::Error::io(&path))?;
+        Ok(format!("--policy={}", p(&path)))
+    }
+
     /// Where the syncer logs.
     pub fn syncer_log(&self) -> PathBuf {
         self.dir.path().join("syncer.log")

@@ -1,0 +1,622 @@
+//! A tenant's cluster-admin tries to reach the host through the syncer, against a real tenant
+//! control plane and the real dev host cluster; every attempt fails, the host holds nothing of
+//! it, and the tenant is told why (Warning events, pod conditions). Well-behaved workloads keep
+//! running under `restricted`.
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use std::time::Duration;
+use vcp_dev::DevCluster;
+use vcp_dev::tenant::TenantControlPlane;
+use vcp_dev::testing::{eventually, namespace, running};
+use vcp_syncer::naming::LABEL_TENANT;
+
+type Res<T = ()> = anyhow::Result<T>;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Tenant {
+    host: Client,
+    tenant: Client,
+    cp: TenantControlPlane,
+    _syncer: vcp_dev::process::Spawned,
+}
+
+impl Drop for Tenant {
+    /// The syncer's warnings, shown with a failed test's output (captured otherwise).
+    fn drop(&mut self) {
+        let log = std::fs::read_to_string(self.cp.syncer_log()).unwrap_or_default();
+        let warnings: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .collect();
+        for l in &warnings[warnings.len().saturating_sub(30)..] {
+            eprintln!("syncer: {l}");
+        }
+    }
+}
+
+async fn tenant(key: &str, policy: &str) -> Res<Tenant> {
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start(key).await?;
+    let _syncer = cp.start_syncer(cluster, &[&cp.policy_flag(policy)?])?;
+    let tenant = cp.connect().await?;
+    Ok(Tenant {
+        host,
+        tenant,
+        cp,
+        _syncer,
+    })
+}
+
+async fn create<K>(client: &Client, ns: Option<&str>, v: serde_json::Value) -> Res<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let mut obj: K = serde_json::from_value(v)?;
+    obj.meta_mut().namespace = ns.map(str::to_owned);
+    // One helper for namespaced and cluster-scoped kinds: `Api` splits them by type.
+    let url = K::url_path(&(), ns);
+    let req = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&obj)?)?;
+    Ok(client.request::<K>(req).await?)
+}
+
+/// Waits for a Warning event with `reason` about `name` in tenant namespace `ns` whose message
+/// contains every one of `needles`; returns the message.
+async fn warned(
+    tenant: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    needles: &[&str],
+) -> Res<String> {
+    let events: Api<Event> = Api::namespaced(tenant.clone(), ns);
+    eventually(
+        &format!("a {reason} event on {ns}/{name} naming {needles:?}"),
+        WAIT,
+        || async {
+            let l = events.list(&ListParams::default()).await?;
+            Ok(l.items.into_iter().find_map(|e| {
+                let msg = e.message.clone().unwrap_or_default();
+                (e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason)
+                    && e.involved_object.name.as_deref() == Some(name)
+                    && needles.iter().all(|n| msg.contains(n)))
+                .then_some(msg)
+            }))
+        },
+    )
+    .await
+}
+
+/// Waits until tenant pod `name` shows `PodScheduled: False` with `reason` naming `field`, and
+/// a Warning event says the same; then checks the host never got the pod.
+async fn kept_off_the_host(t: &Tenant, key: &str, name: &str, reason: &str, field: &str) -> Res {
+    let pods: Api<Pod> = Api::namespaced(t.tenant.clone(), "apps");
+    let condition = eventually(
+        &format!("{name}: PodScheduled False ({reason})"),
+        WAIT,
+        || async {
+            let p = pods.get(name).await?;
+            Ok(p.status
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .find(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some(reason)
+                }))
+        },
+    )
+    .await?;
+    let message = condition.message.unwrap_or_default();
+    assert!(
+        message.contains(field),
+        "{name}: the condition names {field}: {message}"
+    );
+    warned(&t.tenant, "apps", name, reason, &[field]).await?;
+    let p = pods.get(name).await?;
+    assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+    let host = Api::<Pod>::namespaced(t.host.clone(), &format!("{key}-apps"));
+    assert!(
+        host.get_opt(name).await?.is_none(),
+        "{name} reached the host"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn pods_that_would_escape_stay_pending_in_the_tenant_and_never_reach_the_host() -> Res {
+    let t = tenant("isoa", "{}").await?;
+    namespace(&t.tenant, "apps").await?;
+    // Root with SYS_ADMIN, the host's network and PID namespaces and its whole filesystem.
+    create::<Pod>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "escape"},
+            "spec": {
+                "hostNetwork": true, "hostPID": true,
+                "containers": [{"name": "c", "image": "busybox",
+                    "securityContext": {"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}},
+                    "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
+                "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+            },
+        }),
+    )
+    .await?;
+    kept_off_the_host(&t, "isoa", "escape", "PolicyRefused", "spec.hostNetwork").await?;
+    let msg = warned(&t.tenant, "apps", "escape", "PolicyRefused", &["baseline"]).await?;
+    eprintln!("refusal seen by the tenant: {msg}");
+    // A runtime class the plan does not list (the tenant's admission wants it to exist).
+    create::<k8s_openapi::api::node::v1::RuntimeClass>(
+        &t.tenant,
+        None,
+        serde_json::json!({
+            "metadata": {"name": "unconfined"}, "handler": "runc",
+        }),
+    )
+    .await?;
+    create::<Pod>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "runtime"},
+        "spec": {"runtimeClassName": "unconfined", "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .await?;
+    kept_off_the_host(
+        &t,
+        "isoa",
+        "runtime",
+        "PolicyRefused",
+        "spec.runtimeClassName",
+    )
+    .await?;
+    // A projected source that makes the host issue a certificate for a tenant workload.
+    let cert = create::<Pod>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "cert"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}],
+            "volumes": [{"name": "id", "projected": {"sources": [{"podCertificate": {
+                "signerName": "example.com/signer", "keyType": "ED25519", "credentialBundlePath": "bundle.pem"}}]}}]},
+    }))
+    .await;
+    match cert {
+        Ok(p)
+            if p.spec
+                .as_ref()
+                .and_then(|s| s.volumes.as_ref())
+                .is_some_and(|v| {
+                    v[0].projected.as_ref().is_some_and(|p| {
+                        p.sources
+                            .as_ref()
+                            .is_some_and(|s| s[0].pod_certificate.is_some())
+                    })
+                }) =>
+        {
+            kept_off_the_host(&t, "isoa", "cert", "PolicyRefused", "podCertificate").await?;
+        }
+        other => eprintln!(
+            "skipped the podCertificate attempt: the tenant apiserver does not serve the field (its feature gate is off): {:?}",
+            other.err()
+        ),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn placement_priority_affinity_and_downward_api_stay_inside_the_tenant() -> Res {
+    let t = tenant(
+        "isop",
+        "placement: {node_selector: {type: kwok}, avoid_node_labels: {vcp.dev/runtime: process}}",
+    )
+    .await?;
+    namespace(&t.tenant, "apps").await?;
+    create::<PriorityClass>(
+        &t.tenant,
+        None,
+        serde_json::json!({
+            "metadata": {"name": "urgent"}, "value": 1000000,
+        }),
+    )
+    .await?;
+    // Everything that would steer the host scheduler: a control-plane node by name, its label,
+    // a toleration of every taint, a fleet-wide anti-affinity, a priority class.
+    create::<Pod>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "placed", "labels": {"app": "placed"}},
+        "spec": {
+            "nodeName": "devnode-0",
+            "nodeSelector": {"type": "control-plane"},
+            "tolerations": [{"operator": "Exists"}],
+            "priorityClassName": "urgent",
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "Exists"}]},
+                "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}]}},
+            "containers": [{"name": "c", "image": "busybox", "env": [
+                {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]}],
+        },
+    })).await?;
+    let host_pods = Api::<Pod>::namespaced(t.host.clone(), "isop-apps");
+    let host = eventually("host pod placed, bound by the host", WAIT, || async {
+        Ok(host_pods
+            .get_opt("placed")
+            .await?
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()))
+    })
+    .await?;
+    let spec = host.spec.clone().unwrap();
+    let node = spec.node_name.clone().unwrap();
+    assert!(
+        node.starts_with("kwok-node-"),
+        "bound to {node}, not a worker of the pool"
+    );
+    assert_eq!(spec.node_selector.clone().unwrap()["type"], "kwok");
+    assert!(
+        spec.tolerations
+            .iter()
+            .flatten()
+            .all(|t| t.operator.as_deref() != Some("Exists") || t.key.is_some()),
+        "the tolerate-everything toleration reached the host: {:?}",
+        spec.tolerations
+    );
+    assert_eq!(spec.priority_class_name, None);
+    let anti = &spec
+        .affinity
+        .clone()
+        .unwrap()
+        .pod_anti_affinity
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .unwrap()[0];
+    assert_eq!(
+        anti.namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()[LABEL_TENANT],
+        "isop",
+        "the anti-affinity sees only the tenant's own namespaces"
+    );
+    let env = &spec.containers[0].env.as_ref().unwrap();
+    let ns_var = env.iter().find(|e| e.name == "NS").unwrap();
+    assert_eq!(
+        ns_var
+            .value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap()
+            .field_path,
+        "metadata.annotations['vcp.dev/tenant-namespace']"
+    );
+    assert_eq!(host.annotations()["vcp.dev/tenant-namespace"], "apps");
+    warned(
+        &t.tenant,
+        "apps",
+        "placed",
+        "PlacementAdjusted",
+        &["type=control-plane", "tolerations", "urgent"],
+    )
+    .await?;
+    // The tenant still sees the node it chose; the pod runs.
+    let pods: Api<Pod> = Api::namespaced(t.tenant.clone(), "apps");
+    let p = eventually("tenant pod placed running", WAIT, || async {
+        Ok(Some(pods.get("placed").await?).filter(running))
+    })
+    .await?;
+    assert_eq!(p.spec.unwrap().node_name.as_deref(), Some("devnode-0"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn namespaces_volumes_and_services_reach_the_host_only_as_the_plan_allows() -> Res {
+    let t = tenant("isob", "services: {reserved_cluster_ips: [10.96.0.0/24]}").await?;
+    create::<Namespace>(&t.tenant, None, serde_json::json!({
+        "metadata": {"name": "apps", "labels": {"pod-security.kubernetes.io/enforce": "privileged"}},
+    }))
+    .await?;
+    let host_ns = eventually("host namespace isob-apps", WAIT, || async {
+        Ok(Api::<Namespace>::all(t.host.clone())
+            .get_opt("isob-apps")
+            .await?)
+    })
+    .await?;
+    let labels = host_ns.labels();
+    assert_eq!(
+        labels["pod-security.kubernetes.io/enforce"], "baseline",
+        "the plan's level, not the tenant's"
+    );
+    assert_eq!(labels["t.pod-security.kubernetes.io/enforce"], "privileged");
+    // The host's own admission enforces it too: a pod that slipped past the syncer is refused.
+    let direct = create::<Pod>(
+        &t.host,
+        Some("isob-apps"),
+        serde_json::json!({
+            "metadata": {"name": "direct"},
+            "spec": {"hostPID": true, "containers": [{"name": "c", "image": "busybox"}]},
+        }),
+    )
+    .await;
+    let err = direct
+        .expect_err("the host admitted a hostPID pod in a tenant namespace")
+        .to_string();
+    assert!(err.contains("violates PodSecurity"), "{err}");
+
+    // A tenant volume of a host node's files, claimed.
+    create::<PersistentVolume>(&t.tenant, None, serde_json::json!({
+        "metadata": {"name": "root"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+            "hostPath": {"path": "/"},
+            "claimRef": {"namespace": "apps", "name": "root"}},
+    }))
+    .await?;
+    create::<PersistentVolumeClaim>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "root"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual", "volumeName": "root",
+            "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .await?;
+    warned(
+        &t.tenant,
+        "default",
+        "root",
+        "PolicyRefused",
+        &["spec.hostPath", "host node"],
+    )
+    .await?;
+
+    // externalIPs (CVE-2020-8554), 50 NodePorts, and the cluster DNS address.
+    let ports: Vec<_> = (0..50)
+        .map(|i| serde_json::json!({"name": format!("p{i}"), "port": 1000 + i}))
+        .collect();
+    create::<Service>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "hijack"},
+        "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}], "externalIPs": ["192.0.2.77"]},
+    }))
+    .await?;
+    create::<Service>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "many"},
+            "spec": {"type": "NodePort", "selector": {"app": "x"}, "ports": ports},
+        }),
+    )
+    .await?;
+    create::<Service>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "dns"},
+        "spec": {"clusterIP": "10.96.0.10", "selector": {"app": "x"}, "ports": [{"port": 53, "protocol": "UDP"}]},
+    }))
+    .await?;
+    let host_svcs = Api::<Service>::namespaced(t.host.clone(), "isob-apps");
+    let get = |name: &'static str| {
+        let api = host_svcs.clone();
+        async move { Ok(api.get_opt(name).await?) }
+    };
+    let hijack = eventually("host service hijack", WAIT, || get("hijack")).await?;
+    assert_eq!(hijack.spec.unwrap().external_ips, None);
+    warned(
+        &t.tenant,
+        "apps",
+        "hijack",
+        "PolicyRefused",
+        &["externalIPs"],
+    )
+    .await?;
+    let many = eventually("host service many", WAIT, || get("many")).await?;
+    let spec = many.spec.unwrap();
+    assert_eq!(
+        spec.type_.as_deref(),
+        Some("ClusterIP"),
+        "no host NodePorts"
+    );
+    assert!(spec.ports.unwrap().iter().all(|p| p.node_port.is_none()));
+    warned(&t.tenant, "apps", "many", "PolicyRefused", &["NodePort"]).await?;
+    let dns = eventually("host service dns", WAIT, || get("dns")).await?;
+    let ip = dns.spec.unwrap().cluster_ip.unwrap();
+    assert_ne!(
+        ip, "10.96.0.10",
+        "the host's reserved address went to a tenant"
+    );
+    let tenant_svcs: Api<Service> = Api::namespaced(t.tenant.clone(), "apps");
+    eventually(
+        "tenant service dns recreated with the host address",
+        WAIT,
+        || async {
+            let s = tenant_svcs.get_opt("dns").await?;
+            Ok(s.filter(|s| {
+                s.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some(ip.as_str())
+            }))
+        },
+    )
+    .await?;
+    // Nothing of the volume reached the host.
+    let host_pvs = Api::<PersistentVolume>::all(t.host.clone());
+    assert!(
+        host_pvs.get_opt("isob-root").await?.is_none(),
+        "the hostPath volume reached the host"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_secret_named_after_a_generated_token_keeps_its_pod_off_the_host() -> Res {
+    let t = tenant("isoc", "{}").await?;
+    namespace(&t.tenant, "apps").await?;
+    let sa =
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(t.tenant.clone(), "apps");
+    eventually("default service account", WAIT, || async {
+        Ok(sa.get_opt("default").await?)
+    })
+    .await?;
+    let first = create::<Pod>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "first"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }),
+    )
+    .await?;
+    let token = vcp_syncer::naming::token_secret_name(&first.uid().unwrap());
+    let host_secrets = Api::<Secret>::namespaced(t.host.clone(), "isoc-apps");
+    let before = eventually("the first pod's token Secret", WAIT, || async {
+        Ok(host_secrets.get_opt(&token).await?)
+    })
+    .await?;
+    // The tenant names a Secret after it and mounts it in a second pod.
+    create::<Secret>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": token}, "stringData": {"token": "mine"},
+        }),
+    )
+    .await?;
+    create::<Pod>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "second"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "volumeMounts": [{"name": "t", "mountPath": "/t"}]}],
+            "volumes": [{"name": "t", "secret": {"secretName": token}}]},
+    }))
+    .await?;
+    kept_off_the_host(
+        &t,
+        "isoc",
+        "second",
+        "HostConflict",
+        &format!("secrets/{token}"),
+    )
+    .await?;
+    let after = host_secrets.get(&token).await?;
+    assert_eq!(
+        after.data, before.data,
+        "the generated token Secret was overwritten"
+    );
+
+    // An ephemeral volume whose claim template names a volume, a data source and a selector.
+    create::<Pod>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "scratch"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "s", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                    "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                    "volumeName": "someone-elses",
+                    "dataSource": {"kind": "PersistentVolumeClaim", "name": "theirs"},
+                    "selector": {"matchLabels": {"vcp.dev/tenant": "victim"}}}}}}]},
+        }),
+    )
+    .await?;
+    let host_pods = Api::<Pod>::namespaced(t.host.clone(), "isoc-apps");
+    let scratch = eventually("host pod scratch", WAIT, || async {
+        Ok(host_pods.get_opt("scratch").await?)
+    })
+    .await?;
+    let template = scratch.spec.unwrap().volumes.unwrap()[0]
+        .ephemeral
+        .clone()
+        .unwrap()
+        .volume_claim_template
+        .unwrap()
+        .spec;
+    assert_eq!(template.volume_name, None);
+    assert_eq!(template.data_source, None);
+    let sel = template.selector.unwrap().match_labels.unwrap();
+    assert_eq!(sel[LABEL_TENANT], "isoc");
+    assert_eq!(sel["t.vcp.dev/tenant"], "victim");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_well_behaved_app_runs_under_restricted_and_an_unhardened_pod_does_not() -> Res {
+    let t = tenant("isod", "pod_security: restricted").await?;
+    namespace(&t.tenant, "apps").await?;
+    let hardened = serde_json::json!({
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "web", "image": "nginxinc/nginx-unprivileged",
+            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+    });
+    let mut deploy_spec = hardened.clone();
+    deploy_spec["volumes"] = serde_json::json!([{"name": "data", "emptyDir": {}}]);
+    create::<Deployment>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": deploy_spec}},
+        }),
+    )
+    .await?;
+    create::<StatefulSet>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "db"},
+        "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": hardened},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]},
+    }))
+    .await?;
+    create::<Service>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .await?;
+    create::<ConfigMap>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({"metadata": {"name": "cfg"}, "data": {"a": "b"}}),
+    )
+    .await?;
+    create::<Pod>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "unhardened"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(t.tenant.clone(), "apps");
+    eventually(
+        "web and db running in the tenant",
+        Duration::from_secs(120),
+        || async {
+            let l = pods.list(&ListParams::default()).await?;
+            let up = l
+                .items
+                .iter()
+                .filter(|p| p.name_any() != "unhardened" && running(p))
+                .count();
+            Ok((up == 3).then_some(()))
+        },
+    )
+    .await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(t.tenant.clone(), "apps");
+    eventually("the db claim bound", Duration::from_secs(120), || async {
+        let c = claims.get_opt("data-db-0").await?;
+        Ok(c.filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")))
+    })
+    .await?;
+    let host_ns = Api::<Namespace>::all(t.host.clone())
+        .get("isod-apps")
+        .await?;
+    assert_eq!(
+        host_ns.labels()["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    kept_off_the_host(&t, "isod", "unhardened", "PolicyRefused", "restricted").await?;
+    Ok(())
+}
