@@ -13,6 +13,7 @@
 //! `baseline`, no NodePorts or LoadBalancers, no tenant-created volumes with host-scoped
 //! sources, no host priority classes or runtime classes.
 
+pub mod network;
 pub mod placement;
 pub mod pod_security;
 pub mod pods;
@@ -38,6 +39,9 @@ pub struct TenantPolicy {
     pub scheduling: Scheduling,
     pub volumes: Volumes,
     pub services: Services,
+    /// Outside addresses tenant pods may reach and be reached from, and the cluster's own
+    /// ranges, which no ipBlock ever reaches (see [`network`]).
+    pub network: network::Network,
 }
 
 /// Where tenant pods run: the plan's workload node pool.
@@ -210,7 +214,7 @@ impl TenantPolicy {
         if sv.node_port_services > 0 && sv.node_ports == 0 {
             return bad("services.node_ports: 0 allows no NodePort Service at all; raise it or set node_port_services: 0".into());
         }
-        Ok(())
+        self.network.validate()
     }
 }
 
