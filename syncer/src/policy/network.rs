@@ -701,7 +701,13 @@ pub fn to_host(
     });
     let host = NetworkPolicy {
         // The metadata every translator gives its host object; the key is all it needs.
-        metadata: resources::host_meta(tenant, &Ctx { key: key.clone() }),
+        metadata: resources::host_meta(
+            tenant,
+            &Ctx {
+                key: key.clone(),
+                policy: Default::default(),
+            },
+        ),
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(selector_to_host(
                 spec.pod_selector
