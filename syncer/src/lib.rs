@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, PersistentVolumeClaim, Pod, Secret, Service,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -235,6 +236,7 @@ pub async fn run(args: Args) -> Result<()> {
     engine.metrics = metrics;
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
     engine.resync = Duration::from_secs(args.resync_seconds);
+    engine.control_plane_namespace = args.host_namespace.clone();
     let engine = Arc::new(engine);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
@@ -322,6 +324,17 @@ pub async fn run(args: Args) -> Result<()> {
                     // Events up find their host pod here.
                     let _ = e.host_pods.set(h);
                     let _ = pods_tx.send(s);
+                }
+            }
+        ),
+        engine::run_kind::<NetworkPolicy>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(engine::netpols::down(t, s)),
+            {
+                let e = engine.clone();
+                move |s, _| {
+                    let _ = e.tenant_netpols.set(s);
                 }
             }
         ),

@@ -620,3 +620,116 @@ async fn a_well_behaved_app_runs_under_restricted_and_an_unhardened_pod_does_not
     kept_off_the_host(&t, "isod", "unhardened", "PolicyRefused", "restricted").await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn host_namespaces_deny_by_default_and_tenant_network_policies_stay_inside_the_tenant() -> Res
+{
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    // The dev cluster enforces no NetworkPolicy: this checks the objects the host gets.
+    let t = tenant("ison", "{}").await?;
+    namespace(&t.tenant, "apps").await?;
+    let host_nps = Api::<NetworkPolicy>::namespaced(t.host.clone(), "ison-apps");
+    let names = eventually("vcp's policies in ison-apps", WAIT, || async {
+        let mut names: Vec<String> = host_nps
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        names.sort();
+        Ok((names.len() >= 4).then_some(names))
+    })
+    .await?;
+    assert_eq!(
+        names,
+        [
+            "vcp-control-plane",
+            "vcp-isolate",
+            "vcp-tenant-egress",
+            "vcp-tenant-ingress"
+        ]
+    );
+    let isolate = host_nps.get("vcp-isolate").await?.spec.unwrap();
+    assert_eq!(isolate.policy_types.unwrap(), ["Ingress", "Egress"]);
+    assert!(
+        isolate.ingress.is_none() && isolate.egress.is_none(),
+        "deny by default"
+    );
+
+    for (name, app) in [("db-0", "db"), ("web-0", "web")] {
+        create::<Pod>(
+            &t.tenant,
+            Some("apps"),
+            serde_json::json!({
+                "metadata": {"name": name, "labels": {"app": app}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            }),
+        )
+        .await?;
+    }
+    // The tenant isolates its database: reachable from its own namespaces only (an empty
+    // namespace selector is "every namespace" in the tenant's view), and tries to open egress
+    // to the whole private network.
+    create::<NetworkPolicy>(&t.tenant, Some("apps"), serde_json::json!({
+        "metadata": {"name": "db"},
+        "spec": {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"namespaceSelector": {}}]}],
+            "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]},
+    }))
+    .await?;
+    create::<NetworkPolicy>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "vcp-isolate"},
+            "spec": {"podSelector": {}, "ingress": [{}]},
+        }),
+    )
+    .await?;
+    let db = eventually("host copy of policy db", WAIT, || async {
+        Ok(host_nps.get_opt("db").await?)
+    })
+    .await?;
+    let spec = db.spec.unwrap();
+    let from = &spec.ingress.unwrap()[0].from.clone().unwrap()[0];
+    assert_eq!(
+        from.namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()[LABEL_TENANT],
+        "ison",
+        "every namespace of the tenant, and only those"
+    );
+    assert!(
+        spec.egress.unwrap_or_default().is_empty(),
+        "a rule whose only peer was refused is dropped, never left to mean anywhere"
+    );
+    warned(&t.tenant, "apps", "db", "PolicyRefused", &["ipBlock"]).await?;
+    warned(&t.tenant, "apps", "vcp-isolate", "PolicyRefused", &["vcp-"]).await?;
+    let isolate = host_nps.get("vcp-isolate").await?.spec.unwrap();
+    assert!(
+        isolate.ingress.is_none(),
+        "the tenant's policy replaced vcp's own"
+    );
+    // The database pod is isolated by the tenant's policy, the web pod is not.
+    let host_pods = Api::<Pod>::namespaced(t.host.clone(), "ison-apps");
+    eventually("isolation labels on the host pods", WAIT, || async {
+        let (Some(db), Some(web)) = (
+            host_pods.get_opt("db-0").await?,
+            host_pods.get_opt("web-0").await?,
+        ) else {
+            return Ok(None);
+        };
+        let iso = |p: &Pod, k: &str| p.labels().get(k).cloned();
+        let ok = iso(&db, "vcp.dev/ingress-isolated").as_deref() == Some("true")
+            && iso(&db, "vcp.dev/egress-isolated").as_deref() == Some("true")
+            && iso(&web, "vcp.dev/ingress-isolated").is_none()
+            && iso(&web, "vcp.dev/egress-isolated").is_none();
+        Ok(ok.then_some(()))
+    })
+    .await?;
+    Ok(())
+}

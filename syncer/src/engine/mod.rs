@@ -22,6 +22,7 @@ pub mod decide;
 pub mod endpoints;
 pub mod events;
 pub mod namespaces;
+pub mod netpols;
 pub mod pods;
 pub mod pvcs;
 pub mod services;
@@ -77,6 +78,11 @@ pub struct Engine {
     pub host_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
     /// This tenant's host namespaces, once the namespace controllers run.
     pub host_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
+    /// The tenant's NetworkPolicies, once their controller runs (isolation labels of pods).
+    pub tenant_netpols: std::sync::OnceLock<Cache<k8s_openapi::api::networking::v1::NetworkPolicy>>,
+    /// The tenant's control-plane namespace on the host (`--host-namespace`), whose CoreDNS and
+    /// apiserver the tenant's pods may reach.
+    pub control_plane_namespace: Option<String>,
 }
 
 impl Engine {
@@ -112,6 +118,8 @@ impl Engine {
             up_writes: Default::default(),
             host_pods: std::sync::OnceLock::new(),
             host_namespaces: std::sync::OnceLock::new(),
+            tenant_netpols: std::sync::OnceLock::new(),
+            control_plane_namespace: None,
         }
     }
 

@@ -1,4 +1,5 @@
-//! Namespaces (cluster-scoped): a host namespace per tenant namespace, removed with it.
+//! Namespaces (cluster-scoped): a host namespace per tenant namespace, removed with it, with
+//! the plan's Pod Security level and vcp's own NetworkPolicies (`netpols`) kept in it.
 
 use super::shared::Shared;
 use super::{Engine, host_selector};
@@ -38,7 +39,11 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
         ..Default::default()
     };
     match api.create(&pp, &desired).await {
-        Ok(_) => tracing::info!(namespace = %name, "created host namespace"),
+        Ok(_) => {
+            tracing::info!(namespace = %name, "created host namespace");
+            // Deny by default before the first pod can land there.
+            super::netpols::ensure_host_policies(e, &name).await?;
+        }
         Err(kube::Error::Api(ae)) if ae.code == 409 => {
             let current = api
                 .get(&name)
@@ -51,7 +56,10 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
                     format!("host namespace {name} exists and is not managed by this tenant"),
                 )
                 .await;
-            } else if drifted(&desired, &current) {
+            } else if current.metadata.deletion_timestamp.is_none() {
+                super::netpols::ensure_host_policies(e, &name).await?;
+            }
+            if naming::owned_by(e.key(), current.labels()) && drifted(&desired, &current) {
                 // Labels changed in the tenant, or the plan's level changed, or someone edited
                 // the host namespace: the host must carry exactly what vcp decides.
                 api.patch(

@@ -59,6 +59,12 @@ async fn remove_tenant_pod(e: &Engine, t: &Pod) -> Result<()> {
 pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     let e = &side.engine;
     let mut desired = to_host(&t, &e.ctx, &e.pod_env);
+    // Which tenant NetworkPolicies isolate it (see `netpols`).
+    desired
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .extend(super::netpols::isolation_labels(e, &t));
     let host = cached_host(&side, &desired);
     let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
         HostSide::of(e.key(), h.labels(), h.annotations())
@@ -134,6 +140,8 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 keep_host_env(&mut desired, &h);
                 apply(e, &desired).await?;
             }
+            let policies = super::netpols::tenant_policies(e, &t.namespace().unwrap_or_default());
+            super::netpols::relabel_pod(e, &t, &h, &policies).await?;
             super::tokens::ensure(e, &t, Some(&h)).await?;
             e.metrics
                 .timed("Pod", Direction::Up, false, sync_up(e, &t, &h))
