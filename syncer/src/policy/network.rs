@@ -17,8 +17,9 @@
 //! - `vcp-isolate` selects every pod for Ingress and Egress with no rules: no host pod of a
 //!   tenant is ever unisolated, and what it may do is exactly the union of the allowances below;
 //! - `vcp-control-plane` lets every pod reach its own tenant's CoreDNS (53 UDP and TCP) and
-//!   apiserver (6443), even a pod a tenant policy isolates for egress: they are the tenant's
-//!   cluster infrastructure (name resolution, the `kubernetes` Service), not its workloads;
+//!   apiserver (6443), and be reached by that apiserver (admission webhooks, aggregated APIs),
+//!   even a pod a tenant policy isolates: they are the tenant's cluster infrastructure (name
+//!   resolution, the `kubernetes` Service), not its workloads;
 //! - `vcp-tenant-ingress` and `vcp-tenant-egress` give a pod that no tenant policy isolates in
 //!   their direction what "not isolated" means in the tenant's cluster: every pod of the tenant
 //!   (namespaces labelled `vcp.dev/tenant=K`) and the outside addresses the plan allows.
@@ -431,8 +432,13 @@ pub fn host_policies(
             CONTROL_PLANE,
             NetworkPolicySpec {
                 pod_selector: Some(LabelSelector::default()),
-                policy_types: types(&["Egress"]),
-                ingress: None,
+                policy_types: types(&["Ingress", "Egress"]),
+                // The tenant's apiserver calls its admission webhooks and aggregated APIs,
+                // which run as tenant pods.
+                ingress: Some(vec![NetworkPolicyIngressRule {
+                    from: control_plane(COMPONENT_APISERVER),
+                    ports: None,
+                }]),
                 egress: Some(vec![
                     NetworkPolicyEgressRule {
                         to: control_plane(COMPONENT_DNS),
@@ -812,7 +818,8 @@ mod tests {
                 "metadata": meta("vcp-control-plane"),
                 "spec": {
                     "podSelector": {},
-                    "policyTypes": ["Egress"],
+                    "policyTypes": ["Ingress", "Egress"],
+                    "ingress": [{"from": control_plane("kube-apiserver")}],
                     "egress": [
                         {
                             "to": control_plane("coredns"),
