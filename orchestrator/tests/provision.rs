@@ -2,8 +2,10 @@
 //! their control planes running as real processes on the devnode, workloads synced by the
 //! syncer vcp deployed, and nothing left on the host after deletion.
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, Service};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, Service, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use std::net::{Ipv4Addr, UdpSocket};
@@ -227,6 +229,104 @@ async fn provisioned_tenant_runs_workloads(
     Ok(key)
 }
 
+/// A client of the host apiserver with the credentials of tenant `key`'s syncer (a token of
+/// its service account, as its pod has).
+async fn syncer_client(cluster: &DevCluster, key: &str) -> anyhow::Result<Client> {
+    let host = cluster.connect().await?;
+    let sa = Api::<ServiceAccount>::namespaced(host, &format!("vcp-{key}"));
+    let req: TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 600}}))?;
+    let token = sa
+        .create_token_request("vcp-syncer", &PostParams::default(), &req)
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .ok_or_else(|| anyhow::anyhow!("no token for vcp-{key}/vcp-syncer"))?;
+    let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path())?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    cfg.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    Ok(Client::try_from(cfg)?)
+}
+
+/// Tenant `a`'s syncer credentials write in `a`'s host namespaces, and the host apiserver
+/// refuses them everywhere else: `b`'s namespaces, a namespace the syncer would name for `b`,
+/// `b`'s namespace itself, and a lower Pod Security level for `a`'s own.
+async fn syncer_writes_stay_in_their_tenant(
+    cluster: &DevCluster,
+    a: &str,
+    b: &str,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let client = syncer_client(cluster, a).await?;
+    let cm = |name: &str| -> anyhow::Result<ConfigMap> {
+        Ok(serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name}, "data": {"x": "y"}}),
+        )?)
+    };
+    let own = Api::<ConfigMap>::namespaced(client.clone(), &format!("{a}-default"));
+    own.create(&PostParams::default(), &cm("allowed")?).await?;
+    own.delete("allowed", &Default::default()).await?;
+    let refused = |what: &str, r: Result<ConfigMap, kube::Error>| {
+        let err = r.expect_err(&format!("{what} was allowed")).to_string();
+        assert!(
+            err.contains("Forbidden") || err.contains("forbidden"),
+            "{what}: {err}"
+        );
+    };
+    for ns in [
+        format!("{b}-default"),
+        format!("vcp-{b}"),
+        "default".to_owned(),
+    ] {
+        let other = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+        refused(
+            &format!("a write into {ns}"),
+            other.create(&PostParams::default(), &cm("stolen")?).await,
+        );
+    }
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let ns = |name: &str, key: &str, level: &str| -> anyhow::Result<Namespace> {
+        Ok(serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name, "labels": {
+            "vcp.dev/tenant": key, "pod-security.kubernetes.io/enforce": level}}}),
+        )?)
+    };
+    for (what, obj) in [
+        (
+            "a namespace named for b",
+            ns(&format!("{b}-forged"), a, "baseline")?,
+        ),
+        (
+            "a namespace labelled for b",
+            ns(&format!("{a}-forged"), b, "baseline")?,
+        ),
+        (
+            "a privileged namespace",
+            ns(&format!("{a}-forged"), a, "privileged")?,
+        ),
+    ] {
+        let err = namespaces
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(&format!("{what} was allowed"))
+            .to_string();
+        assert!(
+            err.contains("Forbidden") || err.contains("forbidden"),
+            "{what}: {err}"
+        );
+    }
+    let err = namespaces
+        .delete(&format!("{b}-default"), &Default::default())
+        .await
+        .expect_err("deleting b's namespace was allowed")
+        .to_string();
+    assert!(err.contains("orbidden"), "{err}");
+    Ok(())
+}
+
 async fn nothing_left(cluster: &DevCluster, key: &str) -> anyhow::Result<()> {
     let host = cluster.connect().await?;
     eventually(
@@ -263,6 +363,7 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
     );
     let (a, b) = (a?, b?);
     assert_ne!(a, b);
+    syncer_writes_stay_in_their_tenant(cluster, &a, &b).await?;
 
     api.delete_tenant("alpha").await?;
     // beta keeps its etcd data.
@@ -322,6 +423,13 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
         .await?;
     let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(host.clone());
     assert!(roles.get_opt(&format!("vcp-syncer-{a}")).await?.is_none());
+    let policies = Api::<ValidatingAdmissionPolicy>::all(host.clone());
+    assert!(
+        policies
+            .get_opt(&format!("vcp-syncer-{a}"))
+            .await?
+            .is_none()
+    );
     drop(platform);
     Ok(())
 }

@@ -12,7 +12,7 @@ pub const FIELD_MANAGER: &str = "vcp-orchestrator";
 /// Kinds the templates may produce: (apiVersion, kind, plural, namespaced). A fixed table
 /// instead of discovery: one request less per object, and a template cannot sneak in a kind
 /// nobody reviewed.
-const KINDS: [(&str, &str, &str, bool); 12] = [
+const KINDS: [(&str, &str, &str, bool); 14] = [
     ("v1", "Namespace", "namespaces", false),
     ("v1", "Service", "services", true),
     ("v1", "ConfigMap", "configmaps", true),
@@ -49,6 +49,18 @@ const KINDS: [(&str, &str, &str, bool); 12] = [
         "RoleBinding",
         "rolebindings",
         true,
+    ),
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        false,
+    ),
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        false,
     ),
 ];
 

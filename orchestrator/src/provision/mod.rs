@@ -613,6 +613,23 @@ impl Provisioner {
                 .await,
         )
         .map_err(|e| Error::kube("delete the syncer's cluster role", e))?;
+        // Its admission policy goes with it (binding first: a policy without one is inert).
+        for (plural, what) in [
+            (
+                "validatingadmissionpolicybindings",
+                "ValidatingAdmissionPolicyBinding",
+            ),
+            ("validatingadmissionpolicies", "ValidatingAdmissionPolicy"),
+        ] {
+            let gvk = kube::core::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", what);
+            let ar = kube::core::ApiResource::from_gvk_with_plural(&gvk, plural);
+            ignore_404(
+                Api::<kube::api::DynamicObject>::all_with(self.host.clone(), &ar)
+                    .delete(&cluster_name, &DeleteParams::default())
+                    .await,
+            )
+            .map_err(|e| Error::kube("delete the syncer's admission policy", e))?;
+        }
         if t.retain_data {
             self.retain_etcd_volumes(&ns).await?;
         }
