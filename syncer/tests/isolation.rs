@@ -744,9 +744,6 @@ async fn hand_written_endpoints_reach_the_host_only_with_the_tenants_own_pod_add
         Ok(host_slices.get_opt("db-manual").await?)
     })
     .await?;
-    let refused = [control_plane.as_str(), theirs.as_str(), outside.as_str()];
-    warned(&t.tenant, "apps", "db", "PolicyRefused", &refused).await?;
-    warned(&t.tenant, "apps", "db-manual", "PolicyRefused", &refused).await?;
 
     let ep_ips: Vec<String> = ep
         .subsets
@@ -790,5 +787,9 @@ async fn hand_written_endpoints_reach_the_host_only_with_the_tenants_own_pod_add
             );
         }
     }
+    // The tenant is told what stayed off the host.
+    let refused = [control_plane.as_str(), theirs.as_str(), outside.as_str()];
+    warned(&t.tenant, "apps", "db", "PolicyRefused", &refused).await?;
+    warned(&t.tenant, "apps", "db-manual", "PolicyRefused", &refused).await?;
     Ok(())
 }
