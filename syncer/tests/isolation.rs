@@ -759,7 +759,7 @@ async fn hand_written_endpoints_reach_the_host_only_with_the_tenants_own_pod_add
         .collect();
     assert_eq!(
         ep_ips,
-        [own.clone()],
+        [own.as_str()],
         "the host endpoints carry only the tenant's pod"
     );
     let slice_ips: Vec<String> = slice
@@ -770,7 +770,7 @@ async fn hand_written_endpoints_reach_the_host_only_with_the_tenants_own_pod_add
         .collect();
     assert_eq!(
         slice_ips,
-        [own.clone()],
+        [own.as_str()],
         "the host slice carries only the tenant's pod"
     );
     // Nor does what the host mirrors from the copied Endpoints.
