@@ -300,17 +300,20 @@ pub async fn run(args: Args) -> Result<()> {
                 }
             }
         ),
-        engine::run_kind::<Endpoints>(
+        // Both follow the tenant's pod addresses (only those go down).
+        engine::run_kind_on::<Endpoints>(
             engine.clone(),
             w,
             |t, s| Box::pin(engine::endpoints::down_endpoints(t, s)),
-            |_, _| {}
+            |_, _| {},
+            engine::endpoints::pod_addresses_changed(engine.clone())
         ),
-        engine::run_kind::<EndpointSlice>(
+        engine::run_kind_on::<EndpointSlice>(
             engine.clone(),
             w,
             |t, s| Box::pin(engine::endpoints::down_slice(t, s)),
-            |_, _| {}
+            |_, _| {},
+            engine::endpoints::pod_addresses_changed(engine.clone())
         ),
         engine::run_kind::<Pod>(
             engine.clone(),

@@ -733,3 +733,176 @@ async fn host_namespaces_deny_by_default_and_tenant_network_policies_stay_inside
     .await?;
     Ok(())
 }
+
+/// The IPv4 address of a running host pod `name` in host namespace `host_ns`.
+async fn host_pod_ip(host: &Client, host_ns: &str, name: &str) -> Res<String> {
+    let pods = Api::<Pod>::namespaced(host.clone(), host_ns);
+    eventually(
+        &format!("{host_ns}/{name} running with an address"),
+        WAIT,
+        || async {
+            let p = pods.get_opt(name).await?.filter(running);
+            Ok(p.and_then(|p| p.status?.pod_ip))
+        },
+    )
+    .await
+}
+
+/// An address of the host's own control plane: a pod in a `vcp-*` or `kube-system` namespace,
+/// else a node's InternalIP, else the host apiserver's ClusterIP (loopback addresses, which
+/// process-run dev nodes have, are refused by the tenant apiserver already).
+async fn control_plane_address(host: &Client) -> Res<String> {
+    let usable = |ip: &str| {
+        ip.parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|i| !i.is_loopback())
+    };
+    let pods = Api::<Pod>::all(host.clone())
+        .list(&ListParams::default())
+        .await?;
+    let pod_ip = pods.items.iter().find_map(|p| {
+        let ns = p.namespace()?;
+        let ip = p.status.as_ref()?.pod_ip.clone()?;
+        ((ns.starts_with("vcp-") || ns == "kube-system") && usable(&ip)).then_some(ip)
+    });
+    if let Some(ip) = pod_ip {
+        return Ok(ip);
+    }
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(host.clone())
+        .list(&ListParams::default())
+        .await?;
+    let node_ip = nodes
+        .items
+        .iter()
+        .flat_map(|n| n.status.iter().flat_map(|s| s.addresses.iter().flatten()))
+        .find(|a| a.type_ == "InternalIP" && usable(&a.address))
+        .map(|a| a.address.clone());
+    if let Some(ip) = node_ip {
+        return Ok(ip);
+    }
+    let api = Api::<Service>::namespaced(host.clone(), "default")
+        .get("kubernetes")
+        .await?;
+    api.spec
+        .and_then(|s| s.cluster_ip)
+        .ok_or_else(|| anyhow::anyhow!("no host address to aim at"))
+}
+
+#[tokio::test]
+async fn hand_written_endpoints_reach_the_host_only_with_the_tenants_own_pod_addresses() -> Res {
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let t = tenant("isoe", "{}").await?;
+    let other = tenant("isof", "{}").await?;
+    for (tn, pod) in [(&t, "own"), (&other, "theirs")] {
+        namespace(&tn.tenant, "apps").await?;
+        create::<Pod>(
+            &tn.tenant,
+            Some("apps"),
+            serde_json::json!({
+                "metadata": {"name": pod},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            }),
+        )
+        .await?;
+    }
+    // (a) its own pod, (b) the host's control plane, (c) another tenant's pod, (d) an outside
+    // address the plan does not list.
+    let own = host_pod_ip(&t.host, "isoe-apps", "own").await?;
+    let theirs = host_pod_ip(&other.host, "isof-apps", "theirs").await?;
+    let control_plane = control_plane_address(&t.host).await?;
+    let outside = "192.0.2.10".to_owned();
+    eprintln!("own {own}, control plane {control_plane}, other tenant {theirs}, outside {outside}");
+    let addresses = [&own, &control_plane, &theirs, &outside];
+
+    create::<Service>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}),
+    )
+    .await?;
+    create::<Endpoints>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "db"},
+            "subsets": [{"addresses": addresses.iter().map(|ip| serde_json::json!({"ip": ip})).collect::<Vec<_>>(),
+                "ports": [{"port": 5432}]}],
+        }),
+    )
+    .await?;
+    create::<EndpointSlice>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "db-manual", "labels": {
+                "kubernetes.io/service-name": "db",
+                "endpointslice.kubernetes.io/managed-by": "ops.example.com"}},
+            "addressType": "IPv4",
+            "endpoints": addresses.iter().map(|ip| serde_json::json!({"addresses": [ip]})).collect::<Vec<_>>(),
+            "ports": [{"port": 5432}],
+        }),
+    )
+    .await?;
+
+    let host_eps = Api::<Endpoints>::namespaced(t.host.clone(), "isoe-apps");
+    let host_slices = Api::<EndpointSlice>::namespaced(t.host.clone(), "isoe-apps");
+    let ep = eventually("host copy of endpoints db", WAIT, || async {
+        Ok(host_eps
+            .get_opt("db")
+            .await?
+            .filter(|e| e.annotations().contains_key(vcp_syncer::naming::ANN_UID)))
+    })
+    .await?;
+    let slice = eventually("host copy of slice db-manual", WAIT, || async {
+        Ok(host_slices.get_opt("db-manual").await?)
+    })
+    .await?;
+
+    let ep_ips: Vec<String> = ep
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|s| {
+            s.addresses
+                .iter()
+                .flatten()
+                .chain(s.not_ready_addresses.iter().flatten())
+        })
+        .map(|a| a.ip.clone())
+        .collect();
+    assert_eq!(
+        ep_ips,
+        [own.as_str()],
+        "the host endpoints carry only the tenant's pod"
+    );
+    let slice_ips: Vec<String> = slice
+        .endpoints
+        .iter()
+        .flatten()
+        .flat_map(|e| e.addresses.clone())
+        .collect();
+    assert_eq!(
+        slice_ips,
+        [own.as_str()],
+        "the host slice carries only the tenant's pod"
+    );
+    // Nor does what the host mirrors from the copied Endpoints.
+    let mirrored = host_slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=db"))
+        .await?;
+    for s in &mirrored.items {
+        for e in s.endpoints.iter().flatten() {
+            assert!(
+                e.addresses.iter().all(|a| *a == own),
+                "host slice {} routes to {:?}",
+                s.name_any(),
+                e.addresses
+            );
+        }
+    }
+    // The tenant is told what stayed off the host.
+    let refused = [control_plane.as_str(), theirs.as_str(), outside.as_str()];
+    warned(&t.tenant, "apps", "db", "PolicyRefused", &refused).await?;
+    warned(&t.tenant, "apps", "db-manual", "PolicyRefused", &refused).await?;
+    Ok(())
+}

@@ -39,6 +39,10 @@ fn manual_slice() -> serde_json::Value {
     })
 }
 
+/// A tenant policy that lets hand-written endpoints name the documentation range (outside the
+/// cluster; by default only the tenant's own pods may be named).
+const DOC_ENDPOINTS: &str = "endpoints: {external_cidrs: [192.0.2.0/24]}";
+
 /// A tenant policy that lets tenant-created NFS volumes reach the host.
 const NFS_VOLUMES: &str = "volumes: {persistent_volume_sources: [nfs]}";
 
@@ -814,7 +818,7 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
 async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> Res {
     use k8s_openapi::api::core::v1::Endpoints;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
-    let setup = synced("e2ei").await?;
+    let setup = synced_with_policy("e2ei", DOC_ENDPOINTS).await?;
     let (host, tenant) = (setup.host.clone(), setup.tenant.clone());
     namespace(&tenant, "apps").await?;
     for (name, selector) in [
@@ -904,7 +908,7 @@ async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back(
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube::api::{Patch, PatchParams};
     use vcp_syncer::naming::{ANN_NAME, ANN_UID};
-    let setup = synced("e2eo").await?;
+    let setup = synced_with_policy("e2eo", DOC_ENDPOINTS).await?;
     let (host, tenant) = (setup.host.clone(), setup.tenant.clone());
     namespace(&tenant, "apps").await?;
     create::<Service>(

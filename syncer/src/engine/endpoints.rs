@@ -11,14 +11,27 @@
 //! are copied down again. The Service reconcile sees the change first (the host Service still
 //! has the old selector) and calls [`selector_changed`]; the reconciles of the objects
 //! themselves check again, which covers a syncer that stopped in between.
+//!
+//! Only addresses the tenant may name go down (`policy::endpoints`): its own pods', read from
+//! the host pod cache, and the plan's outside ranges. Until that cache holds its first list a
+//! reconcile requeues (never waits, see [`super::cache_ready`]), so no copy is ever made from a
+//! partial view of the tenant's pods. What is dropped is told to the tenant as `PolicyRefused`
+//! Warning events on the object, on every pass that writes or checks the copy. A pod that gets
+//! its address after its endpoints were written (the usual order for a hand-written endpoint
+//! naming a pod that is starting) must not wait for the resync: [`pod_addresses_changed`]
+//! compares the tenant's pod addresses every few seconds (a walk over the host pod cache, no
+//! request) and reconciles every Endpoints and EndpointSlice again when they changed; a pass
+//! that changes nothing writes nothing to the host.
 
 use super::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector, kube_err};
 use crate::Result;
 use crate::naming;
+use crate::policy::{self, Refusal, endpoints::TenantPods};
 use crate::resources::endpoints::{
-    self, SERVICE_NAME, controller_managed, endpoints_to_host, hand_managed, service_of_slice,
-    slice_to_host,
+    self, SERVICE_NAME, controller_managed, endpoints_to_host, endpoints_unchanged, hand_managed,
+    service_of_slice, slice_to_host, slice_unchanged,
 };
+use futures::Stream;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
@@ -30,6 +43,49 @@ use std::time::Duration;
 
 /// How soon an object whose Service is not cached is looked at again.
 const SERVICE_PENDING: Duration = Duration::from_secs(5);
+/// How soon an object is looked at again while the host pod cache is not complete yet.
+const PODS_PENDING: Duration = Duration::from_secs(1);
+/// How often the tenant's pod addresses are compared with the last ones seen.
+const POD_ADDRESSES_POLL: Duration = Duration::from_secs(5);
+
+/// This tenant's pods by address, from the host pod cache; `None` until the cache holds its
+/// first complete list (a partial view would drop the addresses of pods not listed yet).
+pub fn tenant_pods(e: &Engine) -> Option<TenantPods> {
+    let cache = e.host_pods.get().filter(|c| super::cache_ready(c))?;
+    let pods = cache.state();
+    Some(TenantPods::from_host_pods(
+        e.key(),
+        pods.iter().map(|p| p.as_ref()),
+    ))
+}
+
+/// Yields whenever this tenant's pod addresses differ from the last ones seen (and once when
+/// the host pod cache first holds its list), checked every [`POD_ADDRESSES_POLL`].
+pub fn pod_addresses_changed(e: Arc<Engine>) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold((e, None::<TenantPods>), |(e, mut last)| async move {
+        loop {
+            tokio::time::sleep(POD_ADDRESSES_POLL).await;
+            let Some(now) = tenant_pods(&e) else { continue };
+            if last.as_ref() != Some(&now) {
+                last = Some(now);
+                return Some(((), (e, last)));
+            }
+        }
+    })
+}
+
+/// Tells the tenant which addresses of its object stayed off the host.
+async fn tell<K: kube::Resource<DynamicType = ()>>(e: &Engine, t: &K, refusals: &[Refusal]) {
+    if refusals.is_empty() || t.meta().deletion_timestamp.is_some() {
+        return;
+    }
+    let message = format!(
+        "{}; the host copy carries the other addresses only",
+        policy::summary(refusals)
+    );
+    tracing::info!(ns = ?t.meta().namespace, name = ?t.meta().name, %message, "endpoint addresses kept off the host");
+    e.report(t, "PolicyRefused", message).await;
+}
 
 fn tenant_service(e: &Engine, ns: &str, name: &str) -> Option<Arc<Service>> {
     e.tenant_services
@@ -40,7 +96,12 @@ fn tenant_service(e: &Engine, ns: &str, name: &str) -> Option<Arc<Service>> {
 impl Synced for Endpoints {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         let svc = tenant_service(e, &t.namespace()?, &t.name_any())?;
-        hand_managed(&svc).then(|| endpoints_to_host(t, &e.ctx))
+        let pods = tenant_pods(e)?;
+        hand_managed(&svc).then(|| endpoints_to_host(t, &e.ctx, &pods).0)
+    }
+
+    fn unchanged(desired: &Self, host: &Self) -> bool {
+        endpoints_unchanged(desired, host)
     }
 }
 
@@ -50,7 +111,12 @@ impl Synced for EndpointSlice {
             return None;
         }
         let svc = tenant_service(e, &t.namespace()?, service_of_slice(t)?)?;
-        hand_managed(&svc).then(|| slice_to_host(t, &e.ctx))
+        let pods = tenant_pods(e)?;
+        hand_managed(&svc).then(|| slice_to_host(t, &e.ctx, &pods).0)
+    }
+
+    fn unchanged(desired: &Self, host: &Self) -> bool {
+        slice_unchanged(desired, host)
     }
 
     fn host_watch(key: &crate::naming::TenantKey) -> kube::runtime::watcher::Config {
@@ -98,7 +164,12 @@ pub async fn down_endpoints(t: Arc<Endpoints>, side: Arc<Side<Endpoints>>) -> Re
         release(&side, &t).await?;
         return Ok(Action::await_change());
     }
-    super::down(t, side).await
+    let Some(pods) = tenant_pods(&side.engine) else {
+        return Ok(Action::requeue(PODS_PENDING));
+    };
+    let (desired, refusals) = endpoints_to_host(&t, &side.engine.ctx, &pods);
+    tell(&side.engine, t.as_ref(), &refusals).await;
+    super::down_to(t, side, desired).await
 }
 
 /// Down-reconcile of a tenant EndpointSlice.
@@ -117,7 +188,12 @@ pub async fn down_slice(t: Arc<EndpointSlice>, side: Arc<Side<EndpointSlice>>) -
         release(&side, &t).await?;
         return Ok(Action::await_change());
     }
-    super::down(t, side).await
+    let Some(pods) = tenant_pods(&side.engine) else {
+        return Ok(Action::requeue(PODS_PENDING));
+    };
+    let (desired, refusals) = slice_to_host(&t, &side.engine.ctx, &pods);
+    tell(&side.engine, t.as_ref(), &refusals).await;
+    super::down_to(t, side, desired).await
 }
 
 /// Called by the Service reconcile when tenant Service `t` gained a selector (before the host
@@ -127,19 +203,29 @@ pub async fn selector_changed(e: &Engine, t: &Service) -> Result<()> {
     let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
     let host_ns = naming::host_namespace(e.key(), &ns);
     if hand_managed(t) {
+        // Only while the host pod cache is incomplete (at startup), when every object's own
+        // reconcile runs anyway and requeues until it is.
+        let Some(pods) = tenant_pods(e) else {
+            tracing::debug!(ns = %ns, service = %name, "host pods not listed yet; the endpoints follow through their own reconciles");
+            return Ok(());
+        };
         let tenant_eps = Api::<Endpoints>::namespaced(e.tenant.clone(), &ns)
             .get_opt(&name)
             .await
             .map_err(kube_err(format!("get tenant endpoints {ns}/{name}")))?;
         if let Some(ep) = tenant_eps {
-            create_or_adopt(e, &ep, &endpoints_to_host(&ep, &e.ctx)).await?;
+            let (desired, refusals) = endpoints_to_host(&ep, &e.ctx, &pods);
+            tell(e, &ep, &refusals).await;
+            create_or_adopt(e, &ep, &desired).await?;
         }
         let slices = Api::<EndpointSlice>::namespaced(e.tenant.clone(), &ns)
             .list(&ListParams::default().labels(&format!("{SERVICE_NAME}={name}")))
             .await
             .map_err(kube_err(format!("list tenant slices of {ns}/{name}")))?;
         for s in slices.items.iter().filter(|s| !controller_managed(s)) {
-            create_or_adopt(e, s, &slice_to_host(s, &e.ctx)).await?;
+            let (desired, refusals) = slice_to_host(s, &e.ctx, &pods);
+            tell(e, s, &refusals).await;
+            create_or_adopt(e, s, &desired).await?;
         }
         tracing::info!(ns = %ns, service = %name, "service lost its selector; its endpoints go down again");
         return Ok(());

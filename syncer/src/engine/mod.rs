@@ -199,6 +199,13 @@ pub trait Synced:
     fn host_watch(key: &TenantKey) -> watcher::Config {
         host_selector(key)
     }
+
+    /// Whether host object `host` already is `desired`, so an update would write nothing new.
+    /// By default never known: every pass applies (cheap for kinds reconciled only on change
+    /// and on resync).
+    fn unchanged(_desired: &Self, _host: &Self) -> bool {
+        false
+    }
 }
 
 impl Synced for k8s_openapi::api::core::v1::ConfigMap {
@@ -317,12 +324,22 @@ pub fn cached_host<K: Synced>(side: &Side<K>, desired: &K) -> Option<Arc<K>> {
         .get(&ObjectRef::new(&desired.name_any()).within(&desired.namespace().unwrap_or_default()))
 }
 
-/// Down-reconcile of a plain kind (ConfigMap, Secret, Endpoints).
+/// Down-reconcile of a plain kind (ConfigMap, Secret).
 pub(crate) async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
-    let e = &side.engine;
-    let Some(desired) = K::to_host(&t, e) else {
+    let Some(desired) = K::to_host(&t, &side.engine) else {
         return Ok(Action::await_change());
     };
+    down_to(t, side, desired).await
+}
+
+/// Down-reconcile of tenant object `t` towards host object `desired` (computed by the caller:
+/// Endpoints and EndpointSlices need the host pods and report what they drop).
+pub(crate) async fn down_to<K: Synced>(
+    t: Arc<K>,
+    side: Arc<Side<K>>,
+    desired: K,
+) -> Result<Action> {
+    let e = &side.engine;
     let host = cached_host(&side, &desired);
     let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
         HostSide::of(e.key(), h.labels(), h.annotations())
@@ -335,7 +352,11 @@ pub(crate) async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Act
         Decision::Create => {
             create_or_adopt(e, t.as_ref(), &desired).await?;
         }
-        Decision::Update => apply(e, &desired).await?,
+        Decision::Update => {
+            if !host.as_ref().is_some_and(|h| K::unchanged(&desired, h)) {
+                apply(e, &desired).await?;
+            }
+        }
         Decision::Replace => {
             if let Some(h) = &host {
                 delete_host(e, h.as_ref(), None).await?;
@@ -524,6 +545,25 @@ pub async fn run_kind<K: Synced>(
     down: DownFn<K>,
     with_stores: impl FnOnce(Cache<K>, Cache<K>),
 ) {
+    run_kind_on(
+        engine,
+        workers,
+        down,
+        with_stores,
+        futures::stream::pending(),
+    )
+    .await
+}
+
+/// [`run_kind`], and every tenant object of the kind is reconciled again whenever `again`
+/// yields (Endpoints and EndpointSlices when the tenant's pod addresses change).
+pub async fn run_kind_on<K: Synced>(
+    engine: Arc<Engine>,
+    workers: u16,
+    down: DownFn<K>,
+    with_stores: impl FnOnce(Cache<K>, Cache<K>),
+    again: impl futures::Stream<Item = ()> + Send + 'static,
+) {
     let key = engine.key().clone();
     // One watch and one cache per side, read by both controllers; each controller is
     // triggered by the streams that fill the caches it reads (see `shared`), so no reconcile
@@ -545,6 +585,7 @@ pub async fn run_kind<K: Synced>(
         .watches_shared_stream(host.subscribe(), move |h: Arc<K>| {
             to_tenant_ref(&k2, h.as_ref())
         })
+        .reconcile_all_on(again)
         .run(
             move |t, s: Arc<Side<K>>| {
                 let kind = kind.clone();

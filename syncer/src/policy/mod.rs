@@ -11,8 +11,10 @@
 //!
 //! Defaults are the restrictive settings a tenant gets when its plan says nothing: Pod Security
 //! `baseline`, no NodePorts or LoadBalancers, no tenant-created volumes with host-scoped
-//! sources, no host priority classes or runtime classes.
+//! sources, no host priority classes or runtime classes, hand-written endpoints naming only
+//! the tenant's own pods.
 
+pub mod endpoints;
 pub mod network;
 pub mod placement;
 pub mod pod_security;
@@ -42,6 +44,9 @@ pub struct TenantPolicy {
     /// Outside addresses tenant pods may reach and be reached from, and the cluster's own
     /// ranges, which no ipBlock ever reaches (see [`network`]).
     pub network: network::Network,
+    /// Outside addresses hand-written Endpoints and EndpointSlices may name; the tenant's own
+    /// pods they always may (see [`endpoints`]).
+    pub endpoints: endpoints::Endpoints,
 }
 
 /// Where tenant pods run: the plan's workload node pool.
@@ -214,7 +219,8 @@ impl TenantPolicy {
         if sv.node_port_services > 0 && sv.node_ports == 0 {
             return bad("services.node_ports: 0 allows no NodePort Service at all; raise it or set node_port_services: 0".into());
         }
-        self.network.validate()
+        self.network.validate()?;
+        self.endpoints.validate(&self.network.cluster_cidrs)
     }
 }
 
@@ -261,6 +267,8 @@ services:
   load_balancer_classes: [example.com/internal]
   load_balancer_source_ranges: [203.0.113.0/24]
   reserved_cluster_ips: [10.96.0.0/28]
+endpoints:
+  external_cidrs: [198.51.100.0/24]
 "#,
         )
         .unwrap();

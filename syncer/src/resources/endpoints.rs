@@ -10,11 +10,18 @@
 //! Services, the mirroring controller for hand-written Endpoints) are not copied either: the
 //! host mirrors the copied Endpoints itself. Only slices someone wrote by hand are.
 //!
+//! Only the addresses the tenant may name go down: its own pods' and, outside the cluster, the
+//! plan's `endpoints.external_cidrs` (`policy::endpoints`, which also drops node names and
+//! `targetRef`s that do not name the pod holding the address). What is dropped comes back as
+//! [`Refusal`]s for the tenant.
+//!
 //! `targetRef`s name tenant objects (their UIDs mean nothing on the host): the namespace is
 //! translated and the UID and resource version dropped.
 
 use super::{Ctx, host_meta};
 use crate::naming;
+use crate::policy::Refusal;
+use crate::policy::endpoints::{TenantPods, filter_endpoints, filter_slice};
 use k8s_openapi::api::core::v1::{Endpoints, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -59,9 +66,15 @@ fn target_ref(r: &mut Option<ObjectReference>, ctx: &Ctx) {
     }
 }
 
-/// The host copy of the tenant Endpoints of a selector-less Service.
-pub fn endpoints_to_host(ep: &Endpoints, ctx: &Ctx) -> Endpoints {
-    let mut subsets = ep.subsets.clone();
+/// The host copy of the tenant Endpoints of a selector-less Service, with only the addresses
+/// the tenant may name (`pods`: its pods by address), and what was dropped.
+pub fn endpoints_to_host(
+    ep: &Endpoints,
+    ctx: &Ctx,
+    pods: &TenantPods,
+) -> (Endpoints, Vec<Refusal>) {
+    let (filtered, refusals) = filter_endpoints(ep, pods, &ctx.policy);
+    let mut subsets = filtered.subsets;
     for s in subsets.iter_mut().flatten() {
         for a in s
             .addresses
@@ -72,24 +85,59 @@ pub fn endpoints_to_host(ep: &Endpoints, ctx: &Ctx) -> Endpoints {
             target_ref(&mut a.target_ref, ctx);
         }
     }
-    Endpoints {
+    let host = Endpoints {
         metadata: host_meta(ep, ctx),
         subsets,
-    }
+    };
+    (host, refusals)
 }
 
-/// The host copy of a hand-written tenant EndpointSlice.
-pub fn slice_to_host(slice: &EndpointSlice, ctx: &Ctx) -> EndpointSlice {
-    let mut endpoints = slice.endpoints.clone();
+/// The host copy of a hand-written tenant EndpointSlice, with only the addresses the tenant
+/// may name, and what was dropped.
+pub fn slice_to_host(
+    slice: &EndpointSlice,
+    ctx: &Ctx,
+    pods: &TenantPods,
+) -> (EndpointSlice, Vec<Refusal>) {
+    let (filtered, refusals) = filter_slice(slice, pods, &ctx.policy);
+    let mut endpoints = filtered.endpoints;
     for e in endpoints.iter_mut().flatten() {
         target_ref(&mut e.target_ref, ctx);
     }
-    EndpointSlice {
+    let host = EndpointSlice {
         metadata: host_meta(slice, ctx),
         address_type: slice.address_type.clone(),
         endpoints,
         ports: slice.ports.clone(),
-    }
+    };
+    (host, refusals)
+}
+
+/// Whether host copy `host` already is `desired` (a pass that changes nothing writes nothing):
+/// same content, and every label and annotation of `desired` in place.
+pub fn endpoints_unchanged(desired: &Endpoints, host: &Endpoints) -> bool {
+    desired.subsets == host.subsets && meta_in_place(&desired.metadata, &host.metadata)
+}
+
+/// [`endpoints_unchanged`] for slices.
+pub fn slice_unchanged(desired: &EndpointSlice, host: &EndpointSlice) -> bool {
+    desired.address_type == host.address_type
+        && desired.endpoints == host.endpoints
+        && desired.ports == host.ports
+        && meta_in_place(&desired.metadata, &host.metadata)
+}
+
+fn meta_in_place(
+    desired: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    host: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    let within = |d: &Option<std::collections::BTreeMap<String, String>>,
+                  h: &Option<std::collections::BTreeMap<String, String>>| {
+        d.iter()
+            .flatten()
+            .all(|(k, v)| h.as_ref().and_then(|h| h.get(k)) == Some(v))
+    };
+    within(&desired.labels, &host.labels) && within(&desired.annotations, &host.annotations)
 }
 
 /// The tenant Service a tenant EndpointSlice belongs to.
@@ -127,20 +175,34 @@ mod tests {
         assert!(!hand_managed(&api), "the tenant apiserver's endpoints stay");
     }
 
+    /// The tenant's pod `apps/db-0` at 10.244.0.10.
+    fn pods() -> TenantPods {
+        let mut p = TenantPods::default();
+        p.insert("10.244.0.10".parse().unwrap(), "apps", "db-0");
+        p
+    }
+
     #[test]
-    fn endpoints_keep_addresses_and_lose_tenant_uids() {
+    fn endpoints_keep_their_pod_addresses_and_lose_tenant_uids() {
         let ep: Endpoints = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "db", "namespace": "apps", "uid": "e1"},
-            "subsets": [{"addresses": [{"ip": "192.0.2.10", "targetRef": {"kind": "Pod", "namespace": "apps", "name": "db-0", "uid": "p1"}}],
+            "subsets": [{"addresses": [
+                    {"ip": "10.244.0.10", "targetRef": {"kind": "Pod", "namespace": "apps", "name": "db-0", "uid": "p1"}},
+                    {"ip": "10.244.0.11"}],
                 "ports": [{"port": 5432}]}],
         }))
         .unwrap();
-        let host = endpoints_to_host(&ep, &ctx());
+        let (host, refusals) = endpoints_to_host(&ep, &ctx(), &pods());
+        assert_eq!(refusals.len(), 1, "another tenant's address");
+        assert_eq!(refusals[0].field, "subsets[0].addresses[1].ip");
         assert_eq!(host.metadata.name.as_deref(), Some("db"));
         assert_eq!(host.metadata.namespace.as_deref(), Some("demo-apps"));
         assert_eq!(host.metadata.labels.as_ref().unwrap()[LABEL_TENANT], "demo");
-        let addr = &host.subsets.unwrap()[0].addresses.clone().unwrap()[0];
-        assert_eq!(addr.ip, "192.0.2.10");
+        assert!(endpoints_unchanged(&host, &host));
+        let addresses = host.subsets.unwrap()[0].addresses.clone().unwrap();
+        assert_eq!(addresses.len(), 1);
+        let addr = &addresses[0];
+        assert_eq!(addr.ip, "10.244.0.10");
         let r = addr.target_ref.as_ref().unwrap();
         assert_eq!(r.namespace.as_deref(), Some("demo-apps"));
         assert!(r.uid.is_none());
@@ -152,19 +214,23 @@ mod tests {
             "metadata": {"name": "db-1", "namespace": "apps",
                 "labels": {"kubernetes.io/service-name": "db", MANAGED_BY: "me"}},
             "addressType": "IPv4",
-            "endpoints": [{"addresses": ["192.0.2.10"]}],
+            "endpoints": [{"addresses": ["10.244.0.10"]}, {"addresses": ["192.0.2.10"]}],
             "ports": [{"port": 5432}],
         }))
         .unwrap();
         assert!(!controller_managed(&slice));
         assert_eq!(service_of_slice(&slice), Some("db"));
-        let host = slice_to_host(&slice, &ctx());
+        let (host, refusals) = slice_to_host(&slice, &ctx(), &pods());
+        assert_eq!(refusals[0].field, "endpoints[1].addresses[0]");
         assert_eq!(
             host.metadata.labels.as_ref().unwrap()["kubernetes.io/service-name"],
             "db",
             "the host Service has the tenant Service's name"
         );
-        assert_eq!(host.endpoints.unwrap()[0].addresses, ["192.0.2.10"]);
+        assert!(slice_unchanged(&host, &host));
+        let endpoints = host.endpoints.unwrap();
+        assert_eq!(endpoints.len(), 1);
+        assert_eq!(endpoints[0].addresses, ["10.244.0.10"]);
         let mut mirrored = slice.clone();
         mirrored.metadata.labels.as_mut().unwrap().insert(
             MANAGED_BY.into(),
