@@ -20,7 +20,7 @@ use super::{Placement, Refusal, Scheduling};
 use crate::naming::{self, LABEL_TENANT, TenantKey};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    PodAffinityTerm, PodSpec, Toleration,
+    PodAffinityTerm, PodSpec, Toleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use std::collections::BTreeMap;
@@ -193,34 +193,34 @@ fn term_to_host(t: &mut PodAffinityTerm, key: &TenantKey) {
         .map(|s| namespace_selector_to_host(s, key));
 }
 
+/// The required and preferred terms of a pod affinity or anti-affinity (both kinds hold the
+/// same two lists of [`PodAffinityTerm`]s).
+fn terms<'a>(
+    required: &'a mut Option<Vec<PodAffinityTerm>>,
+    preferred: &'a mut Option<Vec<WeightedPodAffinityTerm>>,
+) -> impl Iterator<Item = &'a mut PodAffinityTerm> {
+    let preferred = preferred
+        .iter_mut()
+        .flatten()
+        .map(|w| &mut w.pod_affinity_term);
+    required.iter_mut().flatten().chain(preferred)
+}
+
 fn confine_pod_terms(spec: &mut PodSpec, key: &TenantKey) {
     if let Some(a) = &mut spec.affinity {
-        let pod_terms = a.pod_affinity.iter_mut().flat_map(|p| {
-            let req = p
-                .required_during_scheduling_ignored_during_execution
-                .iter_mut()
-                .flatten();
-            let pref = p
-                .preferred_during_scheduling_ignored_during_execution
-                .iter_mut()
-                .flatten()
-                .map(|w| &mut w.pod_affinity_term);
-            req.chain(pref)
-        });
-        let anti_terms = a.pod_anti_affinity.iter_mut().flat_map(|p| {
-            let req = p
-                .required_during_scheduling_ignored_during_execution
-                .iter_mut()
-                .flatten();
-            let pref = p
-                .preferred_during_scheduling_ignored_during_execution
-                .iter_mut()
-                .flatten()
-                .map(|w| &mut w.pod_affinity_term);
-            req.chain(pref)
-        });
-        for t in pod_terms.chain(anti_terms) {
-            term_to_host(t, key);
+        for p in a.pod_affinity.iter_mut() {
+            let (req, pref) = (
+                &mut p.required_during_scheduling_ignored_during_execution,
+                &mut p.preferred_during_scheduling_ignored_during_execution,
+            );
+            terms(req, pref).for_each(|t| term_to_host(t, key));
+        }
+        for p in a.pod_anti_affinity.iter_mut() {
+            let (req, pref) = (
+                &mut p.required_during_scheduling_ignored_during_execution,
+                &mut p.preferred_during_scheduling_ignored_during_execution,
+            );
+            terms(req, pref).for_each(|t| term_to_host(t, key));
         }
     }
     for c in spec.topology_spread_constraints.iter_mut().flatten() {
