@@ -364,6 +364,10 @@ pub async fn run(args: Args) -> Result<()> {
             }
         },
         engine::spawned(nodes),
+        engine::spawned(engine::endpoints::kubernetes_endpoints(
+            engine.clone(),
+            Duration::from_secs(args.node_sync_seconds.max(1)),
+        )),
         engine::spawned(mirrors),
         async move {
             if let Err(e) = axum::serve(listener, health).await {

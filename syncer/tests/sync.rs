@@ -697,6 +697,30 @@ async fn host_pods_carry_service_links_of_the_tenant_services() -> Res {
     let api_ip = apiserver.spec.unwrap().cluster_ip.unwrap();
     let _syncer = cp.start_syncer(cluster, &["--host-namespace=vcp-e2eh"])?;
     let tenant = cp.connect().await?;
+    // The tenant's own `kubernetes` endpoints are that Service, not the control plane's pods.
+    let eps = Api::<k8s_openapi::api::core::v1::Endpoints>::namespaced(tenant.clone(), "default");
+    let want = format!("{api_ip}:6443");
+    eventually(
+        "the tenant's kubernetes endpoints",
+        Duration::from_secs(30),
+        || async {
+            let shown: Vec<String> = eps
+                .get_opt("kubernetes")
+                .await?
+                .into_iter()
+                .flat_map(|e| e.subsets.unwrap_or_default())
+                .flat_map(|s| {
+                    let port = s.ports.unwrap_or_default().first().map_or(0, |p| p.port);
+                    s.addresses
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(move |a| format!("{}:{port}", a.ip))
+                })
+                .collect();
+            Ok((shown == [want.clone()]).then_some(()))
+        },
+    )
+    .await?;
     namespace(&tenant, "apps").await?;
     let svc = create::<Service>(
         &tenant,

@@ -258,3 +258,24 @@ pub async fn selector_changed(e: &Engine, t: &Service) -> Result<()> {
     tracing::info!(ns = %ns, service = %name, "service has a selector now; deleted the host copies of its endpoints");
     Ok(())
 }
+
+/// Keeps the tenant's `default/kubernetes` Endpoints at the apiserver's host Service
+/// ([`endpoints::kubernetes_endpoints`]), re-applied every `period` (a server-side apply that
+/// changes nothing is cheap, and repairs anyone's edit).
+pub async fn kubernetes_endpoints(e: Arc<Engine>, period: Duration) {
+    let Some((ip, port)) = e.pod_env.apiserver.clone() else {
+        return;
+    };
+    let want = endpoints::kubernetes_endpoints(&ip, port);
+    let api: Api<Endpoints> = Api::namespaced(e.tenant.clone(), "default");
+    let pp = kube::api::PatchParams::apply(crate::resources::FIELD_MANAGER).force();
+    loop {
+        if let Err(err) = api
+            .patch("kubernetes", &pp, &kube::api::Patch::Apply(&want))
+            .await
+        {
+            tracing::warn!(error = %crate::chain(&err), "failed to set the tenant's kubernetes endpoints");
+        }
+        tokio::time::sleep(period).await;
+    }
+}

@@ -35,6 +35,23 @@ pub const CONTROLLER_MANAGERS: [&str; 2] = [
     "endpointslicemirroring-controller.k8s.io",
 ];
 
+/// The tenant's own `default/kubernetes` Endpoints: the address its pods reach the apiserver
+/// at (the apiserver's host Service, `ip:port`), instead of the apiserver pods' own addresses,
+/// which would show the tenant the control plane's pod network. Tenant apiservers run with
+/// `--endpoint-reconciler-type=none`, so the syncer is the only writer.
+pub fn kubernetes_endpoints(ip: &str, port: i32) -> Endpoints {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "subsets": [{
+            "addresses": [{"ip": ip}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        }],
+    }))
+    .expect("a fixed shape")
+}
+
 /// Whether a tenant Service's endpoints are written by hand (no selector), so they go down.
 pub fn hand_managed(svc: &Service) -> bool {
     !super::services::is_apiserver_service(svc)
@@ -152,6 +169,24 @@ pub fn service_of_slice(slice: &EndpointSlice) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_tenants_kubernetes_endpoints_are_the_apiserver_service_only() {
+        let eps = kubernetes_endpoints("10.96.4.4", 6443);
+        assert_eq!(eps.metadata.namespace.as_deref(), Some("default"));
+        assert_eq!(eps.metadata.name.as_deref(), Some("kubernetes"));
+        let subsets = eps.subsets.unwrap();
+        assert_eq!(subsets.len(), 1);
+        let addresses = subsets[0].addresses.clone().unwrap();
+        assert_eq!(addresses.len(), 1);
+        assert_eq!(addresses[0].ip, "10.96.4.4");
+        assert_eq!(
+            addresses[0].target_ref, None,
+            "no pod of the control plane named"
+        );
+        assert_eq!(subsets[0].ports.clone().unwrap()[0].port, 6443);
+    }
+
     use super::*;
     use crate::naming::LABEL_TENANT;
     use crate::resources::fixtures::ctx;
