@@ -1,5 +1,8 @@
-//! Namespaces (cluster-scoped): a host namespace per tenant namespace, removed with it.
+//! Namespaces (cluster-scoped): a host namespace per tenant namespace while the plan's
+//! namespace count lasts, with the quota backstop in it (`quota::apply_backstop`), removed with
+//! the tenant namespace.
 
+use super::quota::{self, Verdict};
 use super::shared::Shared;
 use super::{Engine, host_selector};
 use crate::metrics::Direction;
@@ -33,12 +36,36 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
     let desired = namespaces::to_host(&t, &e.ctx);
     let name = desired.name_any();
     let api: Api<Namespace> = Api::all(e.host.clone());
+    let admission = e.admission.lock().await;
+    match quota::namespace(e, &t) {
+        Verdict::Admitted => {}
+        Verdict::NotReady => return Ok(Action::requeue(quota::not_ready())),
+        // Over the plan's count: no host namespace (one made before the plan shrank stays).
+        Verdict::Refused(refusals) => {
+            let exists = e
+                .host_namespaces
+                .get()
+                .is_some_and(|c| c.get(&ObjectRef::new(&name)).is_some());
+            if !exists {
+                quota::tell(e, t.as_ref(), &refusals).await;
+                return Ok(Action::requeue(quota::retry(e)));
+            }
+        }
+    }
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    match api.create(&pp, &desired).await {
-        Ok(_) => tracing::info!(namespace = %name, "created host namespace"),
+    let created = api.create(&pp, &desired).await;
+    if created.is_ok() {
+        e.admission.created::<Namespace>("", &t.name_any());
+    }
+    drop(admission);
+    match created {
+        Ok(_) => {
+            tracing::info!(namespace = %name, "created host namespace");
+            quota::apply_backstop(e, &name).await?;
+        }
         Err(kube::Error::Api(ae)) if ae.code == 409 => {
             let current = api
                 .get(&name)
@@ -51,7 +78,11 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
                     format!("host namespace {name} exists and is not managed by this tenant"),
                 )
                 .await;
-            } else if drifted(&desired, &current) {
+                return Ok(Action::requeue(cx.engine.resync));
+            }
+            // Ours: the backstop is put back on every pass (a no-op unless it drifted).
+            quota::apply_backstop(e, &name).await?;
+            if drifted(&desired, &current) {
                 // Labels changed in the tenant, or the plan's level changed, or someone edited
                 // the host namespace: the host must carry exactly what vcp decides.
                 api.patch(
@@ -126,6 +157,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
     let mut tenant = Shared::<Namespace>::new();
     let mut host = Shared::<Namespace>::new();
     let _ = engine.host_namespaces.set(host.cache());
+    let _ = engine.tenant_namespaces.set(tenant.cache());
     let cx = Arc::new(Ns {
         engine: engine.clone(),
         tenant: tenant.store(),

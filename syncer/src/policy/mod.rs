@@ -11,12 +11,14 @@
 //!
 //! Defaults are the restrictive settings a tenant gets when its plan says nothing: Pod Security
 //! `baseline`, no NodePorts or LoadBalancers, no tenant-created volumes with host-scoped
-//! sources, no host priority classes or runtime classes.
+//! sources, no host priority classes or runtime classes, and a finite tenant-wide quota
+//! ([`quota::Quota::plan_default`]).
 
 pub mod network;
 pub mod placement;
 pub mod pod_security;
 pub mod pods;
+pub mod quota;
 pub mod services;
 pub mod volumes;
 
@@ -28,7 +30,7 @@ use std::collections::BTreeMap;
 pub use pod_security::Level;
 
 /// A tenant's policy: the `policy` section of its plan.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantPolicy {
     /// Pod Security Standards level every tenant pod must meet (`restricted`, `baseline`,
@@ -42,6 +44,25 @@ pub struct TenantPolicy {
     /// Outside addresses tenant pods may reach and be reached from, and the cluster's own
     /// ranges, which no ipBlock ever reaches (see [`network`]).
     pub network: network::Network,
+    /// What the tenant may hold on the host across all its namespaces, and the container
+    /// defaults that make it count (see [`quota`]). Absent: [`quota::Quota::plan_default`];
+    /// a `quota` section replaces that whole, and resources it does not list are unlimited.
+    pub quota: quota::Quota,
+}
+
+impl Default for TenantPolicy {
+    fn default() -> Self {
+        TenantPolicy {
+            pod_security: Level::default(),
+            placement: Placement::default(),
+            scheduling: Scheduling::default(),
+            volumes: Volumes::default(),
+            services: Services::default(),
+            network: network::Network::default(),
+            // Finite by default: a plan that forgets its quota must not hand out the host.
+            quota: quota::Quota::plan_default(),
+        }
+    }
 }
 
 /// Where tenant pods run: the plan's workload node pool.
@@ -214,6 +235,7 @@ impl TenantPolicy {
         if sv.node_port_services > 0 && sv.node_ports == 0 {
             return bad("services.node_ports: 0 allows no NodePort Service at all; raise it or set node_port_services: 0".into());
         }
+        self.quota.validate().map_err(InvalidPolicy)?;
         self.network.validate()
     }
 }
