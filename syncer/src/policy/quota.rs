@@ -86,14 +86,17 @@ impl Quota {
     /// The quota of a plan that says nothing: finite, so no tenant can take a whole host by
     /// default, and roomy enough for a small team's services (a few dozen Deployments with
     /// replicas, their databases and volumes). With the container defaults (100m/128Mi
-    /// requested), 100 pods request 10 CPU and 12.5Gi, well inside the request totals, so pods
-    /// that set no resources are limited by count, and pods that do by what they ask for.
+    /// requested, 1/512Mi limits), 100 pods request 10 CPU and 12.5Gi and are limited to 100
+    /// CPU and 50Gi, inside every total, so pods that set no resources are limited by count,
+    /// and pods that do by what they ask for. (Limits are a burst ceiling, so their CPU total
+    /// may exceed the requests' fivefold; a lower one would cap pods without resources below
+    /// the count: 40 CPU admits only 40 of them.)
     pub fn plan_default() -> Quota {
         Quota {
             pods: Some(100),
             requests_cpu: Some("20".into()),
             requests_memory: Some("64Gi".into()),
-            limits_cpu: Some("40".into()),
+            limits_cpu: Some("100".into()),
             limits_memory: Some("128Gi".into()),
             services: Some(50),
             persistent_volume_claims: Some(20),
@@ -949,6 +952,19 @@ mod tests {
         }
         assert_eq!(h.requests_cpu, Some(20_000));
         assert_eq!(h.requests_memory, Some(64 << 30));
+        // A hundred pods that set no resources fit it: the count binds first.
+        let pods: Vec<Pod> = (0..101)
+            .map(|i| plain("a", &format!("p{i:03}"), &at(i)))
+            .collect();
+        let (v, used) = admitted(
+            &Objects {
+                pods: pods.iter().collect(),
+                ..Default::default()
+            },
+            &d,
+        );
+        assert_eq!(used.pods, 100);
+        assert_eq!(v.pods[&("a".into(), "p100".into())][0].field, "quota.pods");
         let q = quota("quota: {pods: 3}");
         assert_eq!(q.hard().pods, Some(3));
         assert_eq!(q.hard().requests_cpu, None, "not listed: unlimited");
