@@ -345,8 +345,13 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             w,
             |t, s| Box::pin(engine::pvcs::down(t, s)),
-            move |s, _| {
-                let _ = claims_tx.send(s);
+            {
+                let e = engine.clone();
+                move |s, _| {
+                    // The quota counts claims.
+                    let _ = e.tenant_claims.set(s.clone());
+                    let _ = claims_tx.send(s);
+                }
             }
         ),
         {
@@ -369,6 +374,10 @@ pub async fn run(args: Args) -> Result<()> {
             Duration::from_secs(args.node_sync_seconds.max(1)),
         )),
         engine::spawned(mirrors),
+        engine::spawned(engine::quota::usage(
+            engine.clone(),
+            Duration::from_secs(args.node_sync_seconds.max(1))
+        )),
         async move {
             if let Err(e) = axum::serve(listener, health).await {
                 tracing::error!(error = %e, "health and metrics endpoints stopped");

@@ -9,6 +9,10 @@
 //! - `vcp_syncer_api_requests_total{side, verb, resource}`: requests the syncer sent to the
 //!   tenant or host apiserver, counted by a layer in each client's HTTP stack ([`ApiRequests`]);
 //!   divided by the pods synced, it says what one pod costs the two control planes.
+//! - `vcp_syncer_tenant_quota{resource}` and `vcp_syncer_tenant_usage{resource}`: the plan's
+//!   tenant-wide quota and what the admitted objects hold, per quota field (`pods`,
+//!   `requests_cpu`, ...; CPU in cores, memory and storage in bytes; see `policy::quota`). An
+//!   unlimited resource has no quota series.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -54,6 +58,13 @@ struct RequestLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    resource: &'static str,
+}
+
+type Amounts = Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     kind: String,
     error: String,
@@ -73,6 +84,20 @@ pub struct Metrics {
     in_flight: Family<KindLabels, Gauge>,
     errors: Family<ErrorLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
+    quota: Amounts,
+    usage: Amounts,
+}
+
+/// A quota amount in base units: CPU in cores (counted in millicores), the rest as is.
+fn base_units(resource: &str, v: u64) -> f64 {
+    // Precision: f64 is exact to 2^53, far above any quota.
+    #[allow(clippy::cast_precision_loss)] // see above
+    let v = v as f64;
+    if resource.ends_with("_cpu") {
+        v / 1000.0
+    } else {
+        v
+    }
 }
 
 impl Default for Metrics {
@@ -117,12 +142,26 @@ impl Metrics {
             "Requests sent to the tenant or host apiserver, by side, verb and resource",
             requests.clone(),
         );
+        let quota = Amounts::default();
+        let usage = Amounts::default();
+        registry.register(
+            "vcp_syncer_tenant_quota",
+            "The plan's tenant-wide quota, by resource (CPU in cores, memory and storage in bytes)",
+            quota.clone(),
+        );
+        registry.register(
+            "vcp_syncer_tenant_usage",
+            "What the tenant's admitted objects hold, by quota resource (CPU in cores, memory and storage in bytes)",
+            usage.clone(),
+        );
         Metrics {
             registry,
             duration,
             in_flight,
             errors,
             requests,
+            quota,
+            usage,
         }
     }
 
@@ -169,6 +208,28 @@ impl Metrics {
                 error: err.variant().into(),
             })
             .inc();
+    }
+
+    /// Exports the plan's quota (unlimited resources have no series).
+    pub fn tenant_quota(&self, hard: &crate::policy::quota::Hard) {
+        for r in crate::policy::quota::RESOURCES {
+            if let Some(v) = hard.get(r) {
+                self.quota
+                    .get_or_create(&ResourceLabels { resource: r })
+                    .set(base_units(r, v));
+            }
+        }
+    }
+
+    /// Exports what the tenant's admitted objects hold.
+    pub fn tenant_usage(&self, used: &crate::policy::quota::Usage) {
+        for r in crate::policy::quota::RESOURCES {
+            if let Some(v) = used.get(r) {
+                self.usage
+                    .get_or_create(&ResourceLabels { resource: r })
+                    .set(base_units(r, v));
+            }
+        }
     }
 
     /// The metrics in the Prometheus text format.
@@ -350,6 +411,34 @@ mod tests {
                 "{method} {path}?{query}"
             );
         }
+    }
+
+    #[test]
+    fn the_tenant_quota_and_usage_are_exported_in_base_units() {
+        let m = Metrics::new();
+        let q = crate::policy::TenantPolicy::from_yaml("quota: {pods: 3, requests_cpu: 1500m}")
+            .unwrap()
+            .quota;
+        m.tenant_quota(&q.hard());
+        m.tenant_usage(&crate::policy::quota::Usage {
+            pods: 2,
+            requests_cpu: 250,
+            ..Default::default()
+        });
+        let text = m.encode();
+        for line in [
+            r#"vcp_syncer_tenant_quota{resource="pods"} 3"#,
+            r#"vcp_syncer_tenant_quota{resource="requests_cpu"} 1.5"#,
+            r#"vcp_syncer_tenant_usage{resource="pods"} 2"#,
+            r#"vcp_syncer_tenant_usage{resource="requests_cpu"} 0.25"#,
+            r#"vcp_syncer_tenant_usage{resource="namespaces"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        assert!(
+            !text.contains(r#"vcp_syncer_tenant_quota{resource="services"}"#),
+            "unlimited: no series"
+        );
     }
 
     #[test]

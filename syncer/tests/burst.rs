@@ -19,7 +19,8 @@ async fn a_burst_of_bare_pods_all_run_and_none_is_lost() -> Res {
     // lagging behind the controller that created it) would show up as a missing pod here.
     let cluster = DevCluster::shared().await?;
     let cp = TenantControlPlane::start("e2eg").await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
+    // 800 pods: far over the default tenant quota (100), which is not what this test is about.
+    let _syncer = cp.start_syncer(cluster, &[&cp.policy_flag("quota: {}")?])?;
     let tenant = cp.connect().await?;
     namespace(&tenant, "burst").await?;
     let sas: Api<ServiceAccount> = Api::namespaced(tenant.clone(), "burst");

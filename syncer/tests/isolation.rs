@@ -906,3 +906,250 @@ async fn hand_written_endpoints_reach_the_host_only_with_the_tenants_own_pod_add
     warned(&t.tenant, "apps", "db-manual", "PolicyRefused", &refused).await?;
     Ok(())
 }
+
+/// Tenant pods of `app` in `apps` in the quota's order: creation time, then name.
+async fn in_line(pods: &Api<Pod>, app: &str) -> Res<Vec<Pod>> {
+    let mut l = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?
+        .items;
+    l.retain(|p| p.metadata.deletion_timestamp.is_none());
+    l.sort_by_key(|p| {
+        (
+            p.metadata.creation_timestamp.clone().map(|t| t.0),
+            p.name_any(),
+        )
+    });
+    Ok(l)
+}
+
+#[tokio::test]
+async fn the_tenant_quota_admits_in_creation_order_and_every_host_namespace_has_a_backstop() -> Res
+{
+    let t = tenant(
+        "isoq",
+        "quota: {pods: 3, requests_cpu: '1', services: 2, persistent_volume_claims: 1, namespaces: 2}",
+    )
+    .await?;
+    namespace(&t.tenant, "apps").await?;
+    let sas =
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(t.tenant.clone(), "apps");
+    eventually("default service account", WAIT, || async {
+        Ok(sas.get_opt("default").await?)
+    })
+    .await?;
+    // Five replicas that set no resources: the plan's defaults (100m each) fit the CPU, the
+    // count of 3 does not.
+    create::<Deployment>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+        }),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(t.tenant.clone(), "apps");
+    let host_pods: Api<Pod> = Api::namespaced(t.host.clone(), "isoq-apps");
+    let waiting = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("TenantQuotaExceeded")
+                })
+            })
+    };
+    let line = eventually("3 pods on the host, 2 waiting", WAIT, || async {
+        let line = in_line(&pods, "web").await?;
+        let on_host = host_pods.list(&ListParams::default()).await?.items.len();
+        let w = line.iter().filter(|p| waiting(p)).count();
+        Ok((line.len() == 5 && on_host == 3 && w == 2).then_some(line))
+    })
+    .await?;
+    // The first three the syncer saw run (creation order; pods of one ReplicaSet are created
+    // within the same second, and one already running keeps its place), the others wait, and
+    // the host never gets more.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut admitted = Vec::new();
+    let mut queued = Vec::new();
+    for p in &line {
+        let p = pods.get(&p.name_any()).await?;
+        if host_pods.get_opt(&p.name_any()).await?.is_some() {
+            assert!(!waiting(&p), "{} runs and is marked waiting", p.name_any());
+            admitted.push(p.name_any());
+        } else {
+            assert!(
+                waiting(&p),
+                "{} is neither on the host nor waiting",
+                p.name_any()
+            );
+            assert_eq!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Pending")
+            );
+            queued.push(p.name_any());
+        }
+    }
+    assert_eq!(
+        (admitted.len(), queued.len()),
+        (3, 2),
+        "{admitted:?} {queued:?}"
+    );
+    warned(
+        &t.tenant,
+        "apps",
+        &queued[0],
+        "TenantQuotaExceeded",
+        &["quota.pods"],
+    )
+    .await?;
+    // A pod without requests gets the plan's defaults on the host.
+    let host = host_pods.get(&admitted[0]).await?;
+    let r = host.spec.unwrap().containers[0].resources.clone().unwrap();
+    let (req, lim) = (r.requests.unwrap(), r.limits.unwrap());
+    assert_eq!(
+        (req["cpu"].0.as_str(), req["memory"].0.as_str()),
+        ("100m", "128Mi")
+    );
+    assert_eq!(
+        (lim["cpu"].0.as_str(), lim["memory"].0.as_str()),
+        ("1", "512Mi")
+    );
+    // One admitted pod goes: the first in line of the waiting ones takes its place (its
+    // controller's replacement is last in line). No resync needed: a waiting pod is looked at
+    // again every few seconds.
+    pods.delete(&admitted[1], &Default::default()).await?;
+    let next = queued[0].clone();
+    eventually(&format!("{next} on the host"), WAIT, || async {
+        Ok(host_pods.get_opt(&next).await?)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let on_host: Vec<String> = host_pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(on_host.len(), 3, "{on_host:?}");
+    assert!(!on_host.contains(&queued[1]), "{on_host:?}");
+
+    // The host namespace carries the backstop.
+    let rq =
+        Api::<k8s_openapi::api::core::v1::ResourceQuota>::namespaced(t.host.clone(), "isoq-apps")
+            .get("vcp-quota")
+            .await?;
+    assert_eq!(rq.labels()[LABEL_TENANT], "isoq");
+    let hard = rq.spec.unwrap().hard.unwrap();
+    assert_eq!(hard["pods"].0, "3");
+    assert_eq!(hard["requests.cpu"].0, "1");
+    assert_eq!(hard["services"].0, "2");
+    assert_eq!(hard["persistentvolumeclaims"].0, "1");
+    assert!(
+        !hard.contains_key("requests.memory"),
+        "not in the plan: unlimited"
+    );
+    let lr = Api::<k8s_openapi::api::core::v1::LimitRange>::namespaced(t.host.clone(), "isoq-apps")
+        .get("vcp-limits")
+        .await?;
+    let item = &lr.spec.unwrap().limits[0];
+    assert_eq!(item.default_request.as_ref().unwrap()["cpu"].0, "100m");
+    assert_eq!(item.default.as_ref().unwrap()["memory"].0, "512Mi");
+
+    // Services: the third is refused and has no host copy at all.
+    let host_svcs: Api<Service> = Api::namespaced(t.host.clone(), "isoq-apps");
+    for name in ["s1", "s2", "s3"] {
+        create::<Service>(&t.tenant, Some("apps"), serde_json::json!({
+            "metadata": {"name": name}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+        }))
+        .await?;
+    }
+    warned(
+        &t.tenant,
+        "apps",
+        "s3",
+        "TenantQuotaExceeded",
+        &["quota.services"],
+    )
+    .await?;
+    for name in ["s1", "s2"] {
+        eventually(&format!("host service {name}"), WAIT, || async {
+            Ok(host_svcs.get_opt(name).await?)
+        })
+        .await?;
+    }
+    assert!(
+        host_svcs.get_opt("s3").await?.is_none(),
+        "s3 reached the host"
+    );
+
+    // Claims: the second is refused.
+    for name in ["c1", "c2"] {
+        create::<PersistentVolumeClaim>(&t.tenant, Some("apps"), serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .await?;
+    }
+    warned(
+        &t.tenant,
+        "apps",
+        "c2",
+        "TenantQuotaExceeded",
+        &["quota.persistent_volume_claims"],
+    )
+    .await?;
+    let host_claims: Api<PersistentVolumeClaim> = Api::namespaced(t.host.clone(), "isoq-apps");
+    eventually("host claim c1", WAIT, || async {
+        Ok(host_claims.get_opt("c1").await?)
+    })
+    .await?;
+    assert!(
+        host_claims.get_opt("c2").await?.is_none(),
+        "c2 reached the host"
+    );
+
+    // Namespaces: a second one is fine, a third never reaches the host.
+    namespace(&t.tenant, "second").await?;
+    let host_ns: Api<Namespace> = Api::all(t.host.clone());
+    eventually("host namespace isoq-second", WAIT, || async {
+        Ok(host_ns.get_opt("isoq-second").await?)
+    })
+    .await?;
+    namespace(&t.tenant, "third").await?;
+    warned(
+        &t.tenant,
+        "default",
+        "third",
+        "TenantQuotaExceeded",
+        &["quota.namespaces"],
+    )
+    .await?;
+    // Objects in it wait calmly.
+    create::<ConfigMap>(
+        &t.tenant,
+        Some("third"),
+        serde_json::json!({"metadata": {"name": "cfg"}, "data": {"a": "b"}}),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        host_ns.get_opt("isoq-third").await?.is_none(),
+        "isoq-third reached the host"
+    );
+    let log = std::fs::read_to_string(t.cp.syncer_log()).unwrap_or_default();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("WARN") && l.contains("third")),
+        "objects of the waiting namespace made the syncer warn"
+    );
+    Ok(())
+}

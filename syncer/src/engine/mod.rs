@@ -25,6 +25,7 @@ pub mod namespaces;
 pub mod netpols;
 pub mod pods;
 pub mod pvcs;
+pub mod quota;
 pub mod services;
 pub mod shared;
 pub mod tokens;
@@ -70,6 +71,16 @@ pub struct Engine {
     pub tenant_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
     /// The tenant Service cache, once the Service controller runs (service links, endpoints).
     pub tenant_services: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Service>>,
+    /// The tenant claim cache, once the claim controller runs (the quota counts claims).
+    pub tenant_claims:
+        std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::PersistentVolumeClaim>>,
+    /// The tenant namespace cache, once the namespace controllers run (the quota counts
+    /// namespaces, and objects in a refused one wait).
+    pub tenant_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
+    /// One admission at a time (see [`quota::Admission`]).
+    pub admission: quota::Admission,
+    /// Quota refusals already told, by object UID (see [`quota::tell`]).
+    pub told: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
     pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Tenant pod writes the tenant cache may not show yet (see [`pods::UpWrites`]).
@@ -114,6 +125,10 @@ impl Engine {
             sync_all_configmaps_secrets: false,
             tenant_pods: std::sync::OnceLock::new(),
             tenant_services: std::sync::OnceLock::new(),
+            tenant_claims: std::sync::OnceLock::new(),
+            tenant_namespaces: std::sync::OnceLock::new(),
+            admission: Default::default(),
+            told: Default::default(),
             known_nodes: Default::default(),
             up_writes: Default::default(),
             host_pods: std::sync::OnceLock::new(),
@@ -350,6 +365,12 @@ pub(crate) async fn down_to<K: Synced>(
         &host_side,
     ) {
         Decision::Create => {
+            // A namespace the quota keeps off the host has no host namespace to create in.
+            match quota::namespace_waits(e, &t.namespace().unwrap_or_default()) {
+                None => return Ok(Action::requeue(quota::not_ready())),
+                Some(true) => return Ok(Action::requeue(quota::retry(e))),
+                Some(false) => {}
+            }
             create_or_adopt(e, t.as_ref(), &desired).await?;
         }
         Decision::Update => {

@@ -1,6 +1,9 @@
-//! Namespaces (cluster-scoped): a host namespace per tenant namespace, removed with it, with
-//! the plan's Pod Security level and vcp's own NetworkPolicies (`netpols`) kept in it.
+//! Namespaces (cluster-scoped): a host namespace per tenant namespace while the plan's
+//! namespace count lasts, removed with the tenant namespace, with the plan's Pod Security
+//! level, vcp's own NetworkPolicies (`netpols`) and the quota backstop
+//! (`quota::apply_backstop`) kept in it.
 
+use super::quota::{self, Verdict};
 use super::shared::Shared;
 use super::{Engine, host_selector};
 use crate::metrics::Direction;
@@ -34,15 +37,37 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
     let desired = namespaces::to_host(&t, &e.ctx);
     let name = desired.name_any();
     let api: Api<Namespace> = Api::all(e.host.clone());
+    let admission = e.admission.lock().await;
+    match quota::namespace(e, &t) {
+        Verdict::Admitted => {}
+        Verdict::NotReady => return Ok(Action::requeue(quota::not_ready())),
+        // Over the plan's count: no host namespace (one made before the plan shrank stays).
+        Verdict::Refused(refusals) => {
+            let exists = e
+                .host_namespaces
+                .get()
+                .is_some_and(|c| c.get(&ObjectRef::new(&name)).is_some());
+            if !exists {
+                quota::tell(e, t.as_ref(), &refusals).await;
+                return Ok(Action::requeue(quota::retry(e)));
+            }
+        }
+    }
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    match api.create(&pp, &desired).await {
+    let created = api.create(&pp, &desired).await;
+    if created.is_ok() {
+        e.admission.created::<Namespace>("", &t.name_any());
+    }
+    drop(admission);
+    match created {
         Ok(_) => {
             tracing::info!(namespace = %name, "created host namespace");
             // Deny by default before the first pod can land there.
             super::netpols::ensure_host_policies(e, &name).await?;
+            quota::apply_backstop(e, &name).await?;
         }
         Err(kube::Error::Api(ae)) if ae.code == 409 => {
             let current = api
@@ -56,10 +81,15 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
                     format!("host namespace {name} exists and is not managed by this tenant"),
                 )
                 .await;
-            } else if current.metadata.deletion_timestamp.is_none() {
-                super::netpols::ensure_host_policies(e, &name).await?;
+                return Ok(Action::requeue(cx.engine.resync));
             }
-            if naming::owned_by(e.key(), current.labels()) && drifted(&desired, &current) {
+            // Ours: the network policies and the backstop are put back on every pass (a no-op
+            // unless they drifted).
+            if current.metadata.deletion_timestamp.is_none() {
+                super::netpols::ensure_host_policies(e, &name).await?;
+                quota::apply_backstop(e, &name).await?;
+            }
+            if drifted(&desired, &current) {
                 // Labels changed in the tenant, or the plan's level changed, or someone edited
                 // the host namespace: the host must carry exactly what vcp decides.
                 api.patch(
@@ -134,6 +164,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
     let mut tenant = Shared::<Namespace>::new();
     let mut host = Shared::<Namespace>::new();
     let _ = engine.host_namespaces.set(host.cache());
+    let _ = engine.tenant_namespaces.set(tenant.cache());
     let cx = Arc::new(Ns {
         engine: engine.clone(),
         tenant: tenant.store(),

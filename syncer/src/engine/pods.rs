@@ -11,6 +11,7 @@
 //!   bound to them ([`virtual_nodes`]).
 
 use super::decide::{Decision, HostSide, decide};
+use super::quota::Verdict;
 use super::{Engine, Placed, Side, apply, cached_host, create_or_adopt, delete_host};
 use crate::metrics::Direction;
 use crate::policy::Refusal;
@@ -97,6 +98,21 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 refuse(e, &t, "PolicyRefused", &refusals).await?;
                 return Ok(Action::requeue(e.resync));
             }
+            // A finished pod never runs again (a kubelet would not restart it either); it
+            // takes no quota, so it must not take the host either.
+            let phase = t.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed")) {
+                return Ok(Action::requeue(e.resync));
+            }
+            // Then the tenant-wide quota, in creation order over every tenant pod.
+            match super::quota::pod(e, &t) {
+                Verdict::Admitted => {}
+                Verdict::NotReady => return Ok(Action::requeue(super::quota::not_ready())),
+                Verdict::Refused(refusals) => {
+                    refuse(e, &t, super::quota::REASON, &refusals).await?;
+                    return Ok(Action::requeue(super::quota::retry(e)));
+                }
+            }
             // What the host pod mounts first: its ConfigMaps, Secrets and token. One held on
             // the host by someone else keeps the pod off the host: it would mount theirs.
             let (env_from, held) = sync_references(e, &t).await?;
@@ -119,7 +135,37 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 let links = tenant_service_links(e, &t.namespace().unwrap_or_default())?;
                 add_service_links(&mut desired, &links, &env_from);
             }
-            if create_or_adopt(e, t.as_ref(), &desired).await? == Placed::Ours {
+            // Again under the admission lock, with the create it allows (the first look above
+            // spares a waiting pod the work in between).
+            let admission = e.admission.lock().await;
+            match super::quota::pod(e, &t) {
+                Verdict::Admitted => {}
+                Verdict::NotReady => return Ok(Action::requeue(super::quota::not_ready())),
+                Verdict::Refused(refusals) => {
+                    drop(admission);
+                    refuse(e, &t, super::quota::REASON, &refusals).await?;
+                    return Ok(Action::requeue(super::quota::retry(e)));
+                }
+            }
+            let created = create_or_adopt(e, t.as_ref(), &desired).await;
+            if matches!(created, Ok(Placed::Ours)) {
+                e.admission
+                    .created::<Pod>(&t.namespace().unwrap_or_default(), &t.name_any());
+            }
+            drop(admission);
+            let placed = match created {
+                // The host's backstop caught a race the caches could not see (two passes
+                // admitting at once): wait like any pod over the quota.
+                Err(err) if super::quota::host_quota_pending(&err) => {
+                    return Ok(Action::requeue(super::quota::not_ready()));
+                }
+                Err(err) if super::quota::host_refused(&err) => {
+                    refuse(e, &t, super::quota::REASON, &[super::quota::host_refusal()]).await?;
+                    return Ok(Action::requeue(super::quota::retry(e)));
+                }
+                other => other?,
+            };
+            if placed == Placed::Ours {
                 let notes = placement_notes(&t, &e.ctx);
                 if !notes.is_empty() {
                     e.report(t.as_ref(), "PlacementAdjusted", notes.join("; "))

@@ -1,6 +1,7 @@
 //! PersistentVolumeClaims: down, and bound host volumes mirrored up (see `resources::pvcs`).
 
 use super::decide::{Decision, HostSide, decide};
+use super::quota::Verdict;
 use super::{Engine, Side, cached_host, create_or_adopt, delete_host, kube_err};
 use crate::Result;
 use crate::naming::host_cluster_name;
@@ -43,6 +44,15 @@ pub async fn down(
                 .await;
                 return Ok(Action::requeue(e.resync));
             }
+            let admission = e.admission.lock().await;
+            match super::quota::claim(e, &side, &t) {
+                Verdict::Admitted => {}
+                Verdict::NotReady => return Ok(Action::requeue(super::quota::not_ready())),
+                Verdict::Refused(refusals) => {
+                    super::quota::tell(e, t.as_ref(), &refusals).await;
+                    return Ok(Action::requeue(super::quota::retry(e)));
+                }
+            }
             let wanted = t.spec.as_ref().and_then(|s| s.volume_name.clone());
             if let Some(v) = wanted {
                 match tenant_volume(e, &v).await? {
@@ -54,7 +64,24 @@ pub async fn down(
                     Some(_) => {} // a mirror of a host volume: the host claim binds on its own
                 }
             }
-            create_or_adopt(e, t.as_ref(), &desired).await?;
+            let created = create_or_adopt(e, t.as_ref(), &desired).await;
+            if matches!(created, Ok(super::Placed::Ours)) {
+                e.admission.created::<PersistentVolumeClaim>(
+                    &t.namespace().unwrap_or_default(),
+                    &t.name_any(),
+                );
+            }
+            drop(admission);
+            match created {
+                Err(err) if super::quota::host_quota_pending(&err) => {
+                    return Ok(Action::requeue(super::quota::not_ready()));
+                }
+                Err(err) if super::quota::host_refused(&err) => {
+                    super::quota::tell(e, t.as_ref(), &[super::quota::host_refusal()]).await;
+                    return Ok(Action::requeue(super::quota::retry(e)));
+                }
+                other => other?,
+            };
         }
         // Claim specs are immutable but for growing storage; nothing to apply.
         Decision::Update => mirror(e, &t, host.as_deref().expect("Update means cached")).await?,

@@ -3,6 +3,7 @@
 //! (`endpoints::selector_changed`).
 
 use super::decide::{Decision, HostSide, decide};
+use super::quota::Verdict;
 use super::{Engine, Side, apply, cached_host, delete_host};
 use crate::policy::{self, Refusal};
 use crate::resources::endpoints::hand_managed;
@@ -42,7 +43,32 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
         &host_side,
     ) {
         Decision::Create => {
-            create(e, &t, &desired, host_ports).await?;
+            // Over the tenant-wide quota, a Service has no host copy at all (not even a
+            // ClusterIP one): it waits until an earlier one goes.
+            let admission = e.admission.lock().await;
+            match super::quota::service(e, &side, &t) {
+                Verdict::Admitted => {}
+                Verdict::NotReady => return Ok(Action::requeue(super::quota::not_ready())),
+                Verdict::Refused(refusals) => {
+                    super::quota::tell(e, t.as_ref(), &refusals).await;
+                    return Ok(Action::requeue(super::quota::retry(e)));
+                }
+            }
+            let created = create(e, &t, &desired, host_ports).await;
+            if matches!(created, Ok(super::Placed::Ours)) {
+                e.admission.created::<Service>(&ns, &name);
+            }
+            drop(admission);
+            match created {
+                Err(err) if super::quota::host_quota_pending(&err) => {
+                    return Ok(Action::requeue(super::quota::not_ready()));
+                }
+                Err(err) if super::quota::host_refused(&err) => {
+                    super::quota::tell(e, t.as_ref(), &[super::quota::host_refusal()]).await;
+                    return Ok(Action::requeue(super::quota::retry(e)));
+                }
+                other => other?,
+            };
         }
         // The tenant Service was recreated to carry the host's address: same IP, same Service.
         Decision::Replace if !services::ip_mismatch(host.as_deref().unwrap(), &t) => {

@@ -12,13 +12,14 @@
 //! Defaults are the restrictive settings a tenant gets when its plan says nothing: Pod Security
 //! `baseline`, no NodePorts or LoadBalancers, no tenant-created volumes with host-scoped
 //! sources, no host priority classes or runtime classes, hand-written endpoints naming only
-//! the tenant's own pods.
+//! the tenant's own pods, and a finite tenant-wide quota ([`quota::Quota::plan_default`]).
 
 pub mod endpoints;
 pub mod network;
 pub mod placement;
 pub mod pod_security;
 pub mod pods;
+pub mod quota;
 pub mod services;
 pub mod volumes;
 
@@ -30,7 +31,7 @@ use std::collections::BTreeMap;
 pub use pod_security::Level;
 
 /// A tenant's policy: the `policy` section of its plan.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantPolicy {
     /// Pod Security Standards level every tenant pod must meet (`restricted`, `baseline`,
@@ -47,6 +48,26 @@ pub struct TenantPolicy {
     /// Outside addresses hand-written Endpoints and EndpointSlices may name; the tenant's own
     /// pods they always may (see [`endpoints`]).
     pub endpoints: endpoints::Endpoints,
+    /// What the tenant may hold on the host across all its namespaces, and the container
+    /// defaults that make it count (see [`quota`]). Absent: [`quota::Quota::plan_default`];
+    /// a `quota` section replaces that whole, and resources it does not list are unlimited.
+    pub quota: quota::Quota,
+}
+
+impl Default for TenantPolicy {
+    fn default() -> Self {
+        TenantPolicy {
+            pod_security: Level::default(),
+            placement: Placement::default(),
+            scheduling: Scheduling::default(),
+            volumes: Volumes::default(),
+            services: Services::default(),
+            network: network::Network::default(),
+            endpoints: endpoints::Endpoints::default(),
+            // Finite by default: a plan that forgets its quota must not hand out the host.
+            quota: quota::Quota::plan_default(),
+        }
+    }
 }
 
 /// Where tenant pods run: the plan's workload node pool.
@@ -219,6 +240,7 @@ impl TenantPolicy {
         if sv.node_port_services > 0 && sv.node_ports == 0 {
             return bad("services.node_ports: 0 allows no NodePort Service at all; raise it or set node_port_services: 0".into());
         }
+        self.quota.validate().map_err(InvalidPolicy)?;
         self.network.validate()?;
         self.endpoints.validate(&self.network.cluster_cidrs)
     }

@@ -217,6 +217,9 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
     let policy = &ctx.policy;
     placement::confine(&mut spec, &ctx.key, &policy.placement, &policy.scheduling);
     policy::pods::downward_to_tenant_view(&mut spec);
+    // What the tenant-wide quota counted for containers that set no resources (the host's
+    // LimitRange would fill in the same; written here so the two never disagree).
+    policy::quota::fill_defaults(&mut spec, &policy.quota.limits);
     for v in spec.volumes.iter_mut().flatten() {
         let template = v
             .ephemeral
@@ -408,22 +411,29 @@ pub fn add_service_links(host: &mut Pod, links: &[EnvVar], env_from: &EnvFromKey
     }
 }
 
-/// `desired` with each container's env as `host` has it: env is immutable on a pod, and what
-/// the host pod was created with (service links of that moment) stays valid for its life.
+/// `desired` with each container's env and resources as `host` has them: both are immutable
+/// on a pod (resources but through the resize subresource), and what the host pod was created
+/// with (service links of that moment, the plan's container defaults of that moment) stays
+/// valid for its life.
 pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
     let Some(hs) = &host.spec else { return };
     let Some(ds) = &mut desired.spec else { return };
-    let find =
-        |cs: &[Container], name: &str| cs.iter().find(|c| c.name == name).map(|c| c.env.clone());
+    let find = |cs: &[Container], name: &str| {
+        cs.iter()
+            .find(|c| c.name == name)
+            .map(|c| (c.env.clone(), c.resources.clone()))
+    };
     for c in &mut ds.containers {
-        if let Some(env) = find(&hs.containers, &c.name) {
+        if let Some((env, resources)) = find(&hs.containers, &c.name) {
             c.env = env;
+            c.resources = resources;
         }
     }
     let host_init = hs.init_containers.as_deref().unwrap_or_default();
     for c in ds.init_containers.iter_mut().flatten() {
-        if let Some(env) = find(host_init, &c.name) {
+        if let Some((env, resources)) = find(host_init, &c.name) {
             c.env = env;
+            c.resources = resources;
         }
     }
 }
@@ -437,9 +447,13 @@ pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
 /// tell no client anything. Any real change (phase, IPs, container states, a condition's status,
 /// reason or message) is copied whole, host timestamps included.
 pub fn status_to_tenant(host: &Pod, tenant: Option<&PodStatus>) -> Option<PodStatus> {
-    let want = host.status.as_ref()?;
-    let shown = tenant.is_some_and(|have| same_status(have, want));
-    (!shown).then(|| want.clone())
+    let mut want = host.status.clone()?;
+    // The QoS class is the tenant apiserver's, fixed at creation from the tenant's spec: the
+    // host pod may differ (the plan's container defaults make a BestEffort pod Burstable), and
+    // the tenant refuses any change of it.
+    want.qos_class = tenant.and_then(|t| t.qos_class.clone());
+    let shown = tenant.is_some_and(|have| same_status(have, &want));
+    (!shown).then_some(want)
 }
 
 /// Whether two pod statuses say the same, condition timestamps aside (see [`status_to_tenant`]).

@@ -29,12 +29,22 @@ pub fn to_host(
 ) -> PersistentVolumeClaim {
     let mut spec = pvc.spec.clone().unwrap_or_default();
     claim_spec_to_host(&mut spec, &ctx.key, host_volume);
+    let mut metadata = host_meta(pvc, ctx);
+    // The tenant's volume binder records its state in `pv.kubernetes.io/` annotations
+    // (`bind-completed`, `bound-by-controller`). Copied, they tell the host's binder that a
+    // claim created after the tenant bound it is bound already, and the host claim is `Lost`.
+    if let Some(a) = &mut metadata.annotations {
+        a.retain(|k, _| !k.starts_with(BINDER_PREFIX));
+    }
     PersistentVolumeClaim {
-        metadata: host_meta(pvc, ctx),
+        metadata,
         spec: Some(spec),
         status: None,
     }
 }
+
+/// Prefix of the volume binder's own annotations on claims and volumes.
+pub const BINDER_PREFIX: &str = "pv.kubernetes.io/";
 
 /// A claim spec (of a claim, or of an ephemeral volume's claim template) as the host gets it:
 /// `volumeName` is `host_volume` (or unset), data sources that name tenant objects are dropped,
@@ -97,6 +107,25 @@ pub fn mirror_volume(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tenant_binders_annotations_stay_in_the_tenant() {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data", "namespace": "apps", "annotations": {
+                "pv.kubernetes.io/bind-completed": "yes",
+                "pv.kubernetes.io/bound-by-controller": "yes",
+                "team": "a",
+            }},
+            "spec": {"volumeName": "local-a"},
+        }))
+        .unwrap();
+        let a = to_host(&pvc, &crate::resources::fixtures::ctx(), None)
+            .metadata
+            .annotations
+            .unwrap();
+        assert!(!a.keys().any(|k| k.starts_with(BINDER_PREFIX)), "{a:?}");
+        assert_eq!(a["team"], "a");
+    }
     use crate::resources::fixtures::ctx;
 
     fn claim() -> PersistentVolumeClaim {

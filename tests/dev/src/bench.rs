@@ -323,7 +323,11 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         Some(p) => p.clone(),
         None => vcp_dev::tenant::syncer_binary()?,
     };
-    let syncer = tenant_cp.start_syncer_binary(&cluster, &binary, &["--workers=32", &listen])?;
+    // The bench creates more pods than the default tenant quota (100) admits; quota is not
+    // what it measures.
+    let policy = tenant_cp.policy_flag("quota: {}")?;
+    let syncer =
+        tenant_cp.start_syncer_binary(&cluster, &binary, &["--workers=32", &listen, &policy])?;
     let tenant = tenant_cp.connect().await?;
     namespace(&tenant, "burst").await?;
     let cpu_synced_start = descendants_cpu();
