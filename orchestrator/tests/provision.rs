@@ -324,6 +324,116 @@ async fn syncer_writes_stay_in_their_tenant(
         .expect_err("deleting b's namespace was allowed")
         .to_string();
     assert!(err.contains("orbidden"), "{err}");
+    syncer_reads_stay_in_their_tenant(&client, a, b).await?;
+    syncer_grants_stay_in_their_tenant(&client, a, b).await
+}
+
+/// Whether `r` was refused by the host apiserver's authorizer or admission (403).
+fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
+    match r {
+        Err(kube::Error::Api(ae)) if ae.code == 403 => {}
+        other => panic!("{what} was not forbidden: {other:?}"),
+    }
+}
+
+/// Tenant `a`'s syncer credentials read only `a`'s host namespaces (through the RoleBinding
+/// its syncer wrote there): not `b`'s CA nor `a`'s own, not `b`'s pods or Secrets, and no
+/// namespaced kind across the cluster.
+async fn syncer_reads_stay_in_their_tenant(
+    client: &Client,
+    a: &str,
+    b: &str,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Secret;
+    let own = format!("{a}-default");
+    Api::<Secret>::namespaced(client.clone(), &own)
+        .list(&ListParams::default())
+        .await?;
+    Api::<Pod>::namespaced(client.clone(), &own)
+        .list(&ListParams::default())
+        .await?;
+    for cp in [format!("vcp-{b}"), format!("vcp-{a}")] {
+        forbidden(
+            &format!("reading the CA in {cp}"),
+            Api::<Secret>::namespaced(client.clone(), &cp)
+                .get("ca")
+                .await,
+        );
+    }
+    let other = format!("{b}-default");
+    forbidden(
+        &format!("listing Secrets in {other}"),
+        Api::<Secret>::namespaced(client.clone(), &other)
+            .list(&ListParams::default())
+            .await,
+    );
+    forbidden(
+        &format!("listing pods in {other}"),
+        Api::<Pod>::namespaced(client.clone(), &other)
+            .list(&ListParams::default())
+            .await,
+    );
+    forbidden(
+        "listing Secrets across the cluster",
+        Api::<Secret>::all(client.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    forbidden(
+        "listing pods across the cluster",
+        Api::<Pod>::all(client.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    Ok(())
+}
+
+/// Tenant `a`'s syncer binds only its own namespaced role, only to itself, only in its own
+/// host namespaces: it cannot grant itself `b`'s namespaces or more than its role.
+async fn syncer_grants_stay_in_their_tenant(
+    client: &Client,
+    a: &str,
+    b: &str,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    let binding = |name: &str, role: &str, sa_ns: &str| -> anyhow::Result<RoleBinding> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "vcp-syncer", "namespace": sa_ns}],
+        }))?)
+    };
+    let own_role = format!("vcp-syncer-{a}-namespaced");
+    let own_sa = format!("vcp-{a}");
+    for (what, ns, rb) in [
+        (
+            "binding its role in b's namespace",
+            format!("{b}-default"),
+            binding("grab", &own_role, &own_sa)?,
+        ),
+        (
+            "binding cluster-admin in its own namespace",
+            format!("{a}-default"),
+            binding("grab", "cluster-admin", &own_sa)?,
+        ),
+        (
+            "binding b's syncer role in its own namespace",
+            format!("{a}-default"),
+            binding("grab", &format!("vcp-syncer-{b}-namespaced"), &own_sa)?,
+        ),
+        (
+            "binding its role to b's syncer",
+            format!("{a}-default"),
+            binding("grab", &own_role, &format!("vcp-{b}"))?,
+        ),
+    ] {
+        forbidden(
+            what,
+            Api::<RoleBinding>::namespaced(client.clone(), &ns)
+                .create(&PostParams::default(), &rb)
+                .await,
+        );
+    }
     Ok(())
 }
 

@@ -123,6 +123,20 @@ pub struct Args {
     /// The tenant's control-plane namespace on the host (its apiserver and DNS Services).
     #[arg(long, env = "VCP_HOST_NAMESPACE")]
     pub host_namespace: Option<String>,
+    /// The ClusterRole with the syncer's namespaced permissions, which it binds to its own
+    /// service account in each host namespace it creates (its only access to objects there).
+    /// Without it no binding is written, and the host credentials must reach the tenant's
+    /// namespaces by themselves (a host admin's, in tests).
+    #[arg(long, env = "VCP_SYNCER_HOST_ROLE", requires = "host_namespace")]
+    pub host_role: Option<String>,
+    /// The syncer's service account in the control-plane namespace, the subject of those
+    /// bindings.
+    #[arg(
+        long,
+        env = "VCP_SYNCER_HOST_SERVICE_ACCOUNT",
+        default_value = "vcp-syncer"
+    )]
+    pub host_service_account: String,
     /// Name of the tenant apiserver's Service in the control-plane namespace.
     #[arg(long, env = "VCP_APISERVER_SERVICE", default_value = "kube-apiserver")]
     pub apiserver_service: String,
@@ -237,6 +251,14 @@ pub async fn run(args: Args) -> Result<()> {
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
     engine.resync = Duration::from_secs(args.resync_seconds);
     engine.control_plane_namespace = args.host_namespace.clone();
+    engine.host_access =
+        args.host_role
+            .clone()
+            .zip(args.host_namespace.clone())
+            .map(|(role, ns)| engine::access::HostAccess {
+                role,
+                service_account: (ns, args.host_service_account.clone()),
+            });
     let engine = Arc::new(engine);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await

@@ -12,7 +12,7 @@ pub const FIELD_MANAGER: &str = "vcp-orchestrator";
 /// Kinds the templates may produce: (apiVersion, kind, plural, namespaced). A fixed table
 /// instead of discovery: one request less per object, and a template cannot sneak in a kind
 /// nobody reviewed.
-const KINDS: [(&str, &str, &str, bool); 14] = [
+const KINDS: [(&str, &str, &str, bool); 15] = [
     ("v1", "Namespace", "namespaces", false),
     ("v1", "Service", "services", true),
     ("v1", "ConfigMap", "configmaps", true),
@@ -44,6 +44,7 @@ const KINDS: [(&str, &str, &str, bool); 14] = [
         "clusterrolebindings",
         false,
     ),
+    ("rbac.authorization.k8s.io/v1", "Role", "roles", true),
     (
         "rbac.authorization.k8s.io/v1",
         "RoleBinding",

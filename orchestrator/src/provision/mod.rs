@@ -607,12 +607,15 @@ impl Provisioner {
                 .await,
         )
         .map_err(|e| Error::kube("delete the syncer's cluster role binding", e))?;
-        ignore_404(
-            Api::<ClusterRole>::all(self.host.clone())
-                .delete(&cluster_name, &DeleteParams::default())
-                .await,
-        )
-        .map_err(|e| Error::kube("delete the syncer's cluster role", e))?;
+        // Its namespaced role too: the bindings in its host namespaces go with the namespaces.
+        for role in [cluster_name.clone(), format!("{cluster_name}-namespaced")] {
+            ignore_404(
+                Api::<ClusterRole>::all(self.host.clone())
+                    .delete(&role, &DeleteParams::default())
+                    .await,
+            )
+            .map_err(|e| Error::kube("delete the syncer's cluster roles", e))?;
+        }
         // Its admission policy goes with it (binding first: a policy without one is inert).
         for (plural, what) in [
             (

@@ -1,8 +1,7 @@
 //! Events up (see `resources::events`): host Events are watched only in this tenant's host
-//! namespaces (those carrying its label), one watch per namespace, started and stopped as a
-//! watch of those namespaces reports them. The host apiserver thus sends no other tenant's
-//! Events (nor the host's own), instead of every syncer receiving all of the host's Events and
-//! dropping nearly all of them. Each Event about a host object carrying the tenant's markers,
+//! namespaces, one watch per namespace, started and stopped as the set the namespace
+//! controllers publish changes (the syncer's credentials reach no other namespace). The host
+//! apiserver thus sends no other tenant's Events (nor the host's own). Each Event about a host object carrying the tenant's markers,
 //! in the Event's own namespace, is created, or updated, in the tenant.
 //!
 //! Host objects are looked up once per UID (an Event names its object's UID; many Events
@@ -10,13 +9,13 @@
 //! relist after a watch reconnect writes nothing. Both memories are bounded; forgetting only
 //! costs a repeated, idempotent write.
 
-use super::{Engine, host_selector, kube_err};
+use super::{Engine, kube_err};
 use crate::metrics::Direction;
 use crate::naming::{self, TenantRef};
 use crate::resources::events::{plural, repeat_patch, to_tenant};
 use crate::{Error, Result};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Namespace};
+use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -65,59 +64,35 @@ pub async fn run(e: Arc<Engine>, concurrency: usize) {
     futures::join!(watch_namespaces(e.clone(), tx), copies);
 }
 
-/// Keeps one Event watch running per host namespace of this tenant. The tasks live in a
-/// `JoinSet`, so they end with this future.
+/// Keeps one Event watch running per host namespace of this tenant, following the set the
+/// namespace controllers publish. The tasks live in a `JoinSet`, so they end with this future.
 async fn watch_namespaces(e: Arc<Engine>, tx: mpsc::Sender<Event>) {
     let mut tasks = JoinSet::new();
     let mut watching: HashMap<String, AbortHandle> = HashMap::new();
-    // Namespaces seen in the relist under way: the rest are gone once it completes.
-    let mut listed: HashSet<String> = HashSet::new();
-    let mut namespaces = watcher(
-        Api::<Namespace>::all(e.host.clone()),
-        host_selector(e.key()),
-    )
-    .default_backoff()
-    .boxed();
-    while let Some(event) = namespaces.next().await {
-        let started = match event {
-            Ok(watcher::Event::Init) => {
-                listed.clear();
-                None
+    let mut set = e.host_namespace_set.subscribe();
+    loop {
+        let namespaces: HashSet<String> =
+            set.borrow_and_update().iter().flatten().cloned().collect();
+        watching.retain(|ns, task| {
+            let keep = namespaces.contains(ns);
+            if !keep {
+                tracing::debug!(ns = %ns, "host namespace gone; stopped watching its events");
+                task.abort();
             }
-            Ok(watcher::Event::InitApply(ns)) => {
-                listed.insert(ns.name_any());
-                Some(ns.name_any())
+            keep
+        });
+        for ns in namespaces {
+            if let std::collections::hash_map::Entry::Vacant(slot) = watching.entry(ns) {
+                let ns = slot.key().clone();
+                tracing::debug!(ns = %ns, "watching host events");
+                slot.insert(tasks.spawn(forward(e.host.clone(), ns, tx.clone())));
             }
-            Ok(watcher::Event::Apply(ns)) => Some(ns.name_any()),
-            Ok(watcher::Event::InitDone) => {
-                watching.retain(|ns, task| {
-                    let keep = listed.contains(ns);
-                    if !keep {
-                        task.abort();
-                    }
-                    keep
-                });
-                None
-            }
-            Ok(watcher::Event::Delete(ns)) => {
-                if let Some(task) = watching.remove(&ns.name_any()) {
-                    tracing::debug!(ns = %ns.name_any(), "host namespace gone; stopped watching its events");
-                    task.abort();
-                }
-                None
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "host namespace watch failed; retrying");
-                None
-            }
-        };
-        if let Some(ns) = started.filter(|ns| !watching.contains_key(ns)) {
-            tracing::debug!(ns = %ns, "watching host events");
-            let task = tasks.spawn(forward(e.host.clone(), ns.clone(), tx.clone()));
-            watching.insert(ns, task);
         }
         // Reap finished (aborted) tasks so the set does not grow with namespace churn.
         while tasks.try_join_next().is_some() {}
+        if set.changed().await.is_err() {
+            return; // the engine is gone
+        }
     }
 }
 

@@ -18,9 +18,11 @@
 //! lives in the two apiservers, a restarted syncer converges from scratch. Pods add status up,
 //! binding to virtual nodes and two-way graceful deletion (`pods.rs`).
 
+pub mod access;
 pub mod decide;
 pub mod endpoints;
 pub mod events;
+pub mod fanin;
 pub mod namespaces;
 pub mod netpols;
 pub mod pods;
@@ -94,6 +96,13 @@ pub struct Engine {
     /// The tenant's control-plane namespace on the host (`--host-namespace`), whose CoreDNS and
     /// apiserver the tenant's pods may reach.
     pub control_plane_namespace: Option<String>,
+    /// This tenant's host namespaces, published by the namespace controllers once their host
+    /// cache is listed: every host watch of a namespaced kind runs per namespace of this set
+    /// (the syncer's credentials reach no other, see [`fanin`]).
+    pub host_namespace_set: tokio::sync::watch::Sender<fanin::NamespaceSet>,
+    /// How the syncer grants itself access to each host namespace it creates (`--host-role`);
+    /// `None` when its host credentials already reach them.
+    pub host_access: Option<access::HostAccess>,
 }
 
 impl Engine {
@@ -135,6 +144,8 @@ impl Engine {
             host_namespaces: std::sync::OnceLock::new(),
             tenant_netpols: std::sync::OnceLock::new(),
             control_plane_namespace: None,
+            host_namespace_set: tokio::sync::watch::channel(None).0,
+            host_access: None,
         }
     }
 
@@ -652,10 +663,13 @@ pub async fn run_kind_on<K: Synced>(
         .for_each(|_| async {});
 
     let tenant_api: Api<K> = Api::all(engine.tenant.clone());
-    let host_api: Api<K> = Api::all(engine.host.clone());
     futures::join!(
         spawned(tenant.run(tenant_api, watcher::Config::default())),
-        spawned(host.run(host_api, K::host_watch(&key))),
+        spawned(host.run_in_namespaces(
+            engine.host.clone(),
+            K::host_watch(&key),
+            engine.host_namespace_set.subscribe()
+        )),
         spawned(down_fut),
         spawned(gc_fut)
     );

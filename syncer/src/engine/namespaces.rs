@@ -65,6 +65,8 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
     match created {
         Ok(_) => {
             tracing::info!(namespace = %name, "created host namespace");
+            // The syncer's only access to what it puts there.
+            super::access::ensure(e, &name).await?;
             // Deny by default before the first pod can land there.
             super::netpols::ensure_host_policies(e, &name).await?;
             quota::apply_backstop(e, &name).await?;
@@ -86,6 +88,7 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
             // Ours: the network policies and the backstop are put back on every pass (a no-op
             // unless they drifted).
             if current.metadata.deletion_timestamp.is_none() {
+                super::access::ensure(e, &name).await?;
                 super::netpols::ensure_host_policies(e, &name).await?;
                 quota::apply_backstop(e, &name).await?;
             }
@@ -205,7 +208,9 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
             cx,
         )
         .for_each(|_| async {});
+    let publish = publish_set(engine.clone(), host.cache(), host.subscribe());
     futures::join!(
+        publish,
         tenant.run(
             Api::<Namespace>::all(engine.tenant.clone()),
             watcher::Config::default()
@@ -217,4 +222,29 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
         down_fut,
         gc_fut
     );
+}
+
+/// Publishes the set of this tenant's host namespaces ([`Engine::host_namespace_set`]) once
+/// the host cache has listed them, and again whenever one comes or goes.
+async fn publish_set(
+    e: Arc<Engine>,
+    cache: super::shared::Cache<Namespace>,
+    mut touched: futures::channel::mpsc::UnboundedReceiver<Arc<Namespace>>,
+) {
+    cache.ready().await;
+    loop {
+        let set: std::collections::BTreeSet<String> =
+            cache.state().iter().map(|n| n.name_any()).collect();
+        e.host_namespace_set.send_if_modified(|current| {
+            let changed = current.as_ref() != Some(&set);
+            if changed {
+                tracing::debug!(namespaces = set.len(), "host namespaces changed");
+                *current = Some(set);
+            }
+            changed
+        });
+        if touched.next().await.is_none() {
+            return;
+        }
+    }
 }

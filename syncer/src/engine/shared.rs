@@ -167,6 +167,29 @@ where
         self.feed(watcher(api, config).default_backoff()).await
     }
 
+    /// Watches `K` in each of the tenant's host namespaces (see [`super::fanin`]) until the
+    /// future is dropped, filling the cache and feeding the subscribers.
+    pub async fn run_in_namespaces(
+        self,
+        client: kube::Client,
+        config: watcher::Config,
+        namespaces: watch::Receiver<super::fanin::NamespaceSet>,
+    ) where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Send + Sync,
+    {
+        let store = self.reader.clone();
+        let cached = move |ns: &str| -> Vec<K> {
+            store
+                .state()
+                .iter()
+                .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+                .map(|o| o.as_ref().clone())
+                .collect()
+        };
+        self.feed(super::fanin::stream(client, config, namespaces, cached))
+            .await
+    }
+
     /// Applies watch events to the cache and hands every object they touch to the
     /// subscribers, each after the cache reflects it:
     /// - applied and deleted objects at once;
