@@ -403,7 +403,7 @@ async fn syncer_grants_stay_in_their_tenant(
             "subjects": [{"kind": "ServiceAccount", "name": "vcp-syncer", "namespace": sa_ns}],
         }))?)
     };
-    let own_role = format!("vcp-syncer-{a}-namespaced");
+    let own_role = format!("vcp-syncer-namespaced-{a}");
     let own_sa = format!("vcp-{a}");
     for (what, ns, rb) in [
         (
@@ -419,7 +419,7 @@ async fn syncer_grants_stay_in_their_tenant(
         (
             "binding b's syncer role in its own namespace",
             format!("{a}-default"),
-            binding("grab", &format!("vcp-syncer-{b}-namespaced"), &own_sa)?,
+            binding("grab", &format!("vcp-syncer-namespaced-{b}"), &own_sa)?,
         ),
         (
             "binding its role to b's syncer",

@@ -65,6 +65,13 @@ const KINDS: [(&str, &str, &str, bool); 15] = [
     ),
 ];
 
+/// Whether templates may produce objects of this apiVersion and kind.
+pub fn supported(api_version: &str, kind: &str) -> bool {
+    KINDS
+        .iter()
+        .any(|(v, k, _, _)| *v == api_version && *k == kind)
+}
+
 /// The API for an object's kind (namespaced into its namespace).
 pub fn api_for(client: &Client, o: &Object) -> Result<Api<DynamicObject>> {
     let (_, _, plural, namespaced) = KINDS

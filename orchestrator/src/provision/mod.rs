@@ -608,7 +608,10 @@ impl Provisioner {
         )
         .map_err(|e| Error::kube("delete the syncer's cluster role binding", e))?;
         // Its namespaced role too: the bindings in its host namespaces go with the namespaces.
-        for role in [cluster_name.clone(), format!("{cluster_name}-namespaced")] {
+        for role in [
+            cluster_name.clone(),
+            format!("vcp-syncer-namespaced-{}", t.key),
+        ] {
             ignore_404(
                 Api::<ClusterRole>::all(self.host.clone())
                     .delete(&role, &DeleteParams::default())

@@ -93,6 +93,36 @@ fn three_member_etcd_and_three_apiservers_render_like_the_golden_file() {
 }
 
 #[test]
+fn every_rendered_object_is_of_a_kind_the_host_writer_knows() {
+    // A comment that trims the newline after `---` glues the separator to the next line, and
+    // the object comes out as `v1/<Kind>` with a `---apiVersion` key: caught here, not on a
+    // live cluster.
+    let catalog = Catalog::builtin();
+    let settings = settings();
+    for minor in ["1.36", "1.37"] {
+        let plan = Plan::default();
+        let input = Input {
+            name: "demo",
+            key: "demoabc123",
+            version: catalog.get(minor).unwrap(),
+            plan: &plan,
+            settings: &settings,
+            rollout: Default::default(),
+        };
+        for (_, objects) in Renderer::builtin().unwrap().render_all(&input).unwrap() {
+            for o in objects {
+                assert!(
+                    crate::provision::host::supported(o.api_version(), o.kind()),
+                    "{} {}: not a kind the host writer applies",
+                    o.api_version(),
+                    o.kind()
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn every_object_is_in_the_control_plane_namespace_or_named_after_the_key() {
     let text = render_yaml("1.37", &Plan::default());
     assert!(text.contains("namespace: vcp-demoabc123"));

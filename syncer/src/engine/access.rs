@@ -92,7 +92,7 @@ mod tests {
     fn the_binding_names_only_the_syncers_role_and_account() {
         let key = naming::TenantKey::new("demo").unwrap();
         let access = HostAccess {
-            role: "vcp-syncer-demo-namespaced".into(),
+            role: "vcp-syncer-namespaced-demo".into(),
             service_account: ("vcp-demo".into(), "vcp-syncer".into()),
         };
         let rb = role_binding(&key, "demo-apps", &access);
@@ -104,7 +104,7 @@ mod tests {
                 "metadata": {"name": "vcp-syncer", "namespace": "demo-apps",
                     "labels": {"vcp.dev/tenant": "demo"}},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "vcp-syncer-demo-namespaced"},
+                    "name": "vcp-syncer-namespaced-demo"},
                 "subjects": [{"kind": "ServiceAccount", "name": "vcp-syncer", "namespace": "vcp-demo"}],
             })
         );
