@@ -121,6 +121,11 @@ impl Problem {
         }
     }
 
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
     /// The request field at fault, if any.
     pub fn field(&self) -> Option<&str> {
         self.field.as_deref()

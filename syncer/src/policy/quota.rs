@@ -199,8 +199,9 @@ pub struct Resources {
     pub memory: Quantity,
 }
 
-/// Quota limits as numbers: CPU in millicores, memory and storage in bytes; `None` (`null`)
-/// unlimited. The `limits` of a tenant's usage in the platform API.
+/// Quota limits as numbers: counts, CPU in millicores, memory and storage in bytes; null
+/// (`None`) is unlimited. In the platform API, the `limits` a tenant's usage is measured
+/// against: its plan's quota.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[schema(as = QuotaLimits)]
 pub struct Hard {
@@ -224,9 +225,10 @@ pub struct Hard {
     pub namespaces: Option<u64>,
 }
 
-/// What a tenant's objects hold together, in the units of [`Hard`]: what [`admitted`] counts
-/// for the admitted ones (on the syncer's `/metrics`), and what [`host_usage`] counts on the
-/// host (sampled by vcp into its inventory and served by the platform API, for billing).
+/// What a tenant's objects hold together: counts, CPU in millicores, memory and storage in
+/// bytes, as its quota counts them. The syncer counts the objects it admits (its `/metrics`);
+/// vcp counts the tenant's objects on the host into its inventory, for the platform API and
+/// billing. (In code: `admitted` and `host_usage`, by the same rules.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Usage {
     /// Pods that take quota: not finished (`Succeeded`, `Failed`), not terminating.
