@@ -557,6 +557,7 @@ fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageR
         v.as_deref()
             .map(|s| {
                 time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                    .map(|t| t.to_offset(time::UtcOffset::UTC))
                     .map_err(|_| {
                         Problem::invalid(
                             field,
@@ -593,7 +594,7 @@ fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageR
 #[utoipa::path(get, path = "/v1/tenants/{name}/usage", tag = "tenants", security(("bearer" = [])),
     params(("name" = String, Path, description = "tenant name"), UsageQuery), responses(
     (status = 200, body = UsageSamples),
-    (status = 400, description = "malformed query (`limit` not a number)", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 400, description = "malformed query (`limit` not a number, a parameter given twice); `field` names it", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,
     NoSuchTenant,
     (status = 422, description = "`since` or `until` not RFC 3339, `since` after `until`, or `limit` outside 1 to 10000; `field` names it", body = ProblemBody, content_type = "application/problem+json"),
@@ -608,15 +609,7 @@ async fn tenant_usage(
     let Name(name) = name?;
     // The tenant first: another owner's tenant answers 404 whatever the query.
     let t = find(&s, &caller, &name).await?;
-    let Query(q) = q.map_err(|e| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "malformed",
-            "malformed query",
-            &e.body_text(),
-            Some("query"),
-        )
-    })?;
+    let Query(q) = q.map_err(Problem::from_query_rejection)?;
     let r = check_usage_query(&q, time::OffsetDateTime::now_utc())?;
     // One more than asked: whether another page follows, and where it starts.
     let mut items = s
@@ -1064,6 +1057,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.since, at("2025-12-31T22:00:00Z"));
+        assert_eq!(r.since.offset(), time::UtcOffset::UTC, "answered in UTC");
         assert_eq!((r.until, r.limit), (at("2026-02-01T00:00:00Z"), 10_000));
         // An empty range is fine; `until` alone moves the default `since` with it.
         let t = "2026-01-01T00:00:00Z";
