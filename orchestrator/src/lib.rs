@@ -5,8 +5,10 @@
 //! ([`provision`]) claim due tenants from the inventory (row leases, so replicas never double
 //! up), render each tenant's control plane from templates ([`render`], pure) with certificates
 //! from [`pki`] (pure), apply it to the host cluster step by step, gated on readiness, and
-//! write phase and conditions back. Nothing that matters lives only in memory: a replica
-//! killed at any line leaves state another one resumes from.
+//! write phase and conditions back. A sampler ([`usage`]) counts each Ready tenant's host
+//! objects against its plan's quota into the inventory, which the API serves for billing.
+//! Nothing that matters lives only in memory: a replica killed at any line leaves state
+//! another one resumes from.
 
 pub mod api;
 pub mod cli;
@@ -16,6 +18,7 @@ pub mod pki;
 pub mod provision;
 pub mod render;
 pub mod serve;
+pub mod usage;
 
 use clap::{Parser, Subcommand};
 

@@ -1,4 +1,5 @@
-//! `vcp serve`: migrations, the admin token, reconcile workers and the HTTP API in one process.
+//! `vcp serve`: migrations, the admin token, reconcile workers, the usage sampler and the HTTP
+//! API in one process.
 
 use crate::api::{self, AppState};
 use crate::inventory::Inventory;
@@ -85,6 +86,17 @@ pub struct ServeArgs {
     #[arg(long, env = "VCP_MAX_KUBECONFIG_TTL_HOURS", default_value_t = 720,
           value_parser = clap::value_parser!(u64).range(1..=8760))]
     pub max_kubeconfig_ttl_hours: u64,
+    /// How often each Ready tenant's quota usage is sampled from the host into the inventory,
+    /// in seconds (10 to 86400). Each sample costs four list requests to the host apiserver
+    /// per tenant; replicas share the work.
+    #[arg(long, env = "VCP_USAGE_INTERVAL_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(10..=86_400))]
+    pub usage_interval_seconds: u64,
+    /// How long usage samples are kept, in days (1 to 36500); older ones are pruned, deleted
+    /// tenants' samples included.
+    #[arg(long, env = "VCP_USAGE_RETENTION_DAYS", default_value_t = 90,
+          value_parser = clap::value_parser!(u64).range(1..=36_500))]
+    pub usage_retention_days: u64,
 }
 
 /// How long a claimed tenant stays ours without renewal.
@@ -219,6 +231,13 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             metrics.clone(),
         ));
     }
+    tokio::spawn(
+        crate::usage::Sampler::new(inv.clone(), prov.host.clone(), &config.plans).run(
+            Duration::from_secs(a.usage_interval_seconds),
+            Duration::from_secs(a.usage_retention_days * 86_400),
+            metrics.clone(),
+        ),
+    );
     let state = AppState {
         inventory: inv,
         provisioner: prov,
@@ -336,6 +355,36 @@ mod tests {
         assert!(parse("8760").is_ok());
         for bad in ["0", "8761", "18446744073709551615", "-1"] {
             assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn usage_sampling_and_retention_flags_are_bounded() {
+        let parse = |flag: &str, v: &str| {
+            crate::Args::try_parse_from([
+                "vcp",
+                "serve",
+                "--database-url",
+                "postgres://localhost/vcp",
+                flag,
+                v,
+            ])
+        };
+        let serve = |a: crate::Args| match a.command {
+            crate::Command::Serve(s) => *s,
+            _ => unreachable!("parsed as serve"),
+        };
+        let d = serve(parse("--workers", "1").unwrap());
+        assert_eq!((d.usage_interval_seconds, d.usage_retention_days), (60, 90));
+        assert_eq!(
+            serve(parse("--usage-interval-seconds", "10").unwrap()).usage_interval_seconds,
+            10
+        );
+        for bad in ["0", "9", "86401", "x"] {
+            assert!(parse("--usage-interval-seconds", bad).is_err(), "{bad}");
+        }
+        for bad in ["0", "36501", "-1"] {
+            assert!(parse("--usage-retention-days", bad).is_err(), "{bad}");
         }
     }
 }

@@ -112,6 +112,14 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
             Some(json!({"user": "mallory", "groups": ["admin"]})),
         ),
         (Method::GET, "/v1/tenants/shop/kubeconfigs", None),
+        (Method::GET, "/v1/tenants/shop/usage", None),
+        (
+            Method::GET,
+            "/v1/tenants/shop/usage?since=2026-01-01T00:00:00Z",
+            None,
+        ),
+        // Another owner's tenant answers 404 before its query is looked at.
+        (Method::GET, "/v1/tenants/shop/usage?since=garbage", None),
     ] {
         let (s, body) = b.raw(method, path, body.as_ref()).await?;
         assert_problem(s, &body, 404, None);
@@ -197,6 +205,66 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
     let (s, body) = admin.raw(Method::DELETE, "/v1/tokens/team-b", None).await?;
     assert_problem(s, &body, 404, None);
 
+    // Usage: none before the first sample (no workers: never Ready, never sampled), the
+    // plan's limits with it; bad ranges refused naming the parameter.
+    let (s, t) = a.raw(Method::GET, "/v1/tenants/shop", None).await?;
+    assert_eq!(s, 200, "{t}");
+    assert!(t["usage"].is_null(), "{t}");
+    let (s, u) = a.raw(Method::GET, "/v1/tenants/shop/usage", None).await?;
+    assert_eq!(s, 200, "{u}");
+    assert_eq!(u["items"], json!([]), "{u}");
+    assert!(u["next_since"].is_null(), "{u}");
+    assert_eq!(
+        u["limits"]["pods"], 100,
+        "the dev plan has the default quota: {u}"
+    );
+    assert_eq!(u["limits"]["requests_cpu"], 20_000, "{u}");
+    let (s, u) = admin
+        .raw(
+            Method::GET,
+            "/v1/tenants/shop/usage?since=2026-01-01T00:00:00%2B02:00&until=2026-01-02T00:00:00Z&limit=5",
+            None,
+        )
+        .await?;
+    assert_eq!(s, 200, "admins see every tenant's usage: {u}");
+    assert_eq!(
+        (u["since"].as_str(), u["until"].as_str()),
+        (Some("2025-12-31T22:00:00Z"), Some("2026-01-02T00:00:00Z"))
+    );
+    for (query, want, field) in [
+        (
+            "since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z",
+            422,
+            Some("since"),
+        ),
+        ("since=yesterday", 422, Some("since")),
+        ("since=2026-01-01", 422, Some("since")),
+        ("until=2026-13-01T00:00:00Z", 422, Some("until")),
+        ("until=1767225600", 422, Some("until")),
+        ("limit=0", 422, Some("limit")),
+        ("limit=10001", 422, Some("limit")),
+        ("limit=many", 400, Some("limit")),
+        ("limit=-1", 400, Some("limit")),
+        (
+            "since=2026-01-01T00:00:00Z&since=2026-01-02T00:00:00Z",
+            400,
+            Some("since"),
+        ),
+    ] {
+        let (s, body) = a
+            .raw(
+                Method::GET,
+                &format!("/v1/tenants/shop/usage?{query}"),
+                None,
+            )
+            .await?;
+        assert_problem(s, &body, want, field);
+    }
+    let (s, body) = anonymous
+        .raw(Method::GET, "/v1/tenants/shop/usage", None)
+        .await?;
+    assert_problem(s, &body, 401, None);
+
     // Deletion is accepted and visible; versions list both minors.
     let (s, t) = a.raw(Method::DELETE, "/v1/tenants/shop", None).await?;
     assert_eq!((s, t["phase"].as_str()), (202, Some("Deleting")));
@@ -211,6 +279,10 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
         .await?;
     assert!(
         metrics.contains("vcp_http_client_errors_total"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("vcp_usage_sample_errors_total 0"),
         "{metrics}"
     );
     assert!(
@@ -391,6 +463,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /v1/tenants",
             "GET /v1/tenants/{name}",
             "GET /v1/tenants/{name}/kubeconfigs",
+            "GET /v1/tenants/{name}/usage",
             "GET /v1/tokens",
             "GET /v1/versions",
             "POST /v1/tenants",
@@ -597,23 +670,15 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
         ("/v1/tenants", &owner_token),
         ("/v1/tenants/shop", &owner_token),
         ("/v1/tenants/shop/kubeconfigs", &owner_token),
+        ("/v1/tenants/shop/usage", &owner_token),
         ("/v1/tokens", &admin_token),
         ("/v1/versions", &owner_token),
     ] {
         let (s, body) = admin.with_token(token).raw(Method::GET, path, None).await?;
         assert_eq!(s, 200, "{path}: {body}");
-        let key = if path.ends_with("shop") {
-            "/v1/tenants/{name}"
-        } else {
-            path
-        };
-        let key = if path.ends_with("kubeconfigs") {
-            "/v1/tenants/{name}/kubeconfigs"
-        } else {
-            key
-        };
-        let schema =
-            &doc["paths"][key]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        let key = path.replace("/shop", "/{name}");
+        let schema = &doc["paths"][key.as_str()]["get"]["responses"]["200"]["content"]["application/json"]
+            ["schema"];
         assert!(schema.is_object(), "{path} has no documented answer");
         conforms(&doc, schema, &body, path);
     }

@@ -253,6 +253,7 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
         &["tenant", "list"][..],
         &["tenant", "get", "shop"],
         &["tenant", "kubeconfigs", "shop"],
+        &["tenant", "usage", "shop", "--since", "1h"],
         &["version", "list"],
     ] {
         let r = vcp(&url, a, args).await?.ok();
@@ -264,12 +265,28 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
     let mut lines = r.stdout.lines();
     assert!(lines.next().unwrap().starts_with("NAME"));
     assert!(lines.next().unwrap().starts_with("shop "), "{r:#?}");
+    // Usage: the plan's limits under the samples (if vcp serve sampled already); a range
+    // flag that is neither a time nor an age is refused before any request.
+    let r = vcp(&url, a, &["tenant", "usage", "shop"]).await?.ok();
+    assert!(r.stdout.starts_with("SAMPLED"), "{r:#?}");
+    assert!(
+        r.stdout.lines().last().unwrap().starts_with("limit "),
+        "{r:#?}"
+    );
+    vcp(
+        &url,
+        a,
+        &["tenant", "usage", "shop", "--since", "last week"],
+    )
+    .await?
+    .failed_with("--since");
 
     // Owner B sees nothing of A's tenant; calling admin routes is forbidden.
     for args in [
         &["tenant", "get", "shop"][..],
         &["tenant", "delete", "shop"],
         &["tenant", "kubeconfigs", "shop"],
+        &["tenant", "usage", "shop"],
         &[
             "kubeconfig",
             "shop",

@@ -1,11 +1,14 @@
-//! The inventory against a real Postgres: migrations from empty, claims, leases, tokens, audit.
+//! The inventory against a real Postgres: migrations from empty, claims, leases, tokens, audit,
+//! usage samples.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use time::OffsetDateTime;
 use vcp_dev::postgres::EphemeralPostgres;
 use vcp_orchestrator::Error;
 use vcp_orchestrator::inventory::{Inventory, NewTenant, Outcome};
 use vcp_orchestrator::render::Catalog;
+use vcp_syncer::policy::quota::Usage;
 
 async fn fresh(pg: &EphemeralPostgres, db: &str) -> anyhow::Result<Inventory> {
     let url = pg.create_database(db).await?;
@@ -52,6 +55,7 @@ async fn migrations_apply_to_an_empty_database_and_again_as_a_no_op() -> anyhow:
         "certificates",
         "kubeconfigs",
         "tenants",
+        "usage_samples",
         "versions",
     ] {
         assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
@@ -272,5 +276,152 @@ async fn vcp_migrate_runs_twice_and_bad_settings_fail_clearly() -> anyhow::Resul
         "{}",
         String::from_utf8_lossy(&no_address.stderr)
     );
+    Ok(())
+}
+
+fn usage(pods: u64) -> Usage {
+    Usage {
+        pods,
+        requests_cpu: 100 * pods,
+        requests_memory: (128 << 20) * pods,
+        limits_cpu: 1000 * pods,
+        limits_memory: (512 << 20) * pods,
+        services: 2,
+        persistent_volume_claims: 1,
+        // Beyond 32 bits: the columns are BIGINT.
+        requests_storage: 1 << 42,
+        namespaces: 3,
+    }
+}
+
+#[tokio::test]
+async fn usage_samples_are_recorded_once_per_gap_and_served_latest_and_by_range()
+-> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "usage").await?;
+    let a = inv.create_tenant(&tenant("a", "axxxxxx", "o"), "o").await?;
+    let b = inv.create_tenant(&tenant("b", "bxxxxxx", "o"), "o").await?;
+    // a becomes Ready; b stays Pending and is never due.
+    let claimed = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+    assert_eq!(claimed.id, a.id);
+    assert!(inv.finish(&claimed, "w", &outcome("Ready", 1), "w").await?);
+    let gap = Duration::from_secs(45);
+    let due = |g| {
+        let inv = inv.clone();
+        async move {
+            anyhow::Ok(
+                inv.tenants_due_for_usage(g)
+                    .await?
+                    .into_iter()
+                    .map(|t| t.name)
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    assert_eq!(due(gap).await?, ["a"], "Ready tenants only");
+    assert!(inv.latest_usage(&[a.id, b.id]).await?.is_empty());
+
+    let now = OffsetDateTime::now_utc();
+    let min = move |m: i64| now - time::Duration::minutes(m);
+    let t0 = inv
+        .record_usage(a.id, min(10), &usage(1), gap)
+        .await?
+        .expect("the first sample is recorded");
+    assert!((t0 - min(10)).abs() < time::Duration::microseconds(1));
+    assert_eq!(due(gap).await?, ["a"], "ten minutes old: due again");
+    assert!(
+        inv.record_usage(a.id, min(10) + time::Duration::seconds(10), &usage(9), gap)
+            .await?
+            .is_none(),
+        "within the gap: another replica got there first"
+    );
+    // Replicas racing for one tenant: exactly one records. (Their connections are open and
+    // they start together, so the inserts overlap.)
+    let warm = futures::future::try_join_all((0..8).map(|_| inv.pool().acquire())).await?;
+    drop(warm);
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(8));
+    let mut racers = Vec::new();
+    for i in 0..8 {
+        let (inv, start) = (inv.clone(), start.clone());
+        racers.push(tokio::spawn(async move {
+            start.wait().await;
+            inv.record_usage(
+                a.id,
+                min(5) + time::Duration::milliseconds(i),
+                &usage(2),
+                gap,
+            )
+            .await
+            .unwrap()
+        }));
+    }
+    let mut recorded = 0;
+    for r in racers {
+        recorded += usize::from(r.await?.is_some());
+    }
+    assert_eq!(
+        recorded, 1,
+        "one sample per gap, however many replicas race"
+    );
+    let last = inv
+        .record_usage(a.id, min(0), &usage(3), gap)
+        .await?
+        .unwrap();
+    assert!(due(gap).await?.is_empty(), "just sampled");
+    assert_eq!(due(Duration::ZERO).await?, ["a"], "a zero gap samples now");
+    assert!(
+        inv.record_usage(a.id, last, &usage(3), Duration::ZERO)
+            .await?
+            .is_none(),
+        "one sample per instant"
+    );
+
+    let latest = inv.latest_usage(&[a.id, b.id]).await?;
+    assert_eq!(latest.len(), 1);
+    assert_eq!(latest[&a.id].sampled_at, last);
+    assert_eq!(latest[&a.id].used, usage(3), "every column round-trips");
+
+    // Ranges are [since, until), oldest first, at most `limit`.
+    let all = inv.usage_between(a.id, min(60), min(-1), 100).await?;
+    let pods: Vec<u64> = all.iter().map(|s| s.used.pods).collect();
+    assert_eq!(pods, [1, 2, 3]);
+    assert!(all.windows(2).all(|w| w[0].sampled_at < w[1].sampled_at));
+    let page = inv.usage_between(a.id, min(60), min(-1), 2).await?;
+    assert_eq!(page, all[..2]);
+    let from_second = inv
+        .usage_between(a.id, all[1].sampled_at, last, 100)
+        .await?;
+    assert_eq!(from_second, all[1..2], "since inclusive, until exclusive");
+    assert!(
+        inv.usage_between(b.id, min(60), min(-1), 100)
+            .await?
+            .is_empty()
+    );
+
+    // A deleted tenant keeps its samples (billing), and its row cannot be removed under them.
+    let d = inv.request_delete("a", None, false, "o").await?.unwrap();
+    sqlx::query("UPDATE tenants SET next_reconcile_at = now() WHERE id = $1")
+        .bind(d.id)
+        .execute(inv.pool())
+        .await?;
+    let claimed = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+    assert!(inv.tombstone(&claimed, "w", "w").await?);
+    assert!(inv.tenants_due_for_usage(Duration::ZERO).await?.is_empty());
+    assert_eq!(inv.latest_usage(&[a.id]).await?[&a.id].sampled_at, last);
+    let removed = sqlx::query("DELETE FROM tenants WHERE id = $1")
+        .bind(a.id)
+        .execute(inv.pool())
+        .await;
+    assert!(
+        matches!(&removed, Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23503")),
+        "{removed:?}"
+    );
+
+    // Retention prunes by age, everyone's.
+    assert_eq!(inv.prune_usage(min(4)).await?, 2);
+    let left = inv.usage_between(a.id, min(60), min(-1), 100).await?;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].sampled_at, last);
+    assert_eq!(inv.prune_usage(min(4)).await?, 0);
     Ok(())
 }

@@ -543,3 +543,268 @@ async fn two_tenants_with_identical_workloads_are_provisioned_used_and_deleted()
     drop(platform);
     Ok(())
 }
+
+fn pod_with(name: &str, resources: serde_json::Value) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "nginx:1.29", "resources": resources}]},
+    }))?)
+}
+
+/// A tenant's quota usage, counted on the host by a sampling round and served by the API: the
+/// latest sample with the plan's limits on the tenant, every sample by range, for the owner
+/// and admins only; bad ranges refused.
+#[tokio::test]
+async fn tenant_usage_is_sampled_from_the_host_and_served_by_the_api() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use reqwest::Method;
+    use vcp_orchestrator::inventory::Inventory;
+    use vcp_orchestrator::usage::Sampler;
+    use vcp_syncer::policy::quota::Usage;
+
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let platform = vcp_dev::testing::platform(cluster, "vcp-usage", 2).await?;
+    let admin = platform.admin.clone();
+    let mut owners = Vec::new();
+    for name in ["team-u", "team-v"] {
+        let (s, b) = admin
+            .raw(
+                Method::POST,
+                "/v1/tokens",
+                Some(&serde_json::json!({"name": name, "role": "owner"})),
+            )
+            .await?;
+        assert_eq!(s, 201, "{b}");
+        owners.push(admin.with_token(b["token"].as_str().unwrap()));
+    }
+    let (owner, stranger) = (&owners[0], &owners[1]);
+    owner.create_tenant("gamma").await?;
+    let t = owner.wait_ready("gamma", READY_TIMEOUT).await?;
+    let key = t["key"].as_str().unwrap().to_owned();
+
+    // This test is another replica: it samples on demand instead of waiting for an interval.
+    let inventory = Inventory::connect(&platform.database_url).await?;
+    let plans = vcp_orchestrator::render::parse_plans(vcp_dev::platform::DEV_PLANS)?;
+    let sampler = Sampler::new(inventory, host.clone(), &plans);
+    let sample = || async {
+        let round = sampler.round(Duration::ZERO).await?;
+        anyhow::ensure!(round.failed.is_empty(), "{:?}", round.failed);
+        round
+            .recorded
+            .into_iter()
+            .find(|(name, ..)| name == "gamma")
+            .map(|(_, at, used)| (at, used))
+            .ok_or_else(|| anyhow::anyhow!("gamma was not sampled"))
+    };
+    let (_, before) = sample().await?;
+    assert_eq!(
+        before,
+        Usage::default(),
+        "a new tenant holds nothing: its built-in namespaces and default/kubernetes do not count"
+    );
+
+    // Three pods (one without resources: the plan's defaults count), a Service and a claim in
+    // a new namespace.
+    let tenant = tenant_client(&owner.kubeconfig("gamma", "u", &["admin"], "1h").await?).await?;
+    vcp_dev::testing::namespace(&tenant, "shop").await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "shop");
+    let sized = serde_json::json!({
+        "requests": {"cpu": "250m", "memory": "64Mi"},
+        "limits": {"cpu": "500m", "memory": "128Mi"},
+    });
+    for (name, r) in [
+        ("a", sized.clone()),
+        ("b", sized),
+        ("plain", serde_json::json!({})),
+    ] {
+        pods.create(&PostParams::default(), &pod_with(name, r)?)
+            .await?;
+    }
+    Api::<Service>::namespaced(tenant.clone(), "shop")
+        .create(&PostParams::default(), &web_service()?)
+        .await?;
+    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))?;
+    Api::<PersistentVolumeClaim>::namespaced(tenant.clone(), "shop")
+        .create(&PostParams::default(), &claim)
+        .await?;
+    let host_ns = format!("{key}-shop");
+    eventually(
+        "the syncer put gamma's pods, Service and claim on the host",
+        Duration::from_secs(120),
+        || async {
+            let p = Api::<Pod>::namespaced(host.clone(), &host_ns)
+                .list(&ListParams::default())
+                .await?
+                .items
+                .len();
+            let s = Api::<Service>::namespaced(host.clone(), &host_ns)
+                .list(&ListParams::default())
+                .await?
+                .items
+                .len();
+            let c = Api::<PersistentVolumeClaim>::namespaced(host.clone(), &host_ns)
+                .list(&ListParams::default())
+                .await?
+                .items
+                .len();
+            Ok((p == 3 && s == 1 && c == 1).then_some(()))
+        },
+    )
+    .await?;
+
+    let (at, used) = sample().await?;
+    let mi = 1u64 << 20;
+    assert_eq!(
+        used,
+        Usage {
+            pods: before.pods + 3,
+            requests_cpu: before.requests_cpu + 250 + 250 + 100,
+            requests_memory: before.requests_memory + 64 * mi + 64 * mi + 128 * mi,
+            limits_cpu: before.limits_cpu + 500 + 500 + 1000,
+            limits_memory: before.limits_memory + 128 * mi + 128 * mi + 512 * mi,
+            services: before.services + 1,
+            persistent_volume_claims: before.persistent_volume_claims + 1,
+            requests_storage: before.requests_storage + 1024 * mi,
+            namespaces: before.namespaces + 1,
+        },
+        "before: {before:?}"
+    );
+    let used_json = serde_json::to_value(used)?;
+    let rfc3339 = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+
+    // The tenant shows it (or a later sample of vcp serve's own, which counts the same).
+    let (s, t) = owner.raw(Method::GET, "/v1/tenants/gamma", None).await?;
+    assert_eq!(s, 200, "{t}");
+    let usage = &t["usage"];
+    assert_eq!(usage["used"], used_json, "{t}");
+    let shown = time::OffsetDateTime::parse(
+        usage["sampled_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )?;
+    assert!(
+        shown >= at,
+        "{shown} is older than the sample taken at {at}"
+    );
+    assert_eq!(
+        usage["limits"],
+        serde_json::json!({
+            "pods": 100, "requests_cpu": 20_000, "requests_memory": 64u64 << 30,
+            "limits_cpu": 100_000, "limits_memory": 128u64 << 30, "services": 50,
+            "persistent_volume_claims": 20, "requests_storage": 200u64 << 30, "namespaces": 20,
+        }),
+        "the default plan's quota"
+    );
+
+    // The range endpoint has this very sample, for the owner and for admins.
+    let range = format!(
+        "/v1/tenants/gamma/usage?since={}&until={}",
+        rfc3339(at - time::Duration::seconds(1)),
+        rfc3339(at + time::Duration::seconds(1)),
+    );
+    for who in [owner, &admin] {
+        let (s, u) = who.raw(Method::GET, &range, None).await?;
+        assert_eq!(s, 200, "{u}");
+        let items = u["items"].as_array().unwrap();
+        assert!(
+            items
+                .iter()
+                .any(|i| i["sampled_at"] == rfc3339(at) && i["used"] == used_json),
+            "{u}"
+        );
+        assert_eq!(u["limits"], usage["limits"]);
+    }
+    // Every sample since provisioning, oldest first; pages of one follow `next_since`.
+    let (_, all) = owner
+        .raw(Method::GET, "/v1/tenants/gamma/usage?limit=10000", None)
+        .await?;
+    let all = all["items"].as_array().unwrap().clone();
+    assert!(all.len() >= 2, "{all:?}");
+    let mut paged = Vec::new();
+    let mut since = all[0]["sampled_at"].as_str().unwrap().to_owned();
+    let until = rfc3339(time::OffsetDateTime::now_utc() + time::Duration::minutes(1));
+    loop {
+        let (s, page) = owner
+            .raw(
+                Method::GET,
+                &format!("/v1/tenants/gamma/usage?since={since}&until={until}&limit=1"),
+                None,
+            )
+            .await?;
+        assert_eq!(s, 200, "{page}");
+        paged.extend(page["items"].as_array().unwrap().iter().cloned());
+        match page["next_since"].as_str() {
+            Some(next) => since = next.to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(paged[..all.len()], all[..], "pages add up to the range");
+
+    // Another owner sees nothing; bad ranges name their parameter.
+    for path in ["/v1/tenants/gamma", "/v1/tenants/gamma/usage", &range] {
+        let (s, b) = stranger.raw(Method::GET, path, None).await?;
+        assert_eq!((s, b["status"].as_u64()), (404, Some(404)), "{path}: {b}");
+    }
+    for (query, field) in [
+        (
+            format!(
+                "since={}&until={}",
+                rfc3339(at),
+                rfc3339(at - time::Duration::seconds(1))
+            ),
+            "since",
+        ),
+        ("since=not-a-time".to_owned(), "since"),
+        ("until=2026-02-30T00:00:00Z".to_owned(), "until"),
+    ] {
+        let (s, b) = owner
+            .raw(
+                Method::GET,
+                &format!("/v1/tenants/gamma/usage?{query}"),
+                None,
+            )
+            .await?;
+        assert_eq!((s, b["field"].as_str()), (422, Some(field)), "{query}: {b}");
+    }
+
+    // The client commands show the same.
+    let vcp = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+            .args(args)
+            .env("VCP_API_URL", &platform.orchestrator.url)
+            .env("VCP_TOKEN", &platform.admin_token)
+            .env("COLUMNS", "80")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("vcp runs");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let shown = vcp(&["tenant", "get", "gamma"]);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["pods", &used.pods.to_string(), "100"]),
+        "{shown}"
+    );
+    let exported: serde_json::Value = serde_json::from_str(&vcp(&[
+        "tenant", "usage", "gamma", "--since", "1h", "-o", "json",
+    ]))?;
+    assert!(
+        exported["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["sampled_at"] == rfc3339(at) && i["used"] == used_json),
+        "{exported}"
+    );
+    drop(platform);
+    Ok(())
+}

@@ -1,4 +1,5 @@
-//! The platform API (axum): tenants, kubeconfigs, tokens, versions, health and metrics.
+//! The platform API (axum): tenants (with their quota usage), kubeconfigs, tokens, versions,
+//! health and metrics.
 //!
 //! Every caller presents a bearer token; the inventory holds only its hash. Admins see the
 //! whole fleet; an owner token sees only tenants it created (others answer 404, so tenant
@@ -42,6 +43,8 @@ pub struct Metrics {
     requests: AtomicU64,
     client_errors: AtomicU64,
     server_errors: AtomicU64,
+    usage_samples: AtomicU64,
+    usage_errors: AtomicU64,
 }
 
 impl Metrics {
@@ -52,6 +55,14 @@ impl Metrics {
         if error {
             self.pass_errors.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A usage sampling round: samples recorded, tenants (or whole rounds) that failed.
+    pub fn usage_round(&self, recorded: usize, failed: usize) {
+        self.usage_samples
+            .fetch_add(recorded as u64, Ordering::Relaxed);
+        self.usage_errors
+            .fetch_add(failed as u64, Ordering::Relaxed);
     }
 }
 
@@ -107,6 +118,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(versions))
         .routes(routes!(create_tenant, list_tenants))
         .routes(routes!(get_tenant, delete_tenant))
+        .routes(routes!(tenant_usage))
         .routes(routes!(issue_kubeconfig, list_kubeconfigs))
         .routes(routes!(create_token, list_tokens))
         .routes(routes!(revoke_token))
@@ -198,14 +210,32 @@ fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
     r.map(|Json(v)| v).map_err(Problem::from_rejection)
 }
 
-fn view(s: &AppState, t: Tenant) -> TenantView {
-    let kubernetes = s
-        .provisioner
-        .config
-        .catalog
-        .get(&t.version)
-        .map(|v| v.kubernetes.clone());
-    TenantView::new(t, kubernetes)
+/// Tenants as the API shows them: with their release and their latest usage sample (one
+/// query for all of them).
+async fn views(s: &AppState, tenants: Vec<Tenant>) -> Result<Vec<TenantView>, Problem> {
+    let ids: Vec<i64> = tenants.iter().map(|t| t.id).collect();
+    let mut latest = s
+        .inventory
+        .latest_usage(&ids)
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    let config = &s.provisioner.config;
+    Ok(tenants
+        .into_iter()
+        .map(|t| {
+            let kubernetes = config.catalog.get(&t.version).map(|v| v.kubernetes.clone());
+            let usage = latest.remove(&t.id).map(|u| TenantUsage {
+                sampled_at: u.sampled_at,
+                used: u.used,
+                limits: crate::usage::limits(&config.plans, &t.plan),
+            });
+            TenantView::new(t, kubernetes, usage)
+        })
+        .collect())
+}
+
+async fn view(s: &AppState, t: Tenant) -> Result<TenantView, Problem> {
+    Ok(views(s, vec![t]).await?.remove(0))
 }
 
 /// Liveness: the process serves requests.
@@ -268,6 +298,16 @@ async fn metrics_text(State(s): State<AppState>) -> Response {
         "vcp_http_server_errors_total",
         "API requests answered 5xx.",
         m.server_errors.load(Ordering::Relaxed),
+    );
+    counter(
+        "vcp_usage_samples_total",
+        "Tenant usage samples this replica recorded.",
+        m.usage_samples.load(Ordering::Relaxed),
+    );
+    counter(
+        "vcp_usage_sample_errors_total",
+        "Tenants (or whole rounds) whose usage this replica could not sample.",
+        m.usage_errors.load(Ordering::Relaxed),
     );
     out.push_str("# HELP vcp_tenants Live tenants by phase.\n# TYPE vcp_tenants gauge\n");
     if let Ok(counts) = s.inventory.phase_counts().await {
@@ -370,7 +410,7 @@ async fn create_tenant(
             plan: plan.clone(),
         };
         match s.inventory.create_tenant(&new, &caller.0.name).await {
-            Ok(t) => return Ok((StatusCode::CREATED, Json(view(&s, t)))),
+            Ok(t) => return Ok((StatusCode::CREATED, Json(view(&s, t).await?))),
             Err(Error::KeyCollision) => continue,
             Err(Error::Duplicate(n)) => {
                 return Err(Problem::conflict(
@@ -394,14 +434,12 @@ async fn list_tenants(
     headers: HeaderMap,
 ) -> Result<Json<TenantList>, Problem> {
     let caller = authenticate(&s, &headers).await?;
-    let items = s
+    let tenants = s
         .inventory
         .list_tenants(caller.scope())
         .await
-        .map_err(|e| Problem::internal(&e))?
-        .into_iter()
-        .map(|t| view(&s, t))
-        .collect();
+        .map_err(|e| Problem::internal(&e))?;
+    let items = views(&s, tenants).await?;
     Ok(Json(TenantList { items }))
 }
 
@@ -445,7 +483,7 @@ async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Probl
         .ok_or_else(|| Problem::not_found(&format!("no tenant named {name:?}")))
 }
 
-/// One tenant.
+/// One tenant, with its latest quota usage sample (`usage`, null before the first).
 #[utoipa::path(get, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
     params(("name" = String, Path, description = "tenant name")), responses(
     (status = 200, body = TenantView),
@@ -460,7 +498,7 @@ async fn get_tenant(
     let caller = authenticate(&s, &headers).await?;
     let Name(name) = name?;
     let t = find(&s, &caller, &name).await?;
-    Ok(Json(view(&s, t)))
+    Ok(Json(view(&s, t).await?))
 }
 
 /// Deletes a tenant: its control plane, its workloads on the host and (unless retained) its
@@ -496,7 +534,101 @@ async fn delete_tenant(
         .await
         .map_err(|e| Problem::internal(&e))?
         .ok_or_else(|| Problem::not_found(&format!("no tenant named {name:?}")))?;
-    Ok((StatusCode::ACCEPTED, Json(view(&s, t))))
+    Ok((StatusCode::ACCEPTED, Json(view(&s, t).await?)))
+}
+
+/// Most samples one `GET /v1/tenants/{name}/usage` answer holds.
+pub const MAX_USAGE_PAGE: u32 = 10_000;
+
+/// Samples per answer when the caller does not say.
+const DEFAULT_USAGE_PAGE: u32 = 1_000;
+
+/// A checked usage range: `[since, until)` and the page size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct UsageRange {
+    since: time::OffsetDateTime,
+    until: time::OffsetDateTime,
+    limit: u32,
+}
+
+/// Checks a usage query; `now` is the default `until`.
+fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageRange, Problem> {
+    let time = |field: &str, v: &Option<String>| -> Result<Option<time::OffsetDateTime>, Problem> {
+        v.as_deref()
+            .map(|s| {
+                time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                    .map(|t| t.to_offset(time::UtcOffset::UTC))
+                    .map_err(|_| {
+                        Problem::invalid(
+                            field,
+                            &format!("{s:?} is not an RFC 3339 time like 2026-01-01T00:00:00Z"),
+                        )
+                    })
+            })
+            .transpose()
+    };
+    let until = time("until", &q.until)?.unwrap_or(now);
+    let since = time("since", &q.since)?.unwrap_or(until - time::Duration::DAY);
+    if since > until {
+        return Err(Problem::invalid(
+            "since",
+            "since must not be after until (the range is [since, until))",
+        ));
+    }
+    let limit = q.limit.unwrap_or(DEFAULT_USAGE_PAGE);
+    if !(1..=MAX_USAGE_PAGE).contains(&limit) {
+        return Err(Problem::invalid(
+            "limit",
+            &format!("limit must be 1 to {MAX_USAGE_PAGE}"),
+        ));
+    }
+    Ok(UsageRange {
+        since,
+        until,
+        limit,
+    })
+}
+
+/// A tenant's usage samples in `[since, until)`, oldest first, with its plan's limits: the
+/// billing export. Pages of at most `limit` samples; `next_since` continues.
+#[utoipa::path(get, path = "/v1/tenants/{name}/usage", tag = "tenants", security(("bearer" = [])),
+    params(("name" = String, Path, description = "tenant name"), UsageQuery), responses(
+    (status = 200, body = UsageSamples),
+    (status = 400, description = "malformed query (`limit` not a number, a parameter given twice); `field` names it", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    NoSuchTenant,
+    (status = 422, description = "`since` or `until` not RFC 3339, `since` after `until`, or `limit` outside 1 to 10000; `field` names it", body = ProblemBody, content_type = "application/problem+json"),
+))]
+async fn tenant_usage(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Name, Problem>,
+    q: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<UsageSamples>, Problem> {
+    let caller = authenticate(&s, &headers).await?;
+    let Name(name) = name?;
+    // The tenant first: another owner's tenant answers 404 whatever the query.
+    let t = find(&s, &caller, &name).await?;
+    let Query(q) = q.map_err(Problem::from_query_rejection)?;
+    let r = check_usage_query(&q, time::OffsetDateTime::now_utc())?;
+    // One more than asked: whether another page follows, and where it starts.
+    let mut items = s
+        .inventory
+        .usage_between(t.id, r.since, r.until, r.limit + 1)
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    let next_since = if items.len() > r.limit as usize {
+        items.pop().map(|u| u.sampled_at)
+    } else {
+        None
+    };
+    Ok(Json(UsageSamples {
+        since: r.since,
+        until: r.until,
+        items: items.into_iter().map(UsageSampleView::from).collect(),
+        next_since,
+        limits: crate::usage::limits(&s.provisioner.config.plans, &t.plan),
+    }))
 }
 
 /// Parses `90m`, `12h`, `30d` (or plain seconds).
@@ -826,7 +958,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 10);
+        assert_eq!(ops, 11);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
@@ -894,6 +1026,68 @@ mod tests {
             field(check_kubeconfig(&req("u", &[], Some("1w")), max)).as_deref(),
             Some("ttl")
         );
+    }
+
+    #[test]
+    fn usage_ranges_default_to_the_last_day_and_refuse_what_makes_no_sense() {
+        let at = |s: &str| {
+            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap()
+        };
+        let now = at("2026-03-01T12:00:00Z");
+        let q = |since: Option<&str>, until: Option<&str>, limit: Option<u32>| UsageQuery {
+            since: since.map(str::to_owned),
+            until: until.map(str::to_owned),
+            limit,
+        };
+        assert_eq!(
+            check_usage_query(&q(None, None, None), now).unwrap(),
+            UsageRange {
+                since: at("2026-02-28T12:00:00Z"),
+                until: now,
+                limit: 1000
+            }
+        );
+        let r = check_usage_query(
+            &q(
+                Some("2026-01-01T00:00:00+02:00"),
+                Some("2026-02-01T00:00:00Z"),
+                Some(10_000),
+            ),
+            now,
+        )
+        .unwrap();
+        assert_eq!(r.since, at("2025-12-31T22:00:00Z"));
+        assert_eq!(r.since.offset(), time::UtcOffset::UTC, "answered in UTC");
+        assert_eq!((r.until, r.limit), (at("2026-02-01T00:00:00Z"), 10_000));
+        // An empty range is fine; `until` alone moves the default `since` with it.
+        let t = "2026-01-01T00:00:00Z";
+        assert!(check_usage_query(&q(Some(t), Some(t), None), now).is_ok());
+        assert_eq!(
+            check_usage_query(&q(None, Some(t), None), now)
+                .unwrap()
+                .since,
+            at("2025-12-31T00:00:00Z")
+        );
+        let field = |r: Result<UsageRange, Problem>| {
+            let p = r.unwrap_err();
+            assert_eq!(p.status(), StatusCode::UNPROCESSABLE_ENTITY, "{p:?}");
+            p.field().map(str::to_owned)
+        };
+        for (since, until, limit, want) in [
+            (Some("2026-02-01T00:00:00Z"), Some(t), None, "since"),
+            (Some("yesterday"), None, None, "since"),
+            (Some("2026-01-01"), None, None, "since"),
+            (None, Some("2026-13-01T00:00:00Z"), None, "until"),
+            (None, Some("1767225600"), None, "until"),
+            (None, None, Some(0), "limit"),
+            (None, None, Some(10_001), "limit"),
+        ] {
+            assert_eq!(
+                field(check_usage_query(&q(since, until, limit), now)).as_deref(),
+                Some(want),
+                "{since:?} {until:?} {limit:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! RFC 7807 problem responses.
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -121,6 +121,11 @@ impl Problem {
         }
     }
 
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
     /// The request field at fault, if any.
     pub fn field(&self) -> Option<&str> {
         self.field.as_deref()
@@ -220,6 +225,30 @@ impl Problem {
     }
 }
 
+impl Problem {
+    /// A query string that does not decode into the route's parameters (400), naming the
+    /// parameter when the decoder does (`limit: invalid digit`, ``duplicate field `since` ``).
+    pub fn from_query_rejection(r: QueryRejection) -> Problem {
+        let detail = r.body_text();
+        let field = query_field(&detail).unwrap_or_else(|| "query".to_owned());
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed",
+            "malformed query",
+            &detail,
+            Some(&field),
+        )
+    }
+}
+
+fn query_field(detail: &str) -> Option<String> {
+    if let Some(rest) = detail.split("duplicate field `").nth(1) {
+        return rest.split('`').next().map(str::to_owned);
+    }
+    let (field, _) = detail.split("query string: ").nth(1)?.split_once(": ")?;
+    (!field.is_empty() && !field.contains(' ')).then(|| field.to_owned())
+}
+
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let body = ProblemBody {
@@ -252,7 +281,21 @@ fn field_of(detail: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::field_of;
+    use super::{field_of, query_field};
+
+    #[test]
+    fn query_decoder_messages_name_their_parameter() {
+        let p = "Failed to deserialize query string: ";
+        assert_eq!(
+            query_field(&format!("{p}limit: invalid digit found in string")).as_deref(),
+            Some("limit")
+        );
+        assert_eq!(
+            query_field(&format!("{p}duplicate field `since`")).as_deref(),
+            Some("since")
+        );
+        assert_eq!(query_field(&format!("{p}invalid utf-8 sequence")), None);
+    }
 
     #[test]
     fn serde_messages_name_their_field() {

@@ -8,7 +8,7 @@ pub mod output;
 
 use crate::api::{
     CreateTenant, CreateToken, IssueKubeconfig, KubeconfigIssued, KubeconfigList, Phase,
-    ProblemBody, Role, TenantList, TenantView, TokenCreated, TokenList, VersionList,
+    ProblemBody, Role, TenantList, TenantView, TokenCreated, TokenList, UsageSamples, VersionList,
 };
 use crate::{Error, Result};
 use output::Format;
@@ -83,6 +83,23 @@ pub enum TenantCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Show a tenant's quota usage samples in a time range (every page), e.g. for billing.
+    Usage(TenantUsageArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TenantUsageArgs {
+    /// Tenant name.
+    pub name: String,
+    /// Start of the range, inclusive: an RFC 3339 time (2026-01-01T00:00:00Z) or an age
+    /// (90m, 12h, 30d ago); default: 24 hours before --until.
+    #[arg(long, env = "VCP_USAGE_SINCE")]
+    pub since: Option<String>,
+    /// End of the range, exclusive: an RFC 3339 time or an age; default now.
+    #[arg(long, env = "VCP_USAGE_UNTIL")]
+    pub until: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -441,6 +458,13 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 print(&format!("tenant {} deleting\n", a.name))
             }
         }
+        TenantCommand::Usage(a) => {
+            let samples = usage_samples(&client, &a, now()).await?;
+            match a.output.output {
+                Format::Table => print(&output::usage_table(&samples, width)),
+                f => print(&output::structured(&samples, f)),
+            }
+        }
         TenantCommand::Kubeconfigs { name, output: o } => {
             let list: KubeconfigList = client
                 .get(&format!("/v1/tenants/{}/kubeconfigs", self::name(&name)?))
@@ -451,6 +475,77 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
             }
         }
     }
+}
+
+/// A `--since`/`--until` value as the API takes it: an RFC 3339 time as given, or an age
+/// (`12h`) as the time that long before `now`.
+fn instant(flag: &str, v: &str, now: OffsetDateTime) -> Result<String> {
+    let rfc3339 = &time::format_description::well_known::Rfc3339;
+    if OffsetDateTime::parse(v, rfc3339).is_ok() {
+        return Ok(v.to_owned());
+    }
+    crate::api::parse_ttl(v)
+        .and_then(|d| time::Duration::try_from(d).ok())
+        .and_then(|d| now.checked_sub(d))
+        .and_then(|t| t.format(rfc3339).ok())
+        .ok_or_else(|| {
+            Error::Client(format!(
+                "{flag} {v:?}: expected an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90m, 12h, 30d)"
+            ))
+        })
+}
+
+/// Every sample in the range, following `next_since` page by page.
+async fn usage_samples(
+    client: &Client,
+    a: &TenantUsageArgs,
+    now: OffsetDateTime,
+) -> Result<UsageSamples> {
+    let rfc3339 = &time::format_description::well_known::Rfc3339;
+    let format = |t: OffsetDateTime| {
+        t.format(rfc3339)
+            .map_err(|e| Error::Client(format!("cannot format {t}: {e}")))
+    };
+    let mut query = String::new();
+    let mut until = a
+        .until
+        .as_deref()
+        .map(|v| instant("--until", v, now))
+        .transpose()?;
+    let mut since = a
+        .since
+        .as_deref()
+        .map(|v| instant("--since", v, now))
+        .transpose()?;
+    let mut all: Option<UsageSamples> = None;
+    loop {
+        query.clear();
+        for (k, v) in [("since", &since), ("until", &until)] {
+            if let Some(v) = v {
+                query.push(if query.is_empty() { '?' } else { '&' });
+                query.push_str(&format!("{k}={}", segment(v)));
+            }
+        }
+        let page: UsageSamples = client
+            .get(&format!("/v1/tenants/{}/usage{query}", name(&a.name)?))
+            .await?;
+        let next = page.next_since;
+        // The first answer fixed the range (a default `until` is the server's now): later
+        // pages keep its end.
+        until = Some(format(page.until)?);
+        match &mut all {
+            None => all = Some(page),
+            Some(all) => {
+                all.items.extend(page.items);
+                all.limits = page.limits;
+            }
+        }
+        let Some(next) = next else { break };
+        since = Some(format(next)?);
+    }
+    let mut all = all.ok_or_else(|| Error::Client("no answer".into()))?;
+    all.next_since = None;
+    Ok(all)
 }
 
 pub async fn kubeconfig(conn: &Connection, a: KubeconfigArgs) -> Result<()> {
@@ -573,6 +668,29 @@ mod tests {
         assert!(name("..").is_err());
         assert_eq!(name("team-a").unwrap(), "team-a");
         assert_eq!(segment("a b?c"), "a%20b%3Fc");
+    }
+
+    #[test]
+    fn usage_range_flags_take_rfc3339_times_or_ages() {
+        let now = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        assert_eq!(
+            instant("--since", "2026-01-01T00:00:00+02:00", now).unwrap(),
+            "2026-01-01T00:00:00+02:00",
+            "a time goes to the server as given"
+        );
+        assert_eq!(
+            instant("--since", "12h", now).unwrap(),
+            "2027-01-14T20:00:00Z"
+        );
+        for bad in ["yesterday", "2026-01-01", "-1h", ""] {
+            let e = instant("--until", bad, now).unwrap_err().to_string();
+            assert!(e.starts_with("--until"), "{bad}: {e}");
+        }
+        // `+` in an offset must survive the query string.
+        assert_eq!(
+            segment("2026-01-01T00:00:00+02:00"),
+            "2026-01-01T00%3A00%3A00%2B02%3A00"
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! What the client commands print: tables that fit the terminal, JSON and YAML, and the
 //! progress lines of `--wait`. Pure functions of the API's answers.
 
-use crate::api::{KubeconfigView, Phase, TenantView, TokenView, VersionList};
+use crate::api::{
+    Hard, KubeconfigView, Phase, TenantView, TokenView, Usage, UsageSamples, VersionList,
+};
 use serde::Serialize;
 use std::fmt::Write as _;
 use time::OffsetDateTime;
@@ -171,6 +173,22 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
             cut(&v, width.saturating_sub(10))
         );
     }
+    out.push_str("\nUsage:");
+    match &t.usage {
+        None => out.push_str(" not sampled yet\n"),
+        Some(u) => {
+            let at = u
+                .sampled_at
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            let _ = writeln!(out, " sampled {} ago ({at})", age(u.sampled_at, now));
+            out.push_str(&table(
+                &["RESOURCE", "USED", "LIMIT"],
+                &usage_rows(&u.used, &u.limits),
+                width,
+            ));
+        }
+    }
     out.push_str("\nConditions:\n");
     let rows: Vec<Vec<String>> = t
         .conditions
@@ -191,6 +209,142 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
         width,
     ));
     out
+}
+
+/// CPU in millicores as Kubernetes writes it: `2`, `250m`.
+pub fn cpu(millis: u64) -> String {
+    if millis.is_multiple_of(1000) {
+        (millis / 1000).to_string()
+    } else {
+        format!("{millis}m")
+    }
+}
+
+/// Bytes in the largest binary unit they reach: `512`, `128Mi`, `1.5Gi` (one decimal when
+/// not exact; the JSON output has the exact number).
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let Some(i) = (0..UNITS.len()).rev().find(|i| b >= 1u64 << (10 * (i + 1))) else {
+        return b.to_string();
+    };
+    let unit = 1u64 << (10 * (i + 1));
+    if b.is_multiple_of(unit) {
+        format!("{}{}", b / unit, UNITS[i])
+    } else {
+        format!("{:.1}{}", b as f64 / unit as f64, UNITS[i])
+    }
+}
+
+/// One row per quota resource (named as a Kubernetes ResourceQuota names it): used, limit.
+pub fn usage_rows(used: &Usage, limits: &Hard) -> Vec<Vec<String>> {
+    let count = |n: u64| n.to_string();
+    /// Name, used, limit, how to show them.
+    type Row = (&'static str, u64, Option<u64>, fn(u64) -> String);
+    let rows: [Row; 9] = [
+        ("pods", used.pods, limits.pods, count),
+        ("requests.cpu", used.requests_cpu, limits.requests_cpu, cpu),
+        (
+            "requests.memory",
+            used.requests_memory,
+            limits.requests_memory,
+            bytes,
+        ),
+        ("limits.cpu", used.limits_cpu, limits.limits_cpu, cpu),
+        (
+            "limits.memory",
+            used.limits_memory,
+            limits.limits_memory,
+            bytes,
+        ),
+        ("services", used.services, limits.services, count),
+        (
+            "persistentvolumeclaims",
+            used.persistent_volume_claims,
+            limits.persistent_volume_claims,
+            count,
+        ),
+        (
+            "requests.storage",
+            used.requests_storage,
+            limits.requests_storage,
+            bytes,
+        ),
+        ("namespaces", used.namespaces, limits.namespaces, count),
+    ];
+    rows.iter()
+        .map(|(name, u, l, show)| {
+            vec![
+                (*name).to_owned(),
+                show(*u),
+                l.map_or_else(|| "unlimited".to_owned(), show),
+            ]
+        })
+        .collect()
+}
+
+/// Usage samples, oldest first, then the plan's limits (`-`: unlimited). CPU and memory as
+/// `requests/limits`.
+pub fn usage_table(u: &UsageSamples, width: usize) -> String {
+    let row = |when: String, used: [Option<u64>; 9]| -> Vec<String> {
+        let n = |v: Option<u64>, f: fn(u64) -> String| v.map_or_else(|| "-".to_owned(), f);
+        let count = |v: u64| v.to_string();
+        vec![
+            when,
+            n(used[0], count),
+            format!("{}/{}", n(used[1], cpu), n(used[3], cpu)),
+            format!("{}/{}", n(used[2], bytes), n(used[4], bytes)),
+            n(used[5], count),
+            n(used[6], count),
+            n(used[7], bytes),
+            n(used[8], count),
+        ]
+    };
+    let mut rows: Vec<Vec<String>> = u
+        .items
+        .iter()
+        .map(|s| {
+            let x = &s.used;
+            row(
+                s.sampled_at
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_default(),
+                [
+                    x.pods,
+                    x.requests_cpu,
+                    x.requests_memory,
+                    x.limits_cpu,
+                    x.limits_memory,
+                    x.services,
+                    x.persistent_volume_claims,
+                    x.requests_storage,
+                    x.namespaces,
+                ]
+                .map(Some),
+            )
+        })
+        .collect();
+    let l = &u.limits;
+    rows.push(row(
+        "limit".to_owned(),
+        [
+            l.pods,
+            l.requests_cpu,
+            l.requests_memory,
+            l.limits_cpu,
+            l.limits_memory,
+            l.services,
+            l.persistent_volume_claims,
+            l.requests_storage,
+            l.namespaces,
+        ],
+    ));
+    table(
+        &[
+            "SAMPLED", "PODS", "CPU", "MEMORY", "SVC", "PVC", "STORAGE", "NS",
+        ],
+        &rows,
+        width,
+    )
 }
 
 pub fn kubeconfigs_table(items: &[KubeconfigView], now: OffsetDateTime, width: usize) -> String {
@@ -345,6 +499,7 @@ mod tests {
             generation: 1,
             observed_generation: 1,
             created_at: at(0),
+            usage: None,
         }
     }
 
@@ -387,6 +542,114 @@ mod tests {
             let out = tenant_detail(&t, at(10), width);
             assert!(max_line(&out) <= width, "{width}: {out}");
         }
+    }
+
+    #[test]
+    fn quantities_print_as_kubernetes_writes_them() {
+        assert_eq!(cpu(2000), "2");
+        assert_eq!(cpu(250), "250m");
+        assert_eq!(cpu(0), "0");
+        assert_eq!(bytes(512), "512");
+        assert_eq!(bytes(128 << 20), "128Mi");
+        assert_eq!(bytes(3 << 29), "1.5Gi");
+        assert_eq!(bytes(1 << 60), "1Ei");
+        assert_eq!(bytes(u64::MAX), "16.0Ei");
+    }
+
+    fn used() -> Usage {
+        Usage {
+            pods: 3,
+            requests_cpu: 300,
+            requests_memory: 384 << 20,
+            limits_cpu: 3000,
+            limits_memory: 3 << 29,
+            services: 1,
+            persistent_volume_claims: 1,
+            requests_storage: 1 << 30,
+            namespaces: 0,
+        }
+    }
+
+    #[test]
+    fn a_tenant_shows_its_latest_usage_against_its_limits() {
+        let mut t = tenant("a", "o", vec![cond("EtcdReady", "True", "")]);
+        assert!(tenant_detail(&t, at(10), 80).contains("Usage: not sampled yet"));
+        t.usage = Some(crate::api::TenantUsage {
+            sampled_at: at(0),
+            used: used(),
+            limits: Hard {
+                pods: Some(100),
+                requests_cpu: Some(20_000),
+                ..Default::default()
+            },
+        });
+        let out = tenant_detail(&t, at(40), 80);
+        assert!(
+            out.contains("sampled 40s ago (2027-01-15T08:00:00Z)"),
+            "{out}"
+        );
+        let line = |name: &str| {
+            out.lines()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .unwrap_or_else(|| panic!("no {name} row: {out}"))
+        };
+        assert_eq!(line("pods"), ["pods", "3", "100"]);
+        assert_eq!(line("requests.cpu"), ["requests.cpu", "300m", "20"]);
+        assert_eq!(
+            line("limits.memory"),
+            ["limits.memory", "1.5Gi", "unlimited"]
+        );
+        assert!(out.find("Usage:") < out.find("Conditions:"));
+    }
+
+    #[test]
+    fn usage_samples_print_oldest_first_then_the_limits_within_80_columns() {
+        let sample = |s: i64| crate::api::UsageSampleView {
+            sampled_at: at(s),
+            used: used(),
+        };
+        let u = UsageSamples {
+            since: at(0),
+            until: at(3600),
+            items: vec![sample(0), sample(60)],
+            next_since: None,
+            limits: Hard {
+                pods: Some(100),
+                limits_cpu: Some(100_000),
+                ..Default::default()
+            },
+        };
+        let out = usage_table(&u, 80);
+        assert!(max_line(&out) <= 80, "{out}");
+        let lines: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            [
+                "SAMPLED", "PODS", "CPU", "MEMORY", "SVC", "PVC", "STORAGE", "NS"
+            ]
+        );
+        assert_eq!(
+            lines[1],
+            [
+                "2027-01-15T08:00:00Z",
+                "3",
+                "300m/3",
+                "384Mi/1.5Gi",
+                "1",
+                "1",
+                "1Gi",
+                "0"
+            ]
+        );
+        assert_eq!(lines[2][0], "2027-01-15T08:01:00Z");
+        assert_eq!(
+            lines[3],
+            ["limit", "100", "-/100", "-/-", "-", "-", "-", "-"]
+        );
     }
 
     #[test]

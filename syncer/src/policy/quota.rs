@@ -18,8 +18,15 @@
 //!
 //! Quantities are Kubernetes quantity strings (`500m`, `2Gi`, `1.5`), parsed exactly by
 //! [`parse_quantity`] (k8s-openapi carries them as strings only).
+//!
+//! What a tenant holds is counted twice, by the same rules: [`admitted`] counts the tenant
+//! objects it admits (the syncer's `/metrics`), and [`host_usage`] counts the host objects the
+//! syncer made of them (vcp samples it into its inventory for billing). The host copies of an
+//! admitted set count exactly what admission counted, so a sample never exceeds the quota
+//! (property-tested below).
 
 use super::Refusal;
+use crate::naming;
 use k8s_openapi::api::core::v1::{
     Container, Namespace, PersistentVolumeClaim, Pod, PodSpec, ResourceRequirements, Service,
 };
@@ -192,32 +199,57 @@ pub struct Resources {
     pub memory: Quantity,
 }
 
-/// Quota limits as numbers: CPU in millicores, memory and storage in bytes; `None` unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// Quota limits as numbers: counts, CPU in millicores, memory and storage in bytes; null
+/// (`None`) is unlimited. In the platform API, the `limits` a tenant's usage is measured
+/// against: its plan's quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = QuotaLimits)]
 pub struct Hard {
+    /// Pods at once; null: unlimited.
     pub pods: Option<u64>,
+    /// CPU requests of all pods, in millicores (1000 = 1 CPU); null: unlimited.
     pub requests_cpu: Option<u64>,
+    /// Memory requests of all pods, in bytes; null: unlimited.
     pub requests_memory: Option<u64>,
+    /// CPU limits of all pods, in millicores; null: unlimited.
     pub limits_cpu: Option<u64>,
+    /// Memory limits of all pods, in bytes; null: unlimited.
     pub limits_memory: Option<u64>,
+    /// Services; null: unlimited.
     pub services: Option<u64>,
+    /// PersistentVolumeClaims; null: unlimited.
     pub persistent_volume_claims: Option<u64>,
+    /// Storage requests of all claims, in bytes; null: unlimited.
     pub requests_storage: Option<u64>,
+    /// Namespaces the tenant created (the four built-in ones do not count); null: unlimited.
     pub namespaces: Option<u64>,
 }
 
-/// What the admitted objects hold together, in the units of [`Hard`]. Exported on `/metrics`
-/// (and, later, for billing).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What a tenant's objects hold together: counts, CPU in millicores, memory and storage in
+/// bytes, as its quota counts them. The syncer counts the objects it admits (its `/metrics`);
+/// vcp counts the tenant's objects on the host into its inventory, for the platform API and
+/// billing. (In code: `admitted` and `host_usage`, by the same rules.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Usage {
+    /// Pods that take quota: not finished (`Succeeded`, `Failed`), not terminating.
     pub pods: u64,
+    /// CPU requests of those pods, in millicores (1000 = 1 CPU), with the plan's container
+    /// defaults for containers that set none, init containers and overhead as Kubernetes
+    /// counts them.
     pub requests_cpu: u64,
+    /// Memory requests of those pods, in bytes.
     pub requests_memory: u64,
+    /// CPU limits of those pods, in millicores.
     pub limits_cpu: u64,
+    /// Memory limits of those pods, in bytes.
     pub limits_memory: u64,
+    /// Services, except the tenant apiserver's own `default/kubernetes`.
     pub services: u64,
+    /// PersistentVolumeClaims (not terminating).
     pub persistent_volume_claims: u64,
+    /// Storage requests of those claims, in bytes.
     pub requests_storage: u64,
+    /// Namespaces, except `default`, `kube-system`, `kube-public` and `kube-node-lease`.
     pub namespaces: u64,
 }
 
@@ -850,6 +882,80 @@ pub fn admitted(objects: &Objects<'_>, quota: &Quota) -> (Verdicts, Usage) {
     (v, used)
 }
 
+/// A tenant's objects on the host, as listed by its label `vcp.dev/tenant=<key>` (from any
+/// namespace: [`host_usage`] sorts out what is not the syncer's).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostObjects<'a> {
+    pub namespaces: &'a [Namespace],
+    pub pods: &'a [Pod],
+    pub services: &'a [Service],
+    pub claims: &'a [PersistentVolumeClaim],
+}
+
+/// What tenant `key` holds on the host, counted exactly as [`admitted`] counts what it admits:
+/// pods that finished or are terminating, the tenant apiserver's own `default/kubernetes`
+/// Service, terminating claims and the four built-in namespaces take nothing; CPU and memory
+/// by [`effective_resources`] with the plan's container defaults (`limits`; host pods carry
+/// them already, the syncer writes them in). Only objects the syncer made for the tenant
+/// count: they carry its markers ([`naming::tenant_ref`]) and sit where the syncer puts them
+/// (a namespace at the host name of its tenant name, an object in the host namespace of its
+/// tenant namespace, under its own name); control-plane objects (no markers), another
+/// tenant's, and anything placed by hand elsewhere do not.
+///
+/// The host is the truth for billing: an object counts from the moment its host copy exists
+/// until that copy is gone, and a pod's overhead is what the host's RuntimeClass set.
+pub fn host_usage(key: &naming::TenantKey, host: &HostObjects<'_>, limits: &Limits) -> Usage {
+    fn views<K: kube::Resource + Clone>(key: &naming::TenantKey, objects: &[K]) -> Vec<K> {
+        objects.iter().filter_map(|h| tenant_view(key, h)).collect()
+    }
+    let namespaces = views(key, host.namespaces);
+    let pods = views(key, host.pods);
+    let services = views(key, host.services);
+    let claims = views(key, host.claims);
+    let objects = Objects {
+        namespaces: namespaces.iter().collect(),
+        pods: pods.iter().collect(),
+        services: services.iter().collect(),
+        claims: claims.iter().collect(),
+        placed: BTreeSet::new(),
+    };
+    // Without limits every object is admitted, so the usage is the sum of what each takes.
+    let unlimited = Quota {
+        limits: limits.clone(),
+        ..Quota::default()
+    };
+    admitted(&objects, &unlimited).1
+}
+
+/// Host object `h` under its tenant name and namespace, if it is tenant `key`'s and sits
+/// where the syncer would have put its tenant object.
+fn tenant_view<K: kube::Resource + Clone>(key: &naming::TenantKey, h: &K) -> Option<K> {
+    let m = h.meta();
+    let none = BTreeMap::new();
+    let r = naming::tenant_ref(
+        key,
+        m.labels.as_ref().unwrap_or(&none),
+        m.annotations.as_ref().unwrap_or(&none),
+    )?;
+    let in_place = match (&m.namespace, &r.namespace) {
+        // A namespace: named for its tenant name.
+        (None, None) => m.name.as_deref() == Some(&naming::host_namespace(key, &r.name)),
+        // A namespaced object: same name, in the host namespace of its tenant namespace.
+        (Some(host_ns), Some(ns)) => {
+            *host_ns == naming::host_namespace(key, ns) && m.name.as_deref() == Some(&r.name)
+        }
+        _ => false,
+    };
+    if !in_place {
+        return None;
+    }
+    let mut t = h.clone();
+    let tm = t.meta_mut();
+    tm.name = Some(r.name);
+    tm.namespace = r.namespace;
+    Some(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1363,6 +1469,223 @@ mod tests {
             let (v2, used2) = admitted(&shuffled, &q);
             prop_assert_eq!(v, v2);
             prop_assert_eq!(used, used2);
+        }
+    }
+
+    fn demo_ctx(quota: &Quota) -> crate::resources::Ctx {
+        crate::resources::Ctx {
+            key: naming::TenantKey::new("demo").unwrap(),
+            policy: std::sync::Arc::new(super::super::TenantPolicy {
+                quota: quota.clone(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn other_tenant(ctx: &crate::resources::Ctx) -> crate::resources::Ctx {
+        crate::resources::Ctx {
+            key: naming::TenantKey::new("other").unwrap(),
+            ..ctx.clone()
+        }
+    }
+
+    #[test]
+    fn host_usage_counts_the_syncers_host_objects_as_admission_counts_them() {
+        use crate::resources::{namespaces, pods, pvcs, services};
+        let l = Limits::default();
+        let ctx = demo_ctx(&Quota::plan_default());
+        let host_ns =
+            |n: &str| namespaces::to_host(&obj(None, n, &at(0), serde_json::json!({})), &ctx);
+        let host_pod = |p: &Pod| pods::to_host(p, &ctx, &Default::default());
+        let big = pod(
+            "apps",
+            "big",
+            &at(1),
+            serde_json::json!([{"name": "c", "resources": {
+                "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "3", "memory": "2Gi"}}}]),
+        );
+        let mut finished = host_pod(&plain("apps", "done", &at(2)));
+        finished.status =
+            Some(serde_json::from_value(serde_json::json!({"phase": "Failed"})).unwrap());
+        let mut terminating = host_pod(&plain("apps", "old", &at(2)));
+        terminating.metadata.deletion_timestamp =
+            Some(serde_json::from_value(serde_json::json!(at(3))).unwrap());
+        let foreign = pods::to_host(
+            &plain("apps", "theirs", &at(0)),
+            &other_tenant(&ctx),
+            &Default::default(),
+        );
+        // A control-plane pod carries the tenant label but no markers.
+        let mut control_plane = plain("vcp-demo", "etcd-0", &at(0));
+        control_plane.metadata.labels = Some(BTreeMap::from([(
+            naming::LABEL_TENANT.to_owned(),
+            "demo".to_owned(),
+        )]));
+        // Markers saying apps/moved, in the host namespace of `default`: not the syncer's doing.
+        let mut moved = host_pod(&plain("apps", "moved", &at(0)));
+        moved.metadata.namespace = Some("demo-default".into());
+        let claim = |n: &str, size: &str| -> PersistentVolumeClaim {
+            obj(
+                Some("apps"),
+                n,
+                &at(0),
+                serde_json::json!({"resources": {"requests": {"storage": size}}}),
+            )
+        };
+        let mut going = pvcs::to_host(&claim("going", "1Gi"), &ctx, None);
+        going.metadata.deletion_timestamp =
+            Some(serde_json::from_value(serde_json::json!(at(3))).unwrap());
+        let svc =
+            |ns: &str, n: &str| -> Service { obj(Some(ns), n, &at(0), serde_json::json!({})) };
+
+        let namespaces = [
+            host_ns("default"),
+            host_ns("kube-system"),
+            host_ns("kube-public"),
+            host_ns("kube-node-lease"),
+            host_ns("apps"),
+            namespaces::to_host(
+                &obj(None, "extra", &at(0), serde_json::json!({})),
+                &other_tenant(&ctx),
+            ),
+        ];
+        let pods = [
+            host_pod(&big),
+            host_pod(&plain("default", "web", &at(3))),
+            finished,
+            terminating,
+            foreign,
+            control_plane,
+            moved,
+        ];
+        let services = [
+            services::to_host(&svc("apps", "web"), &ctx, true, false),
+            // The syncer never copies it; were it there, it still would not count.
+            services::to_host(&svc("default", "kubernetes"), &ctx, true, false),
+            services::to_host(&svc("apps", "web"), &other_tenant(&ctx), true, false),
+        ];
+        let claims = [pvcs::to_host(&claim("data", "2Gi"), &ctx, None), going];
+        let used = host_usage(
+            &ctx.key,
+            &HostObjects {
+                namespaces: &namespaces,
+                pods: &pods,
+                services: &services,
+                claims: &claims,
+            },
+            &l,
+        );
+        assert_eq!(
+            used,
+            Usage {
+                pods: 2,
+                requests_cpu: 2000 + 100,
+                requests_memory: (1 << 30) + (128 << 20),
+                limits_cpu: 3000 + 1000,
+                limits_memory: (2 << 30) + (512 << 20),
+                services: 1,
+                persistent_volume_claims: 1,
+                requests_storage: 2 << 30,
+                namespaces: 1,
+            }
+        );
+        assert_eq!(
+            host_usage(
+                &naming::TenantKey::new("nobody").unwrap(),
+                &HostObjects {
+                    namespaces: &namespaces,
+                    pods: &pods,
+                    services: &services,
+                    claims: &claims,
+                },
+                &l
+            ),
+            Usage::default(),
+            "a tenant without host objects uses nothing"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn the_host_copies_of_an_admitted_set_use_what_admission_counted_within_the_quota(
+            pods in proptest::collection::vec(arb_pod(), 0..30),
+            claims in proptest::collection::vec(arb_claim(), 0..12),
+            svcs in proptest::collection::vec((0u32..40, 0usize..3, 0u32..10), 0..12),
+            nss in proptest::collection::vec((0u32..40, 0u32..8), 0..8),
+            limits in (1u64..8, 0u64..4000, 0u64..4, 0u64..5, 0u64..60, 0u64..4),
+            defaults in (0u64..600, 0u64..1500, 1u64..512, 0u64..1024),
+        ) {
+            let (pods_n, cpu, svc_n, claim_n, storage, ns_n) = limits;
+            let (req_cpu, more_cpu, req_mem, more_mem) = defaults;
+            let q = Quota {
+                pods: Some(pods_n),
+                requests_cpu: Some(Quantity(format!("{cpu}m"))),
+                requests_memory: Some("2Gi".into()),
+                limits_cpu: Some("6".into()),
+                limits_memory: None,
+                services: Some(svc_n),
+                persistent_volume_claims: Some(claim_n),
+                requests_storage: Some(Quantity(format!("{storage}Gi"))),
+                namespaces: Some(ns_n),
+                limits: Limits {
+                    default_request: Resources {
+                        cpu: Quantity(format!("{req_cpu}m")),
+                        memory: Quantity(format!("{req_mem}Mi")),
+                    },
+                    default_limit: Resources {
+                        cpu: Quantity(format!("{}m", req_cpu + more_cpu)),
+                        memory: Quantity(format!("{}Mi", req_mem + more_mem)),
+                    },
+                },
+            };
+            let pods = dedup(pods);
+            let claims = dedup(claims);
+            let services: Vec<Service> = dedup(svcs.iter().map(|(t, ns, n)| obj(Some(["a", "b", "c"][*ns]), &format!("s{n}"), &at(*t), serde_json::json!({}))).collect());
+            let mut namespaces: Vec<Namespace> = vec![
+                obj(None, "a", &at(0), serde_json::json!({})),
+                obj(None, "default", &at(0), serde_json::json!({})),
+                obj(None, "kube-system", &at(0), serde_json::json!({})),
+            ];
+            namespaces.extend(nss.iter().map(|(t, n)| obj::<Namespace>(None, &format!("n{n}"), &at(*t), serde_json::json!({}))));
+            let namespaces = dedup(namespaces);
+            let objects = Objects {
+                namespaces: namespaces.iter().collect(),
+                pods: pods.iter().collect(),
+                services: services.iter().collect(),
+                claims: claims.iter().collect(),
+                placed: BTreeSet::new(),
+            };
+            let (v, used) = admitted(&objects, &q);
+
+            // What the syncer puts on the host: the admitted objects, translated; and, as
+            // noise that must not count, the refused ones as another tenant's.
+            use crate::resources::{namespaces as ns_res, pods as pod_res, pvcs, services as svc_res};
+            let ctx = demo_ctx(&q);
+            let other = other_tenant(&ctx);
+            let admitted_ns = |n: &Namespace| v.namespaces.get(&n.name_any()).is_some_and(Vec::is_empty);
+            let is_ok = |m: &BTreeMap<Key, Vec<Refusal>>, k: Key| m.get(&k).is_some_and(Vec::is_empty);
+            let pick = |ok: bool| if ok { &ctx } else { &other };
+            let host_namespaces: Vec<Namespace> = namespaces.iter().map(|n| ns_res::to_host(n, pick(admitted_ns(n)))).collect();
+            let host_pods: Vec<Pod> = pods.iter().map(|p| pod_res::to_host(p, pick(is_ok(&v.pods, key(p))), &Default::default())).collect();
+            let host_services: Vec<Service> = services.iter().map(|s| svc_res::to_host(s, pick(is_ok(&v.services, key(s))), true, false)).collect();
+            let host_claims: Vec<PersistentVolumeClaim> = claims.iter().map(|c| pvcs::to_host(c, pick(is_ok(&v.claims, key(c))), None)).collect();
+            let on_host = host_usage(
+                &ctx.key,
+                &HostObjects {
+                    namespaces: &host_namespaces,
+                    pods: &host_pods,
+                    services: &host_services,
+                    claims: &host_claims,
+                },
+                &q.limits,
+            );
+            prop_assert_eq!(on_host, used);
+            let hard = q.hard();
+            for r in RESOURCES {
+                if let Some(h) = hard.get(r) {
+                    prop_assert!(on_host.get(r).unwrap() <= h, "{} uses {:?} of {}", r, on_host.get(r), h);
+                }
+            }
         }
     }
 }

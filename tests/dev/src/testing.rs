@@ -60,6 +60,8 @@ pub struct TestPlatform {
     pub admin_token: String,
     /// A client with the admin token.
     pub admin: crate::platform::ApiClient,
+    /// Its inventory, for tests that act as another replica would.
+    pub database_url: String,
     pub dir: tempfile::TempDir,
     _postgres: crate::postgres::EphemeralPostgres,
 }
@@ -75,11 +77,12 @@ pub async fn platform(
     let postgres = crate::postgres::EphemeralPostgres::start().await?;
     let dir = tempfile::tempdir()?;
     let admin_token = platform::new_token();
+    let database_url = postgres.create_database(&name.replace('-', "_")).await?;
     let orchestrator = platform::start_orchestrator(
         cluster,
         dir.path(),
         &ServeOptions {
-            database_url: postgres.create_database(&name.replace('-', "_")).await?,
+            database_url: database_url.clone(),
             admin_token: admin_token.clone(),
             replica_id: name.to_owned(),
             workers,
@@ -93,6 +96,7 @@ pub async fn platform(
         admin: platform::ApiClient::new(&orchestrator.url, &admin_token),
         orchestrator,
         admin_token,
+        database_url,
         dir,
         _postgres: postgres,
     })
