@@ -325,7 +325,7 @@ async fn syncer_writes_stay_in_their_tenant(
         .to_string();
     assert!(err.contains("orbidden"), "{err}");
     syncer_reads_stay_in_their_tenant(&client, a, b).await?;
-    syncer_grants_stay_in_their_tenant(&client, a, b).await
+    syncer_grants_stay_in_their_tenant(&client, &cluster.connect().await?, a, b).await
 }
 
 /// Whether `r` was refused by the host apiserver's authorizer or admission (403).
@@ -392,6 +392,7 @@ async fn syncer_reads_stay_in_their_tenant(
 /// host namespaces: it cannot grant itself `b`'s namespaces or more than its role.
 async fn syncer_grants_stay_in_their_tenant(
     client: &Client,
+    host: &Client,
     a: &str,
     b: &str,
 ) -> anyhow::Result<()> {
@@ -405,6 +406,23 @@ async fn syncer_grants_stay_in_their_tenant(
     };
     let own_role = format!("vcp-syncer-namespaced-{a}");
     let own_sa = format!("vcp-{a}");
+    // The one binding it may write (what its syncer writes in every host namespace): a dry
+    // run, so the admission policy judges it and nothing stays.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    Api::<RoleBinding>::namespaced(client.clone(), &format!("{a}-default"))
+        .create(&dry, &binding("probe", &own_role, &own_sa)?)
+        .await
+        .map_err(|e| anyhow::anyhow!("its own binding was refused: {e}"))?;
+    // And its syncer did write it, in each of its host namespaces.
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        Api::<RoleBinding>::namespaced(host.clone(), &format!("{a}-{ns}"))
+            .get("vcp-syncer")
+            .await
+            .map_err(|e| anyhow::anyhow!("no syncer binding in {a}-{ns}: {e}"))?;
+    }
     for (what, ns, rb) in [
         (
             "binding its role in b's namespace",
