@@ -13,6 +13,7 @@
 pub mod api;
 pub mod cli;
 pub mod inventory;
+pub mod lifecycle;
 pub mod names;
 pub mod pki;
 pub mod provision;

@@ -3,6 +3,7 @@
 
 use crate::api::{self, AppState};
 use crate::inventory::Inventory;
+use crate::lifecycle::{ConditionReason, Phase};
 use crate::provision::{Config, Provisioner, TenantAccess};
 use crate::render::{self, Catalog, Expose, Renderer, Settings};
 use crate::{Error, Result};
@@ -315,13 +316,15 @@ async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<a
         let outcome = prov.pass(&t, time::OffsetDateTime::now_utc()).await;
         metrics.pass(
             start.elapsed(),
-            outcome.conditions.iter().any(|c| c.reason == "Error"),
+            outcome
+                .conditions
+                .iter()
+                .any(|c| c.reason == ConditionReason::Error),
         );
         tracing::info!(tenant = %t.name, key = %t.key, phase = %outcome.phase, ms = start.elapsed().as_millis() as u64, "pass");
-        let written = if outcome.phase == "Deleted" {
-            prov.inventory.tombstone(&t, &id, &actor).await
-        } else {
-            prov.inventory.finish(&t, &id, &outcome, &actor).await
+        let written = match outcome.phase {
+            Phase::Deleted => prov.inventory.tombstone(&t, &id, &actor).await,
+            _ => prov.inventory.finish(&t, &id, &outcome, &actor).await,
         };
         match written {
             Ok(true) => {}

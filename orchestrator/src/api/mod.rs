@@ -697,7 +697,7 @@ async fn issue_kubeconfig(
     let t = find(&s, &caller, &name).await?;
     let req = body(req)?;
     let ttl = check_kubeconfig(&req, s.max_kubeconfig_ttl)?;
-    let Some(endpoint) = t.endpoint.clone().filter(|_| t.phase == "Ready") else {
+    let Some(endpoint) = t.endpoint.clone().filter(|_| t.phase == Phase::Ready) else {
         return Err(Problem::new(
             StatusCode::CONFLICT,
             "not-ready",

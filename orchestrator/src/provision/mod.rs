@@ -1,14 +1,15 @@
 //! The tenant reconciler: inventory + render + pki -> host cluster.
 //!
 //! [`Provisioner::pass`] runs one idempotent pass over a claimed tenant: bring-up
-//! ([`steps::Step`] order, gated on readiness) or tear-down, and returns the outcome the worker
-//! writes back. [`run_workers`] claims due tenants from the inventory and wakes on
+//! ([`steps::Step`] order, gated on readiness) or tear-down, chosen by the tenant's
+//! [`Desired`] state, and returns the outcome the worker writes back. [`run_workers`] claims due tenants from the inventory and wakes on
 //! `NOTIFY vcp_tenants`.
 
 pub mod host;
 pub mod steps;
 
 use crate::inventory::{Inventory, Outcome, Tenant};
+use crate::lifecycle::Desired;
 use crate::names::control_plane_namespace;
 use crate::pki::{self, ApiNames, Ca, CertKey};
 use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
@@ -124,33 +125,33 @@ impl Provisioner {
 
     /// One pass over a claimed tenant.
     pub async fn pass(&self, t: &Tenant, now: OffsetDateTime) -> Outcome {
-        if t.desired == "absent" {
-            let r = self
-                .tear_down(t)
-                .await
-                .unwrap_or_else(|e| StepResult::Error(e.public()));
-            let v = steps::tear_down(&r, &t.conditions.0, now);
-            return Outcome {
-                phase: if r == StepResult::Ready {
-                    "Deleted".into()
-                } else {
-                    v.phase.into()
-                },
-                conditions: v.conditions,
-                endpoint: t.endpoint.clone(),
-                observed_generation: t.generation,
-                requeue_after: v.requeue_after,
-            };
-        }
-        let mut endpoint = t.endpoint.clone();
-        let results = self.bring_up(t, &mut endpoint).await;
-        let v = steps::bring_up(&results, &t.conditions.0, now);
-        Outcome {
-            phase: v.phase.into(),
-            conditions: v.conditions,
-            endpoint,
-            observed_generation: t.generation,
-            requeue_after: v.requeue_after,
+        match t.desired {
+            Desired::Absent => {
+                let r = self
+                    .tear_down(t)
+                    .await
+                    .unwrap_or_else(|e| StepResult::Error(e.public()));
+                let v = steps::tear_down(&r, &t.conditions.0, now);
+                Outcome {
+                    phase: v.phase,
+                    conditions: v.conditions,
+                    endpoint: t.endpoint.clone(),
+                    observed_generation: t.generation,
+                    requeue_after: v.requeue_after,
+                }
+            }
+            Desired::Present => {
+                let mut endpoint = t.endpoint.clone();
+                let results = self.bring_up(t, &mut endpoint).await;
+                let v = steps::bring_up(&results, &t.conditions.0, now);
+                Outcome {
+                    phase: v.phase,
+                    conditions: v.conditions,
+                    endpoint,
+                    observed_generation: t.generation,
+                    requeue_after: v.requeue_after,
+                }
+            }
         }
     }
 
