@@ -1,13 +1,13 @@
 //! `vcp serve`: migrations, the admin token, reconcile workers, the usage sampler and the HTTP
 //! API in one process.
 
+use crate::api::auth::{new_token, token_hash};
 use crate::api::{self, AppState};
 use crate::inventory::Inventory;
 use crate::lifecycle::{ConditionReason, Phase};
 use crate::provision::{Config, Provisioner, TenantAccess};
 use crate::render::{self, Catalog, Expose, Renderer, Settings};
 use crate::{Error, Result};
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,21 +108,6 @@ fn read(path: &Path) -> Result<String> {
         path: path.display().to_string(),
         source,
     })
-}
-
-/// SHA-256 of a token: what the inventory stores.
-pub fn token_hash(token: &str) -> Vec<u8> {
-    Sha256::digest(token.as_bytes()).to_vec()
-}
-
-pub use vcp_pki::new_token;
-
-/// Random bytes for a tenant key suffix.
-pub fn key_suffix() -> [u8; crate::names::KEY_SUFFIX_LEN] {
-    let mut b = [0u8; crate::names::KEY_SUFFIX_LEN];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
-        .expect("the system random source works");
-    b
 }
 
 /// Builds the provisioning configuration from flags.

@@ -192,8 +192,8 @@ async fn two_workers_never_hold_one_tenant_and_lost_leases_write_nothing() -> an
 async fn tokens_are_stored_as_hashes_and_revocation_is_final() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "tokens").await?;
-    let secret = vcp_orchestrator::serve::new_token();
-    let hash = vcp_orchestrator::serve::token_hash(&secret);
+    let secret = vcp_orchestrator::api::auth::new_token();
+    let hash = vcp_orchestrator::api::auth::token_hash(&secret);
     inv.create_token("team-a", "owner", &hash, "admin").await?;
     assert!(matches!(
         inv.create_token("team-a", "owner", b"other", "admin").await,

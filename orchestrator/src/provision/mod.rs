@@ -2,10 +2,13 @@
 //!
 //! [`Provisioner::pass`] runs one idempotent pass over a claimed tenant: bring-up
 //! ([`steps::Step`] order, gated on readiness) or tear-down, chosen by the tenant's
-//! [`Desired`] state, and returns the outcome the worker writes back. [`run_workers`] claims due tenants from the inventory and wakes on
-//! `NOTIFY vcp_tenants`.
+//! [`Desired`] state, and returns the outcome the worker writes back (the workers of
+//! `vcp serve`, in [`crate::serve`], claim due tenants from the inventory and wake on
+//! `NOTIFY vcp_tenants`). This module owns the host: besides provisioning, it is what the API
+//! calls to sign kubeconfigs with a tenant's CA ([`Provisioner::sign_kubeconfig`]).
 
 pub mod host;
+pub mod kubeconfig;
 pub mod steps;
 
 use crate::inventory::{Inventory, Outcome, Tenant};
