@@ -14,6 +14,7 @@ pub mod api;
 pub mod cli;
 pub mod inventory;
 pub mod lifecycle;
+pub mod metrics;
 pub mod names;
 pub mod pki;
 pub mod provision;
@@ -91,6 +92,28 @@ impl Error {
         Error::Kube {
             context: context.into(),
             source: Box::new(source),
+        }
+    }
+
+    /// The variant's name, as metrics label failures (`vcp_reconcile_errors_total{error}`).
+    pub fn variant(&self) -> &'static str {
+        match self {
+            Error::Database(_) => "database",
+            Error::Migrate(_) => "migrate",
+            Error::Kube { .. } => "kube",
+            Error::Render(_) => "render",
+            Error::Catalog(_) => "catalog",
+            Error::Pki(_) => "pki",
+            Error::Duplicate(_) => "duplicate",
+            Error::KeyCollision => "key_collision",
+            Error::UnsupportedKind(_) => "unsupported_kind",
+            Error::Config(_) => "config",
+            Error::Io { .. } => "io",
+            Error::Serve(_) => "serve",
+            Error::Api { .. } => "api",
+            Error::Http { .. } => "http",
+            Error::Answer { .. } => "answer",
+            Error::Client(_) => "client",
         }
     }
 

@@ -4,7 +4,8 @@
 use crate::api::auth::{new_token, token_hash};
 use crate::api::{self, AppState};
 use crate::inventory::Inventory;
-use crate::lifecycle::{ConditionReason, Phase};
+use crate::lifecycle::{Desired, Phase};
+use crate::metrics::{Metrics, PassKind};
 use crate::provision::{Config, Provisioner, TenantAccess};
 use crate::render::{self, Catalog, Expose, Renderer, Settings};
 use crate::{Error, Result};
@@ -206,7 +207,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         host,
         config: config.clone(),
     };
-    let metrics = Arc::new(api::Metrics::default());
+    let metrics = Arc::new(Metrics::new());
     let wake = Arc::new(Notify::new());
     tokio::spawn(listen(inv.clone(), wake.clone()));
     for i in 0..a.workers {
@@ -269,7 +270,7 @@ async fn listen(inv: Inventory, wake: Arc<Notify>) {
 }
 
 /// Claims due tenants and runs passes over them, one at a time.
-async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<api::Metrics>) {
+async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<Metrics>) {
     let actor = format!("reconciler/{id}");
     loop {
         // Register interest before looking, so a NOTIFY between the look and the wait is not lost.
@@ -298,15 +299,14 @@ async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<a
             continue;
         };
         let start = Instant::now();
-        let outcome = prov.pass(&t, time::OffsetDateTime::now_utc()).await;
-        metrics.pass(
-            start.elapsed(),
-            outcome
-                .conditions
-                .iter()
-                .any(|c| c.reason == ConditionReason::Error),
-        );
-        tracing::info!(tenant = %t.name, key = %t.key, phase = %outcome.phase, ms = start.elapsed().as_millis() as u64, "pass");
+        let pass = prov.pass(&t, time::OffsetDateTime::now_utc()).await;
+        let kind = match t.desired {
+            Desired::Present => PassKind::BringUp,
+            Desired::Absent => PassKind::TearDown,
+        };
+        metrics.pass(kind, start.elapsed(), pass.error);
+        let outcome = pass.outcome;
+        tracing::info!(tenant = %t.name, key = %t.key, phase = %outcome.phase, error = pass.error, ms = start.elapsed().as_millis() as u64, "pass");
         let written = match outcome.phase {
             Phase::Deleted => prov.inventory.tombstone(&t, &id, &actor).await,
             _ => prov.inventory.finish(&t, &id, &outcome, &actor).await,

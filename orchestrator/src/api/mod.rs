@@ -22,19 +22,20 @@ mod usage;
 mod versions;
 
 use crate::inventory::{Inventory, Tenant};
+use crate::metrics::Metrics;
 use crate::names::TenantName;
 use crate::provision::Provisioner;
 use auth::{BearerAuth, Caller};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 pub use kubeconfigs::parse_ttl;
 pub use problem::{Problem, ProblemBody};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 pub use types::*;
 pub use usage::MAX_USAGE_PAGE;
 use utoipa::OpenApi;
@@ -43,38 +44,6 @@ use utoipa_axum::routes;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
-
-/// Counters behind `/metrics`.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    passes: AtomicU64,
-    pass_errors: AtomicU64,
-    pass_micros: AtomicU64,
-    requests: AtomicU64,
-    client_errors: AtomicU64,
-    server_errors: AtomicU64,
-    usage_samples: AtomicU64,
-    usage_errors: AtomicU64,
-}
-
-impl Metrics {
-    pub fn pass(&self, took: Duration, error: bool) {
-        self.passes.fetch_add(1, Ordering::Relaxed);
-        self.pass_micros
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-        if error {
-            self.pass_errors.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// A usage sampling round: samples recorded, tenants (or whole rounds) that failed.
-    pub fn usage_round(&self, recorded: usize, failed: usize) {
-        self.usage_samples
-            .fetch_add(recorded as u64, Ordering::Relaxed);
-        self.usage_errors
-            .fetch_add(failed as u64, Ordering::Relaxed);
-    }
-}
 
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
@@ -145,19 +114,23 @@ pub fn router(state: AppState) -> Router {
                 Problem::opaque().into_response()
             },
         ))
-        .layer(axum::middleware::map_response(move |r: Response| {
-            let m = metrics.clone();
-            async move {
-                m.requests.fetch_add(1, Ordering::Relaxed);
-                if r.status().is_client_error() {
-                    m.client_errors.fetch_add(1, Ordering::Relaxed);
-                } else if r.status().is_server_error() {
-                    m.server_errors.fetch_add(1, Ordering::Relaxed);
-                }
-                r
-            }
-        }))
+        // Outermost, so panics and refused bodies are counted and timed too.
+        .layer(axum::middleware::from_fn_with_state(metrics, measure))
         .with_state(state)
+}
+
+/// Counts and times every request by method, route template (never the path: names must
+/// not become label values) and status.
+async fn measure(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let r = next.run(req).await;
+    metrics.request(&method, route.as_deref(), r.status(), start.elapsed());
+    r
 }
 
 fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {

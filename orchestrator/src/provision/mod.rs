@@ -57,6 +57,14 @@ pub struct Config {
     pub simulate: bool,
 }
 
+/// What a pass did: the outcome the worker records, and the variant of the error that stopped
+/// the pass, if one did ([`Error::variant`]; for `vcp_reconcile_errors_total{error}`).
+#[derive(Debug)]
+pub struct Pass {
+    pub outcome: Outcome,
+    pub error: Option<&'static str>,
+}
+
 /// Runs passes.
 #[derive(Clone)]
 pub struct Provisioner {
@@ -127,38 +135,54 @@ impl Provisioner {
     }
 
     /// One pass over a claimed tenant.
-    pub async fn pass(&self, t: &Tenant, now: OffsetDateTime) -> Outcome {
+    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, desired = %t.desired,
+        generation = t.generation))]
+    pub async fn pass(&self, t: &Tenant, now: OffsetDateTime) -> Pass {
         match t.desired {
             Desired::Absent => {
-                let r = self
-                    .tear_down(t)
-                    .await
-                    .unwrap_or_else(|e| StepResult::Error(e.public()));
+                let (r, error) = match self.tear_down(t).await {
+                    Ok(r) => (r, None),
+                    Err(e) => (StepResult::Error(e.public()), Some(e.variant())),
+                };
                 let v = steps::tear_down(&r, &t.conditions.0, now);
-                Outcome {
-                    phase: v.phase,
-                    conditions: v.conditions,
-                    endpoint: t.endpoint.clone(),
-                    observed_generation: t.generation,
-                    requeue_after: v.requeue_after,
+                Pass {
+                    outcome: Outcome {
+                        phase: v.phase,
+                        conditions: v.conditions,
+                        endpoint: t.endpoint.clone(),
+                        observed_generation: t.generation,
+                        requeue_after: v.requeue_after,
+                    },
+                    error,
                 }
             }
             Desired::Present => {
                 let mut endpoint = t.endpoint.clone();
-                let results = self.bring_up(t, &mut endpoint).await;
+                let mut error = None;
+                let results = self.bring_up(t, &mut endpoint, &mut error).await;
                 let v = steps::bring_up(&results, &t.conditions.0, now);
-                Outcome {
-                    phase: v.phase,
-                    conditions: v.conditions,
-                    endpoint,
-                    observed_generation: t.generation,
-                    requeue_after: v.requeue_after,
+                Pass {
+                    outcome: Outcome {
+                        phase: v.phase,
+                        conditions: v.conditions,
+                        endpoint,
+                        observed_generation: t.generation,
+                        requeue_after: v.requeue_after,
+                    },
+                    error,
                 }
             }
         }
     }
 
-    async fn bring_up(&self, t: &Tenant, endpoint: &mut Option<String>) -> Vec<(Step, StepResult)> {
+    /// Walks the steps until one is not ready; `error` gets the variant of the error that
+    /// stopped it, if one did.
+    async fn bring_up(
+        &self,
+        t: &Tenant,
+        endpoint: &mut Option<String>,
+        error: &mut Option<&'static str>,
+    ) -> Vec<(Step, StepResult)> {
         let mut out = Vec::new();
         let cfg = &self.config;
         let Some(version) = cfg.catalog.get(&t.version) else {
@@ -178,13 +202,18 @@ impl Provisioner {
             ));
             return out;
         };
+        // What an error makes of a step; `render_fatal`: a template that does not render
+        // cannot succeed by retrying (the steps that apply components).
+        let mut failed = |e: Error, render_fatal: bool| {
+            *error = Some(e.variant());
+            match e {
+                Error::Render(e) if render_fatal => StepResult::Fatal(e.to_string()),
+                e => StepResult::Error(e.public()),
+            }
+        };
         macro_rules! step {
             ($s:expr, $e:expr) => {{
-                let r = match $e {
-                    Ok(r) => r,
-                    Err(Error::Render(e)) => StepResult::Fatal(e.to_string()),
-                    Err(e) => StepResult::Error(e.public()),
-                };
+                let r = $e.unwrap_or_else(|e| failed(e, true));
                 let done = r == StepResult::Ready;
                 out.push(($s, r));
                 if !done {
@@ -211,7 +240,7 @@ impl Provisioner {
                 return out;
             }
             Err(e) => {
-                out.push((Step::Exposed, StepResult::Error(e.public())));
+                out.push((Step::Exposed, failed(e, false)));
                 return out;
             }
         };
@@ -221,7 +250,7 @@ impl Provisioner {
                 r
             }
             Err(e) => {
-                out.push((Step::Certificates, StepResult::Error(e.public())));
+                out.push((Step::Certificates, failed(e, false)));
                 return out;
             }
         };
