@@ -9,11 +9,16 @@
 //! objects against its plan's quota into the inventory, which the API serves for billing.
 //! Nothing that matters lives only in memory: a replica killed at any line leaves state
 //! another one resumes from.
+//!
+//! The tenant lifecycle (desired state, phase, conditions) is typed once, in [`lifecycle`]
+//! (pure), and used by every layer. [`serve`] wires the workers, the sampler and the API
+//! together; [`metrics`] and [`logging`] are what an operator sees of them.
 
 pub mod api;
 pub mod cli;
 pub mod inventory;
 pub mod lifecycle;
+pub mod logging;
 pub mod metrics;
 pub mod names;
 pub mod pki;
@@ -157,6 +162,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Args {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines look on stderr: `text` for people, `json` (one object per line) for a
+    /// log pipeline. `RUST_LOG` filters them.
+    #[arg(
+        long,
+        env = "VCP_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: logging::LogFormat,
+}
+
+impl Args {
+    /// Installs logging as the flags and `RUST_LOG` say.
+    pub fn init_logging(&self) {
+        logging::init(self.log_format, self.command.default_log_level());
+    }
 }
 
 /// Subcommands.
