@@ -9,10 +9,17 @@
 //! objects against its plan's quota into the inventory, which the API serves for billing.
 //! Nothing that matters lives only in memory: a replica killed at any line leaves state
 //! another one resumes from.
+//!
+//! The tenant lifecycle (desired state, phase, conditions) is typed once, in [`lifecycle`]
+//! (pure), and used by every layer. [`serve`] wires the workers, the sampler and the API
+//! together; [`metrics`] and [`logging`] are what an operator sees of them.
 
 pub mod api;
 pub mod cli;
 pub mod inventory;
+pub mod lifecycle;
+pub mod logging;
+pub mod metrics;
 pub mod names;
 pub mod pki;
 pub mod provision;
@@ -93,6 +100,28 @@ impl Error {
         }
     }
 
+    /// The variant's name, as metrics label failures (`vcp_reconcile_errors_total{error}`).
+    pub fn variant(&self) -> &'static str {
+        match self {
+            Error::Database(_) => "database",
+            Error::Migrate(_) => "migrate",
+            Error::Kube { .. } => "kube",
+            Error::Render(_) => "render",
+            Error::Catalog(_) => "catalog",
+            Error::Pki(_) => "pki",
+            Error::Duplicate(_) => "duplicate",
+            Error::KeyCollision => "key_collision",
+            Error::UnsupportedKind(_) => "unsupported_kind",
+            Error::Config(_) => "config",
+            Error::Io { .. } => "io",
+            Error::Serve(_) => "serve",
+            Error::Api { .. } => "api",
+            Error::Http { .. } => "http",
+            Error::Answer { .. } => "answer",
+            Error::Client(_) => "client",
+        }
+    }
+
     /// A message fit for tenant conditions and API callers: the error and its causes, except
     /// for database errors, whose text may name internals.
     pub fn public(&self) -> String {
@@ -133,6 +162,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Args {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines look on stderr: `text` for people, `json` (one object per line) for a
+    /// log pipeline. `RUST_LOG` filters them.
+    #[arg(
+        long,
+        env = "VCP_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: logging::LogFormat,
+}
+
+impl Args {
+    /// Installs logging as the flags and `RUST_LOG` say.
+    pub fn init_logging(&self) {
+        logging::init(self.log_format, self.command.default_log_level());
+    }
 }
 
 /// Subcommands.

@@ -1,12 +1,14 @@
 //! `vcp serve`: migrations, the admin token, reconcile workers, the usage sampler and the HTTP
 //! API in one process.
 
+use crate::api::auth::{new_token, token_hash};
 use crate::api::{self, AppState};
 use crate::inventory::Inventory;
+use crate::lifecycle::{Desired, Phase};
+use crate::metrics::{Metrics, PassKind};
 use crate::provision::{Config, Provisioner, TenantAccess};
 use crate::render::{self, Catalog, Expose, Renderer, Settings};
 use crate::{Error, Result};
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -109,21 +111,6 @@ fn read(path: &Path) -> Result<String> {
     })
 }
 
-/// SHA-256 of a token: what the inventory stores.
-pub fn token_hash(token: &str) -> Vec<u8> {
-    Sha256::digest(token.as_bytes()).to_vec()
-}
-
-pub use vcp_pki::new_token;
-
-/// Random bytes for a tenant key suffix.
-pub fn key_suffix() -> [u8; crate::names::KEY_SUFFIX_LEN] {
-    let mut b = [0u8; crate::names::KEY_SUFFIX_LEN];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
-        .expect("the system random source works");
-    b
-}
-
 /// Builds the provisioning configuration from flags.
 pub fn config(a: &ServeArgs) -> Result<Config> {
     let (renderer, catalog) = match &a.templates {
@@ -220,7 +207,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         host,
         config: config.clone(),
     };
-    let metrics = Arc::new(api::Metrics::default());
+    let metrics = Arc::new(Metrics::new());
     let wake = Arc::new(Notify::new());
     tokio::spawn(listen(inv.clone(), wake.clone()));
     for i in 0..a.workers {
@@ -283,7 +270,7 @@ async fn listen(inv: Inventory, wake: Arc<Notify>) {
 }
 
 /// Claims due tenants and runs passes over them, one at a time.
-async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<api::Metrics>) {
+async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<Metrics>) {
     let actor = format!("reconciler/{id}");
     loop {
         // Register interest before looking, so a NOTIFY between the look and the wait is not lost.
@@ -312,16 +299,17 @@ async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<a
             continue;
         };
         let start = Instant::now();
-        let outcome = prov.pass(&t, time::OffsetDateTime::now_utc()).await;
-        metrics.pass(
-            start.elapsed(),
-            outcome.conditions.iter().any(|c| c.reason == "Error"),
-        );
-        tracing::info!(tenant = %t.name, key = %t.key, phase = %outcome.phase, ms = start.elapsed().as_millis() as u64, "pass");
-        let written = if outcome.phase == "Deleted" {
-            prov.inventory.tombstone(&t, &id, &actor).await
-        } else {
-            prov.inventory.finish(&t, &id, &outcome, &actor).await
+        let pass = prov.pass(&t, time::OffsetDateTime::now_utc()).await;
+        let kind = match t.desired {
+            Desired::Present => PassKind::BringUp,
+            Desired::Absent => PassKind::TearDown,
+        };
+        metrics.pass(kind, start.elapsed(), pass.error);
+        let outcome = pass.outcome;
+        tracing::info!(tenant = %t.name, key = %t.key, phase = %outcome.phase, error = pass.error, ms = start.elapsed().as_millis() as u64, "pass");
+        let written = match outcome.phase {
+            Phase::Deleted => prov.inventory.tombstone(&t, &id, &actor).await,
+            _ => prov.inventory.finish(&t, &id, &outcome, &actor).await,
         };
         match written {
             Ok(true) => {}

@@ -141,6 +141,7 @@ impl Sampler {
     /// One round: every Ready tenant without a sample newer than `min_gap` is counted and
     /// recorded. `Duration::ZERO` samples every Ready tenant now (tests, and an operator who
     /// wants a fresh sample).
+    #[tracing::instrument(skip_all, fields(min_gap_s = min_gap.as_secs()))]
     pub async fn round(&self, min_gap: Duration) -> Result<Round> {
         let due = self.inventory.tenants_due_for_usage(min_gap).await?;
         let results: Vec<(Tenant, Result<Sampled>)> = futures::stream::iter(due)
@@ -178,7 +179,7 @@ impl Sampler {
         self,
         interval: Duration,
         retention: Duration,
-        metrics: std::sync::Arc<crate::api::Metrics>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -296,6 +296,49 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `/metrics` times requests by route template (never by path) and status, and has the pass
+/// histograms from the start, on the prometheus-client registry.
+#[tokio::test]
+async fn metrics_time_requests_by_route_and_serve_the_pass_histograms() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-metrics", 0).await?;
+    let (orch, admin) = (&p.orchestrator, &p.admin);
+    for _ in 0..3 {
+        let (s, _) = admin.raw(Method::GET, "/v1/versions", None).await?;
+        assert_eq!(s, 200);
+    }
+    for name in ["nope", "other"] {
+        let (s, _) = admin
+            .raw(Method::GET, &format!("/v1/tenants/{name}"), None)
+            .await?;
+        assert_eq!(s, 404);
+    }
+    let (s, _) = admin.raw(Method::GET, "/v1/no/such/route", None).await?;
+    assert_eq!(s, 404);
+    let r = reqwest::get(format!("{}/metrics", orch.url)).await?;
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let metrics = r.text().await?;
+    for line in [
+        r#"vcp_http_request_duration_seconds_count{method="GET",route="/v1/versions",status="200"} 3"#,
+        r#"vcp_http_request_duration_seconds_count{method="GET",route="/v1/tenants/{name}",status="404"} 2"#,
+        r#"vcp_http_request_duration_seconds_count{method="GET",route="unmatched",status="404"} 1"#,
+        r#"vcp_http_request_duration_seconds_bucket{le="+Inf",method="GET",route="/v1/versions",status="200"} 3"#,
+        r#"vcp_reconcile_pass_duration_seconds_count{pass="bring_up"} 0"#,
+        r#"vcp_reconcile_pass_duration_seconds_count{pass="tear_down"} 0"#,
+        "# TYPE vcp_http_request_duration_seconds histogram",
+        "# TYPE vcp_reconcile_pass_duration_seconds histogram",
+        r#"vcp_tenants{phase="Ready"} 0"#,
+        "vcp_http_server_errors_total 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing in:\n{metrics}");
+    }
+    assert!(!metrics.contains("nope"), "a path became a label value");
+    Ok(())
+}
+
 /// Waits until `api` answers its token with 200.
 async fn answers(api: &ApiClient, what: &str) -> anyhow::Result<()> {
     let (status, _) =

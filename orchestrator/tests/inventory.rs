@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 use vcp_dev::postgres::EphemeralPostgres;
 use vcp_orchestrator::Error;
 use vcp_orchestrator::inventory::{Inventory, NewTenant, Outcome};
+use vcp_orchestrator::lifecycle::{Desired, Phase};
 use vcp_orchestrator::render::Catalog;
 use vcp_syncer::policy::quota::Usage;
 
@@ -31,7 +32,7 @@ fn tenant(name: &str, key: &str, owner: &str) -> NewTenant {
 
 fn outcome(phase: &str, g: i64) -> Outcome {
     Outcome {
-        phase: phase.into(),
+        phase: phase.parse().expect("a phase"),
         conditions: vec![],
         endpoint: Some("https://127.0.0.1:30001".into()),
         observed_generation: g,
@@ -191,8 +192,8 @@ async fn two_workers_never_hold_one_tenant_and_lost_leases_write_nothing() -> an
 async fn tokens_are_stored_as_hashes_and_revocation_is_final() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "tokens").await?;
-    let secret = vcp_orchestrator::serve::new_token();
-    let hash = vcp_orchestrator::serve::token_hash(&secret);
+    let secret = vcp_orchestrator::api::auth::new_token();
+    let hash = vcp_orchestrator::api::auth::token_hash(&secret);
     inv.create_token("team-a", "owner", &hash, "admin").await?;
     assert!(matches!(
         inv.create_token("team-a", "owner", b"other", "admin").await,
@@ -214,6 +215,69 @@ async fn tokens_are_stored_as_hashes_and_revocation_is_final() -> anyhow::Result
         "a replaced admin token stops working"
     );
     assert_eq!(inv.admin_tokens().await?, 1);
+    Ok(())
+}
+
+/// The lifecycle is read through checked mappings: a name the code does not know fails the
+/// read, it is never taken for a default (a phase that reads `Redy` is not `Pending`).
+#[tokio::test]
+async fn unknown_lifecycle_values_in_the_database_are_errors_not_defaults() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "lifecycle").await?;
+    let known: Phase = sqlx::query_scalar("SELECT 'Deleted'::text")
+        .fetch_one(inv.pool())
+        .await?;
+    assert_eq!(known, Phase::Deleted);
+    let unknown = sqlx::query_scalar::<_, Phase>("SELECT 'Redy'::text")
+        .fetch_one(inv.pool())
+        .await;
+    assert!(
+        matches!(unknown, Err(sqlx::Error::ColumnDecode { .. })),
+        "{unknown:?}"
+    );
+    let t = inv
+        .create_tenant(&tenant("odd", "oddaaaaaaa", "o"), "o")
+        .await?;
+    assert_eq!((t.phase, t.desired), (Phase::Pending, Desired::Present));
+
+    // The database refuses unknown phases and desired states itself...
+    for set in ["phase = 'Redy'", "desired = 'gone'"] {
+        let r = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE tenants SET {set} WHERE id = $1"
+        )))
+        .bind(t.id)
+        .execute(inv.pool())
+        .await;
+        assert!(r.is_err(), "{set}");
+    }
+    // ...conditions are JSONB, which it cannot check: one nobody knows fails the read.
+    sqlx::query(
+        r#"UPDATE tenants SET conditions = '[{"type": "EtcdHappy", "status": "True",
+             "reason": "Ready", "message": "", "last_transition_time": "2026-01-01T00:00:00Z"}]'
+           WHERE id = $1"#,
+    )
+    .bind(t.id)
+    .execute(inv.pool())
+    .await?;
+    assert!(matches!(
+        inv.get_tenant("odd", None).await,
+        Err(Error::Database(_))
+    ));
+
+    // Without the constraint (a hand-made schema), an unknown phase fails the read too.
+    sqlx::query("ALTER TABLE tenants DROP CONSTRAINT tenants_phase_check")
+        .execute(inv.pool())
+        .await?;
+    sqlx::query("UPDATE tenants SET phase = 'Redy', conditions = '[]' WHERE id = $1")
+        .bind(t.id)
+        .execute(inv.pool())
+        .await?;
+    assert!(matches!(
+        inv.get_tenant("odd", None).await,
+        Err(Error::Database(_))
+    ));
+    assert!(inv.list_tenants(None).await.is_err());
+    assert!(inv.phase_counts().await.is_err());
     Ok(())
 }
 

@@ -3,54 +3,13 @@
 //! The server serializes these, the `vcp` client commands deserialize them, and the OpenAPI
 //! document is derived from them: one definition for all three.
 
-use crate::inventory::{Condition, KubeconfigRow, Tenant, Token, UsageSample};
+use crate::inventory::{KubeconfigRow, Tenant, Token, UsageSample};
+pub use crate::lifecycle::{Condition, Phase};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 pub use vcp_syncer::policy::quota::{Hard, Usage};
-
-/// Where a tenant is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum Phase {
-    /// Accepted; no reconcile pass has run yet.
-    Pending,
-    /// Steps are being brought up; `conditions` tell which.
-    Provisioning,
-    /// Every step is ready; kubeconfigs can be issued.
-    Ready,
-    /// A fleet upgrade is moving the tenant to another version.
-    Upgrading,
-    /// Deletion was requested and is in progress.
-    Deleting,
-    /// A plan, version or template that cannot work; see `conditions`.
-    Failed,
-}
-
-impl Phase {
-    /// The phase of an inventory row (which stores its name).
-    pub fn of(name: &str) -> Phase {
-        match name {
-            "Provisioning" => Phase::Provisioning,
-            "Ready" => Phase::Ready,
-            "Upgrading" => Phase::Upgrading,
-            "Deleting" => Phase::Deleting,
-            "Failed" => Phase::Failed,
-            _ => Phase::Pending,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Provisioning => "Provisioning",
-            Phase::Ready => "Ready",
-            Phase::Upgrading => "Upgrading",
-            Phase::Deleting => "Deleting",
-            Phase::Failed => "Failed",
-        }
-    }
-}
 
 /// `POST /v1/tenants` body.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -120,7 +79,7 @@ impl TenantView {
         TenantView {
             usage,
             kubernetes_version,
-            phase: Phase::of(&t.phase),
+            phase: t.phase,
             name: t.name,
             key: t.key,
             owner: t.owner,

@@ -4,6 +4,7 @@
 use crate::api::{
     Hard, KubeconfigView, Phase, TenantView, TokenView, Usage, UsageSamples, VersionList,
 };
+use crate::lifecycle::{ConditionStatus, ConditionType};
 use serde::Serialize;
 use std::fmt::Write as _;
 use time::OffsetDateTime;
@@ -107,8 +108,15 @@ pub fn age(since: OffsetDateTime, now: OffsetDateTime) -> String {
 
 /// `ready/total` over the step conditions (the final `Ready` condition is not a step).
 pub fn steps(t: &TenantView) -> String {
-    let steps: Vec<_> = t.conditions.iter().filter(|c| c.type_ != "Ready").collect();
-    let ready = steps.iter().filter(|c| c.status == "True").count();
+    let steps: Vec<_> = t
+        .conditions
+        .iter()
+        .filter(|c| c.type_ != ConditionType::Ready)
+        .collect();
+    let ready = steps
+        .iter()
+        .filter(|c| c.status == ConditionStatus::True)
+        .count();
     format!("{ready}/{}", steps.len())
 }
 
@@ -195,9 +203,9 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
         .iter()
         .map(|c| {
             vec![
-                c.type_.clone(),
-                c.status.clone(),
-                c.reason.clone(),
+                c.type_.to_string(),
+                c.status.to_string(),
+                c.reason.to_string(),
                 age(c.last_transition_time, now),
                 c.message.clone(),
             ]
@@ -415,7 +423,7 @@ pub fn versions_table(v: &VersionList, width: usize) -> String {
 /// step is printed once, when it becomes ready.
 #[derive(Debug, Default)]
 pub struct Progress {
-    reported: Vec<String>,
+    reported: Vec<ConditionType>,
     phase: Option<Phase>,
 }
 
@@ -432,10 +440,14 @@ impl Progress {
             ));
             self.phase = Some(t.phase);
         }
-        let steps: Vec<_> = t.conditions.iter().filter(|c| c.type_ != "Ready").collect();
+        let steps: Vec<_> = t
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != ConditionType::Ready)
+            .collect();
         for (i, c) in steps.iter().enumerate() {
-            if c.status == "True" && !self.reported.contains(&c.type_) {
-                self.reported.push(c.type_.clone());
+            if c.status == ConditionStatus::True && !self.reported.contains(&c.type_) {
+                self.reported.push(c.type_);
                 lines.push(format!(
                     "{:>6.1}s  [{}/{}] {}",
                     elapsed.as_secs_f64(),
@@ -452,7 +464,7 @@ impl Progress {
     pub fn waiting_on(t: &TenantView) -> Option<String> {
         t.conditions
             .iter()
-            .find(|c| c.type_ != "Ready" && c.status != "True")
+            .find(|c| c.type_ != ConditionType::Ready && c.status != ConditionStatus::True)
             .map(|c| {
                 if c.message.is_empty() {
                     format!("waiting for {}", c.type_)
@@ -466,7 +478,7 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::Condition;
+    use crate::lifecycle::{Condition, ConditionStatus};
     use std::collections::BTreeMap;
     use std::time::Duration;
 
@@ -476,9 +488,11 @@ mod tests {
 
     fn cond(t: &str, status: &str, message: &str) -> Condition {
         Condition {
-            type_: t.into(),
-            status: status.into(),
-            reason: if status == "True" { "Ready" } else { "Waiting" }.into(),
+            type_: t.parse().unwrap(),
+            status: status.parse().unwrap(),
+            reason: if status == "True" { "Ready" } else { "Waiting" }
+                .parse()
+                .unwrap(),
             message: message.into(),
             last_transition_time: at(0),
         }
@@ -687,7 +701,7 @@ mod tests {
             Some("waiting for EtcdReady: 1 of 1 members not ready")
         );
         assert!(p.update(&t, Duration::from_secs(2)).is_empty());
-        t.conditions[1].status = "True".into();
+        t.conditions[1].status = ConditionStatus::True;
         t.phase = Phase::Ready;
         let last = p.update(&t, Duration::from_secs(3));
         assert_eq!(last.len(), 2, "{last:?}");

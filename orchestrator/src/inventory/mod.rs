@@ -5,11 +5,15 @@
 //! Reconcile work is claimed through row leases (`FOR UPDATE SKIP LOCKED`), and every change
 //! that creates work sends `NOTIFY vcp_tenants` so idle replicas wake at once instead of at
 //! their next poll.
+//!
+//! The lifecycle columns are typed ([`crate::lifecycle`]): `desired` and `phase` decode through
+//! checked mappings and `conditions` through serde, so a value the code does not know fails the
+//! read instead of turning into a default.
 
+use crate::lifecycle::{Condition, Desired, Phase};
 use crate::pki::CertInfo;
 use crate::render::Catalog;
 use crate::{Error, Result};
-use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use std::collections::BTreeMap;
@@ -19,20 +23,6 @@ use vcp_syncer::policy::quota::Usage;
 
 /// Channel that wakes reconcile workers.
 pub const CHANNEL: &str = "vcp_tenants";
-
-/// One condition of a tenant (Kubernetes-style).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    pub reason: String,
-    pub message: String,
-    #[serde(with = "time::serde::rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    pub last_transition_time: OffsetDateTime,
-}
 
 /// A tenant row.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -44,9 +34,9 @@ pub struct Tenant {
     pub labels: Json<BTreeMap<String, String>>,
     pub version: String,
     pub plan: String,
-    pub desired: String,
+    pub desired: Desired,
     pub retain_data: bool,
-    pub phase: String,
+    pub phase: Phase,
     pub conditions: Json<Vec<Condition>>,
     pub endpoint: Option<String>,
     pub generation: i64,
@@ -70,7 +60,9 @@ pub struct NewTenant {
 /// What one reconcile pass leaves behind.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    pub phase: String,
+    /// [`Phase::Deleted`] is not written by [`Inventory::finish`]: the worker tombstones the
+    /// row instead ([`Inventory::tombstone`]).
+    pub phase: Phase,
     pub conditions: Vec<Condition>,
     pub endpoint: Option<String>,
     pub observed_generation: i64,
@@ -302,8 +294,8 @@ impl Inventory {
     ) -> Result<Option<Tenant>> {
         let mut tx = self.pool.begin().await?;
         let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE tenants SET desired = 'absent', phase = 'Deleting', retain_data = $3,
-               generation = generation + CASE WHEN desired = 'absent' THEN 0 ELSE 1 END,
+            "UPDATE tenants SET desired = $4, phase = $5, retain_data = $3,
+               generation = generation + CASE WHEN desired = $4 THEN 0 ELSE 1 END,
                next_reconcile_at = now(), updated_at = now()
              WHERE deleted_at IS NULL AND name = $1 AND ($2::text IS NULL OR owner = $2)
              RETURNING {TENANT_COLUMNS}"
@@ -311,6 +303,8 @@ impl Inventory {
         .bind(name)
         .bind(owner)
         .bind(retain_data)
+        .bind(Desired::Absent)
+        .bind(Phase::Deleting)
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(t) = &row {
@@ -387,7 +381,7 @@ impl Inventory {
         )
         .bind(t.id)
         .bind(worker)
-        .bind(&o.phase)
+        .bind(o.phase)
         .bind(Json(&o.conditions))
         .bind(&o.endpoint)
         .bind(o.observed_generation)
@@ -415,12 +409,13 @@ impl Inventory {
     pub async fn tombstone(&self, t: &Tenant, worker: &str, actor: &str) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
-            "UPDATE tenants SET deleted_at = now(), phase = 'Deleted', lease_owner = NULL,
+            "UPDATE tenants SET deleted_at = now(), phase = $3, lease_owner = NULL,
                lease_until = NULL, observed_generation = generation, updated_at = now()
              WHERE id = $1 AND lease_owner = $2 AND deleted_at IS NULL",
         )
         .bind(t.id)
         .bind(worker)
+        .bind(Phase::Deleted)
         .execute(&mut *tx)
         .await?;
         if r.rows_affected() != 1 {
@@ -611,7 +606,7 @@ impl Inventory {
     }
 
     /// Live tenants per phase.
-    pub async fn phase_counts(&self) -> Result<Vec<(String, i64)>> {
+    pub async fn phase_counts(&self) -> Result<Vec<(Phase, i64)>> {
         Ok(sqlx::query_as(
             "SELECT phase, count(*) FROM tenants WHERE deleted_at IS NULL GROUP BY phase ORDER BY phase",
         )
@@ -654,12 +649,13 @@ impl Inventory {
     pub async fn tenants_due_for_usage(&self, min_gap: Duration) -> Result<Vec<Tenant>> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {TENANT_COLUMNS} FROM tenants t
-             WHERE deleted_at IS NULL AND phase = 'Ready' AND NOT EXISTS (
+             WHERE deleted_at IS NULL AND phase = $2 AND NOT EXISTS (
                SELECT 1 FROM usage_samples s
                WHERE s.tenant_id = t.id AND s.sampled_at > now() - make_interval(secs => $1))
              ORDER BY name"
         )))
         .bind(min_gap.as_secs_f64())
+        .bind(Phase::Ready)
         .fetch_all(&self.pool)
         .await?)
     }

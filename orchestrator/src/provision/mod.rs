@@ -1,14 +1,18 @@
 //! The tenant reconciler: inventory + render + pki -> host cluster.
 //!
 //! [`Provisioner::pass`] runs one idempotent pass over a claimed tenant: bring-up
-//! ([`steps::Step`] order, gated on readiness) or tear-down, and returns the outcome the worker
-//! writes back. [`run_workers`] claims due tenants from the inventory and wakes on
-//! `NOTIFY vcp_tenants`.
+//! ([`steps::Step`] order, gated on readiness) or tear-down, chosen by the tenant's
+//! [`Desired`] state, and returns the outcome the worker writes back (the workers of
+//! `vcp serve`, in [`crate::serve`], claim due tenants from the inventory and wake on
+//! `NOTIFY vcp_tenants`). This module owns the host: besides provisioning, it is what the API
+//! calls to sign kubeconfigs with a tenant's CA ([`Provisioner::sign_kubeconfig`]).
 
 pub mod host;
+pub mod kubeconfig;
 pub mod steps;
 
 use crate::inventory::{Inventory, Outcome, Tenant};
+use crate::lifecycle::Desired;
 use crate::names::control_plane_namespace;
 use crate::pki::{self, ApiNames, Ca, CertKey};
 use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
@@ -51,6 +55,14 @@ pub struct Config {
     /// Control-plane pods run on simulated nodes: Ready pods stand for a serving control
     /// plane and nothing talks to the tenant apiserver (benchmarks of vcp's own overhead).
     pub simulate: bool,
+}
+
+/// What a pass did: the outcome the worker records, and the variant of the error that stopped
+/// the pass, if one did ([`Error::variant`]; for `vcp_reconcile_errors_total{error}`).
+#[derive(Debug)]
+pub struct Pass {
+    pub outcome: Outcome,
+    pub error: Option<&'static str>,
 }
 
 /// Runs passes.
@@ -123,38 +135,54 @@ impl Provisioner {
     }
 
     /// One pass over a claimed tenant.
-    pub async fn pass(&self, t: &Tenant, now: OffsetDateTime) -> Outcome {
-        if t.desired == "absent" {
-            let r = self
-                .tear_down(t)
-                .await
-                .unwrap_or_else(|e| StepResult::Error(e.public()));
-            let v = steps::tear_down(&r, &t.conditions.0, now);
-            return Outcome {
-                phase: if r == StepResult::Ready {
-                    "Deleted".into()
-                } else {
-                    v.phase.into()
-                },
-                conditions: v.conditions,
-                endpoint: t.endpoint.clone(),
-                observed_generation: t.generation,
-                requeue_after: v.requeue_after,
-            };
-        }
-        let mut endpoint = t.endpoint.clone();
-        let results = self.bring_up(t, &mut endpoint).await;
-        let v = steps::bring_up(&results, &t.conditions.0, now);
-        Outcome {
-            phase: v.phase.into(),
-            conditions: v.conditions,
-            endpoint,
-            observed_generation: t.generation,
-            requeue_after: v.requeue_after,
+    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, desired = %t.desired,
+        generation = t.generation))]
+    pub async fn pass(&self, t: &Tenant, now: OffsetDateTime) -> Pass {
+        match t.desired {
+            Desired::Absent => {
+                let (r, error) = match self.tear_down(t).await {
+                    Ok(r) => (r, None),
+                    Err(e) => (StepResult::Error(e.public()), Some(e.variant())),
+                };
+                let v = steps::tear_down(&r, &t.conditions.0, now);
+                Pass {
+                    outcome: Outcome {
+                        phase: v.phase,
+                        conditions: v.conditions,
+                        endpoint: t.endpoint.clone(),
+                        observed_generation: t.generation,
+                        requeue_after: v.requeue_after,
+                    },
+                    error,
+                }
+            }
+            Desired::Present => {
+                let mut endpoint = t.endpoint.clone();
+                let mut error = None;
+                let results = self.bring_up(t, &mut endpoint, &mut error).await;
+                let v = steps::bring_up(&results, &t.conditions.0, now);
+                Pass {
+                    outcome: Outcome {
+                        phase: v.phase,
+                        conditions: v.conditions,
+                        endpoint,
+                        observed_generation: t.generation,
+                        requeue_after: v.requeue_after,
+                    },
+                    error,
+                }
+            }
         }
     }
 
-    async fn bring_up(&self, t: &Tenant, endpoint: &mut Option<String>) -> Vec<(Step, StepResult)> {
+    /// Walks the steps until one is not ready; `error` gets the variant of the error that
+    /// stopped it, if one did.
+    async fn bring_up(
+        &self,
+        t: &Tenant,
+        endpoint: &mut Option<String>,
+        error: &mut Option<&'static str>,
+    ) -> Vec<(Step, StepResult)> {
         let mut out = Vec::new();
         let cfg = &self.config;
         let Some(version) = cfg.catalog.get(&t.version) else {
@@ -174,13 +202,18 @@ impl Provisioner {
             ));
             return out;
         };
+        // What an error makes of a step; `render_fatal`: a template that does not render
+        // cannot succeed by retrying (the steps that apply components).
+        let mut failed = |e: Error, render_fatal: bool| {
+            *error = Some(e.variant());
+            match e {
+                Error::Render(e) if render_fatal => StepResult::Fatal(e.to_string()),
+                e => StepResult::Error(e.public()),
+            }
+        };
         macro_rules! step {
             ($s:expr, $e:expr) => {{
-                let r = match $e {
-                    Ok(r) => r,
-                    Err(Error::Render(e)) => StepResult::Fatal(e.to_string()),
-                    Err(e) => StepResult::Error(e.public()),
-                };
+                let r = $e.unwrap_or_else(|e| failed(e, true));
                 let done = r == StepResult::Ready;
                 out.push(($s, r));
                 if !done {
@@ -207,7 +240,7 @@ impl Provisioner {
                 return out;
             }
             Err(e) => {
-                out.push((Step::Exposed, StepResult::Error(e.public())));
+                out.push((Step::Exposed, failed(e, false)));
                 return out;
             }
         };
@@ -217,7 +250,7 @@ impl Provisioner {
                 r
             }
             Err(e) => {
-                out.push((Step::Certificates, StepResult::Error(e.public())));
+                out.push((Step::Certificates, failed(e, false)));
                 return out;
             }
         };

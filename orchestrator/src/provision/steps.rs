@@ -5,7 +5,7 @@
 //! few no-op applies), stops at the first step that is not ready yet, and turns what it saw
 //! into conditions and a phase. That is what lets any replica resume any tenant from any point.
 
-use crate::inventory::Condition;
+use crate::lifecycle::{Condition, ConditionReason, ConditionStatus, ConditionType, Phase};
 use std::time::Duration;
 use time::OffsetDateTime;
 
@@ -36,17 +36,17 @@ impl Step {
         Step::Syncer,
     ];
 
-    pub fn condition_type(self) -> &'static str {
+    pub fn condition_type(self) -> ConditionType {
         match self {
-            Step::Namespace => "NamespaceReady",
-            Step::Exposed => "Exposed",
-            Step::Certificates => "CertificatesReady",
-            Step::Etcd => "EtcdReady",
-            Step::Apiserver => "ApiserverReady",
-            Step::Bootstrapped => "Bootstrapped",
-            Step::ControllerManager => "ControllerManagerReady",
-            Step::Dns => "DnsReady",
-            Step::Syncer => "SyncerReady",
+            Step::Namespace => ConditionType::NamespaceReady,
+            Step::Exposed => ConditionType::Exposed,
+            Step::Certificates => ConditionType::CertificatesReady,
+            Step::Etcd => ConditionType::EtcdReady,
+            Step::Apiserver => ConditionType::ApiserverReady,
+            Step::Bootstrapped => ConditionType::Bootstrapped,
+            Step::ControllerManager => ConditionType::ControllerManagerReady,
+            Step::Dns => ConditionType::DnsReady,
+            Step::Syncer => ConditionType::SyncerReady,
         }
     }
 }
@@ -66,7 +66,7 @@ pub enum StepResult {
 /// The state a pass leaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
-    pub phase: &'static str,
+    pub phase: Phase,
     pub conditions: Vec<Condition>,
     pub requeue_after: Duration,
 }
@@ -79,9 +79,9 @@ pub const REQUEUE_FATAL: Duration = Duration::from_secs(300);
 pub const REQUEUE_READY: Duration = Duration::from_secs(300);
 
 fn condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
+    type_: ConditionType,
+    status: ConditionStatus,
+    reason: ConditionReason,
     message: &str,
     prev: &[Condition],
     now: OffsetDateTime,
@@ -92,9 +92,9 @@ fn condition(
         .find(|c| c.type_ == type_ && c.status == status)
         .map_or(now, |c| c.last_transition_time);
     Condition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
+        type_,
+        status,
+        reason,
         message: message.to_owned(),
         last_transition_time: last,
     }
@@ -107,42 +107,44 @@ pub fn bring_up(
     prev: &[Condition],
     now: OffsetDateTime,
 ) -> Verdict {
+    use ConditionReason as R;
+    use ConditionStatus as S;
     let mut conditions = Vec::new();
     let mut requeue = REQUEUE_READY;
-    let mut phase = "Ready";
+    let mut phase = Phase::Ready;
     for step in Step::ALL {
         let t = step.condition_type();
         let c = match results.iter().find(|(s, _)| *s == step).map(|(_, r)| r) {
-            Some(StepResult::Ready) => condition(t, "True", "Ready", "", prev, now),
+            Some(StepResult::Ready) => condition(t, S::True, R::Ready, "", prev, now),
             Some(StepResult::Waiting(m)) => {
                 requeue = REQUEUE_WAITING;
-                phase = "Provisioning";
-                condition(t, "False", "Waiting", m, prev, now)
+                phase = Phase::Provisioning;
+                condition(t, S::False, R::Waiting, m, prev, now)
             }
             Some(StepResult::Error(m)) => {
                 requeue = REQUEUE_ERROR;
-                phase = "Provisioning";
-                condition(t, "False", "Error", m, prev, now)
+                phase = Phase::Provisioning;
+                condition(t, S::False, R::Error, m, prev, now)
             }
             Some(StepResult::Fatal(m)) => {
                 requeue = REQUEUE_FATAL;
-                phase = "Failed";
-                condition(t, "False", "Failed", m, prev, now)
+                phase = Phase::Failed;
+                condition(t, S::False, R::Failed, m, prev, now)
             }
             None => {
-                if phase == "Ready" {
-                    phase = "Provisioning";
+                if phase == Phase::Ready {
+                    phase = Phase::Provisioning;
                 }
-                condition(t, "Unknown", "NotReached", "", prev, now)
+                condition(t, S::Unknown, R::NotReached, "", prev, now)
             }
         };
         conditions.push(c);
     }
-    let ready = phase == "Ready";
+    let ready = phase == Phase::Ready;
     conditions.push(condition(
-        "Ready",
-        if ready { "True" } else { "False" },
-        if ready { "Ready" } else { "Provisioning" },
+        ConditionType::Ready,
+        S::of(ready),
+        if ready { R::Ready } else { R::Provisioning },
         "",
         prev,
         now,
@@ -156,21 +158,35 @@ pub fn bring_up(
 
 /// Conditions and phase during deletion.
 pub fn tear_down(result: &StepResult, prev: &[Condition], now: OffsetDateTime) -> Verdict {
+    use ConditionReason as R;
+    use ConditionStatus as S;
     let (status, reason, message, requeue) = match result {
-        StepResult::Ready => ("True", "Deleted", "", REQUEUE_WAITING),
-        StepResult::Waiting(m) => ("False", "Waiting", m.as_str(), REQUEUE_WAITING),
+        StepResult::Ready => (S::True, R::Deleted, "", REQUEUE_WAITING),
+        StepResult::Waiting(m) => (S::False, R::Waiting, m.as_str(), REQUEUE_WAITING),
         StepResult::Error(m) | StepResult::Fatal(m) => {
-            ("False", "Error", m.as_str(), REQUEUE_ERROR)
+            (S::False, R::Error, m.as_str(), REQUEUE_ERROR)
         }
     };
     let mut conditions: Vec<Condition> = prev
         .iter()
-        .filter(|c| c.type_ != "Deleted")
+        .filter(|c| c.type_ != ConditionType::Deleted)
         .cloned()
         .collect();
-    conditions.push(condition("Deleted", status, reason, message, prev, now));
+    conditions.push(condition(
+        ConditionType::Deleted,
+        status,
+        reason,
+        message,
+        prev,
+        now,
+    ));
     Verdict {
-        phase: "Deleting",
+        // Done: everything is gone, the worker tombstones the row.
+        phase: if *result == StepResult::Ready {
+            Phase::Deleted
+        } else {
+            Phase::Deleting
+        },
         conditions,
         requeue_after: requeue,
     }
@@ -260,5 +276,20 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn a_finished_tear_down_ends_in_deleted_and_an_unfinished_one_keeps_deleting() {
+        let d = tear_down(&StepResult::Ready, &[], at(0));
+        assert_eq!(d.phase, Phase::Deleted);
+        assert_eq!(find(&d, "Deleted").status, ConditionStatus::True);
+        assert_eq!(find(&d, "Deleted").reason, ConditionReason::Deleted);
+        for r in [
+            StepResult::Waiting("1 left: vcp-k".into()),
+            StepResult::Error("boom".into()),
+            StepResult::Fatal("boom".into()),
+        ] {
+            assert_eq!(tear_down(&r, &[], at(0)).phase, Phase::Deleting, "{r:?}");
+        }
     }
 }

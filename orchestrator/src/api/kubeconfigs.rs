@@ -1,0 +1,233 @@
+//! Kubeconfigs of tenant users: issuing (a client certificate from the tenant's CA, signed by
+//! the provisioner, which owns the host where the CA lives) and listing what was issued.
+
+use super::auth::authenticate;
+use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
+use super::{
+    AppState, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView, Name, Problem,
+    ProblemBody, body, find,
+};
+use crate::lifecycle::Phase;
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::{HeaderMap, StatusCode};
+use std::time::Duration;
+use tracing::field::Empty;
+
+/// Parses `90m`, `12h`, `30d` (or plain seconds).
+pub fn parse_ttl(s: &str) -> Option<Duration> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n.parse().ok()?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        "d" => n.checked_mul(86_400)?,
+        _ => return None,
+    };
+    (secs > 0).then(|| Duration::from_secs(secs))
+}
+
+/// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
+fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
+    // Names Kubernetes and vcp reserve for their own identities: a kubeconfig must not
+    // impersonate a node, a controller or vcp's own components.
+    let reserved = |s: &str| s.starts_with("system:") || s.starts_with("vcp:");
+    // Printable ASCII only: these go into certificates, the inventory and terminal tables.
+    let plain = |s: &str| (1..=128).contains(&s.len()) && s.chars().all(|c| c.is_ascii_graphic());
+    if !plain(&req.user) || reserved(&req.user) {
+        return Err(Problem::invalid(
+            "user",
+            "1 to 128 printable ASCII characters without spaces, not starting with \"system:\" or \"vcp:\"",
+        ));
+    }
+    if req.groups.len() > 16 || req.groups.iter().any(|g| !plain(g) || reserved(g)) {
+        return Err(Problem::invalid(
+            "groups",
+            "at most 16 groups of 1 to 128 printable ASCII characters, none starting with \"system:\" or \"vcp:\"",
+        ));
+    }
+    let ttl = match req.ttl.as_deref() {
+        None => Duration::from_secs(24 * 3600),
+        Some(x) => parse_ttl(x)
+            .ok_or_else(|| Problem::invalid("ttl", "a duration like 90m, 12h or 30d"))?,
+    };
+    Ok(ttl.min(max))
+}
+
+/// Issues a kubeconfig: a client certificate signed by the tenant's CA, user as CN and
+/// groups as O. The key is in this answer only; the inventory keeps serial, subject and
+/// expiry.
+#[utoipa::path(post, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
+    params(("name" = String, Path, description = "tenant name")),
+    request_body = IssueKubeconfig, responses(
+    (status = 201, body = KubeconfigIssued),
+    BodyRefused,
+    Unauthorized,
+    NoSuchTenant,
+    (status = 409, description = "the tenant is not Ready", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "invalid user, groups or ttl", body = ProblemBody, content_type = "application/problem+json"),
+))]
+#[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
+pub(super) async fn issue_kubeconfig(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Name, Problem>,
+    req: Result<Json<IssueKubeconfig>, JsonRejection>,
+) -> Result<(StatusCode, Json<KubeconfigIssued>), Problem> {
+    let caller = authenticate(&s, &headers).await?;
+    let Name(name) = name?;
+    // The tenant first: another owner's tenant answers 404 whatever the body.
+    let t = find(&s, &caller, &name).await?;
+    let req = body(req)?;
+    let ttl = check_kubeconfig(&req, s.max_kubeconfig_ttl)?;
+    let ttl = time::Duration::try_from(ttl)
+        .map_err(|_| Problem::invalid("ttl", "longer than this server can represent"))?;
+    let Some(endpoint) = t.endpoint.clone().filter(|_| t.phase == Phase::Ready) else {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "not-ready",
+            "tenant not ready",
+            &format!(
+                "tenant {name:?} is {}; kubeconfigs are issued once it is Ready",
+                t.phase
+            ),
+            None,
+        ));
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let signed = s
+        .provisioner
+        .sign_kubeconfig(&t, &endpoint, &req.user, &req.groups, now, ttl)
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    let cert = signed.certificate;
+    s.inventory
+        .record_kubeconfig(
+            t.id,
+            &req.user,
+            &req.groups,
+            &cert.serial,
+            cert.not_after,
+            &caller.0.name,
+        )
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(KubeconfigIssued {
+            kubeconfig: signed.kubeconfig,
+            serial: cert.serial,
+            user: req.user,
+            groups: req.groups,
+            expires_at: cert.not_after,
+        }),
+    ))
+}
+
+/// The kubeconfigs issued for a tenant (serial, subject, groups, expiry; never keys).
+#[utoipa::path(get, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
+    params(("name" = String, Path, description = "tenant name")), responses(
+    (status = 200, body = KubeconfigList),
+    Unauthorized,
+    NoSuchTenant,
+))]
+#[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
+pub(super) async fn list_kubeconfigs(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Name, Problem>,
+) -> Result<Json<KubeconfigList>, Problem> {
+    let caller = authenticate(&s, &headers).await?;
+    let Name(name) = name?;
+    let t = find(&s, &caller, &name).await?;
+    let items = s
+        .inventory
+        .kubeconfigs(t.id)
+        .await
+        .map_err(|e| Problem::internal(&e))?
+        .into_iter()
+        .map(KubeconfigView::from)
+        .collect();
+    Ok(Json(KubeconfigList { items }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(user: &str, groups: &[&str], ttl: Option<&str>) -> IssueKubeconfig {
+        IssueKubeconfig {
+            user: user.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            ttl: ttl.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn kubeconfig_requests_are_checked_before_anything_is_signed() {
+        let max = Duration::from_secs(30 * 86_400);
+        let field = |r: Result<Duration, Problem>| r.unwrap_err().field().map(str::to_owned);
+        assert_eq!(
+            check_kubeconfig(&req("alice", &["view", "ops"], Some("2h")), max).unwrap(),
+            Duration::from_secs(7200)
+        );
+        // The server's cap wins over a longer request; no TTL means a day.
+        assert_eq!(
+            check_kubeconfig(&req("a", &[], Some("400d")), max).unwrap(),
+            max
+        );
+        assert_eq!(
+            check_kubeconfig(&req("a", &[], None), max).unwrap(),
+            Duration::from_secs(86_400)
+        );
+        for user in [
+            "",
+            "system:admin",
+            "vcp:coredns",
+            "a b",
+            "a\u{0}b",
+            "é",
+            &"u".repeat(129),
+        ] {
+            assert_eq!(
+                field(check_kubeconfig(&req(user, &[], None), max)).as_deref(),
+                Some("user"),
+                "{user:?}"
+            );
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("g{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        for groups in [
+            &["system:masters"][..],
+            &["vcp:syncer"],
+            &[""],
+            &["a\u{0}b"],
+            &["line\nbreak"],
+            &["\u{1b}[31mred"],
+            &many,
+        ] {
+            assert_eq!(
+                field(check_kubeconfig(&req("u", groups, None), max)).as_deref(),
+                Some("groups"),
+                "{groups:?}"
+            );
+        }
+        assert_eq!(
+            field(check_kubeconfig(&req("u", &[], Some("1w")), max)).as_deref(),
+            Some("ttl")
+        );
+    }
+
+    #[test]
+    fn ttls_parse_in_common_units() {
+        assert_eq!(parse_ttl("90m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_ttl("12h"), Some(Duration::from_secs(43_200)));
+        assert_eq!(parse_ttl("30d"), Some(Duration::from_secs(2_592_000)));
+        assert_eq!(parse_ttl("45"), Some(Duration::from_secs(45)));
+        for bad in ["", "0h", "h", "1w", "-1h", "1.5h", "99999999999999999999d"] {
+            assert_eq!(parse_ttl(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! The tenant lifecycle as types: what was asked of a tenant ([`Desired`]), where it is
+//! ([`Phase`]), and the conditions a reconcile pass reports ([`Condition`], with its
+//! [`ConditionType`], [`ConditionStatus`] and [`ConditionReason`]).
+//!
+//! One definition for every layer. The inventory reads and writes these through checked sqlx
+//! mappings (`tenants.desired` and `tenants.phase` are TEXT columns whose CHECK constraints in
+//! `migrations/0001_inventory.sql` list exactly these names; conditions are JSONB, through
+//! serde); the provisioning steps and the workers match on them; the API serializes them, and
+//! its OpenAPI document is derived from them. A name the code does not know is an error
+//! wherever it is read, never a default: a row whose phase reads `Redy` fails to load, loudly,
+//! instead of showing as `Pending`.
+//!
+//! Pure: no client, no pool, no I/O (made to move into the shared `vcp-core` crate as is; the
+//! sqlx impls are only trait impls, gated behind a feature there if need be).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+
+/// A name that is not one of a lifecycle enum's values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?}")]
+pub struct Unknown {
+    /// Which enum (`phase`, `desired state`, ...).
+    pub what: &'static str,
+    /// The name that was read.
+    pub value: String,
+}
+
+/// Declares an enum stored and sent by name: `as_str`, `ALL`, `Display`, a `FromStr` that
+/// refuses unknown names, serde under the same names, comparisons with a name (for readable
+/// assertions: `assert_eq!(t.phase, "Ready")`; code matches on variants), and the sqlx
+/// mapping to a Postgres TEXT column (decoding goes through the same `FromStr`).
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $T:ident ($what:literal) {
+            $( $(#[$vmeta:meta])* $V:ident = $name:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum $T {
+            $( $(#[$vmeta])* #[serde(rename = $name)] $V, )+
+        }
+
+        impl $T {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$T] = &[$($T::$V),+];
+
+            /// The name stored in the inventory and sent by the API.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( $T::$V => $name, )+
+                }
+            }
+        }
+
+        impl fmt::Display for $T {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $T {
+            type Err = Unknown;
+
+            fn from_str(s: &str) -> Result<$T, Unknown> {
+                match s {
+                    $( $name => Ok($T::$V), )+
+                    _ => Err(Unknown { what: $what, value: s.to_owned() }),
+                }
+            }
+        }
+
+        impl PartialEq<str> for $T {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $T {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl sqlx::Type<sqlx::Postgres> for $T {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $T {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $T {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<$T, sqlx::error::BoxDynError> {
+                Ok(<&str as sqlx::Decode<'r, sqlx::Postgres>>::decode(value)?.parse()?)
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// What the owner asked for: the tenant should exist, or be removed.
+    #[derive(ToSchema)]
+    pub enum Desired ("desired state") {
+        /// Provision the tenant and keep it provisioned.
+        Present = "present",
+        /// Tear the tenant down (`DELETE /v1/tenants/{name}`).
+        Absent = "absent",
+    }
+}
+
+named_enum! {
+    /// Where a tenant is in its life.
+    pub enum Phase ("phase") {
+        /// Accepted; no reconcile pass has run yet.
+        Pending = "Pending",
+        /// Steps are being brought up; `conditions` tell which.
+        Provisioning = "Provisioning",
+        /// Every step is ready; kubeconfigs can be issued.
+        Ready = "Ready",
+        /// A fleet upgrade is moving the tenant to another version.
+        Upgrading = "Upgrading",
+        /// Deletion was requested and is in progress.
+        Deleting = "Deleting",
+        /// A plan, version or template that cannot work; see `conditions`.
+        Failed = "Failed",
+        /// Everything on the host is gone; the row is tombstoned (`deleted_at`) and stays for
+        /// the record. What deletion ends in: a pass that reports it makes the worker
+        /// tombstone the tenant. The API never shows it (deleted tenants are not served).
+        Deleted = "Deleted",
+    }
+}
+
+impl Phase {
+    /// The phases of a live tenant: every one but [`Phase::Deleted`]. What the API can answer
+    /// and what `vcp_tenants{phase}` counts.
+    pub const LIVE: [Phase; 6] = [
+        Phase::Pending,
+        Phase::Provisioning,
+        Phase::Ready,
+        Phase::Upgrading,
+        Phase::Deleting,
+        Phase::Failed,
+    ];
+}
+
+// By hand rather than derived: the API's schema lists only the phases it can answer, so
+// `Deleted` (which only the inventory holds) does not widen the published contract.
+impl utoipa::PartialSchema for Phase {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("Where a tenant is in its life."))
+            .enum_values(Some(Phase::LIVE.iter().map(|p| p.as_str())))
+            .into()
+    }
+}
+
+impl ToSchema for Phase {}
+
+named_enum! {
+    /// What a condition is about: one per provisioning step (in step order), then `Ready`
+    /// for the whole; `Deleted` during deletion.
+    #[derive(ToSchema)]
+    pub enum ConditionType ("condition type") {
+        NamespaceReady = "NamespaceReady",
+        Exposed = "Exposed",
+        CertificatesReady = "CertificatesReady",
+        EtcdReady = "EtcdReady",
+        ApiserverReady = "ApiserverReady",
+        Bootstrapped = "Bootstrapped",
+        ControllerManagerReady = "ControllerManagerReady",
+        DnsReady = "DnsReady",
+        SyncerReady = "SyncerReady",
+        /// Every step is ready.
+        Ready = "Ready",
+        /// Everything the tenant had on the host is gone.
+        Deleted = "Deleted",
+    }
+}
+
+named_enum! {
+    /// Whether a condition holds, as in Kubernetes.
+    #[derive(ToSchema)]
+    pub enum ConditionStatus ("condition status") {
+        True = "True",
+        False = "False",
+        /// The pass did not get that far.
+        Unknown = "Unknown",
+    }
+}
+
+impl ConditionStatus {
+    /// `True` or `False`.
+    pub fn of(holds: bool) -> ConditionStatus {
+        if holds {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+}
+
+named_enum! {
+    /// Why a condition has its status.
+    #[derive(ToSchema)]
+    pub enum ConditionReason ("condition reason") {
+        /// The step (or the whole tenant) is ready.
+        Ready = "Ready",
+        /// Applied; waiting for the host (the message says on what).
+        Waiting = "Waiting",
+        /// Failed; retried after a back-off (the message says why).
+        Error = "Error",
+        /// Cannot succeed without a change to the tenant or the configuration.
+        Failed = "Failed",
+        /// An earlier step is not ready yet.
+        NotReached = "NotReached",
+        /// `Ready` while some step is not.
+        Provisioning = "Provisioning",
+        /// Deletion finished.
+        Deleted = "Deleted",
+    }
+}
+
+/// One condition of a tenant (Kubernetes-style).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: ConditionType,
+    /// `True`, `False` or `Unknown`.
+    pub status: ConditionStatus,
+    pub reason: ConditionReason,
+    pub message: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub last_transition_time: OffsetDateTime,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names in a `CHECK (column IN ('a', 'b'))` of the first migration.
+    fn check_list(column: &str) -> Vec<String> {
+        let sql = include_str!("../../migrations/0001_inventory.sql");
+        let marker = format!("CHECK ({column} IN (");
+        let start = sql.find(&marker).expect("the column has a CHECK") + marker.len();
+        let list = &sql[start..start + sql[start..].find(')').unwrap()];
+        list.split(',')
+            .map(|s| s.trim().trim_matches('\'').to_owned())
+            .collect()
+    }
+
+    fn names<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> Vec<String> {
+        all.iter().map(|v| name(*v).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_database_allows_exactly_the_phases_and_desired_states_the_code_knows() {
+        assert_eq!(check_list("phase"), names(Phase::ALL, Phase::as_str));
+        assert_eq!(check_list("desired"), names(Desired::ALL, Desired::as_str));
+    }
+
+    #[test]
+    fn every_name_round_trips_through_text_and_json() {
+        fn round_trip<T>(all: &[T], name: impl Fn(T) -> &'static str)
+        where
+            T: Copy + fmt::Debug + PartialEq + FromStr<Err = Unknown> + Serialize,
+            T: for<'de> Deserialize<'de>,
+        {
+            for v in all {
+                let n = name(*v);
+                assert_eq!(n.parse::<T>(), Ok(*v));
+                assert_eq!(serde_json::to_value(v).unwrap(), n);
+                assert_eq!(
+                    serde_json::from_value::<T>(serde_json::json!(n)).unwrap(),
+                    *v
+                );
+            }
+        }
+        round_trip(Phase::ALL, Phase::as_str);
+        round_trip(Desired::ALL, Desired::as_str);
+        round_trip(ConditionType::ALL, ConditionType::as_str);
+        round_trip(ConditionStatus::ALL, ConditionStatus::as_str);
+        round_trip(ConditionReason::ALL, ConditionReason::as_str);
+    }
+
+    #[test]
+    fn unknown_names_are_errors_not_pending() {
+        for bad in ["Redy", "ready", "", "Pending ", "Unknown"] {
+            assert_eq!(
+                bad.parse::<Phase>(),
+                Err(Unknown {
+                    what: "phase",
+                    value: bad.to_owned()
+                }),
+                "{bad:?}"
+            );
+            assert!(serde_json::from_value::<Phase>(serde_json::json!(bad)).is_err());
+        }
+        assert_eq!(
+            "Absent".parse::<Desired>().unwrap_err().to_string(),
+            "unknown desired state \"Absent\""
+        );
+        assert!("Maybe".parse::<ConditionStatus>().is_err());
+        let stored = |t: &str| {
+            serde_json::json!({"type": t, "status": "True", "reason": "Ready", "message": "",
+                "last_transition_time": "2026-01-01T00:00:00Z"})
+        };
+        assert!(serde_json::from_value::<Condition>(stored("EtcdReady")).is_ok());
+        assert!(serde_json::from_value::<Condition>(stored("EtcdHappy")).is_err());
+    }
+
+    #[test]
+    fn the_api_schema_lists_the_live_phases_only() {
+        let schema = serde_json::to_value(<Phase as utoipa::PartialSchema>::schema()).unwrap();
+        assert_eq!(
+            schema["enum"],
+            serde_json::json!(names(&Phase::LIVE, Phase::as_str))
+        );
+        assert!(!Phase::LIVE.contains(&Phase::Deleted));
+        assert_eq!(Phase::LIVE.len() + 1, Phase::ALL.len());
+    }
+}

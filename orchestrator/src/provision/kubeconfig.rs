@@ -1,0 +1,71 @@
+//! Kubeconfigs for tenant users, signed with the tenant's CA, which lives only on the host
+//! (the `ca` Secret of `vcp-<key>`): the API asks here instead of reading the host itself.
+
+use super::{Provisioner, secret_str};
+use crate::inventory::Tenant;
+use crate::names::control_plane_namespace;
+use crate::pki::{self, CertInfo};
+use crate::{Error, Result, render};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use time::OffsetDateTime;
+
+/// A kubeconfig signed for a tenant user: its client certificate and key are embedded in
+/// `kubeconfig` and nowhere else.
+pub struct SignedKubeconfig {
+    /// kubeconfig YAML.
+    pub kubeconfig: String,
+    /// What the inventory records about the certificate (never its key).
+    pub certificate: CertInfo,
+}
+
+impl std::fmt::Debug for SignedKubeconfig {
+    // The kubeconfig embeds a private key: never printed, not even by a stray `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedKubeconfig")
+            .field("kubeconfig", &"<redacted>")
+            .field("certificate", &self.certificate)
+            .finish()
+    }
+}
+
+impl Provisioner {
+    /// A kubeconfig of tenant `t` at `endpoint` for `user` in `groups` (certificate CN and O),
+    /// valid from `now` for `ttl`. The caller checks the request and records the result.
+    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, user = %user))]
+    pub async fn sign_kubeconfig(
+        &self,
+        t: &Tenant,
+        endpoint: &str,
+        user: &str,
+        groups: &[String],
+        now: OffsetDateTime,
+        ttl: time::Duration,
+    ) -> Result<SignedKubeconfig> {
+        let secrets: Api<Secret> =
+            Api::namespaced(self.host.clone(), &control_plane_namespace(&t.key));
+        let ca_secret = secrets
+            .get("ca")
+            .await
+            .map_err(|e| Error::kube("read the tenant CA", e))?;
+        let ca = pki::Ca::load(&pki::CertKey {
+            cert_pem: secret_str(&ca_secret, "tls.crt").unwrap_or_default(),
+            key_pem: secret_str(&ca_secret, "tls.key").unwrap_or_default(),
+        })?;
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+        let pair = ca.issue(&pki::LeafSpec::client(user, &groups), now, ttl)?;
+        let certificate = pki::inspect("kubeconfig", &pair.cert_pem)?;
+        let kubeconfig = render::kubeconfig::embedded(
+            &t.name,
+            endpoint,
+            &ca.cert_key().cert_pem,
+            user,
+            &pair.cert_pem,
+            &pair.key_pem,
+        );
+        Ok(SignedKubeconfig {
+            kubeconfig,
+            certificate,
+        })
+    }
+}
