@@ -26,7 +26,7 @@ use kube::api::{Api, ListParams};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_syncer::naming::{LABEL_TENANT, TenantKey};
+use vcp_core::naming::LABEL_TENANT;
 use vcp_syncer::policy::quota::{Hard, HostObjects, Limits, Usage, host_usage};
 
 /// Tenants counted at once in a round.
@@ -118,7 +118,6 @@ impl Sampler {
 
     /// What tenant `t` holds on the host now.
     pub async fn count(&self, t: &Tenant) -> Result<Usage> {
-        let key = TenantKey::new(&t.key).map_err(|e| Error::Config(e.to_string()))?;
         let (namespaces, pods, services, claims) = tokio::try_join!(
             list::<Namespace>(&self.host, &t.key, "namespaces"),
             list::<Pod>(&self.host, &t.key, "pods"),
@@ -127,7 +126,7 @@ impl Sampler {
         )?;
         let defaults = self.defaults.get(&t.plan).cloned().unwrap_or_default();
         Ok(host_usage(
-            &key,
+            &t.key,
             &HostObjects {
                 namespaces: &namespaces,
                 pods: &pods,

@@ -21,7 +21,7 @@ async fn fresh(pg: &EphemeralPostgres, db: &str) -> anyhow::Result<Inventory> {
 fn tenant(name: &str, key: &str, owner: &str) -> NewTenant {
     NewTenant {
         name: name.into(),
-        key: key.into(),
+        key: vcp_core::naming::TenantKey::new(key).unwrap(),
         owner: owner.into(),
         labels: BTreeMap::from([("team".into(), "a".into())]),
         version: "1.37".into(),

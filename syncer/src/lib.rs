@@ -43,7 +43,7 @@ pub enum Error {
     #[error("failed to build a client from the in-cluster configuration")]
     InCluster(#[source] kube::Error),
     #[error(transparent)]
-    InvalidKey(#[from] naming::InvalidKey),
+    InvalidKey(#[from] vcp_core::Error),
     #[error("cannot issue a service-account token: {0}")]
     Token(String),
     #[error("{0} is not ready yet")]
@@ -229,7 +229,7 @@ pub fn load_policy(path: Option<&std::path::Path>) -> Result<policy::TenantPolic
 
 /// Runs the syncer until the process is stopped.
 pub async fn run(args: Args) -> Result<()> {
-    let key = naming::TenantKey::new(&args.tenant_key)?;
+    let key = vcp_core::naming::TenantKey::new(&args.tenant_key)?;
     // A policy that does not parse stops the syncer before it writes anything to the host.
     let policy = load_policy(args.policy.as_deref())?;
     let metrics = metrics::Metrics::new();

@@ -709,7 +709,7 @@ async fn issue_kubeconfig(
             None,
         ));
     };
-    let ns = crate::names::control_plane_namespace(&t.key);
+    let ns = vcp_core::naming::control_plane_namespace(&t.key);
     let secrets: kube::Api<Secret> = kube::Api::namespaced(s.provisioner.host.clone(), &ns);
     let ca_secret = secrets
         .get("ca")

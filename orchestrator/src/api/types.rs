@@ -122,7 +122,7 @@ impl TenantView {
             kubernetes_version,
             phase: Phase::of(&t.phase),
             name: t.name,
-            key: t.key,
+            key: t.key.into(),
             owner: t.owner,
             labels: t.labels.0,
             version: t.version,

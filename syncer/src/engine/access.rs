@@ -11,11 +11,11 @@
 
 use super::{Engine, kube_err};
 use crate::Result;
-use crate::naming;
 use crate::resources::FIELD_MANAGER;
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
+use vcp_core::naming;
 
 /// Name of the RoleBinding in every host namespace of a tenant.
 pub const BINDING: &str = "vcp-syncer";

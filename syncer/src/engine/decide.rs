@@ -1,7 +1,7 @@
 //! What to do with one key, given both sides (pure).
 
-use crate::naming::{self, TenantKey};
 use std::collections::BTreeMap;
+use vcp_core::naming::{self, TenantKey};
 
 /// The host side of a key as the engine sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,7 +25,6 @@
 
 use super::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector, kube_err};
 use crate::Result;
-use crate::naming;
 use crate::policy::{self, Refusal, endpoints::TenantPods};
 use crate::resources::endpoints::{
     self, SERVICE_NAME, controller_managed, endpoints_to_host, endpoints_unchanged, hand_managed,
@@ -40,6 +39,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming;
 
 /// How soon an object whose Service is not cached is looked at again.
 const SERVICE_PENDING: Duration = Duration::from_secs(5);
@@ -119,13 +119,13 @@ impl Synced for EndpointSlice {
         slice_unchanged(desired, host)
     }
 
-    fn host_watch(key: &crate::naming::TenantKey) -> kube::runtime::watcher::Config {
+    fn host_watch(key: &vcp_core::naming::TenantKey) -> kube::runtime::watcher::Config {
         // The host's own controllers copy a Service's or Endpoints' labels (our markers among
         // them) onto the slices they manage; those are theirs, never ours to collect.
         let managers = endpoints::CONTROLLER_MANAGERS.join(",");
         kube::runtime::watcher::Config::default().labels(&format!(
             "{}={key},{} notin ({managers})",
-            crate::naming::LABEL_TENANT,
+            vcp_core::naming::LABEL_TENANT,
             endpoints::MANAGED_BY
         ))
     }

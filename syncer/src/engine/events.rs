@@ -11,7 +11,6 @@
 
 use super::{Engine, kube_err};
 use crate::metrics::Direction;
-use crate::naming::{self, TenantRef};
 use crate::resources::events::{plural, repeat_patch, to_tenant};
 use crate::{Error, Result};
 use futures::StreamExt;
@@ -23,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
+use vcp_core::naming::{self, TenantRef};
 
 /// Entries each memory holds before it starts over.
 const MEMORY: usize = 10_000;

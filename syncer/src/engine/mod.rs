@@ -34,7 +34,6 @@ pub mod tokens;
 pub mod volumes;
 
 use crate::metrics::Direction;
-use crate::naming::{self, TenantKey};
 use crate::resources::{self, Ctx, FIELD_MANAGER};
 use crate::{Error, Result};
 use decide::{Decision, HostSide, decide};
@@ -52,6 +51,7 @@ use shared::{Cache, Shared};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming::{self, TenantKey};
 
 /// Default period of the full resync (`--resync-seconds`).
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);

@@ -7,7 +7,6 @@ use super::quota::{self, Verdict};
 use super::shared::Shared;
 use super::{Engine, host_selector};
 use crate::metrics::Direction;
-use crate::naming::{self, TenantKey};
 use crate::resources::{FIELD_MANAGER, namespaces};
 use crate::{Error, Result};
 use futures::StreamExt;
@@ -19,6 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming::{self, TenantKey};
 
 struct Ns {
     engine: Arc<Engine>,

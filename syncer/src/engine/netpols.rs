@@ -13,7 +13,6 @@
 use super::decide::{Decision, HostSide, decide};
 use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host, kube_err};
 use crate::Result;
-use crate::naming;
 use crate::policy::{self, network};
 use crate::resources::FIELD_MANAGER;
 use k8s_openapi::api::core::v1::Pod;
@@ -24,6 +23,7 @@ use kube::runtime::controller::Action;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming;
 
 impl super::Synced for NetworkPolicy {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {

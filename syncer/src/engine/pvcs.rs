@@ -4,7 +4,6 @@ use super::decide::{Decision, HostSide, decide};
 use super::quota::Verdict;
 use super::{Engine, Side, cached_host, create_or_adopt, delete_host, kube_err};
 use crate::Result;
-use crate::naming::host_cluster_name;
 use crate::resources::FIELD_MANAGER;
 use crate::resources::pvcs::{MIRROR_LABEL, bound_volume, mirror_volume, to_host};
 use crate::resources::volumes;
@@ -15,6 +14,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming::host_cluster_name;
 
 /// Down-reconcile of a tenant claim.
 pub async fn down(

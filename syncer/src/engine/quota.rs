@@ -12,7 +12,6 @@
 use super::Engine;
 use super::shared::Cache;
 use crate::Result;
-use crate::naming;
 use crate::policy::quota::{self as policy_quota, Objects, Verdicts};
 use crate::policy::{self, Refusal};
 use crate::resources::FIELD_MANAGER;
@@ -25,6 +24,7 @@ use kube::api::{Api, Patch, PatchParams};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming;
 
 /// The reason of every quota refusal (events and pod conditions).
 pub const REASON: &str = "TenantQuotaExceeded";

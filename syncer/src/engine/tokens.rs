@@ -2,14 +2,13 @@
 //!
 //! For a tenant pod with a token volume, the syncer asks the *tenant* apiserver for a token
 //! of the pod's service account, bound to the tenant pod (it dies with the pod), and keeps it in
-//! a host Secret [`naming::token_secret_name`] with the tenant CA (`kube-root-ca.crt`) and the
+//! a host Secret [`crate::naming::token_secret_name`] with the tenant CA (`kube-root-ca.crt`) and the
 //! tenant namespace; the host pod's projected volume reads from it. The token is renewed at 80%
 //! of its lifetime. The Secret is marked as generated (a tenant Secret can never adopt it) and
 //! owned by the host pod, so the host's garbage collector removes it with the pod. Tokens are
 //! never logged.
 
 use super::{Engine, kube_err};
-use crate::naming;
 use crate::resources::{FIELD_MANAGER, pods::TOKEN_KEYS, pods::token_request};
 use crate::{Error, Result};
 use k8s_openapi::ByteString;
@@ -20,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
+use vcp_core::naming;
 
 const ANN_EXPIRES: &str = "vcp.dev/token-expires";
 const ANN_RENEW: &str = "vcp.dev/token-renew-after";
@@ -34,7 +34,7 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
         return Ok(());
     };
     let host_ns = naming::host_namespace(e.key(), &ns);
-    let name = naming::token_secret_name(&uid);
+    let name = crate::naming::token_secret_name(&uid);
     let secrets: Api<Secret> = Api::namespaced(e.host.clone(), &host_ns);
     let current = secrets
         .get_opt(&name)

@@ -7,7 +7,6 @@
 
 use super::{Engine, host_selector, kube_err};
 use crate::metrics::Direction;
-use crate::naming::{self, TenantKey};
 use crate::resources::FIELD_MANAGER;
 use crate::resources::volumes::{phase_to_tenant, synced, to_host};
 use crate::{Error, Result};
@@ -20,6 +19,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming::{self, TenantKey};
 
 const KIND: &str = "PersistentVolume";
 

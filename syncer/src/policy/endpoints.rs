@@ -30,13 +30,13 @@
 //! kept `targetRef` names a tenant pod holding its addresses.
 
 use super::{InvalidPolicy, Refusal, TenantPolicy};
-use crate::naming::{self, TenantKey};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{self as v1, EndpointAddress, ObjectReference};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use vcp_core::naming::{self, TenantKey};
 
 const RULE: &str = "plan: endpoints";
 

@@ -64,8 +64,6 @@
 //! tenant policies.
 
 use super::{InvalidPolicy, Refusal};
-use crate::naming::{self, LABEL_TENANT, TenantKey};
-use crate::resources::{self, Ctx};
 use ipnet::IpNet;
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -77,6 +75,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use vcp_core::naming::{self, LABEL_TENANT, TenantKey};
 
 /// Host pod label: some tenant policy of the pod's namespace isolates it for ingress.
 pub const LABEL_INGRESS_ISOLATED: &str = "vcp.dev/ingress-isolated";
@@ -707,13 +706,7 @@ pub fn to_host(
     });
     let host = NetworkPolicy {
         // The metadata every translator gives its host object; the key is all it needs.
-        metadata: resources::host_meta(
-            tenant,
-            &Ctx {
-                key: key.clone(),
-                policy: Default::default(),
-            },
-        ),
+        metadata: naming::host_meta(&tenant.metadata, key),
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(selector_to_host(
                 spec.pod_selector

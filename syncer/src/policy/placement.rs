@@ -17,13 +17,13 @@
 //! - priority and runtime classes are the host classes the plan maps them to, or none.
 
 use super::{Placement, Refusal, Scheduling};
-use crate::naming::{self, LABEL_TENANT, TenantKey};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     PodAffinityTerm, PodSpec, Toleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use std::collections::BTreeMap;
+use vcp_core::naming::{self, LABEL_TENANT, TenantKey};
 
 /// Rewrites `spec` (a copy of the tenant pod's) so it stays in the pool and in the tenant's world. What the tenant asked for and did
 /// not get is told to it as notes (dropped tolerations, priority classes), since the pod

@@ -12,8 +12,8 @@
 //! host pod instead; labels and annotations by key are read under their host keys.
 
 use super::{Refusal, TenantPolicy, placement, pod_security, volumes};
-use crate::naming;
 use k8s_openapi::api::core::v1::{ObjectFieldSelector, Pod, PodSpec};
+use vcp_core::naming;
 
 /// Annotation on host pods: the tenant pod's service account (downward API reads it there).
 pub const ANN_SERVICE_ACCOUNT: &str = "vcp.dev/tenant-service-account";

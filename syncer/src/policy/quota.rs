@@ -26,7 +26,6 @@
 //! (property-tested below).
 
 use super::Refusal;
-use crate::naming;
 use k8s_openapi::api::core::v1::{
     Container, Namespace, PersistentVolumeClaim, Pod, PodSpec, ResourceRequirements, Service,
 };
@@ -34,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use vcp_core::naming;
 
 /// A Kubernetes quantity as written in a plan (`500m`, `64Gi`), checked by
 /// `TenantPolicy::validate`.

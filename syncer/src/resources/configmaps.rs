@@ -1,12 +1,13 @@
 //! ConfigMaps: copied into the host namespace under the same name.
 
-use super::{Ctx, host_meta};
+use super::Ctx;
 use k8s_openapi::api::core::v1::ConfigMap;
+use vcp_core::naming::host_meta;
 
 /// The host copy of a tenant ConfigMap.
 pub fn to_host(cm: &ConfigMap, ctx: &Ctx) -> ConfigMap {
     ConfigMap {
-        metadata: host_meta(cm, ctx),
+        metadata: host_meta(&cm.metadata, &ctx.key),
         data: cm.data.clone(),
         binary_data: cm.binary_data.clone(),
         immutable: cm.immutable,

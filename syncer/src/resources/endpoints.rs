@@ -18,12 +18,13 @@
 //! `targetRef`s name tenant objects (their UIDs mean nothing on the host): the namespace is
 //! translated and the UID and resource version dropped.
 
-use super::{Ctx, host_meta};
-use crate::naming;
+use super::Ctx;
 use crate::policy::Refusal;
 use crate::policy::endpoints::{TenantPods, filter_endpoints, filter_slice};
 use k8s_openapi::api::core::v1::{Endpoints, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use vcp_core::naming;
+use vcp_core::naming::host_meta;
 
 /// The label naming the controller that manages an EndpointSlice.
 pub const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
@@ -103,7 +104,7 @@ pub fn endpoints_to_host(
         }
     }
     let host = Endpoints {
-        metadata: host_meta(ep, ctx),
+        metadata: host_meta(&ep.metadata, &ctx.key),
         subsets,
     };
     (host, refusals)
@@ -122,7 +123,7 @@ pub fn slice_to_host(
         target_ref(&mut e.target_ref, ctx);
     }
     let host = EndpointSlice {
-        metadata: host_meta(slice, ctx),
+        metadata: host_meta(&slice.metadata, &ctx.key),
         address_type: slice.address_type.clone(),
         endpoints,
         ports: slice.ports.clone(),
@@ -188,8 +189,8 @@ mod tests {
     }
 
     use super::*;
-    use crate::naming::LABEL_TENANT;
     use crate::resources::fixtures::ctx;
+    use vcp_core::naming::LABEL_TENANT;
 
     fn svc(selector: Option<serde_json::Value>) -> Service {
         serde_json::from_value(serde_json::json!({

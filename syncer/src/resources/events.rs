@@ -3,15 +3,15 @@
 //! A host Event about a host object of this tenant (the object carries the tenant's markers)
 //! becomes a tenant Event about the tenant object: involved object re-pointed (namespace, name
 //! and UID from the markers), reason, message, type, count, timestamps and source kept. The
-//! tenant Event's name is derived from the host Event's UID ([`naming::event_name`]), so it is
+//! tenant Event's name is derived from the host Event's UID ([`crate::naming::event_name`]), so it is
 //! created once and then only updated (count, last timestamp, message) however often the host
 //! Event is seen. Host namespace names in the message are rewritten to the tenant's.
 
-use crate::naming::{self, TenantRef};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
+use vcp_core::naming::TenantRef;
 
 /// Kinds whose host Events flow up, with their resource (plural) names: the kinds the syncer
 /// creates on the host.
@@ -75,7 +75,7 @@ pub fn to_tenant(host: &Event, r: &TenantRef, host_ns: &str) -> Option<Event> {
         .map(|m| m.replace(&format!("{host_ns}/"), &format!("{ns}/")));
     Some(Event {
         metadata: ObjectMeta {
-            name: Some(naming::event_name(&r.name, &host.uid()?)),
+            name: Some(crate::naming::event_name(&r.name, &host.uid()?)),
             namespace: Some(ns),
             ..Default::default()
         },
@@ -132,7 +132,7 @@ mod tests {
         assert_eq!(ev.metadata.namespace.as_deref(), Some("apps"));
         assert_eq!(
             ev.metadata.name,
-            Some(naming::event_name("web-1", "h-ev-1"))
+            Some(crate::naming::event_name("web-1", "h-ev-1"))
         );
         let o = &ev.involved_object;
         assert_eq!(

@@ -4,8 +4,7 @@
 //! backstop ([`backstop`]): a ResourceQuota with the tenant's totals and a LimitRange with the
 //! plan's container defaults.
 
-use super::{Ctx, host_meta};
-use crate::naming;
+use super::Ctx;
 use crate::policy::Level;
 use k8s_openapi::api::core::v1::{
     LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, ResourceQuota, ResourceQuotaSpec,
@@ -13,6 +12,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ObjectMeta;
 use std::collections::BTreeMap;
+use vcp_core::naming;
+use vcp_core::naming::host_meta;
 
 /// Name of the host ResourceQuota in every host namespace of a tenant.
 pub const QUOTA_NAME: &str = "vcp-quota";
@@ -87,7 +88,7 @@ pub fn backstop(host_ns: &str, ctx: &Ctx) -> (ResourceQuota, LimitRange) {
 
 /// Pod Security admission labels every host namespace carries: the plan's level, enforced
 /// by the host on every pod (the tenant's own `pod-security.kubernetes.io` labels are stored
-/// under `t.` like every host-reserved key, see [`crate::naming`]).
+/// under `t.` like every host-reserved key, see [`vcp_core::naming`]).
 pub fn pod_security_labels(level: Level) -> [(String, String); 4] {
     let l = level.as_str().to_owned();
     [
@@ -106,8 +107,8 @@ pub fn pod_security_labels(level: Level) -> [(String, String); 4] {
 
 /// The host namespace for a tenant namespace.
 pub fn to_host(ns: &Namespace, ctx: &Ctx) -> Namespace {
-    let mut meta = host_meta(ns, ctx);
-    meta.name = Some(crate::naming::host_namespace(
+    let mut meta = host_meta(&ns.metadata, &ctx.key);
+    meta.name = Some(vcp_core::naming::host_namespace(
         &ctx.key,
         &kube::ResourceExt::name_any(ns),
     ));
@@ -123,8 +124,8 @@ pub fn to_host(ns: &Namespace, ctx: &Ctx) -> Namespace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::naming::{ANN_NAME, LABEL_TENANT};
     use crate::resources::fixtures::ctx;
+    use vcp_core::naming::{ANN_NAME, LABEL_TENANT};
 
     #[test]
     fn a_tenant_namespace_maps_to_a_prefixed_labelled_host_namespace() {

@@ -4,7 +4,7 @@
 //! - `automountServiceAccountToken: false` and `enableServiceLinks: false`: a host token or host
 //!   service variables would point the workload at the host. The tenant's own token volume
 //!   (the projected `kube-api-access-*` volume) keeps its name and mount but reads from a host
-//!   Secret ([`naming::token_secret_name`]) holding a token the *tenant* apiserver issued for
+//!   Secret ([`crate::naming::token_secret_name`]) holding a token the *tenant* apiserver issued for
 //!   this pod, the tenant CA and the namespace; a host kubelet would otherwise fill it with a
 //!   host token.
 //! - `serviceAccountName` and scheduling gates refer to tenant objects the host does not have
@@ -33,8 +33,7 @@
 //! reason, message) is copied verbatim; the node binding is done separately (a Binding on the
 //! tenant pod, to the virtual node named after the host node).
 
-use super::{Ctx, host_meta};
-use crate::naming;
+use super::Ctx;
 use crate::policy::{self, placement};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
@@ -44,6 +43,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
+use vcp_core::naming;
+use vcp_core::naming::host_meta;
 
 /// Where a tenant's pods find their control plane from the host.
 #[derive(Debug, Clone, Default)]
@@ -177,7 +178,7 @@ fn rewrite_container(c: &mut Container, dropped: &[String], kube_env: &[EnvVar])
 /// The host pod for a tenant pod.
 pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
     let mut spec: PodSpec = pod.spec.clone().unwrap_or_default();
-    let secret = naming::token_secret_name(&pod.uid().unwrap_or_default());
+    let secret = crate::naming::token_secret_name(&pod.uid().unwrap_or_default());
     for v in spec.volumes.iter_mut().flatten() {
         if is_token_volume(v) {
             *v = host_token_volume(v, &secret);
@@ -280,7 +281,7 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
             options: Some(options),
         });
     }
-    let mut metadata = host_meta(pod, ctx);
+    let mut metadata = host_meta(&pod.metadata, &ctx.key);
     // The downward API reads the tenant's service account here (the host pod has none).
     metadata
         .annotations
@@ -550,8 +551,8 @@ pub fn host_node(host: &Pod) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::naming::LABEL_TENANT;
     use crate::resources::fixtures::ctx;
+    use vcp_core::naming::LABEL_TENANT;
 
     fn tenant_pod() -> Pod {
         serde_json::from_value(serde_json::json!({

@@ -12,9 +12,10 @@
 //! has reclaim policy Retain (there is nothing to reclaim in the tenant: the host owns the
 //! data) and a synthetic source; the syncer deletes it once its claim is gone.
 
-use super::{Ctx, host_meta};
+use super::Ctx;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::ResourceExt;
+use vcp_core::naming::host_meta;
 
 /// Label on tenant volumes that mirror a host volume.
 pub const MIRROR_LABEL: &str = "vcp.dev/mirrored-volume";
@@ -29,7 +30,7 @@ pub fn to_host(
 ) -> PersistentVolumeClaim {
     let mut spec = pvc.spec.clone().unwrap_or_default();
     claim_spec_to_host(&mut spec, &ctx.key, host_volume);
-    let mut metadata = host_meta(pvc, ctx);
+    let mut metadata = host_meta(&pvc.metadata, &ctx.key);
     // The tenant's volume binder records its state in `pv.kubernetes.io/` annotations
     // (`bind-completed`, `bound-by-controller`). Copied, they tell the host's binder that a
     // claim created after the tenant bound it is bound already, and the host claim is `Lost`.
@@ -52,7 +53,7 @@ pub const BINDER_PREFIX: &str = "pv.kubernetes.io/";
 /// AND the tenant label), never another tenant's or the host's.
 pub fn claim_spec_to_host(
     spec: &mut k8s_openapi::api::core::v1::PersistentVolumeClaimSpec,
-    key: &crate::naming::TenantKey,
+    key: &vcp_core::naming::TenantKey,
     host_volume: Option<String>,
 ) {
     spec.volume_name = host_volume;

@@ -2,8 +2,9 @@
 //! Secrets of the tenant are not copied: a tenant token must never be usable on the host (and
 //! the type is reserved for the host's own token controller).
 
-use super::{Ctx, host_meta};
+use super::Ctx;
 use k8s_openapi::api::core::v1::Secret;
+use vcp_core::naming::host_meta;
 
 /// The host copy of a tenant Secret, or `None` for types that must not reach the host.
 pub fn to_host(secret: &Secret, ctx: &Ctx) -> Option<Secret> {
@@ -11,7 +12,7 @@ pub fn to_host(secret: &Secret, ctx: &Ctx) -> Option<Secret> {
         return None;
     }
     Some(Secret {
-        metadata: host_meta(secret, ctx),
+        metadata: host_meta(&secret.metadata, &ctx.key),
         data: secret.data.clone(),
         string_data: secret.string_data.clone(),
         type_: secret.type_.clone(),

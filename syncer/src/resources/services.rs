@@ -11,9 +11,10 @@
 //! range is not requested, and NodePort/LoadBalancer Services beyond the plan go down as
 //! ClusterIP Services.
 
-use super::{Ctx, host_meta};
-use crate::naming;
+use super::Ctx;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
+use vcp_core::naming;
+use vcp_core::naming::host_meta;
 
 /// Whether this is the tenant apiserver's own `default/kubernetes` Service, which is never
 /// synced (its endpoints are the tenant apiserver, and the tenant apiserver owns it).
@@ -59,7 +60,7 @@ pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool, host_ports: bool) -> Ser
         spec.selector = Some(naming::map_to_host(sel));
     }
     Service {
-        metadata: host_meta(svc, ctx),
+        metadata: host_meta(&svc.metadata, &ctx.key),
         spec: Some(spec),
         status: None,
     }

@@ -23,10 +23,10 @@
 
 use super::Ctx;
 use super::pvcs::MIRROR_LABEL;
-use crate::naming::{self, TenantRef};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
+use vcp_core::naming::{self, TenantRef};
 
 /// Annotation the tenant's binder sets on volumes it bound; the host binder keeps its own.
 const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
@@ -97,8 +97,8 @@ pub fn phase_to_tenant(host: &PersistentVolume, tenant: &PersistentVolume) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::naming::{ANN_NAME, LABEL_TENANT};
     use crate::resources::fixtures::ctx;
+    use vcp_core::naming::{ANN_NAME, LABEL_TENANT};
 
     fn pv(name: &str) -> PersistentVolume {
         serde_json::from_value(serde_json::json!({
