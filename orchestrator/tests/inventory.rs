@@ -8,7 +8,7 @@ use vcp_dev::postgres::EphemeralPostgres;
 use vcp_orchestrator::Error;
 use vcp_orchestrator::inventory::{Inventory, NewTenant, Outcome};
 use vcp_orchestrator::render::Catalog;
-use vcp_syncer::policy::quota::Usage;
+use vcp_policy::quota::Usage;
 
 async fn fresh(pg: &EphemeralPostgres, db: &str) -> anyhow::Result<Inventory> {
     let url = pg.create_database(db).await?;

@@ -11,7 +11,6 @@
 pub mod engine;
 pub mod metrics;
 pub mod naming;
-pub mod policy;
 pub mod resources;
 
 use clap::Parser;
@@ -58,7 +57,7 @@ pub enum Error {
     Policy {
         path: PathBuf,
         #[source]
-        source: policy::InvalidPolicy,
+        source: vcp_policy::InvalidPolicy,
     },
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
@@ -213,15 +212,15 @@ async fn pod_env(host: &Client, args: &Args) -> resources::pods::PodEnv {
 }
 
 /// The tenant policy from `--policy`, or the defaults.
-pub fn load_policy(path: Option<&std::path::Path>) -> Result<policy::TenantPolicy> {
+pub fn load_policy(path: Option<&std::path::Path>) -> Result<vcp_policy::TenantPolicy> {
     let Some(path) = path else {
-        return Ok(policy::TenantPolicy::default());
+        return Ok(vcp_policy::TenantPolicy::default());
     };
     let text = std::fs::read_to_string(path).map_err(|source| Error::PolicyFile {
         path: path.to_owned(),
         source,
     })?;
-    policy::TenantPolicy::from_yaml(&text).map_err(|source| Error::Policy {
+    vcp_policy::TenantPolicy::from_yaml(&text).map_err(|source| Error::Policy {
         path: path.to_owned(),
         source,
     })
@@ -433,13 +432,16 @@ mod tests {
 
     #[test]
     fn a_policy_file_is_read_and_checked_and_its_absence_means_the_defaults() {
-        assert_eq!(load_policy(None).unwrap(), policy::TenantPolicy::default());
+        assert_eq!(
+            load_policy(None).unwrap(),
+            vcp_policy::TenantPolicy::default()
+        );
         let dir = tempfile::tempdir().unwrap();
         let good = dir.path().join("good.yaml");
         std::fs::write(&good, "pod_security: restricted\n").unwrap();
         assert_eq!(
             load_policy(Some(&good)).unwrap().pod_security,
-            policy::Level::Restricted
+            vcp_policy::Level::Restricted
         );
         let bad = dir.path().join("bad.yaml");
         std::fs::write(&bad, "pod_security: lax\n").unwrap();

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
-pub use vcp_syncer::policy::quota::{Hard, Usage};
+pub use vcp_policy::quota::{Hard, Usage};
 
 /// Where a tenant is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

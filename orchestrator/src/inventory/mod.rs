@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
 use vcp_core::naming::TenantKey;
-use vcp_syncer::policy::quota::Usage;
+use vcp_policy::quota::Usage;
 
 /// Channel that wakes reconcile workers.
 pub const CHANNEL: &str = "vcp_tenants";

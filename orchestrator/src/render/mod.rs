@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 use vcp_core::naming::{TenantKey, control_plane_namespace};
-use vcp_syncer::policy::TenantPolicy;
+use vcp_policy::TenantPolicy;
 
 /// The templates, in the order their components come up.
 pub const TEMPLATES: [(Component, &str, &str); 6] = [

@@ -236,11 +236,7 @@ fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresse
         p.services.reserved_cluster_ips,
         ["10.96.0.0/24".parse::<ipnet::IpNet>().unwrap()]
     );
-    assert_eq!(
-        p.pod_security,
-        vcp_syncer::policy::Level::Baseline,
-        "the default"
-    );
+    assert_eq!(p.pod_security, vcp_policy::Level::Baseline, "the default");
     // The rendered syncer reads exactly this, and rolls when it changes.
     let objs = Renderer::builtin()
         .unwrap()
@@ -258,10 +254,7 @@ fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresse
         .unwrap();
     let cm = objs.iter().find(|o| o.kind() == "ConfigMap").unwrap();
     let text = cm.0["data"]["policy.yaml"].as_str().unwrap();
-    assert_eq!(
-        vcp_syncer::policy::TenantPolicy::from_yaml(text).unwrap(),
-        p
-    );
+    assert_eq!(vcp_policy::TenantPolicy::from_yaml(text).unwrap(), p);
     let deploy = objs.iter().find(|o| o.kind() == "Deployment").unwrap();
     let annotations = &deploy.0["spec"]["template"]["metadata"]["annotations"];
     assert_eq!(annotations["vcp.dev/policy"], json!(digest(text)));

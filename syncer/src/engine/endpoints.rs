@@ -25,7 +25,6 @@
 
 use super::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector, kube_err};
 use crate::Result;
-use crate::policy::{self, Refusal, endpoints::TenantPods};
 use crate::resources::endpoints::{
     self, SERVICE_NAME, controller_managed, endpoints_to_host, endpoints_unchanged, hand_managed,
     service_of_slice, slice_to_host, slice_unchanged,
@@ -40,6 +39,7 @@ use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use vcp_core::naming;
+use vcp_policy::{self as policy, Refusal, endpoints::TenantPods};
 
 /// How soon an object whose Service is not cached is looked at again.
 const SERVICE_PENDING: Duration = Duration::from_secs(5);

@@ -110,7 +110,7 @@ impl Engine {
         tenant: Client,
         host: Client,
         key: TenantKey,
-        policy: crate::policy::TenantPolicy,
+        policy: vcp_policy::TenantPolicy,
         pod_env: resources::pods::PodEnv,
     ) -> Engine {
         let recorder = Recorder::new(
@@ -538,7 +538,7 @@ pub fn host_selector(key: &TenantKey) -> watcher::Config {
 impl Synced for k8s_openapi::api::core::v1::Service {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
-        if resources::services::is_apiserver_service(t) {
+        if vcp_policy::services::is_apiserver_service(t) {
             return None;
         }
         let (host_ports, _) = services::host_ports(e, t);

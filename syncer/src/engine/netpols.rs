@@ -1,4 +1,4 @@
-//! NetworkPolicies: the tenant's go down translated ([`crate::policy::network::to_host`]), vcp's
+//! NetworkPolicies: the tenant's go down translated ([`vcp_policy::network::to_host`]), vcp's
 //! own deny-by-default policies are kept in every host namespace of the tenant
 //! ([`ensure_host_policies`], called by the namespace controller right after it creates a
 //! namespace, before any pod can land there), and host pods carry the isolation labels that
@@ -13,7 +13,6 @@
 use super::decide::{Decision, HostSide, decide};
 use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host, kube_err};
 use crate::Result;
-use crate::policy::{self, network};
 use crate::resources::FIELD_MANAGER;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -24,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use vcp_core::naming;
+use vcp_policy::{self as policy, network};
 
 impl super::Synced for NetworkPolicy {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {

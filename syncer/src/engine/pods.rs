@@ -14,7 +14,6 @@ use super::decide::{Decision, HostSide, decide};
 use super::quota::Verdict;
 use super::{Engine, Placed, Side, apply, cached_host, create_or_adopt, delete_host};
 use crate::metrics::Direction;
-use crate::policy::Refusal;
 use crate::resources::pods::{
     EnvFromKeys, add_service_links, bound_status, host_node, keep_host_env, placement_notes,
     same_status, service_links, status_to_tenant, to_host, wants_service_links,
@@ -28,6 +27,7 @@ use kube::runtime::reflector::Store;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_policy::Refusal;
 
 /// Label on virtual nodes the syncer created in the tenant.
 pub const VIRTUAL_NODE_LABEL: &str = "vcp.dev/virtual-node";
@@ -93,7 +93,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 return Ok(Action::await_change());
             }
             // The plan decides before anything of the pod reaches the host.
-            let refusals = crate::policy::pods::admit(&t, &e.ctx.policy);
+            let refusals = vcp_policy::pods::admit(&t, &e.ctx.policy);
             if !refusals.is_empty() {
                 refuse(e, &t, "PolicyRefused", &refusals).await?;
                 return Ok(Action::requeue(e.resync));
@@ -205,7 +205,7 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(30);
 /// with the same reason and message (what `kubectl describe` and `get -o wide` show; the tenant
 /// has no scheduler of its own that would set it). Written once per message.
 async fn refuse(e: &Engine, t: &Pod, reason: &str, refusals: &[Refusal]) -> Result<()> {
-    let message = crate::policy::summary(refusals);
+    let message = vcp_policy::summary(refusals);
     let shown = t
         .status
         .as_ref()

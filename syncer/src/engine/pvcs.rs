@@ -34,14 +34,10 @@ pub async fn down(
     ) {
         Decision::Create => {
             let spec = t.spec.clone().unwrap_or_default();
-            let refusals = crate::policy::volumes::check_claim(&spec, &e.ctx.policy, "spec");
+            let refusals = vcp_policy::volumes::check_claim(&spec, &e.ctx.policy, "spec");
             if !refusals.is_empty() {
-                e.report(
-                    t.as_ref(),
-                    "PolicyRefused",
-                    crate::policy::summary(&refusals),
-                )
-                .await;
+                e.report(t.as_ref(), "PolicyRefused", vcp_policy::summary(&refusals))
+                    .await;
                 return Ok(Action::requeue(e.resync));
             }
             let admission = e.admission.lock().await;

@@ -5,7 +5,6 @@
 use super::decide::{Decision, HostSide, decide};
 use super::quota::Verdict;
 use super::{Engine, Side, apply, cached_host, delete_host};
-use crate::policy::{self, Refusal};
 use crate::resources::endpoints::hand_managed;
 use crate::resources::{FIELD_MANAGER, services};
 use crate::{Error, Result};
@@ -15,6 +14,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_policy::{self as policy, Refusal};
 
 fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Kube { context, source }
@@ -23,7 +23,7 @@ fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
 /// Down-reconcile of a tenant Service.
 pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     let e = &side.engine;
-    if services::is_apiserver_service(&t) {
+    if vcp_policy::services::is_apiserver_service(&t) {
         return Ok(Action::await_change());
     }
     let (host_ports, refusals) = host_ports(e, &t);

@@ -65,14 +65,10 @@ async fn down(t: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
         }
         // A source the plan does not list (a node's own files, someone's storage) never goes
         // down; the tenant is told why.
-        let refusals = crate::policy::volumes::check_volume(&t, &e.ctx.policy);
+        let refusals = vcp_policy::volumes::check_volume(&t, &e.ctx.policy);
         if !refusals.is_empty() {
-            e.report(
-                t.as_ref(),
-                "PolicyRefused",
-                crate::policy::summary(&refusals),
-            )
-            .await;
+            e.report(t.as_ref(), "PolicyRefused", vcp_policy::summary(&refusals))
+                .await;
             return Ok(Action::requeue(e.resync));
         }
         // Unclaimed, it would be any host claim's to take (`resources::volumes`); the tenant

@@ -19,12 +19,12 @@
 //! translated and the UID and resource version dropped.
 
 use super::Ctx;
-use crate::policy::Refusal;
-use crate::policy::endpoints::{TenantPods, filter_endpoints, filter_slice};
 use k8s_openapi::api::core::v1::{Endpoints, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use vcp_core::naming;
 use vcp_core::naming::host_meta;
+use vcp_policy::Refusal;
+use vcp_policy::endpoints::{TenantPods, filter_endpoints, filter_slice};
 
 /// The label naming the controller that manages an EndpointSlice.
 pub const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
@@ -55,7 +55,7 @@ pub fn kubernetes_endpoints(ip: &str, port: i32) -> Endpoints {
 
 /// Whether a tenant Service's endpoints are written by hand (no selector), so they go down.
 pub fn hand_managed(svc: &Service) -> bool {
-    !super::services::is_apiserver_service(svc)
+    !vcp_policy::services::is_apiserver_service(svc)
         && svc
             .spec
             .as_ref()

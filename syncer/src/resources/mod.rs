@@ -27,7 +27,7 @@ pub const FIELD_MANAGER: &str = "vcp-syncer";
 pub struct Ctx {
     pub key: TenantKey,
     /// What the tenant's plan lets it put on the host.
-    pub policy: std::sync::Arc<crate::policy::TenantPolicy>,
+    pub policy: std::sync::Arc<vcp_policy::TenantPolicy>,
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 //! plan's container defaults.
 
 use super::Ctx;
-use crate::policy::Level;
 use k8s_openapi::api::core::v1::{
     LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, ResourceQuota, ResourceQuotaSpec,
 };
@@ -14,6 +13,7 @@ use kube::api::ObjectMeta;
 use std::collections::BTreeMap;
 use vcp_core::naming;
 use vcp_core::naming::host_meta;
+use vcp_policy::Level;
 
 /// Name of the host ResourceQuota in every host namespace of a tenant.
 pub const QUOTA_NAME: &str = "vcp-quota";
@@ -46,7 +46,7 @@ pub fn backstop(host_ns: &str, ctx: &Ctx) -> (ResourceQuota, LimitRange) {
             hard.insert(k.to_owned(), Quantity(v));
         }
     };
-    let text = |q: &Option<crate::policy::quota::Quantity>| q.as_ref().map(|q| q.0.clone());
+    let text = |q: &Option<vcp_policy::quota::Quantity>| q.as_ref().map(|q| q.0.clone());
     put("pods", q.pods.map(|n| n.to_string()));
     put("requests.cpu", text(&q.requests_cpu));
     put("requests.memory", text(&q.requests_memory));
@@ -66,7 +66,7 @@ pub fn backstop(host_ns: &str, ctx: &Ctx) -> (ResourceQuota, LimitRange) {
         }),
         ..Default::default()
     };
-    let pair = |r: &crate::policy::quota::Resources| {
+    let pair = |r: &vcp_policy::quota::Resources| {
         BTreeMap::from([
             ("cpu".to_owned(), Quantity(r.cpu.0.clone())),
             ("memory".to_owned(), Quantity(r.memory.0.clone())),
@@ -146,7 +146,7 @@ mod tests {
     fn every_host_namespace_gets_the_tenant_totals_and_the_container_defaults() {
         let mut ctx = ctx();
         ctx.policy = std::sync::Arc::new(
-            crate::policy::TenantPolicy::from_yaml("quota: {pods: 3, requests_cpu: '1'}").unwrap(),
+            vcp_policy::TenantPolicy::from_yaml("quota: {pods: 3, requests_cpu: '1'}").unwrap(),
         );
         let (q, l) = backstop("demo-apps", &ctx);
         assert_eq!(q.metadata.name.as_deref(), Some(QUOTA_NAME));
@@ -186,7 +186,7 @@ mod tests {
         .unwrap();
         let mut ctx = ctx();
         ctx.policy = std::sync::Arc::new(
-            crate::policy::TenantPolicy::from_yaml("pod_security: restricted").unwrap(),
+            vcp_policy::TenantPolicy::from_yaml("pod_security: restricted").unwrap(),
         );
         let labels = to_host(&ns, &ctx).metadata.labels.unwrap();
         assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");

@@ -10,7 +10,7 @@
 //! - `serviceAccountName` and scheduling gates refer to tenant objects the host does not have
 //!   and are dropped (the service account's name stays readable by the downward API, through an
 //!   annotation). Placement, affinity, priority and runtime classes are confined by the tenant's
-//!   policy ([`crate::policy::placement`]): `nodeName` never goes down, the host scheduler
+//!   policy ([`vcp_policy::placement`]): `nodeName` never goes down, the host scheduler
 //!   binds within the plan's pool. Downward-API references read the tenant's values, and
 //!   ephemeral volumes' claim templates are translated like claims.
 //! - Every (init, ephemeral) container gets the full set of `KUBERNETES_*` variables a kubelet
@@ -34,7 +34,6 @@
 //! tenant pod, to the virtual node named after the host node).
 
 use super::Ctx;
-use crate::policy::{self, placement};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, HostAlias, KeyToPath, Pod, PodCondition, PodDNSConfig, PodDNSConfigOption,
@@ -45,6 +44,7 @@ use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 use vcp_core::naming;
 use vcp_core::naming::host_meta;
+use vcp_policy::{self as policy, placement};
 
 /// Where a tenant's pods find their control plane from the host.
 #[derive(Debug, Clone, Default)]
@@ -318,7 +318,7 @@ fn env_name(s: &str) -> String {
 pub fn service_links<'a>(services: impl IntoIterator<Item = &'a Service>) -> Vec<EnvVar> {
     let mut services: Vec<&Service> = services
         .into_iter()
-        .filter(|s| !super::services::is_apiserver_service(s))
+        .filter(|s| !vcp_policy::services::is_apiserver_service(s))
         .collect();
     services.sort_by_key(|s| s.metadata.name.clone());
     let var = |name: String, value: String| EnvVar {

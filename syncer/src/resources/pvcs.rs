@@ -62,7 +62,7 @@ pub fn claim_spec_to_host(
     spec.selector = spec
         .selector
         .as_ref()
-        .map(|s| crate::policy::placement::namespace_selector_to_host(s, key));
+        .map(|s| vcp_policy::placement::namespace_selector_to_host(s, key));
 }
 
 /// The host volume a host claim is bound to.

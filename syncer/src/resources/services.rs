@@ -7,7 +7,7 @@
 //! address ([`ip_mismatch`]). NodePorts are always host-allocated (each tenant's range would
 //! collide) and copied up. Selector keys get the same rewrite as labels, so a tenant
 //! selector matches the host pods. The tenant's plan decides what takes host resources
-//! ([`crate::policy::services`]): `externalIPs` never go down, a ClusterIP in a host-reserved
+//! ([`vcp_policy::services`]): `externalIPs` never go down, a ClusterIP in a host-reserved
 //! range is not requested, and NodePort/LoadBalancer Services beyond the plan go down as
 //! ClusterIP Services.
 
@@ -16,22 +16,15 @@ use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
 use vcp_core::naming;
 use vcp_core::naming::host_meta;
 
-/// Whether this is the tenant apiserver's own `default/kubernetes` Service, which is never
-/// synced (its endpoints are the tenant apiserver, and the tenant apiserver owns it).
-pub fn is_apiserver_service(svc: &Service) -> bool {
-    use kube::ResourceExt;
-    svc.namespace().as_deref() == Some("default") && svc.name_any() == "kubernetes"
-}
-
 /// The host Service for a tenant Service. With `keep_ip`, it requests the tenant's ClusterIP
 /// (unless the tenant's plan reserves that address for the host). With `host_ports` false
 /// (the plan does not admit it as a NodePort or LoadBalancer Service, see
-/// [`crate::policy::services::admitted`]) it goes down as a plain ClusterIP Service: served
+/// [`vcp_policy::services::admitted`]) it goes down as a plain ClusterIP Service: served
 /// inside the cluster, no host port opened. `externalIPs` never go down.
 pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool, host_ports: bool) -> Service {
     let mut spec: ServiceSpec = svc.spec.clone().unwrap_or_default();
     let headless = spec.cluster_ip.as_deref() == Some("None");
-    let reserved = crate::policy::services::reserved_ip(svc, &ctx.policy).is_some();
+    let reserved = vcp_policy::services::reserved_ip(svc, &ctx.policy).is_some();
     if !headless && (!keep_ip || reserved) {
         spec.cluster_ip = None;
         spec.cluster_ips = None;
@@ -41,7 +34,7 @@ pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool, host_ports: bool) -> Ser
     }
     spec.health_check_node_port = None;
     spec.external_ips = None;
-    if !host_ports && crate::policy::services::takes_node_ports(svc) {
+    if !host_ports && vcp_policy::services::takes_node_ports(svc) {
         spec.type_ = Some("ClusterIP".into());
         spec.load_balancer_class = None;
         spec.load_balancer_source_ranges = None;
@@ -160,10 +153,8 @@ mod tests {
         spec.external_traffic_policy = Some("Local".into());
         let mut c = ctx();
         c.policy = std::sync::Arc::new(
-            crate::policy::TenantPolicy::from_yaml(
-                "services: {reserved_cluster_ips: [10.96.0.0/28]}",
-            )
-            .unwrap(),
+            vcp_policy::TenantPolicy::from_yaml("services: {reserved_cluster_ips: [10.96.0.0/28]}")
+                .unwrap(),
         );
         let host = to_host(&tenant, &c, true, false).spec.unwrap();
         assert_eq!(host.external_ips, None);
@@ -197,6 +188,7 @@ mod tests {
 
     #[test]
     fn the_tenant_apiserver_service_is_recognised() {
+        use vcp_policy::services::is_apiserver_service;
         let mut s = svc("10.96.0.1", None);
         s.metadata.name = Some("kubernetes".into());
         assert!(!is_apiserver_service(&s), "only in the default namespace");

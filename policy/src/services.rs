@@ -15,9 +15,16 @@
 use super::{Refusal, Services, TenantPolicy};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+
+/// Whether this is the tenant apiserver's own `default/kubernetes` Service, which is never
+/// synced (its endpoints are the tenant apiserver, and the tenant apiserver owns it) and never
+/// counted.
+pub fn is_apiserver_service(svc: &Service) -> bool {
+    svc.namespace().as_deref() == Some("default") && svc.name_any() == "kubernetes"
+}
 
 /// Told to a tenant whose Service had `externalIPs`.
 pub const EXTERNAL_IPS_NOTE: &str =

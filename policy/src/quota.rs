@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{
     Container, Namespace, PersistentVolumeClaim, Pod, PodSpec, ResourceRequirements, Service,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use vcp_core::naming;
@@ -597,7 +597,7 @@ pub const BUILT_IN_NAMESPACES: [&str; 4] =
 /// The rule every quota refusal names.
 pub const RULE: &str = "plan: quota";
 
-fn in_order<'a, K: kube::Resource<DynamicType = ()> + 'a>(
+fn in_order<'a, K: kube_core::Resource<DynamicType = ()> + 'a>(
     objects: &[&'a K],
     placed: &BTreeSet<Placed>,
 ) -> Vec<&'a K> {
@@ -624,7 +624,8 @@ fn in_order<'a, K: kube::Resource<DynamicType = ()> + 'a>(
     v
 }
 
-fn key<K: kube::Resource>(o: &K) -> Key {
+/// The key of an object in [`Verdicts`]: its namespace and name.
+pub fn key<K: kube_core::Resource>(o: &K) -> Key {
     (
         o.meta().namespace.clone().unwrap_or_default(),
         o.meta().name.clone().unwrap_or_default(),
@@ -806,7 +807,7 @@ pub fn admitted(objects: &Objects<'_>, quota: &Quota) -> (Verdicts, Usage) {
 
     let mut services = BTreeMap::new();
     for s in in_order(&objects.services, &objects.placed) {
-        if crate::resources::services::is_apiserver_service(s) {
+        if crate::services::is_apiserver_service(s) {
             continue;
         }
         let k = key(s);
@@ -905,7 +906,7 @@ pub struct HostObjects<'a> {
 /// The host is the truth for billing: an object counts from the moment its host copy exists
 /// until that copy is gone, and a pod's overhead is what the host's RuntimeClass set.
 pub fn host_usage(key: &naming::TenantKey, host: &HostObjects<'_>, limits: &Limits) -> Usage {
-    fn views<K: kube::Resource + Clone>(key: &naming::TenantKey, objects: &[K]) -> Vec<K> {
+    fn views<K: kube_core::Resource + Clone>(key: &naming::TenantKey, objects: &[K]) -> Vec<K> {
         objects.iter().filter_map(|h| tenant_view(key, h)).collect()
     }
     let namespaces = views(key, host.namespaces);
@@ -929,7 +930,7 @@ pub fn host_usage(key: &naming::TenantKey, host: &HostObjects<'_>, limits: &Limi
 
 /// Host object `h` under its tenant name and namespace, if it is tenant `key`'s and sits
 /// where the syncer would have put its tenant object.
-fn tenant_view<K: kube::Resource + Clone>(key: &naming::TenantKey, h: &K) -> Option<K> {
+fn tenant_view<K: kube_core::Resource + Clone>(key: &naming::TenantKey, h: &K) -> Option<K> {
     let m = h.meta();
     let none = BTreeMap::new();
     let r = naming::tenant_ref(
@@ -960,6 +961,7 @@ fn tenant_view<K: kube::Resource + Clone>(key: &naming::TenantKey, h: &K) -> Opt
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use vcp_fixtures::{arb_claim, arb_pod, at, dedup, obj, plain, pod};
 
     #[test]
     fn quantities_parse_exactly_for_every_suffix() {
@@ -1022,22 +1024,6 @@ mod tests {
                 "{s}: {err}"
             );
         }
-    }
-
-    fn pod(ns: &str, name: &str, created: &str, containers: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": ns, "creationTimestamp": created},
-            "spec": {"containers": containers},
-        }))
-        .unwrap()
-    }
-
-    fn plain(ns: &str, name: &str, created: &str) -> Pod {
-        pod(ns, name, created, serde_json::json!([{"name": "c"}]))
-    }
-
-    fn at(i: u32) -> String {
-        format!("2026-01-01T00:{:02}:{:02}Z", i / 60, i % 60)
     }
 
     fn ok(m: &BTreeMap<Key, Vec<Refusal>>, ns: &str, n: &str) -> bool {
@@ -1261,19 +1247,6 @@ mod tests {
         assert_eq!(used.pods, 1);
     }
 
-    fn obj<K: serde::de::DeserializeOwned>(
-        ns: Option<&str>,
-        name: &str,
-        created: &str,
-        spec: serde_json::Value,
-    ) -> K {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": ns, "creationTimestamp": created},
-            "spec": spec,
-        }))
-        .unwrap()
-    }
-
     #[test]
     fn services_claims_and_namespaces_are_counted_and_objects_in_refused_namespaces_wait() {
         let q = quota(
@@ -1364,36 +1337,6 @@ mod tests {
         super::super::TenantPolicy::from_yaml("quota: {limits: {default_request: {cpu: 1, memory: 1Mi}, default_limit: {cpu: 1, memory: 1Mi}}}").unwrap();
     }
 
-    fn arb_pod() -> impl Strategy<Value = Pod> {
-        (0u32..40, 0usize..3, 0u32..6, 0u32..4000, 0u32..2048, proptest::bool::ANY).prop_map(
-            |(t, ns, name, cpu, mem, set)| {
-                let c = if set {
-                    serde_json::json!([{"name": "c", "resources": {"requests": {"cpu": format!("{cpu}m"), "memory": format!("{mem}Mi")}}}])
-                } else {
-                    serde_json::json!([{"name": "c"}])
-                };
-                pod(["a", "b", "c"][ns], &format!("p{name}-{t}"), &at(t), c)
-            },
-        )
-    }
-
-    fn arb_claim() -> impl Strategy<Value = PersistentVolumeClaim> {
-        (0u32..40, 0usize..3, 0u32..20, 1u32..50).prop_map(|(t, ns, n, gi)| {
-            obj(
-                Some(["a", "b", "c"][ns]),
-                &format!("c{n}"),
-                &at(t),
-                serde_json::json!({"resources": {"requests": {"storage": format!("{gi}Gi")}}}),
-            )
-        })
-    }
-
-    fn dedup<K: kube::Resource>(mut v: Vec<K>) -> Vec<K> {
-        let mut seen = std::collections::BTreeSet::new();
-        v.retain(|o| seen.insert(key(o)));
-        v
-    }
-
     proptest! {
         #[test]
         fn the_admitted_set_never_exceeds_the_quota_and_ignores_input_order(
@@ -1469,223 +1412,6 @@ mod tests {
             let (v2, used2) = admitted(&shuffled, &q);
             prop_assert_eq!(v, v2);
             prop_assert_eq!(used, used2);
-        }
-    }
-
-    fn demo_ctx(quota: &Quota) -> crate::resources::Ctx {
-        crate::resources::Ctx {
-            key: naming::TenantKey::new("demo").unwrap(),
-            policy: std::sync::Arc::new(super::super::TenantPolicy {
-                quota: quota.clone(),
-                ..Default::default()
-            }),
-        }
-    }
-
-    fn other_tenant(ctx: &crate::resources::Ctx) -> crate::resources::Ctx {
-        crate::resources::Ctx {
-            key: naming::TenantKey::new("other").unwrap(),
-            ..ctx.clone()
-        }
-    }
-
-    #[test]
-    fn host_usage_counts_the_syncers_host_objects_as_admission_counts_them() {
-        use crate::resources::{namespaces, pods, pvcs, services};
-        let l = Limits::default();
-        let ctx = demo_ctx(&Quota::plan_default());
-        let host_ns =
-            |n: &str| namespaces::to_host(&obj(None, n, &at(0), serde_json::json!({})), &ctx);
-        let host_pod = |p: &Pod| pods::to_host(p, &ctx, &Default::default());
-        let big = pod(
-            "apps",
-            "big",
-            &at(1),
-            serde_json::json!([{"name": "c", "resources": {
-                "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "3", "memory": "2Gi"}}}]),
-        );
-        let mut finished = host_pod(&plain("apps", "done", &at(2)));
-        finished.status =
-            Some(serde_json::from_value(serde_json::json!({"phase": "Failed"})).unwrap());
-        let mut terminating = host_pod(&plain("apps", "old", &at(2)));
-        terminating.metadata.deletion_timestamp =
-            Some(serde_json::from_value(serde_json::json!(at(3))).unwrap());
-        let foreign = pods::to_host(
-            &plain("apps", "theirs", &at(0)),
-            &other_tenant(&ctx),
-            &Default::default(),
-        );
-        // A control-plane pod carries the tenant label but no markers.
-        let mut control_plane = plain("vcp-demo", "etcd-0", &at(0));
-        control_plane.metadata.labels = Some(BTreeMap::from([(
-            naming::LABEL_TENANT.to_owned(),
-            "demo".to_owned(),
-        )]));
-        // Markers saying apps/moved, in the host namespace of `default`: not the syncer's doing.
-        let mut moved = host_pod(&plain("apps", "moved", &at(0)));
-        moved.metadata.namespace = Some("demo-default".into());
-        let claim = |n: &str, size: &str| -> PersistentVolumeClaim {
-            obj(
-                Some("apps"),
-                n,
-                &at(0),
-                serde_json::json!({"resources": {"requests": {"storage": size}}}),
-            )
-        };
-        let mut going = pvcs::to_host(&claim("going", "1Gi"), &ctx, None);
-        going.metadata.deletion_timestamp =
-            Some(serde_json::from_value(serde_json::json!(at(3))).unwrap());
-        let svc =
-            |ns: &str, n: &str| -> Service { obj(Some(ns), n, &at(0), serde_json::json!({})) };
-
-        let namespaces = [
-            host_ns("default"),
-            host_ns("kube-system"),
-            host_ns("kube-public"),
-            host_ns("kube-node-lease"),
-            host_ns("apps"),
-            namespaces::to_host(
-                &obj(None, "extra", &at(0), serde_json::json!({})),
-                &other_tenant(&ctx),
-            ),
-        ];
-        let pods = [
-            host_pod(&big),
-            host_pod(&plain("default", "web", &at(3))),
-            finished,
-            terminating,
-            foreign,
-            control_plane,
-            moved,
-        ];
-        let services = [
-            services::to_host(&svc("apps", "web"), &ctx, true, false),
-            // The syncer never copies it; were it there, it still would not count.
-            services::to_host(&svc("default", "kubernetes"), &ctx, true, false),
-            services::to_host(&svc("apps", "web"), &other_tenant(&ctx), true, false),
-        ];
-        let claims = [pvcs::to_host(&claim("data", "2Gi"), &ctx, None), going];
-        let used = host_usage(
-            &ctx.key,
-            &HostObjects {
-                namespaces: &namespaces,
-                pods: &pods,
-                services: &services,
-                claims: &claims,
-            },
-            &l,
-        );
-        assert_eq!(
-            used,
-            Usage {
-                pods: 2,
-                requests_cpu: 2000 + 100,
-                requests_memory: (1 << 30) + (128 << 20),
-                limits_cpu: 3000 + 1000,
-                limits_memory: (2 << 30) + (512 << 20),
-                services: 1,
-                persistent_volume_claims: 1,
-                requests_storage: 2 << 30,
-                namespaces: 1,
-            }
-        );
-        assert_eq!(
-            host_usage(
-                &naming::TenantKey::new("nobody").unwrap(),
-                &HostObjects {
-                    namespaces: &namespaces,
-                    pods: &pods,
-                    services: &services,
-                    claims: &claims,
-                },
-                &l
-            ),
-            Usage::default(),
-            "a tenant without host objects uses nothing"
-        );
-    }
-
-    proptest! {
-        #[test]
-        fn the_host_copies_of_an_admitted_set_use_what_admission_counted_within_the_quota(
-            pods in proptest::collection::vec(arb_pod(), 0..30),
-            claims in proptest::collection::vec(arb_claim(), 0..12),
-            svcs in proptest::collection::vec((0u32..40, 0usize..3, 0u32..10), 0..12),
-            nss in proptest::collection::vec((0u32..40, 0u32..8), 0..8),
-            limits in (1u64..8, 0u64..4000, 0u64..4, 0u64..5, 0u64..60, 0u64..4),
-            defaults in (0u64..600, 0u64..1500, 1u64..512, 0u64..1024),
-        ) {
-            let (pods_n, cpu, svc_n, claim_n, storage, ns_n) = limits;
-            let (req_cpu, more_cpu, req_mem, more_mem) = defaults;
-            let q = Quota {
-                pods: Some(pods_n),
-                requests_cpu: Some(Quantity(format!("{cpu}m"))),
-                requests_memory: Some("2Gi".into()),
-                limits_cpu: Some("6".into()),
-                limits_memory: None,
-                services: Some(svc_n),
-                persistent_volume_claims: Some(claim_n),
-                requests_storage: Some(Quantity(format!("{storage}Gi"))),
-                namespaces: Some(ns_n),
-                limits: Limits {
-                    default_request: Resources {
-                        cpu: Quantity(format!("{req_cpu}m")),
-                        memory: Quantity(format!("{req_mem}Mi")),
-                    },
-                    default_limit: Resources {
-                        cpu: Quantity(format!("{}m", req_cpu + more_cpu)),
-                        memory: Quantity(format!("{}Mi", req_mem + more_mem)),
-                    },
-                },
-            };
-            let pods = dedup(pods);
-            let claims = dedup(claims);
-            let services: Vec<Service> = dedup(svcs.iter().map(|(t, ns, n)| obj(Some(["a", "b", "c"][*ns]), &format!("s{n}"), &at(*t), serde_json::json!({}))).collect());
-            let mut namespaces: Vec<Namespace> = vec![
-                obj(None, "a", &at(0), serde_json::json!({})),
-                obj(None, "default", &at(0), serde_json::json!({})),
-                obj(None, "kube-system", &at(0), serde_json::json!({})),
-            ];
-            namespaces.extend(nss.iter().map(|(t, n)| obj::<Namespace>(None, &format!("n{n}"), &at(*t), serde_json::json!({}))));
-            let namespaces = dedup(namespaces);
-            let objects = Objects {
-                namespaces: namespaces.iter().collect(),
-                pods: pods.iter().collect(),
-                services: services.iter().collect(),
-                claims: claims.iter().collect(),
-                placed: BTreeSet::new(),
-            };
-            let (v, used) = admitted(&objects, &q);
-
-            // What the syncer puts on the host: the admitted objects, translated; and, as
-            // noise that must not count, the refused ones as another tenant's.
-            use crate::resources::{namespaces as ns_res, pods as pod_res, pvcs, services as svc_res};
-            let ctx = demo_ctx(&q);
-            let other = other_tenant(&ctx);
-            let admitted_ns = |n: &Namespace| v.namespaces.get(&n.name_any()).is_some_and(Vec::is_empty);
-            let is_ok = |m: &BTreeMap<Key, Vec<Refusal>>, k: Key| m.get(&k).is_some_and(Vec::is_empty);
-            let pick = |ok: bool| if ok { &ctx } else { &other };
-            let host_namespaces: Vec<Namespace> = namespaces.iter().map(|n| ns_res::to_host(n, pick(admitted_ns(n)))).collect();
-            let host_pods: Vec<Pod> = pods.iter().map(|p| pod_res::to_host(p, pick(is_ok(&v.pods, key(p))), &Default::default())).collect();
-            let host_services: Vec<Service> = services.iter().map(|s| svc_res::to_host(s, pick(is_ok(&v.services, key(s))), true, false)).collect();
-            let host_claims: Vec<PersistentVolumeClaim> = claims.iter().map(|c| pvcs::to_host(c, pick(is_ok(&v.claims, key(c))), None)).collect();
-            let on_host = host_usage(
-                &ctx.key,
-                &HostObjects {
-                    namespaces: &host_namespaces,
-                    pods: &host_pods,
-                    services: &host_services,
-                    claims: &host_claims,
-                },
-                &q.limits,
-            );
-            prop_assert_eq!(on_host, used);
-            let hard = q.hard();
-            for r in RESOURCES {
-                if let Some(h) = hard.get(r) {
-                    prop_assert!(on_host.get(r).unwrap() <= h, "{} uses {:?} of {}", r, on_host.get(r), h);
-                }
-            }
         }
     }
 }

@@ -1,13 +1,21 @@
-//! What a tenant may put on the host: the tenant policy of its plan, and pure checks against it.
+//! vcp-policy: what a tenant may put on the host. The tenant policy of its plan, and pure
+//! checks against it.
 //!
-//! Data flow: the orchestrator renders the plan's `policy` section (plus facts only it knows,
-//! such as the host's reserved ClusterIPs and the nodes that run control planes) into the
-//! syncer's `--policy` file; the syncer parses it once into a [`TenantPolicy`] and hands it to
-//! every translator through `resources::Ctx`. Translators call the functions here before a
-//! tenant object becomes a host object: each either rewrites a field into something the policy
-//! allows (placement, priority) or refuses the object with [`Refusal`]s, which the engine turns
-//! into Warning events on the tenant object (and, for pods, a condition). Nothing here does
-//! I/O: every rule is a function of the tenant object and the policy, tested with plain values.
+//! Data flow: the orchestrator reads plans with a `policy` section ([`TenantPolicy::from_yaml`],
+//! checked when vcp starts), renders it (plus facts only it knows, such as the host's reserved
+//! ClusterIPs and the nodes that run control planes) into the syncer's `--policy` file; the
+//! syncer parses it once into a [`TenantPolicy`] and hands it to every translator through its
+//! translation context. Translators call the functions here before a tenant object becomes a
+//! host object: each either rewrites a field into something the policy allows (placement,
+//! priority) or refuses the object with [`Refusal`]s, which the syncer turns into Warning
+//! events on the tenant object (and, for pods, a condition). The tenant-wide quota is decided
+//! here too ([`quota::admitted`]), and the orchestrator counts a tenant's host objects by the
+//! same rules for billing ([`quota::host_usage`]).
+//!
+//! Nothing here does I/O, and the crate cannot: it depends on kube's object traits
+//! (`kube-core`), not on its client. Every rule is a function of the tenant object and the
+//! policy, tested with plain values and property tests. Names, markers and label rewriting come
+//! from `vcp_core::naming`, as for the syncer.
 //!
 //! Defaults are the restrictive settings a tenant gets when its plan says nothing: Pod Security
 //! `baseline`, no NodePorts or LoadBalancers, no tenant-created volumes with host-scoped

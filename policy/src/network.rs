@@ -724,7 +724,7 @@ pub fn to_host(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::TenantPolicy;
+    use crate::TenantPolicy;
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
