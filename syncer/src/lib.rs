@@ -96,6 +96,12 @@ pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// Wraps a kube error with what the syncer was doing, for `map_err`:
+/// `.map_err(kube_err(format!("get host secret {ns}/{name}")))`.
+pub(crate) fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { context, source }
+}
+
 /// Result with the syncer's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -181,10 +187,8 @@ async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
 
 /// A client whose requests are counted on `/metrics`.
 fn counted_client(cfg: kube::Config, requests: metrics::ApiRequests) -> Result<Client> {
-    let builder = kube::client::ClientBuilder::try_from(cfg).map_err(|source| Error::Kube {
-        context: "build a client".into(),
-        source,
-    })?;
+    let builder =
+        kube::client::ClientBuilder::try_from(cfg).map_err(kube_err("build a client".into()))?;
     Ok(builder.with_layer(&requests.layer()).build())
 }
 

@@ -23,12 +23,12 @@
 //! request) and reconciles every Endpoints and EndpointSlice again when they changed; a pass
 //! that changes nothing writes nothing to the host.
 
-use super::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector, kube_err};
-use crate::Result;
+use super::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector};
 use crate::resources::endpoints::{
     self, SERVICE_NAME, controller_managed, endpoints_to_host, endpoints_unchanged, hand_managed,
     service_of_slice, slice_to_host, slice_unchanged,
 };
+use crate::{Result, kube_err};
 use futures::Stream;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

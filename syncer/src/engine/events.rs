@@ -9,7 +9,8 @@
 //! relist after a watch reconnect writes nothing. Both memories are bounded; forgetting only
 //! costs a repeated, idempotent write.
 
-use super::{Engine, kube_err};
+use super::Engine;
+use crate::kube_err;
 use crate::metrics::Direction;
 use crate::resources::events::{plural, repeat_patch, to_tenant};
 use crate::{Error, Result};

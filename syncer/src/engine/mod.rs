@@ -35,7 +35,7 @@ pub mod volumes;
 
 use crate::metrics::Direction;
 use crate::resources::{self, Ctx, FIELD_MANAGER};
-use crate::{Error, Result};
+use crate::{Error, Result, kube_err};
 use decide::{Decision, HostSide, decide};
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
@@ -260,10 +260,6 @@ fn host_api<K: Synced>(e: &Engine, host_ns: &str) -> Api<K> {
     Api::namespaced(e.host.clone(), host_ns)
 }
 
-pub(crate) fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Kube { context, source }
-}
-
 /// What [`create_or_adopt`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placed {
@@ -292,7 +288,7 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
                 .get(&name)
                 .await
                 .map_err(kube_err(format!("get host {ns}/{name}")))?;
-            match HostSide::of(e.key(), current.labels(), current.annotations()) {
+            match HostSide::of(e.key(), Some(&current)) {
                 HostSide::Ours { .. } => apply(e, desired).await.map(|()| Placed::Ours),
                 _ => {
                     tracing::warn!(ns = %ns, name = %name, "host object exists and is not ours; leaving it alone");
@@ -325,9 +321,20 @@ pub async fn apply<K: Synced>(e: &Engine, desired: &K) -> Result<()> {
     Ok(())
 }
 
-/// Deletes a host object if it still has `uid`; gone already is fine.
+/// Deletes host object `obj` of a synced kind (see [`delete_exact`]).
 pub async fn delete_host<K: Synced>(e: &Engine, obj: &K, grace: Option<i64>) -> Result<()> {
     let ns = obj.namespace().unwrap_or_default();
+    delete_exact(&host_api::<K>(e, &ns), obj, grace, "host").await
+}
+
+/// Deletes `obj` through `api` (either side, any scope) only if the object of its name still
+/// has its UID, with `grace` seconds to stop if given: gone already (404) or replaced by a new
+/// object of that name (409, the precondition failed) leaves nothing of `obj` to delete. `what`
+/// names the object in errors (`host`, `tenant pod`).
+pub async fn delete_exact<K>(api: &Api<K>, obj: &K, grace: Option<i64>, what: &str) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
     let name = obj.name_any();
     let dp = DeleteParams {
         grace_period_seconds: grace.and_then(|g| u32::try_from(g).ok()),
@@ -337,10 +344,15 @@ pub async fn delete_host<K: Synced>(e: &Engine, obj: &K, grace: Option<i64>) -> 
         }),
         ..Default::default()
     };
-    match host_api::<K>(e, &ns).delete(&name, &dp).await {
+    match api.delete(&name, &dp).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => Ok(()),
-        Err(err) => Err(kube_err(format!("delete host {ns}/{name}"))(err)),
+        Err(err) => {
+            let path = obj
+                .namespace()
+                .map_or(name.clone(), |ns| format!("{ns}/{name}"));
+            Err(kube_err(format!("delete {what} {path}"))(err))
+        }
     }
 }
 
@@ -366,14 +378,11 @@ pub(crate) async fn down_to<K: Synced>(
     desired: K,
 ) -> Result<Action> {
     let e = &side.engine;
-    let host = cached_host(&side, &desired);
-    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
-        HostSide::of(e.key(), h.labels(), h.annotations())
-    });
+    let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
     match decide(
         t.uid().as_deref(),
         t.meta().deletion_timestamp.is_none(),
-        &host_side,
+        host_side,
     ) {
         Decision::Create => {
             // A namespace the quota keeps off the host has no host namespace to create in.
@@ -384,18 +393,16 @@ pub(crate) async fn down_to<K: Synced>(
             }
             create_or_adopt(e, t.as_ref(), &desired).await?;
         }
-        Decision::Update => {
-            if !host.as_ref().is_some_and(|h| K::unchanged(&desired, h)) {
+        Decision::Update(h) => {
+            if !K::unchanged(&desired, &h) {
                 apply(e, &desired).await?;
             }
         }
-        Decision::Replace => {
-            if let Some(h) = &host {
-                delete_host(e, h.as_ref(), None).await?;
-            }
+        Decision::Replace(h) => {
+            delete_host(e, h.as_ref(), None).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+        Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
     }
     Ok(Action::requeue(e.resync))
 }
@@ -460,14 +467,29 @@ pub async fn tenant_still_has<K: Synced>(
     Ok(found.is_some_and(|t| uid.is_none() || t.uid().as_deref() == uid))
 }
 
-fn backoff<K>(_: Arc<K>, err: &Error, side: Arc<Side<K>>) -> Action
+/// The error policy of every controller: log the error with its causes, count it by kind and
+/// variant, and try again in 2 s.
+pub(crate) fn backoff<K, C>(_: Arc<K>, err: &Error, cx: Arc<C>) -> Action
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource<DynamicType = ()>,
+    C: AsRef<Engine>,
 {
     let kind = K::kind(&());
     tracing::warn!(kind = kind.as_ref(), error = %crate::chain(err), "sync failed; retrying");
-    side.engine.metrics.error(&kind, err);
+    (*cx).as_ref().metrics.error(&kind, err);
     Action::requeue(Duration::from_secs(2))
+}
+
+impl AsRef<Engine> for Engine {
+    fn as_ref(&self) -> &Engine {
+        self
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> AsRef<Engine> for Side<K> {
+    fn as_ref(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 /// Whether a cache holds its first complete list. Never waits: a reconcile waiting for a

@@ -5,14 +5,14 @@
 
 use super::quota::{self, Verdict};
 use super::shared::Shared;
-use super::{Engine, host_selector};
+use super::{Engine, backoff, delete_exact, host_selector};
 use crate::metrics::Direction;
 use crate::resources::{FIELD_MANAGER, namespaces};
-use crate::{Error, Result};
+use crate::{Result, kube_err};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -23,10 +23,6 @@ use vcp_core::naming::{self, TenantKey};
 struct Ns {
     engine: Arc<Engine>,
     tenant: Store<Namespace>,
-}
-
-fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Kube { context, source }
 }
 
 async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
@@ -139,26 +135,21 @@ async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
         .is_some_and(|t| r.uid.is_none() || t.uid() == r.uid);
     if !still {
         tracing::info!(namespace = %h.name_any(), "tenant namespace gone; deleting host namespace");
-        match Api::<Namespace>::all(e.host.clone())
-            .delete(&h.name_any(), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => {}
-            Err(err) => {
-                return Err(kube_err(format!("delete host namespace {}", h.name_any()))(
-                    err,
-                ));
-            }
-        }
+        delete_exact(
+            &Api::all(e.host.clone()),
+            h.as_ref(),
+            None,
+            "host namespace",
+        )
+        .await?;
     }
     Ok(Action::requeue(cx.engine.resync))
 }
 
-fn backoff(_: Arc<Namespace>, err: &Error, cx: Arc<Ns>) -> Action {
-    tracing::warn!(kind = "Namespace", error = %crate::chain(err), "sync failed; retrying");
-    cx.engine.metrics.error("Namespace", err);
-    Action::requeue(Duration::from_secs(2))
+impl AsRef<Engine> for Ns {
+    fn as_ref(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 /// Runs the namespace controllers until dropped.

@@ -11,9 +11,9 @@
 //! traffic fails closed, never open.
 
 use super::decide::{Decision, HostSide, decide};
-use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host, kube_err};
-use crate::Result;
+use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host};
 use crate::resources::FIELD_MANAGER;
+use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
@@ -56,22 +56,17 @@ pub async fn down(t: Arc<NetworkPolicy>, side: Arc<Side<NetworkPolicy>>) -> Resu
         e.report(t.as_ref(), "PolicyRefused", policy::summary(&refusals))
             .await;
     }
-    let host = cached_host(&side, &desired);
-    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
-        HostSide::of(e.key(), h.labels(), h.annotations())
-    });
-    match decide(t.uid().as_deref(), alive, &host_side) {
+    let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
+    match decide(t.uid().as_deref(), alive, host_side) {
         Decision::Create => {
             create_or_adopt(e, t.as_ref(), &desired).await?;
         }
-        Decision::Update => apply(e, &desired).await?,
-        Decision::Replace => {
-            if let Some(h) = &host {
-                delete_host(e, h.as_ref(), None).await?;
-            }
+        Decision::Update(_) => apply(e, &desired).await?,
+        Decision::Replace(h) => {
+            delete_host(e, h.as_ref(), None).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+        Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
     }
     relabel(e, &ns).await?;
     Ok(Action::requeue(e.resync))

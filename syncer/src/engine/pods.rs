@@ -12,16 +12,16 @@
 
 use super::decide::{Decision, HostSide, decide};
 use super::quota::Verdict;
-use super::{Engine, Placed, Side, apply, cached_host, create_or_adopt, delete_host};
+use super::{Engine, Placed, Side, apply, cached_host, create_or_adopt, delete_exact, delete_host};
 use crate::metrics::Direction;
 use crate::resources::pods::{
     EnvFromKeys, add_service_links, bound_status, host_node, keep_host_env, placement_notes,
     same_status, service_links, status_to_tenant, to_host, wants_service_links,
 };
-use crate::{Error, Result};
+use crate::{Error, Result, kube_err};
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use std::collections::BTreeSet;
@@ -32,28 +32,10 @@ use vcp_policy::Refusal;
 /// Label on virtual nodes the syncer created in the tenant.
 pub const VIRTUAL_NODE_LABEL: &str = "vcp.dev/virtual-node";
 
-fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Kube { context, source }
-}
-
+/// Removes a tenant pod at once (grace 0), as a kubelet does once its containers stopped.
 async fn remove_tenant_pod(e: &Engine, t: &Pod) -> Result<()> {
-    let ns = t.namespace().unwrap_or_default();
-    let dp = DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions {
-            uid: t.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match Api::<Pod>::namespaced(e.tenant.clone(), &ns)
-        .delete(&t.name_any(), &dp)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => Ok(()),
-        Err(err) => Err(kube_err(format!("delete tenant pod {ns}/{}", t.name_any()))(err)),
-    }
+    let api = Api::<Pod>::namespaced(e.tenant.clone(), &t.namespace().unwrap_or_default());
+    delete_exact(&api, t, Some(0), "tenant pod").await
 }
 
 /// Down-reconcile of a tenant pod.
@@ -66,24 +48,20 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
         .labels
         .get_or_insert_with(Default::default)
         .extend(super::netpols::isolation_labels(e, &t));
-    let host = cached_host(&side, &desired);
-    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
-        HostSide::of(e.key(), h.labels(), h.annotations())
-    });
-    let ours = matches!(host_side, HostSide::Ours { .. });
+    let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
 
     if t.metadata.deletion_timestamp.is_some() {
-        match &host {
-            Some(h) if ours && h.metadata.deletion_timestamp.is_none() => {
+        match &host_side {
+            HostSide::Ours { host: h, .. } if h.metadata.deletion_timestamp.is_none() => {
                 delete_host(e, h.as_ref(), t.metadata.deletion_grace_period_seconds).await?;
             }
-            Some(_) if ours => {} // the host pod is terminating; wait for it
-            _ => remove_tenant_pod(e, &t).await?,
+            HostSide::Ours { .. } => {} // the host pod is terminating; wait for it
+            HostSide::Absent | HostSide::Foreign(_) => remove_tenant_pod(e, &t).await?,
         }
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
 
-    match decide(t.uid().as_deref(), true, &host_side) {
+    match decide(t.uid().as_deref(), true, host_side) {
         Decision::Create => {
             let bound = t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
             let ran = t.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some();
@@ -173,14 +151,11 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 }
             }
         }
-        Decision::Replace => {
-            if let Some(h) = &host {
-                delete_host(e, h.as_ref(), Some(0)).await?;
-            }
+        Decision::Replace(h) => {
+            delete_host(e, h.as_ref(), Some(0)).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        Decision::Update => {
-            let h = host.expect("Update means the host pod is cached");
+        Decision::Update(h) => {
             if drifted(&desired, &h) {
                 // Env is immutable and was settled at creation (service links of that moment).
                 keep_host_env(&mut desired, &h);
@@ -193,7 +168,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 .timed("Pod", Direction::Up, false, sync_up(e, &t, &h))
                 .await?;
         }
-        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+        Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
     }
     Ok(Action::requeue(e.resync))
 }

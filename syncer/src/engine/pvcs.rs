@@ -2,11 +2,11 @@
 
 use super::decide::{Decision, HostSide, decide};
 use super::quota::Verdict;
-use super::{Engine, Side, cached_host, create_or_adopt, delete_host, kube_err};
-use crate::Result;
+use super::{Engine, Side, cached_host, create_or_adopt, delete_host};
 use crate::resources::FIELD_MANAGER;
 use crate::resources::pvcs::{MIRROR_LABEL, bound_volume, mirror_volume, to_host};
 use crate::resources::volumes;
+use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -23,14 +23,11 @@ pub async fn down(
 ) -> Result<Action> {
     let e = &side.engine;
     let mut desired = to_host(&t, &e.ctx, None);
-    let host = cached_host(&side, &desired);
-    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
-        HostSide::of(e.key(), h.labels(), h.annotations())
-    });
+    let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
     match decide(
         t.uid().as_deref(),
         t.metadata.deletion_timestamp.is_none(),
-        &host_side,
+        host_side,
     ) {
         Decision::Create => {
             let spec = t.spec.clone().unwrap_or_default();
@@ -80,14 +77,12 @@ pub async fn down(
             };
         }
         // Claim specs are immutable but for growing storage; nothing to apply.
-        Decision::Update => mirror(e, &t, host.as_deref().expect("Update means cached")).await?,
-        Decision::Replace => {
-            if let Some(h) = &host {
-                delete_host(e, h.as_ref(), None).await?;
-            }
+        Decision::Update(h) => mirror(e, &t, &h).await?,
+        Decision::Replace(h) => {
+            delete_host(e, h.as_ref(), None).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+        Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
     }
     Ok(Action::requeue(e.resync))
 }

@@ -7,7 +7,7 @@ use super::quota::Verdict;
 use super::{Engine, Side, apply, cached_host, delete_host};
 use crate::resources::endpoints::hand_managed;
 use crate::resources::{FIELD_MANAGER, services};
-use crate::{Error, Result};
+use crate::{Error, Result, kube_err};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -15,10 +15,6 @@ use kube::runtime::controller::Action;
 use std::sync::Arc;
 use std::time::Duration;
 use vcp_policy::{self as policy, Refusal};
-
-fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Kube { context, source }
-}
 
 /// Down-reconcile of a tenant Service.
 pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
@@ -28,10 +24,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     }
     let (host_ports, refusals) = host_ports(e, &t);
     let desired = services::to_host(&t, &e.ctx, true, host_ports);
-    let host = cached_host(&side, &desired);
-    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
-        HostSide::of(e.key(), h.labels(), h.annotations())
-    });
+    let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
     if t.metadata.deletion_timestamp.is_none() {
@@ -40,7 +33,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     match decide(
         t.uid().as_deref(),
         t.metadata.deletion_timestamp.is_none(),
-        &host_side,
+        host_side,
     ) {
         Decision::Create => {
             // Over the tenant-wide quota, a Service has no host copy at all (not even a
@@ -71,15 +64,14 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
             };
         }
         // The tenant Service was recreated to carry the host's address: same IP, same Service.
-        Decision::Replace if !services::ip_mismatch(host.as_deref().unwrap(), &t) => {
+        Decision::Replace(h) if !services::ip_mismatch(&h, &t) => {
             apply(e, &services::to_host(&t, &e.ctx, false, host_ports)).await?;
         }
-        Decision::Replace => {
-            delete_host(e, host.as_deref().unwrap(), None).await?;
+        Decision::Replace(h) => {
+            delete_host(e, h.as_ref(), None).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        Decision::Update => {
-            let h = host.expect("Update means the host service is cached");
+        Decision::Update(h) => {
             if services::ip_mismatch(&h, &t) {
                 recreate_tenant_with_ip(e, &t, &h).await?;
                 return Ok(Action::requeue(Duration::from_secs(1)));
@@ -121,7 +113,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
                 }
             }
         }
-        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+        Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
     }
     Ok(Action::requeue(e.resync))
 }

@@ -8,7 +8,8 @@
 //! owned by the host pod, so the host's garbage collector removes it with the pod. Tokens are
 //! never logged.
 
-use super::{Engine, kube_err};
+use super::Engine;
+use crate::kube_err;
 use crate::resources::{FIELD_MANAGER, pods::TOKEN_KEYS, pods::token_request};
 use crate::{Error, Result};
 use k8s_openapi::ByteString;

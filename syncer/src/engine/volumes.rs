@@ -5,15 +5,15 @@
 //! **down** reconciles each tenant volume (re-triggered by changes of its host volume) and
 //! **gc** deletes host volumes of this tenant whose tenant volume is gone or was recreated.
 
-use super::{Engine, host_selector, kube_err};
+use super::{Engine, backoff, delete_exact, host_selector};
 use crate::metrics::Direction;
 use crate::resources::FIELD_MANAGER;
 use crate::resources::volumes::{phase_to_tenant, synced, to_host};
-use crate::{Error, Result};
+use crate::{Result, kube_err};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -102,7 +102,7 @@ async fn down(t: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     };
     if r.uid.is_some() && r.uid != t.uid() {
         // The tenant volume was recreated under the same name: replace the host one.
-        delete_host(&e, &h).await?;
+        delete_exact(&Api::all(e.host.clone()), &h, None, "host volume").await?;
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     if drifted(&desired, &h) {
@@ -132,26 +132,6 @@ async fn down(t: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     Ok(Action::requeue(e.resync))
 }
 
-async fn delete_host(e: &Engine, h: &PersistentVolume) -> Result<()> {
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: h.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match Api::<PersistentVolume>::all(e.host.clone())
-        .delete(&h.name_any(), &dp)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => Ok(()),
-        Err(err) => Err(kube_err(format!("delete host volume {}", h.name_any()))(
-            err,
-        )),
-    }
-}
-
 async fn gc(h: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     let Some(r) = naming::tenant_ref(e.key(), h.labels(), h.annotations()) else {
         return Ok(Action::await_change());
@@ -166,15 +146,9 @@ async fn gc(h: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     let wanted = tenant.is_some_and(|t| r.uid.is_none() || t.uid() == r.uid);
     if !wanted {
         tracing::info!(volume = %r.name, host = %h.name_any(), "tenant volume gone; deleting host volume");
-        delete_host(&e, &h).await?;
+        delete_exact(&Api::all(e.host.clone()), h.as_ref(), None, "host volume").await?;
     }
     Ok(Action::requeue(e.resync))
-}
-
-fn backoff(_: Arc<PersistentVolume>, err: &Error, e: Arc<Engine>) -> Action {
-    tracing::warn!(kind = "PersistentVolume", error = %crate::chain(err), "sync failed; retrying");
-    e.metrics.error("PersistentVolume", err);
-    Action::requeue(Duration::from_secs(2))
 }
 
 /// Runs the volume controllers until dropped.
