@@ -1,7 +1,7 @@
 //! Hand-written Endpoints and EndpointSlices (pure): which of their addresses may reach the host.
 //!
 //! A Service without a selector routes to whatever addresses its Endpoints and EndpointSlices
-//! name, and the tenant writes those by hand (`resources::endpoints`). Copied as they are, a
+//! name, and the tenant writes those by hand (the syncer's endpoints translation). Copied as they are, a
 //! tenant could point a host Service (a NodePort one, reachable from outside) at anything the
 //! host can reach: a control-plane pod (its own etcd, or another tenant's), another tenant's
 //! pod, a node, the host apiserver. So an address goes down only if it is

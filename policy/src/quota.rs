@@ -14,7 +14,7 @@
 //! plan's container defaults ([`Limits`]) where a container sets none, and the init-container
 //! rule Kubernetes schedules by. The syncer writes the same defaults into the host pod
 //! ([`fill_defaults`]), and every host namespace of the tenant gets a LimitRange with them and
-//! a ResourceQuota with the tenant's totals as a backstop (`resources::namespaces`).
+//! a ResourceQuota with the tenant's totals as a backstop (the syncer's namespace translation).
 //!
 //! Quantities are Kubernetes quantity strings (`500m`, `2Gi`, `1.5`), parsed exactly by
 //! [`parse_quantity`] (k8s-openapi carries them as strings only).

@@ -1,17 +1,30 @@
 //! vcp-syncer: makes a tenant's workloads real on the host cluster.
 //!
-//! Data flow: kube-runtime controllers watch the tenant apiserver and the host apiserver (host
-//! side filtered by this tenant's label), one watch and one cache per kind and side shared by
-//! every controller that reads it (`engine::shared`). For each kind, a down-controller reconciles tenant
-//! objects into host objects through a pure translator (`resources/`) and the injective naming
-//! scheme (`naming`), and a gc-controller removes host objects whose tenant object is gone
-//! (`engine/`). Pods also flow up: status, binding to virtual nodes, and graceful deletion
-//! both ways. All state lives in the two apiservers, so a restart converges from scratch.
+//! Data flow: [`run`] starts, per kind, kube-runtime controllers that watch the tenant
+//! apiserver and the host apiserver (host side filtered by this tenant's label, per host
+//! namespace), one watch and one cache per kind and side shared by every controller that reads
+//! it ([`engine::shared`]). For each kind, a down-controller reconciles tenant objects into
+//! host objects, and a gc-controller removes host objects whose tenant object is gone
+//! ([`engine`], generic over kinds). Pods also flow up: status, binding to virtual nodes, and
+//! graceful deletion both ways. All state lives in the two apiservers, so a restart converges
+//! from scratch.
+//!
+//! Layout:
+//! - [`kinds`]: each kind in one place, `kinds/<kind>/translate.rs` (pure: tenant object ->
+//!   host object, host status -> tenant patch) beside `kinds/<kind>/mod.rs` (its sync). A
+//!   tenant pod becomes a host pod in `kinds/pods/translate.rs` (`to_host`), driven by
+//!   `kinds/pods/mod.rs` (`down`).
+//! - [`engine`]: what every kind shares: the watch-decide-write loop, the caches, the
+//!   tenant-wide quota.
+//! - `vcp_core::naming` (keys, host names, markers) and `vcp_policy` (what the tenant's plan
+//!   allows) are the pure rules both; [`naming`] holds the names of objects only the syncer
+//!   makes.
+//! - [`metrics`] counts what is served on `/metrics`.
 
 pub mod engine;
+pub mod kinds;
 pub mod metrics;
 pub mod naming;
-pub mod resources;
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::{
@@ -193,8 +206,8 @@ fn counted_client(cfg: kube::Config, requests: metrics::ApiRequests) -> Result<C
 }
 
 /// Finds the tenant apiserver and DNS Services in the control-plane namespace.
-async fn pod_env(host: &Client, args: &Args) -> resources::pods::PodEnv {
-    let mut env = resources::pods::PodEnv {
+async fn pod_env(host: &Client, args: &Args) -> kinds::pods::translate::PodEnv {
+    let mut env = kinds::pods::translate::PodEnv {
         cluster_domain: args.cluster_domain.clone(),
         ..Default::default()
     };
@@ -258,7 +271,7 @@ pub async fn run(args: Args) -> Result<()> {
         args.host_role
             .clone()
             .zip(args.host_namespace.clone())
-            .map(|(role, ns)| engine::access::HostAccess {
+            .map(|(role, ns)| kinds::namespaces::access::HostAccess {
                 role,
                 service_account: (ns, args.host_service_account.clone()),
             });
@@ -275,7 +288,7 @@ pub async fn run(args: Args) -> Result<()> {
         let period = Duration::from_secs(args.node_sync_seconds.max(1));
         async move {
             if let Ok(store) = pods_rx.await {
-                engine::pods::virtual_nodes(e, store, period).await;
+                kinds::pods::nodes::virtual_nodes(e, store, period).await;
             }
         }
     };
@@ -288,7 +301,7 @@ pub async fn run(args: Args) -> Result<()> {
             if let Ok(cache) = claims_rx.await {
                 // Ready before the mirror loop waits on the store itself (see engine::shared).
                 cache.ready().await;
-                engine::pvcs::mirrors(e, cache.store(), period).await;
+                kinds::pvcs::mirrors(e, cache.store(), period).await;
             }
         }
     };
@@ -310,14 +323,14 @@ pub async fn run(args: Args) -> Result<()> {
             }),
         );
     tokio::join!(
-        engine::spawned(engine::namespaces::run(engine.clone(), key.clone())),
-        engine::spawned(engine::volumes::run(engine.clone(), key)),
+        engine::spawned(kinds::namespaces::run(engine.clone(), key.clone())),
+        engine::spawned(kinds::volumes::run(engine.clone(), key)),
         engine::run_plain::<ConfigMap>(engine.clone(), w),
         engine::run_plain::<Secret>(engine.clone(), w),
         engine::run_kind::<Service>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::services::down(t, s)),
+            |t, s| Box::pin(kinds::services::down(t, s)),
             {
                 let e = engine.clone();
                 move |s, _| {
@@ -329,21 +342,21 @@ pub async fn run(args: Args) -> Result<()> {
         engine::run_kind_on::<Endpoints>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::endpoints::down_endpoints(t, s)),
+            |t, s| Box::pin(kinds::endpoints::down_endpoints(t, s)),
             |_, _| {},
-            engine::endpoints::pod_addresses_changed(engine.clone())
+            kinds::endpoints::pod_addresses_changed(engine.clone())
         ),
         engine::run_kind_on::<EndpointSlice>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::endpoints::down_slice(t, s)),
+            |t, s| Box::pin(kinds::endpoints::down_slice(t, s)),
             |_, _| {},
-            engine::endpoints::pod_addresses_changed(engine.clone())
+            kinds::endpoints::pod_addresses_changed(engine.clone())
         ),
         engine::run_kind::<Pod>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::pods::down(t, s)),
+            |t, s| Box::pin(kinds::pods::down(t, s)),
             {
                 let e = engine.clone();
                 move |s, h| {
@@ -358,7 +371,7 @@ pub async fn run(args: Args) -> Result<()> {
         engine::run_kind::<NetworkPolicy>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::netpols::down(t, s)),
+            |t, s| Box::pin(kinds::netpols::down(t, s)),
             {
                 let e = engine.clone();
                 move |s, _| {
@@ -369,7 +382,7 @@ pub async fn run(args: Args) -> Result<()> {
         engine::run_kind::<PersistentVolumeClaim>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::pvcs::down(t, s)),
+            |t, s| Box::pin(kinds::pvcs::down(t, s)),
             {
                 let e = engine.clone();
                 move |s, _| {
@@ -390,11 +403,11 @@ pub async fn run(args: Args) -> Result<()> {
                     engine::wait_for_cache(&e.host_pods).await;
                 };
                 let _ = tokio::time::timeout(Duration::from_secs(30), caches).await;
-                engine::spawned(engine::events::run(e, usize::from(w))).await
+                engine::spawned(kinds::events::run(e, usize::from(w))).await
             }
         },
         engine::spawned(nodes),
-        engine::spawned(engine::endpoints::kubernetes_endpoints(
+        engine::spawned(kinds::endpoints::kubernetes_endpoints(
             engine.clone(),
             Duration::from_secs(args.node_sync_seconds.max(1)),
         )),

@@ -1141,7 +1141,7 @@ async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
     .await?;
     assert!(
         tenant_pvs
-            .list(&ListParams::default().labels(vcp_syncer::resources::pvcs::MIRROR_LABEL))
+            .list(&ListParams::default().labels(vcp_syncer::kinds::pvcs::translate::MIRROR_LABEL))
             .await?
             .items
             .is_empty(),

@@ -12,13 +12,14 @@
 use super::Engine;
 use super::shared::Cache;
 use crate::Result;
-use crate::resources::FIELD_MANAGER;
-use crate::resources::namespaces::backstop;
+use crate::engine::FIELD_MANAGER;
+use crate::kinds::namespaces::translate::backstop;
 use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Service,
 };
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -239,7 +240,7 @@ pub fn namespace_waits(e: &Engine, ns: &str) -> Option<bool> {
 pub fn host_refused(err: &crate::Error) -> bool {
     let ours = format!(
         "exceeded quota: {}",
-        crate::resources::namespaces::QUOTA_NAME
+        crate::kinds::namespaces::translate::QUOTA_NAME
     );
     matches!(err, crate::Error::Kube { source: kube::Error::Api(ae), .. }
         if ae.code == 403 && ae.message.contains(&ours))
@@ -251,10 +252,48 @@ pub fn host_refused(err: &crate::Error) -> bool {
 pub fn host_quota_pending(err: &crate::Error) -> bool {
     let ours = format!(
         "status unknown for quota: {}",
-        crate::resources::namespaces::QUOTA_NAME
+        crate::kinds::namespaces::translate::QUOTA_NAME
     );
     matches!(err, crate::Error::Kube { source: kube::Error::Api(ae), .. }
         if ae.code == 403 && ae.message.contains(&ours))
+}
+
+/// The host's backstop's verdict on a create the syncer admitted: refused like any object over
+/// the quota when two objects were admitted at once (a race the caches could not see), not
+/// ready while it has not counted a new namespace yet; admitted otherwise (the create's own
+/// errors are the caller's).
+pub fn host_verdict(created: &Result<super::Placed>) -> Verdict {
+    match created {
+        Err(err) if host_quota_pending(err) => Verdict::NotReady,
+        Err(err) if host_refused(err) => Verdict::Refused(vec![host_refusal()]),
+        _ => Verdict::Admitted,
+    }
+}
+
+impl Verdict {
+    /// How soon an object with this verdict is looked at again: `None` when admitted (its
+    /// reconcile goes on), every [`retry`] when refused, sooner when not judged yet.
+    pub fn wait(&self, e: &Engine) -> Option<Action> {
+        match self {
+            Verdict::Admitted => None,
+            Verdict::NotReady => Some(Action::requeue(not_ready())),
+            Verdict::Refused(_) => Some(Action::requeue(retry(e))),
+        }
+    }
+}
+
+/// What a reconcile of `t` does about verdict `v`: `None` when admitted (go on); otherwise the
+/// requeue to return, once a refusal was told to the tenant ([`tell`]). Pods tell it their own
+/// way (a condition too).
+pub async fn hold<K: kube::Resource<DynamicType = ()>>(
+    e: &Engine,
+    t: &K,
+    v: Verdict,
+) -> Option<Action> {
+    if let Verdict::Refused(refusals) = &v {
+        tell(e, t, refusals).await;
+    }
+    v.wait(e)
 }
 
 /// What a tenant is told when the host's backstop refused an object the syncer admitted.
@@ -294,25 +333,25 @@ pub async fn apply_backstop(e: &Engine, host_ns: &str) -> Result<()> {
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     Api::<ResourceQuota>::namespaced(e.host.clone(), host_ns)
         .patch(
-            crate::resources::namespaces::QUOTA_NAME,
+            crate::kinds::namespaces::translate::QUOTA_NAME,
             &pp,
             &Patch::Apply(&quota),
         )
         .await
         .map_err(super::kube_err(format!(
             "apply host resource quota {host_ns}/{}",
-            crate::resources::namespaces::QUOTA_NAME
+            crate::kinds::namespaces::translate::QUOTA_NAME
         )))?;
     Api::<LimitRange>::namespaced(e.host.clone(), host_ns)
         .patch(
-            crate::resources::namespaces::LIMITS_NAME,
+            crate::kinds::namespaces::translate::LIMITS_NAME,
             &pp,
             &Patch::Apply(&limits),
         )
         .await
         .map_err(super::kube_err(format!(
             "apply host limit range {host_ns}/{}",
-            crate::resources::namespaces::LIMITS_NAME
+            crate::kinds::namespaces::translate::LIMITS_NAME
         )))?;
     Ok(())
 }
@@ -356,7 +395,7 @@ pub async fn usage(e: Arc<Engine>, period: Duration) {
 mod tests {
     //! The syncer's translators over objects the quota admitted: their host copies use exactly
     //! what admission counted, as vcp samples it from the host (`host_usage`).
-    use crate::resources::Ctx;
+    use crate::kinds::Ctx;
     use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
     use kube::ResourceExt;
     use proptest::prelude::*;
@@ -388,7 +427,10 @@ mod tests {
 
     #[test]
     fn host_usage_counts_the_syncers_host_objects_as_admission_counts_them() {
-        use crate::resources::{namespaces, pods, pvcs, services};
+        use crate::kinds::{
+            namespaces::translate as namespaces, pods::translate as pods, pvcs::translate as pvcs,
+            services::translate as services,
+        };
         let l = Limits::default();
         let ctx = demo_ctx(&Quota::plan_default());
         let host_ns =
@@ -556,7 +598,7 @@ mod tests {
 
             // What the syncer puts on the host: the admitted objects, translated; and, as
             // noise that must not count, the refused ones as another tenant's.
-            use crate::resources::{namespaces as ns_res, pods as pod_res, pvcs, services as svc_res};
+            use crate::kinds::{namespaces::translate as ns_res, pods::translate as pod_res, pvcs::translate as pvcs, services::translate as svc_res};
             let ctx = demo_ctx(&q);
             let other = other_tenant(&ctx);
             let admitted_ns = |n: &Namespace| v.namespaces.get(&n.name_any()).is_some_and(Vec::is_empty);

@@ -1,13 +1,15 @@
 //! Namespaces (cluster-scoped): a host namespace per tenant namespace while the plan's
 //! namespace count lasts, removed with the tenant namespace, with the plan's Pod Security
-//! level, vcp's own NetworkPolicies (`netpols`) and the quota backstop
+//! level, vcp's own NetworkPolicies ([`crate::kinds::netpols`]) and the quota backstop
 //! (`quota::apply_backstop`) kept in it.
 
-use super::quota::{self, Verdict};
-use super::shared::Shared;
-use super::{Engine, backoff, delete_exact, host_selector};
+pub mod access;
+pub mod translate;
+
+use crate::engine::quota::{self, Verdict};
+use crate::engine::shared::Shared;
+use crate::engine::{Engine, FIELD_MANAGER, backoff, delete_exact, host_selector};
 use crate::metrics::Direction;
-use crate::resources::{FIELD_MANAGER, namespaces};
 use crate::{Result, kube_err};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -30,7 +32,7 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let e = &cx.engine;
-    let desired = namespaces::to_host(&t, &e.ctx);
+    let desired = translate::to_host(&t, &e.ctx);
     let name = desired.name_any();
     let api: Api<Namespace> = Api::all(e.host.clone());
     let admission = e.admission.lock().await;
@@ -62,9 +64,9 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
         Ok(_) => {
             tracing::info!(namespace = %name, "created host namespace");
             // The syncer's only access to what it puts there.
-            super::access::ensure(e, &name).await?;
+            crate::kinds::namespaces::access::ensure(e, &name).await?;
             // Deny by default before the first pod can land there.
-            super::netpols::ensure_host_policies(e, &name).await?;
+            crate::kinds::netpols::ensure_host_policies(e, &name).await?;
             quota::apply_backstop(e, &name).await?;
         }
         Err(kube::Error::Api(ae)) if ae.code == 409 => {
@@ -84,8 +86,8 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
             // Ours: the network policies and the backstop are put back on every pass (a no-op
             // unless they drifted).
             if current.metadata.deletion_timestamp.is_none() {
-                super::access::ensure(e, &name).await?;
-                super::netpols::ensure_host_policies(e, &name).await?;
+                crate::kinds::namespaces::access::ensure(e, &name).await?;
+                crate::kinds::netpols::ensure_host_policies(e, &name).await?;
                 quota::apply_backstop(e, &name).await?;
             }
             if drifted(&desired, &current) {
@@ -154,7 +156,7 @@ impl AsRef<Engine> for Ns {
 
 /// Runs the namespace controllers until dropped.
 pub async fn run(engine: Arc<Engine>, key: TenantKey) {
-    // One watch and cache per side, shared by both controllers (see `super::shared`).
+    // One watch and cache per side, shared by both controllers (see `crate::engine::shared`).
     let mut tenant = Shared::<Namespace>::new();
     let mut host = Shared::<Namespace>::new();
     let _ = engine.host_namespaces.set(host.cache());
@@ -186,7 +188,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
             move |h, cx: Arc<Ns>| {
                 let ready = ready.clone();
                 async move {
-                    if !super::cache_ready(&ready) {
+                    if !crate::engine::cache_ready(&ready) {
                         return Ok(Action::requeue(Duration::from_secs(1)));
                     }
                     let e = cx.engine.clone();
@@ -219,7 +221,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
 /// the host cache has listed them, and again whenever one comes or goes.
 async fn publish_set(
     e: Arc<Engine>,
-    cache: super::shared::Cache<Namespace>,
+    cache: crate::engine::shared::Cache<Namespace>,
     mut touched: futures::channel::mpsc::UnboundedReceiver<Arc<Namespace>>,
 ) {
     cache.ready().await;

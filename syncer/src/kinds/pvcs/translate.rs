@@ -12,7 +12,7 @@
 //! has reclaim policy Retain (there is nothing to reclaim in the tenant: the host owns the
 //! data) and a synthetic source; the syncer deletes it once its claim is gone.
 
-use super::Ctx;
+use crate::kinds::Ctx;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::ResourceExt;
 use vcp_core::naming::host_meta;
@@ -21,7 +21,7 @@ use vcp_core::naming::host_meta;
 pub const MIRROR_LABEL: &str = "vcp.dev/mirrored-volume";
 
 /// The host claim for a tenant claim. `host_volume` is the host name of the tenant volume the
-/// claim names, if the tenant created that volume itself (`resources::volumes`); otherwise the
+/// claim names, if the tenant created that volume itself (`kinds::volumes`); otherwise the
 /// claim binds on the host on its own.
 pub fn to_host(
     pvc: &PersistentVolumeClaim,
@@ -120,14 +120,14 @@ mod tests {
             "spec": {"volumeName": "local-a"},
         }))
         .unwrap();
-        let a = to_host(&pvc, &crate::resources::fixtures::ctx(), None)
+        let a = to_host(&pvc, &crate::kinds::fixtures::ctx(), None)
             .metadata
             .annotations
             .unwrap();
         assert!(!a.keys().any(|k| k.starts_with(BINDER_PREFIX)), "{a:?}");
         assert_eq!(a["team"], "a");
     }
-    use crate::resources::fixtures::ctx;
+    use crate::kinds::fixtures::ctx;
 
     fn claim() -> PersistentVolumeClaim {
         serde_json::from_value(serde_json::json!({

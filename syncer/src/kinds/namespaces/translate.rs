@@ -4,7 +4,7 @@
 //! backstop ([`backstop`]): a ResourceQuota with the tenant's totals and a LimitRange with the
 //! plan's container defaults.
 
-use super::Ctx;
+use crate::kinds::Ctx;
 use k8s_openapi::api::core::v1::{
     LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, ResourceQuota, ResourceQuotaSpec,
 };
@@ -124,7 +124,7 @@ pub fn to_host(ns: &Namespace, ctx: &Ctx) -> Namespace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::fixtures::ctx;
+    use crate::kinds::fixtures::ctx;
     use vcp_core::naming::{ANN_NAME, LABEL_TENANT};
 
     #[test]
@@ -167,7 +167,7 @@ mod tests {
         assert_eq!(item.type_, "Container");
         assert_eq!(item.default_request.as_ref().unwrap()["cpu"].0, "100m");
         assert_eq!(item.default.as_ref().unwrap()["memory"].0, "512Mi");
-        let (q, _) = backstop("demo-apps", &crate::resources::fixtures::ctx());
+        let (q, _) = backstop("demo-apps", &crate::kinds::fixtures::ctx());
         assert_eq!(
             q.spec.unwrap().hard.unwrap().len(),
             8,

@@ -1,4 +1,4 @@
-//! Endpoints and EndpointSlices of selector-less Services (see `resources::endpoints`).
+//! Endpoints and EndpointSlices of selector-less Services (translation: [`translate`]).
 //!
 //! Whether an object goes down depends on its Service, read from the tenant Service cache. An
 //! Endpoints object whose Service is not cached (yet) is retried soon rather than left
@@ -14,7 +14,7 @@
 //!
 //! Only addresses the tenant may name go down (`policy::endpoints`): its own pods', read from
 //! the host pod cache, and the plan's outside ranges. Until that cache holds its first list a
-//! reconcile requeues (never waits, see [`super::cache_ready`]), so no copy is ever made from a
+//! reconcile requeues (never waits, see [`crate::engine::cache_ready`]), so no copy is ever made from a
 //! partial view of the tenant's pods. What is dropped is told to the tenant as `PolicyRefused`
 //! Warning events on the object, on every pass that writes or checks the copy. A pod that gets
 //! its address after its endpoints were written (the usual order for a hand-written endpoint
@@ -23,11 +23,10 @@
 //! request) and reconciles every Endpoints and EndpointSlice again when they changed; a pass
 //! that changes nothing writes nothing to the host.
 
-use super::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector};
-use crate::resources::endpoints::{
-    self, SERVICE_NAME, controller_managed, endpoints_to_host, endpoints_unchanged, hand_managed,
-    service_of_slice, slice_to_host, slice_unchanged,
-};
+pub mod translate;
+
+use crate::engine::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector};
+use crate::kinds::Ctx;
 use crate::{Result, kube_err};
 use futures::Stream;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
@@ -38,6 +37,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
+use translate::{
+    SERVICE_NAME, controller_managed, endpoints_to_host, endpoints_unchanged, hand_managed,
+    service_of_slice, slice_to_host, slice_unchanged,
+};
 use vcp_core::naming;
 use vcp_policy::{self as policy, Refusal, endpoints::TenantPods};
 
@@ -51,7 +54,10 @@ const POD_ADDRESSES_POLL: Duration = Duration::from_secs(5);
 /// This tenant's pods by address, from the host pod cache; `None` until the cache holds its
 /// first complete list (a partial view would drop the addresses of pods not listed yet).
 pub fn tenant_pods(e: &Engine) -> Option<TenantPods> {
-    let cache = e.host_pods.get().filter(|c| super::cache_ready(c))?;
+    let cache = e
+        .host_pods
+        .get()
+        .filter(|c| crate::engine::cache_ready(c))?;
     let pods = cache.state();
     Some(TenantPods::from_host_pods(
         e.key(),
@@ -122,11 +128,11 @@ impl Synced for EndpointSlice {
     fn host_watch(key: &vcp_core::naming::TenantKey) -> kube::runtime::watcher::Config {
         // The host's own controllers copy a Service's or Endpoints' labels (our markers among
         // them) onto the slices they manage; those are theirs, never ours to collect.
-        let managers = endpoints::CONTROLLER_MANAGERS.join(",");
+        let managers = translate::CONTROLLER_MANAGERS.join(",");
         kube::runtime::watcher::Config::default().labels(&format!(
             "{}={key},{} notin ({managers})",
             vcp_core::naming::LABEL_TENANT,
-            endpoints::MANAGED_BY
+            translate::MANAGED_BY
         ))
     }
 }
@@ -156,20 +162,8 @@ async fn release<K: Synced>(side: &Side<K>, t: &K) -> Result<()> {
 
 /// Down-reconcile of tenant Endpoints.
 pub async fn down_endpoints(t: Arc<Endpoints>, side: Arc<Side<Endpoints>>) -> Result<Action> {
-    let ns = t.namespace().unwrap_or_default();
-    let Some(svc) = tenant_service(&side.engine, &ns, &t.name_any()) else {
-        return Ok(Action::requeue(SERVICE_PENDING));
-    };
-    if !hand_managed(&svc) {
-        release(&side, &t).await?;
-        return Ok(Action::await_change());
-    }
-    let Some(pods) = tenant_pods(&side.engine) else {
-        return Ok(Action::requeue(PODS_PENDING));
-    };
-    let (desired, refusals) = endpoints_to_host(&t, &side.engine.ctx, &pods);
-    tell(&side.engine, t.as_ref(), &refusals).await;
-    super::down_to(t, side, desired).await
+    let service = t.name_any();
+    down_copy(t, side, &service, endpoints_to_host).await
 }
 
 /// Down-reconcile of a tenant EndpointSlice.
@@ -177,10 +171,22 @@ pub async fn down_slice(t: Arc<EndpointSlice>, side: Arc<Side<EndpointSlice>>) -
     if controller_managed(&t) {
         return Ok(Action::await_change());
     }
-    let ns = t.namespace().unwrap_or_default();
-    let Some(service) = service_of_slice(&t) else {
-        return super::down(t, side).await;
+    let Some(service) = service_of_slice(&t).map(str::to_owned) else {
+        return crate::engine::down(t, side).await;
     };
+    down_copy(t, side, &service, slice_to_host).await
+}
+
+/// Down-reconcile of tenant object `t` (Endpoints, or a slice) of Service `service`: copied
+/// down by `translate` (keeping only the addresses the tenant may name) while the Service has
+/// no selector, its copy released when it has one.
+async fn down_copy<K: Synced>(
+    t: Arc<K>,
+    side: Arc<Side<K>>,
+    service: &str,
+    translate: fn(&K, &Ctx, &TenantPods) -> (K, Vec<Refusal>),
+) -> Result<Action> {
+    let ns = t.namespace().unwrap_or_default();
     let Some(svc) = tenant_service(&side.engine, &ns, service) else {
         return Ok(Action::requeue(SERVICE_PENDING));
     };
@@ -191,9 +197,9 @@ pub async fn down_slice(t: Arc<EndpointSlice>, side: Arc<Side<EndpointSlice>>) -
     let Some(pods) = tenant_pods(&side.engine) else {
         return Ok(Action::requeue(PODS_PENDING));
     };
-    let (desired, refusals) = slice_to_host(&t, &side.engine.ctx, &pods);
+    let (desired, refusals) = translate(&t, &side.engine.ctx, &pods);
     tell(&side.engine, t.as_ref(), &refusals).await;
-    super::down_to(t, side, desired).await
+    crate::engine::down_to(t, side, desired).await
 }
 
 /// Called by the Service reconcile when tenant Service `t` gained a selector (before the host
@@ -260,15 +266,15 @@ pub async fn selector_changed(e: &Engine, t: &Service) -> Result<()> {
 }
 
 /// Keeps the tenant's `default/kubernetes` Endpoints at the apiserver's host Service
-/// ([`endpoints::kubernetes_endpoints`]), re-applied every `period` (a server-side apply that
+/// ([`translate::kubernetes_endpoints`]), re-applied every `period` (a server-side apply that
 /// changes nothing is cheap, and repairs anyone's edit).
 pub async fn kubernetes_endpoints(e: Arc<Engine>, period: Duration) {
     let Some((ip, port)) = e.pod_env.apiserver.clone() else {
         return;
     };
-    let want = endpoints::kubernetes_endpoints(&ip, port);
+    let want = translate::kubernetes_endpoints(&ip, port);
     let api: Api<Endpoints> = Api::namespaced(e.tenant.clone(), "default");
-    let pp = kube::api::PatchParams::apply(crate::resources::FIELD_MANAGER).force();
+    let pp = kube::api::PatchParams::apply(crate::engine::FIELD_MANAGER).force();
     loop {
         if let Err(err) = api
             .patch("kubernetes", &pp, &kube::api::Patch::Apply(&want))

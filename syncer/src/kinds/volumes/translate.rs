@@ -21,8 +21,8 @@
 //! The host takes the volume source as the tenant wrote it: which sources a tenant may use
 //! (hostPath!) is the host's admission policy to decide, not the syncer's.
 
-use super::Ctx;
-use super::pvcs::MIRROR_LABEL;
+use crate::kinds::Ctx;
+use crate::kinds::pvcs::translate::MIRROR_LABEL;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
@@ -70,7 +70,7 @@ pub fn to_host(
         c.resource_version = held.and_then(|h| h.resource_version.clone());
     } else {
         // A host volume without a claim could be bound by any host claim, another tenant's
-        // included: it goes down only once claimed (`engine::volumes`), and if the tenant
+        // included: it goes down only once claimed (`kinds::volumes`), and if the tenant
         // unclaims it later, the host volume keeps the claim it had, so it stays reserved.
         spec.claim_ref = current.and_then(|h| h.spec.as_ref()?.claim_ref.clone());
     }
@@ -97,7 +97,7 @@ pub fn phase_to_tenant(host: &PersistentVolume, tenant: &PersistentVolume) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::fixtures::ctx;
+    use crate::kinds::fixtures::ctx;
     use vcp_core::naming::{ANN_NAME, LABEL_TENANT};
 
     fn pv(name: &str) -> PersistentVolume {

@@ -1,11 +1,12 @@
-//! PersistentVolumeClaims: down, and bound host volumes mirrored up (see `resources::pvcs`).
+//! PersistentVolumeClaims: down, and bound host volumes mirrored up (translation: [`translate`]).
 
-use super::decide::{Decision, HostSide, decide};
-use super::quota::Verdict;
-use super::{Engine, Side, cached_host, create_or_adopt, delete_host};
-use crate::resources::FIELD_MANAGER;
-use crate::resources::pvcs::{MIRROR_LABEL, bound_volume, mirror_volume, to_host};
-use crate::resources::volumes;
+pub mod translate;
+
+use crate::engine::FIELD_MANAGER;
+use crate::engine::decide::{Decision, HostSide, decide};
+use crate::engine::quota;
+use crate::engine::{Engine, Placed, Side, Synced, cached_host, create_or_adopt, delete_host};
+use crate::kinds::volumes;
 use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::ResourceExt;
@@ -14,6 +15,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::sync::Arc;
 use std::time::Duration;
+use translate::{MIRROR_LABEL, bound_volume, mirror_volume, to_host};
 use vcp_core::naming::host_cluster_name;
 
 /// Down-reconcile of a tenant claim.
@@ -38,43 +40,32 @@ pub async fn down(
                 return Ok(Action::requeue(e.resync));
             }
             let admission = e.admission.lock().await;
-            match super::quota::claim(e, &side, &t) {
-                Verdict::Admitted => {}
-                Verdict::NotReady => return Ok(Action::requeue(super::quota::not_ready())),
-                Verdict::Refused(refusals) => {
-                    super::quota::tell(e, t.as_ref(), &refusals).await;
-                    return Ok(Action::requeue(super::quota::retry(e)));
-                }
+            if let Some(wait) = quota::hold(e, t.as_ref(), quota::claim(e, &side, &t)).await {
+                return Ok(wait);
             }
             let wanted = t.spec.as_ref().and_then(|s| s.volume_name.clone());
             if let Some(v) = wanted {
                 match tenant_volume(e, &v).await? {
                     // Not there yet: the host claim must not bind to something else meanwhile.
                     None => return Ok(Action::requeue(Duration::from_secs(5))),
-                    Some(pv) if volumes::synced(&pv) => {
+                    Some(pv) if volumes::translate::synced(&pv) => {
                         desired = to_host(&t, &e.ctx, Some(host_cluster_name(e.key(), &v)));
                     }
                     Some(_) => {} // a mirror of a host volume: the host claim binds on its own
                 }
             }
             let created = create_or_adopt(e, t.as_ref(), &desired).await;
-            if matches!(created, Ok(super::Placed::Ours)) {
+            if matches!(created, Ok(Placed::Ours)) {
                 e.admission.created::<PersistentVolumeClaim>(
                     &t.namespace().unwrap_or_default(),
                     &t.name_any(),
                 );
             }
             drop(admission);
-            match created {
-                Err(err) if super::quota::host_quota_pending(&err) => {
-                    return Ok(Action::requeue(super::quota::not_ready()));
-                }
-                Err(err) if super::quota::host_refused(&err) => {
-                    super::quota::tell(e, t.as_ref(), &[super::quota::host_refusal()]).await;
-                    return Ok(Action::requeue(super::quota::retry(e)));
-                }
-                other => other?,
-            };
+            if let Some(wait) = quota::hold(e, t.as_ref(), quota::host_verdict(&created)).await {
+                return Ok(wait);
+            }
+            created?;
         }
         // Claim specs are immutable but for growing storage; nothing to apply.
         Decision::Update(h) => mirror(e, &t, &h).await?,
@@ -165,4 +156,11 @@ async fn mirrors_once(e: &Engine, claims: &Store<PersistentVolumeClaim>) -> Resu
         }
     }
     Ok(())
+}
+
+impl Synced for PersistentVolumeClaim {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        // The claim's volume does not matter here (only its name and namespace are read).
+        Some(to_host(t, &e.ctx, None))
+    }
 }

@@ -2,11 +2,12 @@
 //! selector that comes or goes hands the Service's endpoints to the host or back
 //! (`endpoints::selector_changed`).
 
-use super::decide::{Decision, HostSide, decide};
-use super::quota::Verdict;
-use super::{Engine, Side, apply, cached_host, delete_host};
-use crate::resources::endpoints::hand_managed;
-use crate::resources::{FIELD_MANAGER, services};
+pub mod translate;
+
+use crate::engine::decide::{Decision, HostSide, decide};
+use crate::engine::quota;
+use crate::engine::{Engine, FIELD_MANAGER, Placed, Side, Synced, apply, cached_host, delete_host};
+use crate::kinds::endpoints::translate::hand_managed;
 use crate::{Error, Result, kube_err};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -23,7 +24,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let (host_ports, refusals) = host_ports(e, &t);
-    let desired = services::to_host(&t, &e.ctx, true, host_ports);
+    let desired = translate::to_host(&t, &e.ctx, true, host_ports);
     let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
@@ -39,40 +40,29 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
             // Over the tenant-wide quota, a Service has no host copy at all (not even a
             // ClusterIP one): it waits until an earlier one goes.
             let admission = e.admission.lock().await;
-            match super::quota::service(e, &side, &t) {
-                Verdict::Admitted => {}
-                Verdict::NotReady => return Ok(Action::requeue(super::quota::not_ready())),
-                Verdict::Refused(refusals) => {
-                    super::quota::tell(e, t.as_ref(), &refusals).await;
-                    return Ok(Action::requeue(super::quota::retry(e)));
-                }
+            if let Some(wait) = quota::hold(e, t.as_ref(), quota::service(e, &side, &t)).await {
+                return Ok(wait);
             }
             let created = create(e, &t, &desired, host_ports).await;
-            if matches!(created, Ok(super::Placed::Ours)) {
+            if matches!(created, Ok(Placed::Ours)) {
                 e.admission.created::<Service>(&ns, &name);
             }
             drop(admission);
-            match created {
-                Err(err) if super::quota::host_quota_pending(&err) => {
-                    return Ok(Action::requeue(super::quota::not_ready()));
-                }
-                Err(err) if super::quota::host_refused(&err) => {
-                    super::quota::tell(e, t.as_ref(), &[super::quota::host_refusal()]).await;
-                    return Ok(Action::requeue(super::quota::retry(e)));
-                }
-                other => other?,
-            };
+            if let Some(wait) = quota::hold(e, t.as_ref(), quota::host_verdict(&created)).await {
+                return Ok(wait);
+            }
+            created?;
         }
         // The tenant Service was recreated to carry the host's address: same IP, same Service.
-        Decision::Replace(h) if !services::ip_mismatch(&h, &t) => {
-            apply(e, &services::to_host(&t, &e.ctx, false, host_ports)).await?;
+        Decision::Replace(h) if !translate::ip_mismatch(&h, &t) => {
+            apply(e, &translate::to_host(&t, &e.ctx, false, host_ports)).await?;
         }
         Decision::Replace(h) => {
             delete_host(e, h.as_ref(), None).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
         Decision::Update(h) => {
-            if services::ip_mismatch(&h, &t) {
+            if translate::ip_mismatch(&h, &t) {
                 recreate_tenant_with_ip(e, &t, &h).await?;
                 return Ok(Action::requeue(Duration::from_secs(1)));
             }
@@ -81,13 +71,13 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
             let had_selector = !hand_managed(&h);
             let has_selector = !hand_managed(&t);
             if has_selector && !had_selector {
-                super::endpoints::selector_changed(e, &t).await?;
+                crate::kinds::endpoints::selector_changed(e, &t).await?;
             }
-            apply(e, &services::to_host(&t, &e.ctx, false, host_ports)).await?;
+            apply(e, &translate::to_host(&t, &e.ctx, false, host_ports)).await?;
             if had_selector && !has_selector {
-                super::endpoints::selector_changed(e, &t).await?;
+                crate::kinds::endpoints::selector_changed(e, &t).await?;
             }
-            if let Some(patch) = services::to_tenant_patch(&h, &t) {
+            if let Some(patch) = translate::to_tenant_patch(&h, &t) {
                 let api: Api<Service> = Api::namespaced(e.tenant.clone(), &ns);
                 if let Some(spec) = patch.get("spec") {
                     api.patch(
@@ -123,14 +113,15 @@ async fn create(
     t: &Service,
     desired: &Service,
     host_ports: bool,
-) -> Result<super::Placed> {
-    match super::create_or_adopt(e, t, desired).await {
+) -> Result<crate::engine::Placed> {
+    match crate::engine::create_or_adopt(e, t, desired).await {
         // The tenant's address is taken on the host (another tenant allocated it): let the host choose.
         Err(Error::Kube {
             source: kube::Error::Api(ae),
             ..
         }) if ae.code == 422 => {
-            super::create_or_adopt(e, t, &services::to_host(t, &e.ctx, false, host_ports)).await
+            crate::engine::create_or_adopt(e, t, &translate::to_host(t, &e.ctx, false, host_ports))
+                .await
         }
         other => other,
     }
@@ -221,4 +212,15 @@ async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result
         .await
         .map_err(kube_err(format!("recreate tenant service {ns}/{name}")))?;
     Ok(())
+}
+
+impl Synced for Service {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
+        if vcp_policy::services::is_apiserver_service(t) {
+            return None;
+        }
+        let (host_ports, _) = host_ports(e, t);
+        Some(translate::to_host(t, &e.ctx, true, host_ports))
+    }
 }

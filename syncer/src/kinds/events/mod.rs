@@ -1,4 +1,4 @@
-//! Events up (see `resources::events`): host Events are watched only in this tenant's host
+//! Events up (translation: [`translate`]): host Events are watched only in this tenant's host
 //! namespaces, one watch per namespace, started and stopped as the set the namespace
 //! controllers publish changes (the syncer's credentials reach no other namespace). The host
 //! apiserver thus sends no other tenant's Events (nor the host's own). Each Event about a host object carrying the tenant's markers,
@@ -9,21 +9,25 @@
 //! relist after a watch reconnect writes nothing. Both memories are bounded; forgetting only
 //! costs a repeated, idempotent write.
 
-use super::Engine;
+pub mod translate;
+
+use crate::engine::Engine;
+use crate::engine::shared::Cache;
+use crate::kinds::events::translate::{plural, repeat_patch, to_tenant};
 use crate::kube_err;
 use crate::metrics::Direction;
-use crate::resources::events::{plural, repeat_patch, to_tenant};
 use crate::{Error, Result};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
-use vcp_core::naming::{self, TenantRef};
+use vcp_core::naming::{self, TenantKey, TenantRef};
 
 /// Entries each memory holds before it starts over.
 const MEMORY: usize = 10_000;
@@ -135,7 +139,7 @@ async fn tenant_object(
     if let Some(known) = lock(memory).objects.get(&uid) {
         return Ok(known.clone());
     }
-    if let Some(known) = e.cached_tenant_ref(o.kind.as_deref(), host_ns, name, &uid) {
+    if let Some(known) = cached_tenant_ref(e, o.kind.as_deref(), host_ns, name, &uid) {
         return Ok(known);
     }
     let kind = o.kind.clone().unwrap_or_default();
@@ -192,7 +196,7 @@ async fn copy_up(e: &Engine, memory: &Mutex<Memory>, ev: &Event) -> Result<()> {
     let name = tenant_ev.name_any();
     let api: Api<Event> = Api::namespaced(e.tenant.clone(), &ns);
     let pp = PostParams {
-        field_manager: Some(crate::resources::FIELD_MANAGER.into()),
+        field_manager: Some(crate::engine::FIELD_MANAGER.into()),
         ..Default::default()
     };
     match api.create(&pp, &tenant_ev).await {
@@ -221,4 +225,107 @@ async fn copy_up(e: &Engine, memory: &Mutex<Memory>, ev: &Event) -> Result<()> {
     }
     remember(&mut lock(memory).copied, uid, rv);
     Ok(())
+}
+
+/// Which tenant object a host object was made from, as far as the caches tell (see
+/// [`tenant_ref_from_caches`]).
+fn cached_tenant_ref(
+    e: &Engine,
+    kind: Option<&str>,
+    host_ns: &str,
+    name: &str,
+    uid: &str,
+) -> Option<Option<naming::TenantRef>> {
+    tenant_ref_from_caches(
+        e.key(),
+        e.host_namespaces.get(),
+        e.host_pods.get().map(|c| &**c),
+        kind,
+        (host_ns, name, uid),
+    )
+}
+
+/// Which tenant object the host object `kind` `(host_ns, name, uid)` was made from, from the
+/// syncer's caches alone: `Some(None)` if the namespace is not one of this tenant's (a host
+/// namespace that merely starts with `<key>-`), `Some(Some(_))` for a cached host pod of that
+/// UID, `None` if only the host apiserver can tell. Saves Events up a GET for nearly every
+/// Event they copy.
+pub fn tenant_ref_from_caches(
+    key: &TenantKey,
+    namespaces: Option<&Cache<Namespace>>,
+    pods: Option<&Store<Pod>>,
+    kind: Option<&str>,
+    (host_ns, name, uid): (&str, &str, &str),
+) -> Option<Option<naming::TenantRef>> {
+    // Namespaces exist long before anything in them has events, so a complete cache without
+    // this one means it is not ours.
+    if let Some(namespaces) = namespaces.filter(|s| s.is_ready())
+        && namespaces.get(&ObjectRef::new(host_ns)).is_none()
+    {
+        return Some(None);
+    }
+    if kind != Some("Pod") {
+        return None;
+    }
+    let pod = pods?.get(&ObjectRef::new(name).within(host_ns))?;
+    if uid.is_empty() || pod.uid().as_deref() != Some(uid) {
+        return None;
+    }
+    Some(naming::tenant_ref(key, pod.labels(), pod.annotations()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::shared::{self, listed_store as cache};
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use vcp_core::naming::TenantKey;
+
+    #[test]
+    fn events_find_their_tenant_object_in_the_caches_without_a_get() {
+        let key = TenantKey::new("demo").unwrap();
+        let namespaces = shared::Cache::listed(cache::<Namespace>(&[
+            serde_json::json!({"metadata": {"name": "demo-apps"}}),
+        ]));
+        let pods = cache::<Pod>(&[serde_json::json!({"metadata": {
+            "name": "web", "namespace": "demo-apps", "uid": "h1",
+            "labels": {(naming::LABEL_TENANT): "demo"},
+            "annotations": {(naming::ANN_NAME): "web", (naming::ANN_NAMESPACE): "apps", (naming::ANN_UID): "t1"},
+        }})]);
+        let find = |kind, ns, name, uid| {
+            tenant_ref_from_caches(
+                &key,
+                Some(&namespaces),
+                Some(&pods),
+                Some(kind),
+                (ns, name, uid),
+            )
+        };
+        let r = find("Pod", "demo-apps", "web", "h1").unwrap().unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.namespace.as_deref(), r.uid.as_deref()),
+            ("web", Some("apps"), Some("t1"))
+        );
+        assert_eq!(
+            find("Pod", "demo-direct", "web", "h1"),
+            Some(None),
+            "a host namespace with the tenant's prefix that is not the tenant's"
+        );
+        assert_eq!(
+            find("Pod", "demo-apps", "web", "h2"),
+            None,
+            "another pod of that name: ask"
+        );
+        assert_eq!(
+            find("Pod", "demo-apps", "db", "h3"),
+            None,
+            "not cached (yet): ask"
+        );
+        assert_eq!(find("Service", "demo-apps", "web", "s1"), None);
+        assert_eq!(
+            tenant_ref_from_caches(&key, None, None, Some("Pod"), ("demo-direct", "web", "h1")),
+            None,
+            "without caches only the apiserver can tell"
+        );
+    }
 }

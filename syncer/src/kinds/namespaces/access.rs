@@ -9,10 +9,10 @@
 //! to any other subject. So another tenant's namespaces, Secrets included, stay out of reach
 //! of the host apiserver's authorizer itself, reads as well as writes.
 
-use super::Engine;
 use crate::Result;
+use crate::engine::Engine;
+use crate::engine::FIELD_MANAGER;
 use crate::kube_err;
-use crate::resources::FIELD_MANAGER;
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};

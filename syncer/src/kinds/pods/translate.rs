@@ -33,7 +33,7 @@
 //! reason, message) is copied verbatim; the node binding is done separately (a Binding on the
 //! tenant pod, to the virtual node named after the host node).
 
-use super::Ctx;
+use crate::kinds::Ctx;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, HostAlias, KeyToPath, Pod, PodCondition, PodDNSConfig, PodDNSConfigOption,
@@ -227,7 +227,7 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
             .as_mut()
             .and_then(|e| e.volume_claim_template.as_mut());
         if let Some(t) = template {
-            super::pvcs::claim_spec_to_host(&mut t.spec, &ctx.key, None);
+            crate::kinds::pvcs::translate::claim_spec_to_host(&mut t.spec, &ctx.key, None);
             t.metadata = t.metadata.take().map(|m| ObjectMeta {
                 labels: m.labels.as_ref().map(naming::map_to_host),
                 annotations: m.annotations.as_ref().map(naming::map_to_host),
@@ -551,7 +551,7 @@ pub fn host_node(host: &Pod) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::fixtures::ctx;
+    use crate::kinds::fixtures::ctx;
     use vcp_core::naming::LABEL_TENANT;
 
     fn tenant_pod() -> Pod {

@@ -5,10 +5,12 @@
 //! **down** reconciles each tenant volume (re-triggered by changes of its host volume) and
 //! **gc** deletes host volumes of this tenant whose tenant volume is gone or was recreated.
 
-use super::{Engine, backoff, delete_exact, host_selector};
+pub mod translate;
+
+use crate::engine::FIELD_MANAGER;
+use crate::engine::{Engine, backoff, delete_exact, host_selector};
+use crate::kinds::volumes::translate::{phase_to_tenant, synced, to_host};
 use crate::metrics::Direction;
-use crate::resources::FIELD_MANAGER;
-use crate::resources::volumes::{phase_to_tenant, synced, to_host};
 use crate::{Result, kube_err};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -71,7 +73,7 @@ async fn down(t: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
                 .await;
             return Ok(Action::requeue(e.resync));
         }
-        // Unclaimed, it would be any host claim's to take (`resources::volumes`); the tenant
+        // Unclaimed, it would be any host claim's to take ([`translate`]); the tenant
         // binder's claimRef re-triggers this reconcile.
         if t.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_none() {
             tracing::debug!(volume = %t.name_any(), "tenant volume not claimed yet; not on the host");
@@ -203,7 +205,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::fixtures::ctx;
+    use crate::kinds::fixtures::ctx;
 
     #[test]
     fn what_the_host_binder_adds_to_the_claim_is_no_drift() {

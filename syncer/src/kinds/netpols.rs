@@ -10,9 +10,9 @@
 //! pass (at most the resync period), and meanwhile the pods stay isolated: the tenant's
 //! traffic fails closed, never open.
 
-use super::decide::{Decision, HostSide, decide};
-use super::{Engine, Side, apply, cached_host, create_or_adopt, delete_host};
-use crate::resources::FIELD_MANAGER;
+use crate::engine::FIELD_MANAGER;
+use crate::engine::decide::{Decision, HostSide, decide};
+use crate::engine::{Engine, Side, apply, cached_host, create_or_adopt, delete_host};
 use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -25,7 +25,7 @@ use std::time::Duration;
 use vcp_core::naming;
 use vcp_policy::{self as policy, network};
 
-impl super::Synced for NetworkPolicy {
+impl crate::engine::Synced for NetworkPolicy {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         if network::reserved_name(&t.name_any()) {
             return None;

@@ -8,9 +8,10 @@
 //! owned by the host pod, so the host's garbage collector removes it with the pod. Tokens are
 //! never logged.
 
-use super::Engine;
+use crate::engine::Engine;
+use crate::engine::FIELD_MANAGER;
+use crate::kinds::pods::translate::{TOKEN_KEYS, token_request};
 use crate::kube_err;
-use crate::resources::{FIELD_MANAGER, pods::TOKEN_KEYS, pods::token_request};
 use crate::{Error, Result};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1::TokenRequest;
