@@ -185,6 +185,28 @@ pub struct Args {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "VCP_SYNCER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Log format: `text` for people, `json` (one object a line) for log collectors.
+    #[arg(long, env = "VCP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Sends `tracing` events to stderr in `format`, filtered by `RUST_LOG` (default: warnings,
+/// and the syncer's own info).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "warn,vcp_syncer=info".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
 }
 
 async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
@@ -468,6 +490,16 @@ mod tests {
             load_policy(Some(&dir.path().join("missing.yaml"))),
             Err(Error::PolicyFile { .. })
         ));
+    }
+
+    #[test]
+    fn logs_are_text_unless_json_is_asked_for() {
+        assert_eq!(parse(&[]).unwrap().log_format, LogFormat::Text);
+        assert_eq!(
+            parse(&["--log-format", "json"]).unwrap().log_format,
+            LogFormat::Json
+        );
+        assert!(parse(&["--log-format", "yaml"]).is_err());
     }
 
     #[test]
