@@ -9,6 +9,10 @@
 //! objects against its plan's quota into the inventory, which the API serves for billing.
 //! Nothing that matters lives only in memory: a replica killed at any line leaves state
 //! another one resumes from.
+//!
+//! Tenant keys, host names and the `vcp.dev` labels come from `vcp_core::naming`, and plan
+//! policies, quota and usage rules from `vcp_policy`: the crates the syncer uses for the same
+//! things, so both sides agree by construction (this crate does not depend on the syncer).
 
 pub mod api;
 pub mod cli;
