@@ -1,11 +1,14 @@
-//! Tenant names, host keys and the host names derived from them (pure).
+//! Tenant names and the keys made from them (pure).
 //!
 //! A tenant's *name* is what people type; its *key* is what the host cluster sees. The key is
 //! the name's letters and digits plus six random characters, so a tenant deleted and created
-//! again under the same name never meets its predecessor's leftovers on the host. Keys follow
-//! the syncer's rule (`[a-z][a-z0-9]{0,19}`, no `-`), which keeps `<key>-<namespace>` injective.
+//! again under the same name never meets its predecessor's leftovers on the host. Keys are
+//! [`TenantKey`]s, checked by the one rule in `vcp_core::naming` that the syncer checks too
+//! (`[a-z][a-z0-9]{0,19}`, no `-`, which keeps `<key>-<namespace>` injective); host names are
+//! derived from them there. Names are the orchestrator's alone: the syncer never sees one.
 
 use std::fmt;
+use vcp_core::naming::TenantKey;
 
 /// Longest tenant name: short enough for `vcp-<key>` and for kubeconfig context names.
 pub const MAX_NAME_LEN: usize = 40;
@@ -59,7 +62,7 @@ impl TenantName {
     }
 
     /// The host key for this name with the given random bytes (one character per byte).
-    pub fn key(&self, random: [u8; KEY_SUFFIX_LEN]) -> String {
+    pub fn key(&self, random: [u8; KEY_SUFFIX_LEN]) -> TenantKey {
         const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
         let mut key: String = self
             .0
@@ -74,7 +77,9 @@ impl TenantName {
                 .iter()
                 .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char),
         );
-        key
+        // A name starts with a letter and keeps at most KEY_NAME_PART of its letters and
+        // digits, and the suffix adds six more: always a valid key.
+        TenantKey::new(&key).expect("a key made from a valid name is valid")
     }
 }
 
@@ -84,14 +89,10 @@ impl fmt::Display for TenantName {
     }
 }
 
-/// The host namespace holding a tenant's control plane.
-pub fn control_plane_namespace(key: &str) -> String {
-    format!("vcp-{key}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vcp_core::naming::control_plane_namespace;
 
     #[test]
     fn valid_names_parse_and_invalid_ones_say_why() {
@@ -139,8 +140,11 @@ mod tests {
         // so its 4th character is never the '-' of `vcp-`.
         let k = TenantName::parse("v").unwrap().key([21, 2, 15, 0, 0, 0]);
         assert!(k.len() > KEY_SUFFIX_LEN);
-        assert!(vcp_syncer::naming::TenantKey::new(&k).is_ok());
+        assert!(TenantKey::new(&k).is_ok());
         assert_ne!(&k[3..4], "-");
-        assert_eq!(control_plane_namespace("demoabc123"), "vcp-demoabc123");
+        assert_eq!(
+            control_plane_namespace(&TenantKey::new("demoabc123").unwrap()),
+            "vcp-demoabc123"
+        );
     }
 }

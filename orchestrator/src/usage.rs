@@ -4,7 +4,7 @@
 //! have no sample from the last three quarters of an interval, lists each one's host
 //! namespaces, pods, Services and claims by its label `vcp.dev/tenant=<key>` (vcp holds host
 //! admin credentials; four paginated list requests per tenant, a few tenants at a time), counts
-//! them with `vcp_syncer::policy::quota::host_usage` (pure: the syncer's own admission rules
+//! them with `vcp_policy::quota::host_usage` (pure: the syncer's own admission rules
 //! over the host objects, see there) and records one sample per tenant
 //! ([`Inventory::record_usage`]). The host is counted, not the tenant apiserver: tenant pod
 //! status is the tenant's to write, so only the host says what really runs.
@@ -26,8 +26,8 @@ use kube::api::{Api, ListParams};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_syncer::naming::{LABEL_TENANT, TenantKey};
-use vcp_syncer::policy::quota::{Hard, HostObjects, Limits, Usage, host_usage};
+use vcp_core::naming::LABEL_TENANT;
+use vcp_policy::quota::{Hard, HostObjects, Limits, Usage, host_usage};
 
 /// Tenants counted at once in a round.
 const CONCURRENCY: usize = 4;
@@ -118,7 +118,6 @@ impl Sampler {
 
     /// What tenant `t` holds on the host now.
     pub async fn count(&self, t: &Tenant) -> Result<Usage> {
-        let key = TenantKey::new(&t.key).map_err(|e| Error::Config(e.to_string()))?;
         let (namespaces, pods, services, claims) = tokio::try_join!(
             list::<Namespace>(&self.host, &t.key, "namespaces"),
             list::<Pod>(&self.host, &t.key, "pods"),
@@ -127,7 +126,7 @@ impl Sampler {
         )?;
         let defaults = self.defaults.get(&t.plan).cloned().unwrap_or_default();
         Ok(host_usage(
-            &key,
+            &t.key,
             &HostObjects {
                 namespaces: &namespaces,
                 pods: &pods,

@@ -9,7 +9,7 @@ use vcp_orchestrator::Error;
 use vcp_orchestrator::inventory::{Inventory, NewTenant, Outcome};
 use vcp_orchestrator::lifecycle::{Desired, Phase};
 use vcp_orchestrator::render::Catalog;
-use vcp_syncer::policy::quota::Usage;
+use vcp_policy::quota::Usage;
 
 async fn fresh(pg: &EphemeralPostgres, db: &str) -> anyhow::Result<Inventory> {
     let url = pg.create_database(db).await?;
@@ -22,7 +22,7 @@ async fn fresh(pg: &EphemeralPostgres, db: &str) -> anyhow::Result<Inventory> {
 fn tenant(name: &str, key: &str, owner: &str) -> NewTenant {
     NewTenant {
         name: name.into(),
-        key: key.into(),
+        key: vcp_core::naming::TenantKey::new(key).unwrap(),
         owner: owner.into(),
         labels: BTreeMap::from([("team".into(), "a".into())]),
         version: "1.37".into(),

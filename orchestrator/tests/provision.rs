@@ -578,7 +578,7 @@ async fn tenant_usage_is_sampled_from_the_host_and_served_by_the_api() -> anyhow
     use reqwest::Method;
     use vcp_orchestrator::inventory::Inventory;
     use vcp_orchestrator::usage::Sampler;
-    use vcp_syncer::policy::quota::Usage;
+    use vcp_policy::quota::Usage;
 
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;

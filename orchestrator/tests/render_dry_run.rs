@@ -36,7 +36,11 @@ async fn every_rendered_object_passes_server_side_dry_run() -> anyhow::Result<()
     let mut checked = 0;
     for version in &catalog.versions {
         for (plan_name, plan) in &plans {
-            let key = format!("dry{}{}", version.minor.replace('.', ""), &plan_name[..2]);
+            let key = vcp_core::naming::TenantKey::new(&format!(
+                "dry{}{}",
+                version.minor.replace('.', ""),
+                &plan_name[..2]
+            ))?;
             let ns = format!("vcp-{key}");
             // Namespaced objects need their namespace to exist, even for a dry run.
             let namespaces: Api<Namespace> = Api::all(client.clone());

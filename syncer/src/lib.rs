@@ -1,18 +1,30 @@
 //! vcp-syncer: makes a tenant's workloads real on the host cluster.
 //!
-//! Data flow: kube-runtime controllers watch the tenant apiserver and the host apiserver (host
-//! side filtered by this tenant's label), one watch and one cache per kind and side shared by
-//! every controller that reads it (`engine::shared`). For each kind, a down-controller reconciles tenant
-//! objects into host objects through a pure translator (`resources/`) and the injective naming
-//! scheme (`naming`), and a gc-controller removes host objects whose tenant object is gone
-//! (`engine/`). Pods also flow up: status, binding to virtual nodes, and graceful deletion
-//! both ways. All state lives in the two apiservers, so a restart converges from scratch.
+//! Data flow: [`run`] starts, per kind, kube-runtime controllers that watch the tenant
+//! apiserver and the host apiserver (host side filtered by this tenant's label, per host
+//! namespace), one watch and one cache per kind and side shared by every controller that reads
+//! it ([`engine::shared`]). For each kind, a down-controller reconciles tenant objects into
+//! host objects, and a gc-controller removes host objects whose tenant object is gone
+//! ([`engine`], generic over kinds). Pods also flow up: status, binding to virtual nodes, and
+//! graceful deletion both ways. All state lives in the two apiservers, so a restart converges
+//! from scratch.
+//!
+//! Layout:
+//! - [`kinds`]: each kind in one place, `kinds/<kind>/translate.rs` (pure: tenant object ->
+//!   host object, host status -> tenant patch) beside `kinds/<kind>/mod.rs` (its sync). A
+//!   tenant pod becomes a host pod in `kinds/pods/translate.rs` (`to_host`), driven by
+//!   `kinds/pods/mod.rs` (`down`).
+//! - [`engine`]: what every kind shares: the watch-decide-write loop, the caches, the
+//!   tenant-wide quota.
+//! - `vcp_core::naming` (keys, host names, markers) and `vcp_policy` (what the tenant's plan
+//!   allows) are the pure rules both; [`naming`] holds the names of objects only the syncer
+//!   makes.
+//! - [`metrics`] counts what is served on `/metrics`.
 
 pub mod engine;
+pub mod kinds;
 pub mod metrics;
 pub mod naming;
-pub mod policy;
-pub mod resources;
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::{
@@ -43,7 +55,7 @@ pub enum Error {
     #[error("failed to build a client from the in-cluster configuration")]
     InCluster(#[source] kube::Error),
     #[error(transparent)]
-    InvalidKey(#[from] naming::InvalidKey),
+    InvalidKey(#[from] vcp_core::Error),
     #[error("cannot issue a service-account token: {0}")]
     Token(String),
     #[error("{0} is not ready yet")]
@@ -58,7 +70,7 @@ pub enum Error {
     Policy {
         path: PathBuf,
         #[source]
-        source: policy::InvalidPolicy,
+        source: vcp_policy::InvalidPolicy,
     },
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
@@ -95,6 +107,12 @@ pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     out
+}
+
+/// Wraps a kube error with what the syncer was doing, for `map_err`:
+/// `.map_err(kube_err(format!("get host secret {ns}/{name}")))`.
+pub(crate) fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { context, source }
 }
 
 /// Result with the syncer's error.
@@ -167,6 +185,28 @@ pub struct Args {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "VCP_SYNCER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Log format: `text` for people, `json` (one object a line) for log collectors.
+    #[arg(long, env = "VCP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Sends `tracing` events to stderr in `format`, filtered by `RUST_LOG` (default: warnings,
+/// and the syncer's own info).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "warn,vcp_syncer=info".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
 }
 
 async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
@@ -182,16 +222,14 @@ async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
 
 /// A client whose requests are counted on `/metrics`.
 fn counted_client(cfg: kube::Config, requests: metrics::ApiRequests) -> Result<Client> {
-    let builder = kube::client::ClientBuilder::try_from(cfg).map_err(|source| Error::Kube {
-        context: "build a client".into(),
-        source,
-    })?;
+    let builder =
+        kube::client::ClientBuilder::try_from(cfg).map_err(kube_err("build a client".into()))?;
     Ok(builder.with_layer(&requests.layer()).build())
 }
 
 /// Finds the tenant apiserver and DNS Services in the control-plane namespace.
-async fn pod_env(host: &Client, args: &Args) -> resources::pods::PodEnv {
-    let mut env = resources::pods::PodEnv {
+async fn pod_env(host: &Client, args: &Args) -> kinds::pods::translate::PodEnv {
+    let mut env = kinds::pods::translate::PodEnv {
         cluster_domain: args.cluster_domain.clone(),
         ..Default::default()
     };
@@ -213,15 +251,15 @@ async fn pod_env(host: &Client, args: &Args) -> resources::pods::PodEnv {
 }
 
 /// The tenant policy from `--policy`, or the defaults.
-pub fn load_policy(path: Option<&std::path::Path>) -> Result<policy::TenantPolicy> {
+pub fn load_policy(path: Option<&std::path::Path>) -> Result<vcp_policy::TenantPolicy> {
     let Some(path) = path else {
-        return Ok(policy::TenantPolicy::default());
+        return Ok(vcp_policy::TenantPolicy::default());
     };
     let text = std::fs::read_to_string(path).map_err(|source| Error::PolicyFile {
         path: path.to_owned(),
         source,
     })?;
-    policy::TenantPolicy::from_yaml(&text).map_err(|source| Error::Policy {
+    vcp_policy::TenantPolicy::from_yaml(&text).map_err(|source| Error::Policy {
         path: path.to_owned(),
         source,
     })
@@ -229,7 +267,7 @@ pub fn load_policy(path: Option<&std::path::Path>) -> Result<policy::TenantPolic
 
 /// Runs the syncer until the process is stopped.
 pub async fn run(args: Args) -> Result<()> {
-    let key = naming::TenantKey::new(&args.tenant_key)?;
+    let key = vcp_core::naming::TenantKey::new(&args.tenant_key)?;
     // A policy that does not parse stops the syncer before it writes anything to the host.
     let policy = load_policy(args.policy.as_deref())?;
     let metrics = metrics::Metrics::new();
@@ -255,7 +293,7 @@ pub async fn run(args: Args) -> Result<()> {
         args.host_role
             .clone()
             .zip(args.host_namespace.clone())
-            .map(|(role, ns)| engine::access::HostAccess {
+            .map(|(role, ns)| kinds::namespaces::access::HostAccess {
                 role,
                 service_account: (ns, args.host_service_account.clone()),
             });
@@ -272,7 +310,7 @@ pub async fn run(args: Args) -> Result<()> {
         let period = Duration::from_secs(args.node_sync_seconds.max(1));
         async move {
             if let Ok(store) = pods_rx.await {
-                engine::pods::virtual_nodes(e, store, period).await;
+                kinds::pods::nodes::virtual_nodes(e, store, period).await;
             }
         }
     };
@@ -285,7 +323,7 @@ pub async fn run(args: Args) -> Result<()> {
             if let Ok(cache) = claims_rx.await {
                 // Ready before the mirror loop waits on the store itself (see engine::shared).
                 cache.ready().await;
-                engine::pvcs::mirrors(e, cache.store(), period).await;
+                kinds::pvcs::mirrors(e, cache.store(), period).await;
             }
         }
     };
@@ -307,14 +345,14 @@ pub async fn run(args: Args) -> Result<()> {
             }),
         );
     tokio::join!(
-        engine::spawned(engine::namespaces::run(engine.clone(), key.clone())),
-        engine::spawned(engine::volumes::run(engine.clone(), key)),
+        engine::spawned(kinds::namespaces::run(engine.clone(), key.clone())),
+        engine::spawned(kinds::volumes::run(engine.clone(), key)),
         engine::run_plain::<ConfigMap>(engine.clone(), w),
         engine::run_plain::<Secret>(engine.clone(), w),
         engine::run_kind::<Service>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::services::down(t, s)),
+            |t, s| Box::pin(kinds::services::down(t, s)),
             {
                 let e = engine.clone();
                 move |s, _| {
@@ -326,21 +364,21 @@ pub async fn run(args: Args) -> Result<()> {
         engine::run_kind_on::<Endpoints>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::endpoints::down_endpoints(t, s)),
+            |t, s| Box::pin(kinds::endpoints::down_endpoints(t, s)),
             |_, _| {},
-            engine::endpoints::pod_addresses_changed(engine.clone())
+            kinds::endpoints::pod_addresses_changed(engine.clone())
         ),
         engine::run_kind_on::<EndpointSlice>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::endpoints::down_slice(t, s)),
+            |t, s| Box::pin(kinds::endpoints::down_slice(t, s)),
             |_, _| {},
-            engine::endpoints::pod_addresses_changed(engine.clone())
+            kinds::endpoints::pod_addresses_changed(engine.clone())
         ),
         engine::run_kind::<Pod>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::pods::down(t, s)),
+            |t, s| Box::pin(kinds::pods::down(t, s)),
             {
                 let e = engine.clone();
                 move |s, h| {
@@ -355,7 +393,7 @@ pub async fn run(args: Args) -> Result<()> {
         engine::run_kind::<NetworkPolicy>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::netpols::down(t, s)),
+            |t, s| Box::pin(kinds::netpols::down(t, s)),
             {
                 let e = engine.clone();
                 move |s, _| {
@@ -366,7 +404,7 @@ pub async fn run(args: Args) -> Result<()> {
         engine::run_kind::<PersistentVolumeClaim>(
             engine.clone(),
             w,
-            |t, s| Box::pin(engine::pvcs::down(t, s)),
+            |t, s| Box::pin(kinds::pvcs::down(t, s)),
             {
                 let e = engine.clone();
                 move |s, _| {
@@ -387,11 +425,11 @@ pub async fn run(args: Args) -> Result<()> {
                     engine::wait_for_cache(&e.host_pods).await;
                 };
                 let _ = tokio::time::timeout(Duration::from_secs(30), caches).await;
-                engine::spawned(engine::events::run(e, usize::from(w))).await
+                engine::spawned(kinds::events::run(e, usize::from(w))).await
             }
         },
         engine::spawned(nodes),
-        engine::spawned(engine::endpoints::kubernetes_endpoints(
+        engine::spawned(kinds::endpoints::kubernetes_endpoints(
             engine.clone(),
             Duration::from_secs(args.node_sync_seconds.max(1)),
         )),
@@ -433,13 +471,16 @@ mod tests {
 
     #[test]
     fn a_policy_file_is_read_and_checked_and_its_absence_means_the_defaults() {
-        assert_eq!(load_policy(None).unwrap(), policy::TenantPolicy::default());
+        assert_eq!(
+            load_policy(None).unwrap(),
+            vcp_policy::TenantPolicy::default()
+        );
         let dir = tempfile::tempdir().unwrap();
         let good = dir.path().join("good.yaml");
         std::fs::write(&good, "pod_security: restricted\n").unwrap();
         assert_eq!(
             load_policy(Some(&good)).unwrap().pod_security,
-            policy::Level::Restricted
+            vcp_policy::Level::Restricted
         );
         let bad = dir.path().join("bad.yaml");
         std::fs::write(&bad, "pod_security: lax\n").unwrap();
@@ -449,6 +490,16 @@ mod tests {
             load_policy(Some(&dir.path().join("missing.yaml"))),
             Err(Error::PolicyFile { .. })
         ));
+    }
+
+    #[test]
+    fn logs_are_text_unless_json_is_asked_for() {
+        assert_eq!(parse(&[]).unwrap().log_format, LogFormat::Text);
+        assert_eq!(
+            parse(&["--log-format", "json"]).unwrap().log_format,
+            LogFormat::Json
+        );
+        assert!(parse(&["--log-format", "yaml"]).is_err());
     }
 
     #[test]

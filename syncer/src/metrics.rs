@@ -211,8 +211,8 @@ impl Metrics {
     }
 
     /// Exports the plan's quota (unlimited resources have no series).
-    pub fn tenant_quota(&self, hard: &crate::policy::quota::Hard) {
-        for r in crate::policy::quota::RESOURCES {
+    pub fn tenant_quota(&self, hard: &vcp_policy::quota::Hard) {
+        for r in vcp_policy::quota::RESOURCES {
             if let Some(v) = hard.get(r) {
                 self.quota
                     .get_or_create(&ResourceLabels { resource: r })
@@ -222,8 +222,8 @@ impl Metrics {
     }
 
     /// Exports what the tenant's admitted objects hold.
-    pub fn tenant_usage(&self, used: &crate::policy::quota::Usage) {
-        for r in crate::policy::quota::RESOURCES {
+    pub fn tenant_usage(&self, used: &vcp_policy::quota::Usage) {
+        for r in vcp_policy::quota::RESOURCES {
             if let Some(v) = used.get(r) {
                 self.usage
                     .get_or_create(&ResourceLabels { resource: r })
@@ -416,11 +416,11 @@ mod tests {
     #[test]
     fn the_tenant_quota_and_usage_are_exported_in_base_units() {
         let m = Metrics::new();
-        let q = crate::policy::TenantPolicy::from_yaml("quota: {pods: 3, requests_cpu: 1500m}")
+        let q = vcp_policy::TenantPolicy::from_yaml("quota: {pods: 3, requests_cpu: 1500m}")
             .unwrap()
             .quota;
         m.tenant_quota(&q.hard());
-        m.tenant_usage(&crate::policy::quota::Usage {
+        m.tenant_usage(&vcp_policy::quota::Usage {
             pods: 2,
             requests_cpu: 250,
             ..Default::default()

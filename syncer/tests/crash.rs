@@ -12,10 +12,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+use vcp_core::naming::{ANN_UID, LABEL_TENANT};
 use vcp_dev::DevCluster;
 use vcp_dev::tenant::TenantControlPlane;
 use vcp_dev::testing::{eventually, namespace};
-use vcp_syncer::naming::{ANN_UID, LABEL_TENANT};
 
 type Res<T = ()> = anyhow::Result<T>;
 

@@ -11,10 +11,10 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use std::time::Duration;
+use vcp_core::naming::LABEL_TENANT;
 use vcp_dev::DevCluster;
 use vcp_dev::tenant::TenantControlPlane;
 use vcp_dev::testing::{eventually, namespace, running};
-use vcp_syncer::naming::LABEL_TENANT;
 
 type Res<T = ()> = anyhow::Result<T>;
 
@@ -850,7 +850,7 @@ async fn hand_written_endpoints_reach_the_host_only_with_the_tenants_own_pod_add
         Ok(host_eps
             .get_opt("db")
             .await?
-            .filter(|e| e.annotations().contains_key(vcp_syncer::naming::ANN_UID)))
+            .filter(|e| e.annotations().contains_key(vcp_core::naming::ANN_UID)))
     })
     .await?;
     let slice = eventually("host copy of slice db-manual", WAIT, || async {

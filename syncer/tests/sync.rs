@@ -6,10 +6,10 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use std::collections::BTreeSet;
 use std::time::Duration;
+use vcp_core::naming::LABEL_TENANT;
 use vcp_dev::DevCluster;
 use vcp_dev::tenant::TenantControlPlane;
 use vcp_dev::testing::{eventually, namespace, running};
-use vcp_syncer::naming::LABEL_TENANT;
 
 type Res<T = ()> = anyhow::Result<T>;
 
@@ -899,14 +899,14 @@ async fn hand_written_endpoints_of_selector_less_services_go_down_and_away() -> 
     {
         let copy = host_slices.get_opt(&s.name_any()).await?;
         assert!(
-            copy.is_none_or(|c| !c.annotations().contains_key(vcp_syncer::naming::ANN_UID)),
+            copy.is_none_or(|c| !c.annotations().contains_key(vcp_core::naming::ANN_UID)),
             "controller-managed tenant slice {} was copied",
             s.name_any()
         );
     }
     if let Some(web) = host_eps.get_opt("web").await? {
         assert!(
-            !web.annotations().contains_key(vcp_syncer::naming::ANN_UID),
+            !web.annotations().contains_key(vcp_core::naming::ANN_UID),
             "endpoints of a service with a selector were copied"
         );
     }
@@ -931,7 +931,7 @@ async fn a_selector_hands_endpoints_to_the_host_and_removing_it_hands_them_back(
     use k8s_openapi::api::core::v1::Endpoints;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube::api::{Patch, PatchParams};
-    use vcp_syncer::naming::{ANN_NAME, ANN_UID};
+    use vcp_core::naming::{ANN_NAME, ANN_UID};
     let setup = synced_with_policy("e2eo", DOC_ENDPOINTS).await?;
     let (host, tenant) = (setup.host.clone(), setup.tenant.clone());
     namespace(&tenant, "apps").await?;
@@ -1141,7 +1141,7 @@ async fn a_tenant_volume_and_the_claim_naming_it_bind_on_the_host() -> Res {
     .await?;
     assert!(
         tenant_pvs
-            .list(&ListParams::default().labels(vcp_syncer::resources::pvcs::MIRROR_LABEL))
+            .list(&ListParams::default().labels(vcp_syncer::kinds::pvcs::translate::MIRROR_LABEL))
             .await?
             .items
             .is_empty(),
@@ -1401,7 +1401,7 @@ fn host_event(name: &str, ns: &str, object: [&str; 4], reason: &str) -> Res<Even
 
 #[tokio::test]
 async fn host_events_reach_only_the_tenant_whose_host_namespace_they_are_in() -> Res {
-    use vcp_syncer::naming::{ANN_NAME, ANN_NAMESPACE};
+    use vcp_core::naming::{ANN_NAME, ANN_NAMESPACE};
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
     // A host namespace spelled like tenant e2em's namespace `stray`, but not the syncer's: what
@@ -1672,7 +1672,7 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
 
 #[tokio::test]
 async fn gc_never_deletes_look_alikes_outside_the_host_namespaces_it_owns() -> Res {
-    use vcp_syncer::naming::{ANN_NAME, ANN_NAMESPACE};
+    use vcp_core::naming::{ANN_NAME, ANN_NAMESPACE};
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
     // `e2eg-stray` is spelled like the host namespace of tenant namespace `stray` but was

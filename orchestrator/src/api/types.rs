@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
-pub use vcp_syncer::policy::quota::{Hard, Usage};
+pub use vcp_policy::quota::{Hard, Usage};
 
 /// `POST /v1/tenants` body.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -81,7 +81,7 @@ impl TenantView {
             kubernetes_version,
             phase: t.phase,
             name: t.name,
-            key: t.key,
+            key: t.key.into(),
             owner: t.owner,
             labels: t.labels.0,
             version: t.version,

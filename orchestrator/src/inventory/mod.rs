@@ -19,7 +19,8 @@ use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_syncer::policy::quota::Usage;
+use vcp_core::naming::TenantKey;
+use vcp_policy::quota::Usage;
 
 /// Channel that wakes reconcile workers.
 pub const CHANNEL: &str = "vcp_tenants";
@@ -29,7 +30,9 @@ pub const CHANNEL: &str = "vcp_tenants";
 pub struct Tenant {
     pub id: i64,
     pub name: String,
-    pub key: String,
+    /// Checked when read: a row whose key breaks the rule is an error, not a tenant.
+    #[sqlx(try_from = "String")]
+    pub key: TenantKey,
     pub owner: String,
     pub labels: Json<BTreeMap<String, String>>,
     pub version: String,
@@ -50,7 +53,7 @@ pub struct Tenant {
 #[derive(Debug, Clone)]
 pub struct NewTenant {
     pub name: String,
-    pub key: String,
+    pub key: TenantKey,
     pub owner: String,
     pub labels: BTreeMap<String, String>,
     pub version: String,
@@ -226,7 +229,7 @@ impl Inventory {
              VALUES ($1, $2, $3, $4, $5, $6) RETURNING {TENANT_COLUMNS}"
         )))
         .bind(&t.name)
-        .bind(&t.key)
+        .bind(t.key.as_str())
         .bind(&t.owner)
         .bind(Json(&t.labels))
         .bind(&t.version)

@@ -3,7 +3,7 @@
 
 use super::{Provisioner, secret_str};
 use crate::inventory::Tenant;
-use crate::names::control_plane_namespace;
+use vcp_core::naming::control_plane_namespace;
 use crate::pki::{self, CertInfo};
 use crate::{Error, Result, render};
 use k8s_openapi::api::core::v1::Secret;

@@ -13,7 +13,6 @@ pub mod steps;
 
 use crate::inventory::{Inventory, Outcome, Tenant};
 use crate::lifecycle::Desired;
-use crate::names::control_plane_namespace;
 use crate::pki::{self, ApiNames, Ca, CertKey};
 use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
 use crate::{Error, Result};
@@ -33,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use steps::{Step, StepResult};
 use time::OffsetDateTime;
-use vcp_syncer::naming::LABEL_TENANT;
+use vcp_core::naming::{LABEL_TENANT, control_plane_namespace};
 
 /// How the orchestrator reaches tenant apiservers (readiness, bootstrap, kubeconfigs it checks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -788,7 +787,7 @@ fn secret(
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             labels: Some(BTreeMap::from([
-                (render::LABEL_CONTROL_PLANE_OF.to_owned(), t.key.clone()),
+                (render::LABEL_CONTROL_PLANE_OF.to_owned(), t.key.to_string()),
                 (render::LABEL_MANAGED_BY.to_owned(), "vcp".to_owned()),
             ])),
             annotations: spec.map(|d| BTreeMap::from([(ANN_SPEC.to_owned(), d.to_owned())])),

@@ -10,13 +10,14 @@
 pub mod catalog;
 pub mod kubeconfig;
 
-use crate::{chain, names};
+use crate::chain;
 pub use catalog::{Catalog, CatalogError, Version};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
-use vcp_syncer::policy::TenantPolicy;
+use vcp_core::naming::{TenantKey, control_plane_namespace};
+use vcp_policy::TenantPolicy;
 
 /// The templates, in the order their components come up.
 pub const TEMPLATES: [(Component, &str, &str); 6] = [
@@ -243,7 +244,7 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
 #[derive(Debug, Clone)]
 pub struct Input<'a> {
     pub name: &'a str,
-    pub key: &'a str,
+    pub key: &'a TenantKey,
     pub version: &'a Version,
     pub plan: &'a Plan,
     pub settings: &'a Settings,
@@ -344,7 +345,7 @@ impl Renderer {
         parse_objects(
             template,
             &text,
-            &names::control_plane_namespace(input.key),
+            &control_plane_namespace(input.key),
             input.key,
         )
     }
@@ -370,7 +371,7 @@ fn labels(key: &str, component: &str) -> (Value, Value) {
 
 /// The template context.
 fn context(input: &Input<'_>) -> Value {
-    let ns = names::control_plane_namespace(input.key);
+    let ns = control_plane_namespace(input.key);
     let members: Vec<String> = (0..input.plan.etcd_replicas)
         .map(|i| format!("etcd-{i}"))
         .collect();

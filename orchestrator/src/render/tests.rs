@@ -1,5 +1,9 @@
 use super::*;
 
+fn key() -> TenantKey {
+    TenantKey::new("demoabc123").unwrap()
+}
+
 fn settings() -> Settings {
     Settings {
         service_cidr: "10.96.0.0/16".into(),
@@ -32,7 +36,7 @@ fn render_yaml(minor: &str, plan: &Plan) -> String {
     let settings = settings();
     let input = Input {
         name: "demo",
-        key: "demoabc123",
+        key: &key(),
         version,
         plan,
         settings: &settings,
@@ -103,7 +107,7 @@ fn every_rendered_object_is_of_a_kind_the_host_writer_knows() {
         let plan = Plan::default();
         let input = Input {
             name: "demo",
-            key: "demoabc123",
+            key: &key(),
             version: catalog.get(minor).unwrap(),
             plan: &plan,
             settings: &settings,
@@ -144,7 +148,7 @@ fn a_template_that_escapes_its_namespace_is_refused() {
     let catalog = Catalog::builtin();
     let input = Input {
         name: "demo",
-        key: "demoabc123",
+        key: &key(),
         version: catalog.resolve(None).unwrap(),
         plan: &plan,
         settings: &s,
@@ -232,11 +236,7 @@ fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresse
         p.services.reserved_cluster_ips,
         ["10.96.0.0/24".parse::<ipnet::IpNet>().unwrap()]
     );
-    assert_eq!(
-        p.pod_security,
-        vcp_syncer::policy::Level::Baseline,
-        "the default"
-    );
+    assert_eq!(p.pod_security, vcp_policy::Level::Baseline, "the default");
     // The rendered syncer reads exactly this, and rolls when it changes.
     let objs = Renderer::builtin()
         .unwrap()
@@ -244,7 +244,7 @@ fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresse
             Component::Syncer,
             &Input {
                 name: "demo",
-                key: "demoabc123",
+                key: &key(),
                 version: Catalog::builtin().get("1.37").unwrap(),
                 plan: &plan,
                 settings: &settings(),
@@ -254,10 +254,7 @@ fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresse
         .unwrap();
     let cm = objs.iter().find(|o| o.kind() == "ConfigMap").unwrap();
     let text = cm.0["data"]["policy.yaml"].as_str().unwrap();
-    assert_eq!(
-        vcp_syncer::policy::TenantPolicy::from_yaml(text).unwrap(),
-        p
-    );
+    assert_eq!(vcp_policy::TenantPolicy::from_yaml(text).unwrap(), p);
     let deploy = objs.iter().find(|o| o.kind() == "Deployment").unwrap();
     let annotations = &deploy.0["spec"]["template"]["metadata"]["annotations"];
     assert_eq!(annotations["vcp.dev/policy"], json!(digest(text)));

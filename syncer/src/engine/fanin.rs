@@ -2,7 +2,7 @@
 //! give.
 //!
 //! A syncer's host credentials reach only its own tenant's host namespaces (a RoleBinding in
-//! each, see [`super::access`]), so it cannot list or watch a kind across the cluster. For each
+//! each, see [`crate::kinds::namespaces::access`]), so it cannot list or watch a kind across the cluster. For each
 //! host kind it runs one watch per host namespace of the tenant, started and stopped as the
 //! set of those namespaces changes (published by the namespace controllers, see
 //! [`super::Engine::host_namespace_set`]), and [`Merge`] turns their events into one stream for

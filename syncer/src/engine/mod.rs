@@ -1,4 +1,9 @@
-//! The generic sync loop: kube-runtime controllers on both sides of every kind.
+//! The generic sync loop: kube-runtime controllers on both sides of every kind. What is
+//! particular to a kind (its translation, its own down-reconcile) is in [`crate::kinds`]; what
+//! is here serves them all: the [`Engine`] they share, the [`Synced`] trait a kind implements,
+//! the decision table ([`mod@decide`]), the shared caches ([`shared`], [`fanin`]), the writes every
+//! kind makes ([`create_or_adopt`], [`apply`], [`delete_exact`]), the error policy
+//! (`backoff`), and the tenant-wide quota across kinds ([`quota`]).
 //!
 //! For a kind `K` there are two controllers:
 //! - **down**: reconciles each tenant object (re-triggered when its host object changes, mapped
@@ -16,27 +21,17 @@
 //!
 //! Both requeue periodically: that is the full resync that repairs drift, and since all state
 //! lives in the two apiservers, a restarted syncer converges from scratch. Pods add status up,
-//! binding to virtual nodes and two-way graceful deletion (`pods.rs`).
+//! binding to virtual nodes and two-way graceful deletion ([`crate::kinds::pods`]).
 
-pub mod access;
 pub mod decide;
-pub mod endpoints;
-pub mod events;
 pub mod fanin;
-pub mod namespaces;
-pub mod netpols;
-pub mod pods;
-pub mod pvcs;
 pub mod quota;
-pub mod services;
 pub mod shared;
-pub mod tokens;
-pub mod volumes;
 
+use crate::kinds::namespaces::access;
+use crate::kinds::{Ctx, pods};
 use crate::metrics::Direction;
-use crate::naming::{self, TenantKey};
-use crate::resources::{self, Ctx, FIELD_MANAGER};
-use crate::{Error, Result};
+use crate::{Error, Result, kube_err};
 use decide::{Decision, HostSide, decide};
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
@@ -52,6 +47,10 @@ use shared::{Cache, Shared};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming::{self, TenantKey};
+
+/// Field manager of every write the syncer makes.
+pub const FIELD_MANAGER: &str = "vcp-syncer";
 
 /// Default period of the full resync (`--resync-seconds`).
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
@@ -61,7 +60,7 @@ pub struct Engine {
     pub tenant: Client,
     pub host: Client,
     pub ctx: Ctx,
-    pub pod_env: resources::pods::PodEnv,
+    pub pod_env: pods::translate::PodEnv,
     pub recorder: Recorder,
     /// Sync latencies, reconciles in flight and errors, served on `/metrics`.
     pub metrics: crate::metrics::Metrics,
@@ -85,8 +84,8 @@ pub struct Engine {
     pub told: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
     pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
-    /// Tenant pod writes the tenant cache may not show yet (see [`pods::UpWrites`]).
-    pub up_writes: pods::UpWrites,
+    /// Tenant pod writes the tenant cache may not show yet (see [`pods::up::UpWrites`]).
+    pub up_writes: pods::up::UpWrites,
     /// This tenant's host pods, once the pod controllers run (Events up find their pod here).
     pub host_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
     /// This tenant's host namespaces, once the namespace controllers run.
@@ -110,8 +109,8 @@ impl Engine {
         tenant: Client,
         host: Client,
         key: TenantKey,
-        policy: crate::policy::TenantPolicy,
-        pod_env: resources::pods::PodEnv,
+        policy: vcp_policy::TenantPolicy,
+        pod_env: pods::translate::PodEnv,
     ) -> Engine {
         let recorder = Recorder::new(
             tenant.clone(),
@@ -147,45 +146,6 @@ impl Engine {
             host_namespace_set: tokio::sync::watch::channel(None).0,
             host_access: None,
         }
-    }
-
-    /// Which tenant object a host object was made from, as far as the caches tell (see
-    /// [`tenant_ref_from_caches`]).
-    pub fn cached_tenant_ref(
-        &self,
-        kind: Option<&str>,
-        host_ns: &str,
-        name: &str,
-        uid: &str,
-    ) -> Option<Option<naming::TenantRef>> {
-        tenant_ref_from_caches(
-            self.key(),
-            self.host_namespaces.get(),
-            self.host_pods.get().map(|c| &**c),
-            kind,
-            (host_ns, name, uid),
-        )
-    }
-
-    /// Whether a tenant pod in `ns` references ConfigMap (`secret == false`) or Secret `name`.
-    pub fn referenced(&self, ns: &str, name: &str, secret: bool) -> bool {
-        if self.sync_all_configmaps_secrets {
-            return true;
-        }
-        let Some(pods) = self.tenant_pods.get() else {
-            return false;
-        };
-        pods.state()
-            .iter()
-            .filter(|p| p.namespace().as_deref() == Some(ns))
-            .any(|p| {
-                let (cms, secrets) = resources::pods::references(p);
-                if secret {
-                    secrets.contains(name)
-                } else {
-                    cms.contains(name)
-                }
-            })
     }
 
     pub fn key(&self) -> &TenantKey {
@@ -234,21 +194,6 @@ pub trait Synced:
     }
 }
 
-impl Synced for k8s_openapi::api::core::v1::ConfigMap {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        e.referenced(&t.namespace()?, &t.name_any(), false)
-            .then(|| resources::configmaps::to_host(t, &e.ctx))
-    }
-}
-
-impl Synced for k8s_openapi::api::core::v1::Secret {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        e.referenced(&t.namespace()?, &t.name_any(), true)
-            .then(|| resources::secrets::to_host(t, &e.ctx))
-            .flatten()
-    }
-}
-
 /// The two caches of one kind.
 pub struct Side<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub engine: Arc<Engine>,
@@ -258,10 +203,6 @@ pub struct Side<K: Resource<DynamicType = ()> + Clone + 'static> {
 
 fn host_api<K: Synced>(e: &Engine, host_ns: &str) -> Api<K> {
     Api::namespaced(e.host.clone(), host_ns)
-}
-
-pub(crate) fn kube_err(context: String) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Kube { context, source }
 }
 
 /// What [`create_or_adopt`] found.
@@ -292,7 +233,7 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
                 .get(&name)
                 .await
                 .map_err(kube_err(format!("get host {ns}/{name}")))?;
-            match HostSide::of(e.key(), current.labels(), current.annotations()) {
+            match HostSide::of(e.key(), Some(&current)) {
                 HostSide::Ours { .. } => apply(e, desired).await.map(|()| Placed::Ours),
                 _ => {
                     tracing::warn!(ns = %ns, name = %name, "host object exists and is not ours; leaving it alone");
@@ -325,9 +266,20 @@ pub async fn apply<K: Synced>(e: &Engine, desired: &K) -> Result<()> {
     Ok(())
 }
 
-/// Deletes a host object if it still has `uid`; gone already is fine.
+/// Deletes host object `obj` of a synced kind (see [`delete_exact`]).
 pub async fn delete_host<K: Synced>(e: &Engine, obj: &K, grace: Option<i64>) -> Result<()> {
     let ns = obj.namespace().unwrap_or_default();
+    delete_exact(&host_api::<K>(e, &ns), obj, grace, "host").await
+}
+
+/// Deletes `obj` through `api` (either side, any scope) only if the object of its name still
+/// has its UID, with `grace` seconds to stop if given: gone already (404) or replaced by a new
+/// object of that name (409, the precondition failed) leaves nothing of `obj` to delete. `what`
+/// names the object in errors (`host`, `tenant pod`).
+pub async fn delete_exact<K>(api: &Api<K>, obj: &K, grace: Option<i64>, what: &str) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
     let name = obj.name_any();
     let dp = DeleteParams {
         grace_period_seconds: grace.and_then(|g| u32::try_from(g).ok()),
@@ -337,10 +289,15 @@ pub async fn delete_host<K: Synced>(e: &Engine, obj: &K, grace: Option<i64>) -> 
         }),
         ..Default::default()
     };
-    match host_api::<K>(e, &ns).delete(&name, &dp).await {
+    match api.delete(&name, &dp).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(ae)) if ae.code == 404 || ae.code == 409 => Ok(()),
-        Err(err) => Err(kube_err(format!("delete host {ns}/{name}"))(err)),
+        Err(err) => {
+            let path = obj
+                .namespace()
+                .map_or(name.clone(), |ns| format!("{ns}/{name}"));
+            Err(kube_err(format!("delete {what} {path}"))(err))
+        }
     }
 }
 
@@ -366,14 +323,11 @@ pub(crate) async fn down_to<K: Synced>(
     desired: K,
 ) -> Result<Action> {
     let e = &side.engine;
-    let host = cached_host(&side, &desired);
-    let host_side = host.as_ref().map_or(HostSide::Absent, |h| {
-        HostSide::of(e.key(), h.labels(), h.annotations())
-    });
+    let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
     match decide(
         t.uid().as_deref(),
         t.meta().deletion_timestamp.is_none(),
-        &host_side,
+        host_side,
     ) {
         Decision::Create => {
             // A namespace the quota keeps off the host has no host namespace to create in.
@@ -384,18 +338,16 @@ pub(crate) async fn down_to<K: Synced>(
             }
             create_or_adopt(e, t.as_ref(), &desired).await?;
         }
-        Decision::Update => {
-            if !host.as_ref().is_some_and(|h| K::unchanged(&desired, h)) {
+        Decision::Update(h) => {
+            if !K::unchanged(&desired, &h) {
                 apply(e, &desired).await?;
             }
         }
-        Decision::Replace => {
-            if let Some(h) = &host {
-                delete_host(e, h.as_ref(), None).await?;
-            }
+        Decision::Replace(h) => {
+            delete_host(e, h.as_ref(), None).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        Decision::Delete | Decision::Conflict | Decision::Nothing => {}
+        Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
     }
     Ok(Action::requeue(e.resync))
 }
@@ -460,14 +412,29 @@ pub async fn tenant_still_has<K: Synced>(
     Ok(found.is_some_and(|t| uid.is_none() || t.uid().as_deref() == uid))
 }
 
-fn backoff<K>(_: Arc<K>, err: &Error, side: Arc<Side<K>>) -> Action
+/// The error policy of every controller: log the error with its causes, count it by kind and
+/// variant, and try again in 2 s.
+pub(crate) fn backoff<K, C>(_: Arc<K>, err: &Error, cx: Arc<C>) -> Action
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource<DynamicType = ()>,
+    C: AsRef<Engine>,
 {
     let kind = K::kind(&());
     tracing::warn!(kind = kind.as_ref(), error = %crate::chain(err), "sync failed; retrying");
-    side.engine.metrics.error(&kind, err);
+    (*cx).as_ref().metrics.error(&kind, err);
     Action::requeue(Duration::from_secs(2))
+}
+
+impl AsRef<Engine> for Engine {
+    fn as_ref(&self) -> &Engine {
+        self
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> AsRef<Engine> for Side<K> {
+    fn as_ref(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 /// Whether a cache holds its first complete list. Never waits: a reconcile waiting for a
@@ -476,35 +443,6 @@ where
 /// than workers deadlocked that way (the crash test found it); requeueing frees the slot.
 pub fn cache_ready<K: Resource<DynamicType = ()> + Clone + 'static>(cache: &Cache<K>) -> bool {
     cache.is_ready()
-}
-
-/// Which tenant object the host object `kind` `(host_ns, name, uid)` was made from, from the
-/// syncer's caches alone: `Some(None)` if the namespace is not one of this tenant's (a host
-/// namespace that merely starts with `<key>-`), `Some(Some(_))` for a cached host pod of that
-/// UID, `None` if only the host apiserver can tell. Saves Events up a GET for nearly every
-/// Event they copy.
-pub fn tenant_ref_from_caches(
-    key: &TenantKey,
-    namespaces: Option<&Cache<k8s_openapi::api::core::v1::Namespace>>,
-    pods: Option<&Store<k8s_openapi::api::core::v1::Pod>>,
-    kind: Option<&str>,
-    (host_ns, name, uid): (&str, &str, &str),
-) -> Option<Option<naming::TenantRef>> {
-    // Namespaces exist long before anything in them has events, so a complete cache without
-    // this one means it is not ours.
-    if let Some(namespaces) = namespaces.filter(|s| s.is_ready())
-        && namespaces.get(&ObjectRef::new(host_ns)).is_none()
-    {
-        return Some(None);
-    }
-    if kind != Some("Pod") {
-        return None;
-    }
-    let pod = pods?.get(&ObjectRef::new(name).within(host_ns))?;
-    if uid.is_empty() || pod.uid().as_deref() != Some(uid) {
-        return None;
-    }
-    Some(naming::tenant_ref(key, pod.labels(), pod.annotations()))
 }
 
 /// Waits until a cache that a controller publishes once it starts holds its first list.
@@ -533,30 +471,6 @@ pub fn to_tenant_ref<K: Resource<DynamicType = ()>>(
 /// The label selector of this tenant's host objects.
 pub fn host_selector(key: &TenantKey) -> watcher::Config {
     watcher::Config::default().labels(&format!("{}={key}", naming::LABEL_TENANT))
-}
-
-impl Synced for k8s_openapi::api::core::v1::Service {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
-        if resources::services::is_apiserver_service(t) {
-            return None;
-        }
-        let (host_ports, _) = services::host_ports(e, t);
-        Some(resources::services::to_host(t, &e.ctx, true, host_ports))
-    }
-}
-
-impl Synced for k8s_openapi::api::core::v1::PersistentVolumeClaim {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        // The claim's volume does not matter here (only its name and namespace are read).
-        Some(resources::pvcs::to_host(t, &e.ctx, None))
-    }
-}
-
-impl Synced for k8s_openapi::api::core::v1::Pod {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        Some(resources::pods::to_host(t, &e.ctx, &e.pod_env))
-    }
 }
 
 /// A down-reconciler.
@@ -705,21 +619,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Namespace, Pod};
-
-    fn cache<K>(objects: &[serde_json::Value]) -> Store<K>
-    where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
-    {
-        let (reader, mut writer) = kube::runtime::reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for o in objects {
-            let obj = serde_json::from_value(o.clone()).unwrap();
-            writer.apply_watcher_event(&watcher::Event::InitApply(obj));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        reader
-    }
+    use shared::listed_store as cache;
 
     #[test]
     fn gc_looks_at_host_objects_of_deleted_or_recreated_tenant_objects_only() {
@@ -742,53 +642,5 @@ mod tests {
         assert_eq!(gc_trigger(&key, &tenant, &cm("u0")), host, "replaced by u1");
         let empty = cache::<k8s_openapi::api::core::v1::ConfigMap>(&[]);
         assert_eq!(gc_trigger(&key, &empty, &cm("u1")), host, "deleted");
-    }
-
-    #[test]
-    fn events_find_their_tenant_object_in_the_caches_without_a_get() {
-        let key = TenantKey::new("demo").unwrap();
-        let namespaces = shared::Cache::listed(cache::<Namespace>(&[
-            serde_json::json!({"metadata": {"name": "demo-apps"}}),
-        ]));
-        let pods = cache::<Pod>(&[serde_json::json!({"metadata": {
-            "name": "web", "namespace": "demo-apps", "uid": "h1",
-            "labels": {(naming::LABEL_TENANT): "demo"},
-            "annotations": {(naming::ANN_NAME): "web", (naming::ANN_NAMESPACE): "apps", (naming::ANN_UID): "t1"},
-        }})]);
-        let find = |kind, ns, name, uid| {
-            tenant_ref_from_caches(
-                &key,
-                Some(&namespaces),
-                Some(&pods),
-                Some(kind),
-                (ns, name, uid),
-            )
-        };
-        let r = find("Pod", "demo-apps", "web", "h1").unwrap().unwrap();
-        assert_eq!(
-            (r.name.as_str(), r.namespace.as_deref(), r.uid.as_deref()),
-            ("web", Some("apps"), Some("t1"))
-        );
-        assert_eq!(
-            find("Pod", "demo-direct", "web", "h1"),
-            Some(None),
-            "a host namespace with the tenant's prefix that is not the tenant's"
-        );
-        assert_eq!(
-            find("Pod", "demo-apps", "web", "h2"),
-            None,
-            "another pod of that name: ask"
-        );
-        assert_eq!(
-            find("Pod", "demo-apps", "db", "h3"),
-            None,
-            "not cached (yet): ask"
-        );
-        assert_eq!(find("Service", "demo-apps", "web", "s1"), None);
-        assert_eq!(
-            tenant_ref_from_caches(&key, None, None, Some("Pod"), ("demo-direct", "web", "h1")),
-            None,
-            "without caches only the apiserver can tell"
-        );
     }
 }

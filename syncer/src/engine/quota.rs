@@ -12,19 +12,20 @@
 use super::Engine;
 use super::shared::Cache;
 use crate::Result;
-use crate::naming;
-use crate::policy::quota::{self as policy_quota, Objects, Verdicts};
-use crate::policy::{self, Refusal};
-use crate::resources::FIELD_MANAGER;
-use crate::resources::namespaces::backstop;
+use crate::engine::FIELD_MANAGER;
+use crate::kinds::namespaces::translate::backstop;
 use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Service,
 };
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming;
+use vcp_policy::quota::{self as policy_quota, Objects, Verdicts, key};
+use vcp_policy::{self as policy, Refusal};
 
 /// The reason of every quota refusal (events and pod conditions).
 pub const REASON: &str = "TenantQuotaExceeded";
@@ -192,13 +193,6 @@ where
     }
 }
 
-fn key<K: kube::Resource>(o: &K) -> (String, String) {
-    (
-        o.meta().namespace.clone().unwrap_or_default(),
-        o.meta().name.clone().unwrap_or_default(),
-    )
-}
-
 /// A tenant pod's verdict.
 pub fn pod(e: &Engine, t: &Pod) -> Verdict {
     let (Some(tenant), Some(host)) = (e.tenant_pods.get(), e.host_pods.get()) else {
@@ -211,8 +205,8 @@ pub fn pod(e: &Engine, t: &Pod) -> Verdict {
 /// A tenant Service's verdict (`side`: the Service caches).
 pub fn service(e: &Engine, side: &super::Side<Service>, t: &Service) -> Verdict {
     let v = verdicts(e, Some((&side.tenant, &side.host)));
-    let judged = t.metadata.deletion_timestamp.is_none()
-        && !crate::resources::services::is_apiserver_service(t);
+    let judged =
+        t.metadata.deletion_timestamp.is_none() && !vcp_policy::services::is_apiserver_service(t);
     lookup(v.as_ref().map(|v| &v.services), &key(t), judged)
 }
 
@@ -246,7 +240,7 @@ pub fn namespace_waits(e: &Engine, ns: &str) -> Option<bool> {
 pub fn host_refused(err: &crate::Error) -> bool {
     let ours = format!(
         "exceeded quota: {}",
-        crate::resources::namespaces::QUOTA_NAME
+        crate::kinds::namespaces::translate::QUOTA_NAME
     );
     matches!(err, crate::Error::Kube { source: kube::Error::Api(ae), .. }
         if ae.code == 403 && ae.message.contains(&ours))
@@ -258,10 +252,48 @@ pub fn host_refused(err: &crate::Error) -> bool {
 pub fn host_quota_pending(err: &crate::Error) -> bool {
     let ours = format!(
         "status unknown for quota: {}",
-        crate::resources::namespaces::QUOTA_NAME
+        crate::kinds::namespaces::translate::QUOTA_NAME
     );
     matches!(err, crate::Error::Kube { source: kube::Error::Api(ae), .. }
         if ae.code == 403 && ae.message.contains(&ours))
+}
+
+/// The host's backstop's verdict on a create the syncer admitted: refused like any object over
+/// the quota when two objects were admitted at once (a race the caches could not see), not
+/// ready while it has not counted a new namespace yet; admitted otherwise (the create's own
+/// errors are the caller's).
+pub fn host_verdict(created: &Result<super::Placed>) -> Verdict {
+    match created {
+        Err(err) if host_quota_pending(err) => Verdict::NotReady,
+        Err(err) if host_refused(err) => Verdict::Refused(vec![host_refusal()]),
+        _ => Verdict::Admitted,
+    }
+}
+
+impl Verdict {
+    /// How soon an object with this verdict is looked at again: `None` when admitted (its
+    /// reconcile goes on), every [`retry`] when refused, sooner when not judged yet.
+    pub fn wait(&self, e: &Engine) -> Option<Action> {
+        match self {
+            Verdict::Admitted => None,
+            Verdict::NotReady => Some(Action::requeue(not_ready())),
+            Verdict::Refused(_) => Some(Action::requeue(retry(e))),
+        }
+    }
+}
+
+/// What a reconcile of `t` does about verdict `v`: `None` when admitted (go on); otherwise the
+/// requeue to return, once a refusal was told to the tenant ([`tell`]). Pods tell it their own
+/// way (a condition too).
+pub async fn hold<K: kube::Resource<DynamicType = ()>>(
+    e: &Engine,
+    t: &K,
+    v: Verdict,
+) -> Option<Action> {
+    if let Verdict::Refused(refusals) = &v {
+        tell(e, t, refusals).await;
+    }
+    v.wait(e)
 }
 
 /// What a tenant is told when the host's backstop refused an object the syncer admitted.
@@ -301,25 +333,25 @@ pub async fn apply_backstop(e: &Engine, host_ns: &str) -> Result<()> {
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     Api::<ResourceQuota>::namespaced(e.host.clone(), host_ns)
         .patch(
-            crate::resources::namespaces::QUOTA_NAME,
+            crate::kinds::namespaces::translate::QUOTA_NAME,
             &pp,
             &Patch::Apply(&quota),
         )
         .await
         .map_err(super::kube_err(format!(
             "apply host resource quota {host_ns}/{}",
-            crate::resources::namespaces::QUOTA_NAME
+            crate::kinds::namespaces::translate::QUOTA_NAME
         )))?;
     Api::<LimitRange>::namespaced(e.host.clone(), host_ns)
         .patch(
-            crate::resources::namespaces::LIMITS_NAME,
+            crate::kinds::namespaces::translate::LIMITS_NAME,
             &pp,
             &Patch::Apply(&limits),
         )
         .await
         .map_err(super::kube_err(format!(
             "apply host limit range {host_ns}/{}",
-            crate::resources::namespaces::LIMITS_NAME
+            crate::kinds::namespaces::translate::LIMITS_NAME
         )))?;
     Ok(())
 }
@@ -356,5 +388,243 @@ pub async fn usage(e: Arc<Engine>, period: Duration) {
         };
         let (_, used) = policy_quota::admitted(&objects, &e.ctx.policy.quota);
         e.metrics.tenant_usage(&used);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The syncer's translators over objects the quota admitted: their host copies use exactly
+    //! what admission counted, as vcp samples it from the host (`host_usage`).
+    use crate::kinds::Ctx;
+    use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
+    use kube::ResourceExt;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
+    use vcp_core::naming;
+    use vcp_fixtures::{arb_claim, arb_pod, at, dedup, obj, plain, pod};
+    use vcp_policy::quota::{
+        HostObjects, Key, Limits, Objects, Quantity, Quota, RESOURCES, Resources, Usage, admitted,
+        host_usage, key,
+    };
+    use vcp_policy::{Refusal, TenantPolicy};
+
+    fn demo_ctx(quota: &Quota) -> Ctx {
+        Ctx {
+            key: naming::TenantKey::new("demo").unwrap(),
+            policy: std::sync::Arc::new(TenantPolicy {
+                quota: quota.clone(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn other_tenant(ctx: &Ctx) -> Ctx {
+        Ctx {
+            key: naming::TenantKey::new("other").unwrap(),
+            ..ctx.clone()
+        }
+    }
+
+    #[test]
+    fn host_usage_counts_the_syncers_host_objects_as_admission_counts_them() {
+        use crate::kinds::{
+            namespaces::translate as namespaces, pods::translate as pods, pvcs::translate as pvcs,
+            services::translate as services,
+        };
+        let l = Limits::default();
+        let ctx = demo_ctx(&Quota::plan_default());
+        let host_ns =
+            |n: &str| namespaces::to_host(&obj(None, n, &at(0), serde_json::json!({})), &ctx);
+        let host_pod = |p: &Pod| pods::to_host(p, &ctx, &Default::default());
+        let big = pod(
+            "apps",
+            "big",
+            &at(1),
+            serde_json::json!([{"name": "c", "resources": {
+                "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "3", "memory": "2Gi"}}}]),
+        );
+        let mut finished = host_pod(&plain("apps", "done", &at(2)));
+        finished.status =
+            Some(serde_json::from_value(serde_json::json!({"phase": "Failed"})).unwrap());
+        let mut terminating = host_pod(&plain("apps", "old", &at(2)));
+        terminating.metadata.deletion_timestamp =
+            Some(serde_json::from_value(serde_json::json!(at(3))).unwrap());
+        let foreign = pods::to_host(
+            &plain("apps", "theirs", &at(0)),
+            &other_tenant(&ctx),
+            &Default::default(),
+        );
+        // A control-plane pod carries the tenant label but no markers.
+        let mut control_plane = plain("vcp-demo", "etcd-0", &at(0));
+        control_plane.metadata.labels = Some(BTreeMap::from([(
+            naming::LABEL_TENANT.to_owned(),
+            "demo".to_owned(),
+        )]));
+        // Markers saying apps/moved, in the host namespace of `default`: not the syncer's doing.
+        let mut moved = host_pod(&plain("apps", "moved", &at(0)));
+        moved.metadata.namespace = Some("demo-default".into());
+        let claim = |n: &str, size: &str| -> PersistentVolumeClaim {
+            obj(
+                Some("apps"),
+                n,
+                &at(0),
+                serde_json::json!({"resources": {"requests": {"storage": size}}}),
+            )
+        };
+        let mut going = pvcs::to_host(&claim("going", "1Gi"), &ctx, None);
+        going.metadata.deletion_timestamp =
+            Some(serde_json::from_value(serde_json::json!(at(3))).unwrap());
+        let svc =
+            |ns: &str, n: &str| -> Service { obj(Some(ns), n, &at(0), serde_json::json!({})) };
+
+        let namespaces = [
+            host_ns("default"),
+            host_ns("kube-system"),
+            host_ns("kube-public"),
+            host_ns("kube-node-lease"),
+            host_ns("apps"),
+            namespaces::to_host(
+                &obj(None, "extra", &at(0), serde_json::json!({})),
+                &other_tenant(&ctx),
+            ),
+        ];
+        let pods = [
+            host_pod(&big),
+            host_pod(&plain("default", "web", &at(3))),
+            finished,
+            terminating,
+            foreign,
+            control_plane,
+            moved,
+        ];
+        let services = [
+            services::to_host(&svc("apps", "web"), &ctx, true, false),
+            // The syncer never copies it; were it there, it still would not count.
+            services::to_host(&svc("default", "kubernetes"), &ctx, true, false),
+            services::to_host(&svc("apps", "web"), &other_tenant(&ctx), true, false),
+        ];
+        let claims = [pvcs::to_host(&claim("data", "2Gi"), &ctx, None), going];
+        let used = host_usage(
+            &ctx.key,
+            &HostObjects {
+                namespaces: &namespaces,
+                pods: &pods,
+                services: &services,
+                claims: &claims,
+            },
+            &l,
+        );
+        assert_eq!(
+            used,
+            Usage {
+                pods: 2,
+                requests_cpu: 2000 + 100,
+                requests_memory: (1 << 30) + (128 << 20),
+                limits_cpu: 3000 + 1000,
+                limits_memory: (2 << 30) + (512 << 20),
+                services: 1,
+                persistent_volume_claims: 1,
+                requests_storage: 2 << 30,
+                namespaces: 1,
+            }
+        );
+        assert_eq!(
+            host_usage(
+                &naming::TenantKey::new("nobody").unwrap(),
+                &HostObjects {
+                    namespaces: &namespaces,
+                    pods: &pods,
+                    services: &services,
+                    claims: &claims,
+                },
+                &l
+            ),
+            Usage::default(),
+            "a tenant without host objects uses nothing"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn the_host_copies_of_an_admitted_set_use_what_admission_counted_within_the_quota(
+            pods in proptest::collection::vec(arb_pod(), 0..30),
+            claims in proptest::collection::vec(arb_claim(), 0..12),
+            svcs in proptest::collection::vec((0u32..40, 0usize..3, 0u32..10), 0..12),
+            nss in proptest::collection::vec((0u32..40, 0u32..8), 0..8),
+            limits in (1u64..8, 0u64..4000, 0u64..4, 0u64..5, 0u64..60, 0u64..4),
+            defaults in (0u64..600, 0u64..1500, 1u64..512, 0u64..1024),
+        ) {
+            let (pods_n, cpu, svc_n, claim_n, storage, ns_n) = limits;
+            let (req_cpu, more_cpu, req_mem, more_mem) = defaults;
+            let q = Quota {
+                pods: Some(pods_n),
+                requests_cpu: Some(Quantity(format!("{cpu}m"))),
+                requests_memory: Some("2Gi".into()),
+                limits_cpu: Some("6".into()),
+                limits_memory: None,
+                services: Some(svc_n),
+                persistent_volume_claims: Some(claim_n),
+                requests_storage: Some(Quantity(format!("{storage}Gi"))),
+                namespaces: Some(ns_n),
+                limits: Limits {
+                    default_request: Resources {
+                        cpu: Quantity(format!("{req_cpu}m")),
+                        memory: Quantity(format!("{req_mem}Mi")),
+                    },
+                    default_limit: Resources {
+                        cpu: Quantity(format!("{}m", req_cpu + more_cpu)),
+                        memory: Quantity(format!("{}Mi", req_mem + more_mem)),
+                    },
+                },
+            };
+            let pods = dedup(pods);
+            let claims = dedup(claims);
+            let services: Vec<Service> = dedup(svcs.iter().map(|(t, ns, n)| obj(Some(["a", "b", "c"][*ns]), &format!("s{n}"), &at(*t), serde_json::json!({}))).collect());
+            let mut namespaces: Vec<Namespace> = vec![
+                obj(None, "a", &at(0), serde_json::json!({})),
+                obj(None, "default", &at(0), serde_json::json!({})),
+                obj(None, "kube-system", &at(0), serde_json::json!({})),
+            ];
+            namespaces.extend(nss.iter().map(|(t, n)| obj::<Namespace>(None, &format!("n{n}"), &at(*t), serde_json::json!({}))));
+            let namespaces = dedup(namespaces);
+            let objects = Objects {
+                namespaces: namespaces.iter().collect(),
+                pods: pods.iter().collect(),
+                services: services.iter().collect(),
+                claims: claims.iter().collect(),
+                placed: BTreeSet::new(),
+            };
+            let (v, used) = admitted(&objects, &q);
+
+            // What the syncer puts on the host: the admitted objects, translated; and, as
+            // noise that must not count, the refused ones as another tenant's.
+            use crate::kinds::{namespaces::translate as ns_res, pods::translate as pod_res, pvcs::translate as pvcs, services::translate as svc_res};
+            let ctx = demo_ctx(&q);
+            let other = other_tenant(&ctx);
+            let admitted_ns = |n: &Namespace| v.namespaces.get(&n.name_any()).is_some_and(Vec::is_empty);
+            let is_ok = |m: &BTreeMap<Key, Vec<Refusal>>, k: Key| m.get(&k).is_some_and(Vec::is_empty);
+            let pick = |ok: bool| if ok { &ctx } else { &other };
+            let host_namespaces: Vec<Namespace> = namespaces.iter().map(|n| ns_res::to_host(n, pick(admitted_ns(n)))).collect();
+            let host_pods: Vec<Pod> = pods.iter().map(|p| pod_res::to_host(p, pick(is_ok(&v.pods, key(p))), &Default::default())).collect();
+            let host_services: Vec<Service> = services.iter().map(|s| svc_res::to_host(s, pick(is_ok(&v.services, key(s))), true, false)).collect();
+            let host_claims: Vec<PersistentVolumeClaim> = claims.iter().map(|c| pvcs::to_host(c, pick(is_ok(&v.claims, key(c))), None)).collect();
+            let on_host = host_usage(
+                &ctx.key,
+                &HostObjects {
+                    namespaces: &host_namespaces,
+                    pods: &host_pods,
+                    services: &host_services,
+                    claims: &host_claims,
+                },
+                &q.limits,
+            );
+            prop_assert_eq!(on_host, used);
+            let hard = q.hard();
+            for r in RESOURCES {
+                if let Some(h) = hard.get(r) {
+                    prop_assert!(on_host.get(r).unwrap() <= h, "{} uses {:?} of {}", r, on_host.get(r), h);
+                }
+            }
+        }
     }
 }

@@ -100,6 +100,22 @@ where
     }
 }
 
+/// A store that has listed `objects` (for tests of code that reads caches).
+#[cfg(test)]
+pub fn listed_store<K>(objects: &[serde_json::Value]) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
+{
+    let (reader, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for o in objects {
+        let obj = serde_json::from_value(o.clone()).unwrap();
+        writer.apply_watcher_event(&watcher::Event::InitApply(obj));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    reader
+}
+
 /// One watch of one kind on one side, its cache, and the streams of its subscribers.
 pub struct Shared<K>
 where

@@ -1,0 +1,185 @@
+//! Events up: what the host reports about a host object is reported on its tenant object.
+//!
+//! A host Event about a host object of this tenant (the object carries the tenant's markers)
+//! becomes a tenant Event about the tenant object: involved object re-pointed (namespace, name
+//! and UID from the markers), reason, message, type, count, timestamps and source kept. The
+//! tenant Event's name is derived from the host Event's UID ([`crate::naming::event_name`]), so it is
+//! created once and then only updated (count, last timestamp, message) however often the host
+//! Event is seen. Host namespace names in the message are rewritten to the tenant's.
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
+use vcp_core::naming::TenantRef;
+
+/// Kinds whose host Events flow up, with their resource (plural) names: the kinds the syncer
+/// creates on the host.
+pub const KINDS: [(&str, &str); 5] = [
+    ("Pod", "pods"),
+    ("Service", "services"),
+    ("PersistentVolumeClaim", "persistentvolumeclaims"),
+    ("ConfigMap", "configmaps"),
+    ("Secret", "secrets"),
+];
+
+/// The plural of a kind whose Events flow up (core group only), or `None`.
+pub fn plural(involved: &ObjectReference) -> Option<&'static str> {
+    let core = matches!(involved.api_version.as_deref(), None | Some("v1"));
+    let kind = involved.kind.as_deref()?;
+    KINDS
+        .iter()
+        .find(|(k, _)| core && *k == kind)
+        .map(|(_, p)| *p)
+}
+
+/// The tenant copy of `host` (an Event about the host object made from `r`, which lives in
+/// host namespace `host_ns`).
+pub fn to_tenant(host: &Event, r: &TenantRef, host_ns: &str) -> Option<Event> {
+    let ns = r.namespace.clone()?;
+    let involved = ObjectReference {
+        api_version: host.involved_object.api_version.clone(),
+        kind: host.involved_object.kind.clone(),
+        namespace: Some(ns.clone()),
+        name: Some(r.name.clone()),
+        uid: r.uid.clone(),
+        field_path: host.involved_object.field_path.clone(),
+        resource_version: None,
+    };
+    // New-style events (events.k8s.io, e.g. the scheduler's) carry eventTime and a series
+    // instead of the legacy timestamps and count the tenant's `kubectl describe` reads.
+    let event_time = host.event_time.as_ref().map(|t| Time(t.0));
+    let first = host.first_timestamp.clone().or_else(|| event_time.clone());
+    let last = host
+        .series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref().map(|t| Time(t.0)))
+        .or_else(|| host.last_timestamp.clone())
+        .or_else(|| first.clone());
+    let count = host
+        .series
+        .as_ref()
+        .and_then(|s| s.count)
+        .or(host.count)
+        .unwrap_or(1);
+    let source = match &host.source {
+        Some(s) if s.component.is_some() => s.clone(),
+        _ => EventSource {
+            component: host.reporting_component.clone(),
+            host: host.source.as_ref().and_then(|s| s.host.clone()),
+        },
+    };
+    let message = host
+        .message
+        .as_ref()
+        .map(|m| m.replace(&format!("{host_ns}/"), &format!("{ns}/")));
+    Some(Event {
+        metadata: ObjectMeta {
+            name: Some(crate::naming::event_name(&r.name, &host.uid()?)),
+            namespace: Some(ns),
+            ..Default::default()
+        },
+        involved_object: involved,
+        reason: host.reason.clone(),
+        message,
+        type_: host.type_.clone(),
+        count: Some(count),
+        first_timestamp: first,
+        last_timestamp: last,
+        source: Some(source),
+        ..Default::default()
+    })
+}
+
+/// The part of a tenant Event that changes as the host Event repeats, as a merge patch.
+pub fn repeat_patch(ev: &Event) -> serde_json::Value {
+    serde_json::json!({
+        "count": ev.count,
+        "lastTimestamp": ev.last_timestamp,
+        "message": ev.message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scheduled() -> Event {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1.abc", "namespace": "demo-apps", "uid": "h-ev-1"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": "demo-apps",
+                "name": "web-1", "uid": "host-pod-uid"},
+            "reason": "Scheduled", "type": "Normal",
+            "message": "Successfully assigned demo-apps/web-1 to kwok-node-1",
+            "eventTime": "2026-11-21T08:00:00.000000Z",
+            "reportingComponent": "default-scheduler", "reportingInstance": "default-scheduler-x",
+            "action": "Binding",
+        }))
+        .unwrap()
+    }
+
+    fn tenant_ref() -> TenantRef {
+        TenantRef {
+            namespace: Some("apps".into()),
+            name: "web-1".into(),
+            uid: Some("tenant-pod-uid".into()),
+        }
+    }
+
+    #[test]
+    fn a_host_event_is_repointed_at_the_tenant_object() {
+        let ev = to_tenant(&scheduled(), &tenant_ref(), "demo-apps").unwrap();
+        assert_eq!(ev.metadata.namespace.as_deref(), Some("apps"));
+        assert_eq!(
+            ev.metadata.name,
+            Some(crate::naming::event_name("web-1", "h-ev-1"))
+        );
+        let o = &ev.involved_object;
+        assert_eq!(
+            (o.namespace.as_deref(), o.name.as_deref(), o.uid.as_deref()),
+            (Some("apps"), Some("web-1"), Some("tenant-pod-uid"))
+        );
+        assert_eq!(ev.reason.as_deref(), Some("Scheduled"));
+        assert_eq!(ev.type_.as_deref(), Some("Normal"));
+        assert_eq!(
+            ev.message.as_deref(),
+            Some("Successfully assigned apps/web-1 to kwok-node-1"),
+            "no host namespace in the tenant's view"
+        );
+        assert_eq!(ev.count, Some(1));
+        assert!(ev.first_timestamp.is_some() && ev.last_timestamp.is_some());
+        assert_eq!(
+            ev.source.unwrap().component.as_deref(),
+            Some("default-scheduler")
+        );
+    }
+
+    #[test]
+    fn legacy_counts_and_sources_are_kept() {
+        let mut host = scheduled();
+        host.event_time = None;
+        host.count = Some(4);
+        host.source = Some(EventSource {
+            component: Some("kubelet".into()),
+            host: Some("kwok-node-1".into()),
+        });
+        let ev = to_tenant(&host, &tenant_ref(), "demo-apps").unwrap();
+        assert_eq!(ev.count, Some(4));
+        assert_eq!(
+            ev.source.as_ref().unwrap().host.as_deref(),
+            Some("kwok-node-1")
+        );
+        assert_eq!(repeat_patch(&ev)["count"], 4);
+    }
+
+    #[test]
+    fn only_core_kinds_the_syncer_creates_flow_up() {
+        let mut o = scheduled().involved_object;
+        assert_eq!(plural(&o), Some("pods"));
+        o.kind = Some("Node".into());
+        assert_eq!(plural(&o), None);
+        o.kind = Some("Pod".into());
+        o.api_version = Some("example.com/v1".into());
+        assert_eq!(plural(&o), None);
+    }
+}

@@ -1,0 +1,340 @@
+//! Pods: the down-reconcile plus what a kubelet would do for the tenant.
+//!
+//! - Graceful deletion both ways: a terminating tenant pod deletes its host pod with the same
+//!   grace period; once the host pod is gone the tenant pod is removed (grace 0), as a
+//!   kubelet does after its containers stopped.
+//! - A bound tenant pod that had run, whose host pod vanished while the tenant pod was not
+//!   terminating, was deleted or evicted on the host: the tenant pod is deleted so its
+//!   controller replaces it, as after a node loss.
+//! - Status flows up; a tenant pod is bound (Binding subresource) to the virtual node named
+//!   after its host node once the host scheduled it ([`up`]). Virtual nodes exist while tenant
+//!   pods are bound to them ([`nodes`]).
+//!
+//! Where a tenant pod becomes a host pod: [`down`] (this file) decides, in order, whether the
+//! pod may go down at all (policy, quota, its ConfigMaps and Secrets, its token:
+//! [`tokens`]), and creates or updates the host pod that [`translate::to_host`] describes.
+
+pub mod nodes;
+pub mod tokens;
+pub mod translate;
+pub mod up;
+
+use crate::engine::decide::{Decision, HostSide, decide};
+use crate::engine::quota::{self, Verdict};
+use crate::engine::{
+    Engine, Placed, Side, Synced, apply, cached_host, create_or_adopt, delete_exact, delete_host,
+};
+use crate::kinds::pods::translate::{
+    EnvFromKeys, add_service_links, keep_host_env, placement_notes, service_links, to_host,
+    wants_service_links,
+};
+use crate::metrics::Direction;
+use crate::{Error, Result, kube_err};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use std::sync::Arc;
+use std::time::Duration;
+use vcp_policy::Refusal;
+/// Removes a tenant pod at once (grace 0), as a kubelet does once its containers stopped.
+async fn remove_tenant_pod(e: &Engine, t: &Pod) -> Result<()> {
+    let api = Api::<Pod>::namespaced(e.tenant.clone(), &t.namespace().unwrap_or_default());
+    delete_exact(&api, t, Some(0), "tenant pod").await
+}
+
+/// Down-reconcile of a tenant pod.
+pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
+    let e = &side.engine;
+    let mut desired = to_host(&t, &e.ctx, &e.pod_env);
+    // Which tenant NetworkPolicies isolate it (see `kinds::netpols`).
+    desired
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .extend(crate::kinds::netpols::isolation_labels(e, &t));
+    let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
+
+    if t.metadata.deletion_timestamp.is_some() {
+        match &host_side {
+            HostSide::Ours { host: h, .. } if h.metadata.deletion_timestamp.is_none() => {
+                delete_host(e, h.as_ref(), t.metadata.deletion_grace_period_seconds).await?;
+            }
+            HostSide::Ours { .. } => {} // the host pod is terminating; wait for it
+            HostSide::Absent | HostSide::Foreign(_) => remove_tenant_pod(e, &t).await?,
+        }
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+
+    match decide(t.uid().as_deref(), true, host_side) {
+        Decision::Create => {
+            let bound = t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            let ran = t.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some();
+            if bound && ran {
+                tracing::info!(ns = ?t.namespace(), pod = %t.name_any(), "host pod vanished; removing the tenant pod so its owner replaces it");
+                remove_tenant_pod(e, &t).await?;
+                return Ok(Action::await_change());
+            }
+            // The plan decides before anything of the pod reaches the host.
+            let refusals = vcp_policy::pods::admit(&t, &e.ctx.policy);
+            if !refusals.is_empty() {
+                refuse(e, &t, "PolicyRefused", &refusals).await?;
+                return Ok(Action::requeue(e.resync));
+            }
+            // A finished pod never runs again (a kubelet would not restart it either); it
+            // takes no quota, so it must not take the host either.
+            let phase = t.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed")) {
+                return Ok(Action::requeue(e.resync));
+            }
+            // Then the tenant-wide quota, in creation order over every tenant pod. A pod over it
+            // shows why in its condition, as for any refusal.
+            if let Some(wait) = wait_for_quota(e, &t, quota::pod(e, &t)).await? {
+                return Ok(wait);
+            }
+            // What the host pod mounts first: its ConfigMaps, Secrets and token. One held on
+            // the host by someone else keeps the pod off the host: it would mount theirs.
+            let (env_from, held) = sync_references(e, &t).await?;
+            if !held.is_empty() {
+                let refusals: Vec<Refusal> = held
+                    .iter()
+                    .map(|what| {
+                        Refusal::new(
+                            what.clone(),
+                            "vcp: host conflict",
+                            "the host object of that name is not this tenant's; the pod waits until it is renamed or gone",
+                        )
+                    })
+                    .collect();
+                refuse(e, &t, "HostConflict", &refusals).await?;
+                return Ok(Action::requeue(CONFLICT_RETRY));
+            }
+            crate::kinds::pods::tokens::ensure(e, &t, None).await?;
+            if wants_service_links(&t) {
+                let links = tenant_service_links(e, &t.namespace().unwrap_or_default())?;
+                add_service_links(&mut desired, &links, &env_from);
+            }
+            // Again under the admission lock, with the create it allows (the first look above
+            // spares a waiting pod the work in between).
+            let admission = e.admission.lock().await;
+            let verdict = quota::pod(e, &t);
+            if let Some(wait) = verdict.wait(e) {
+                drop(admission);
+                wait_for_quota(e, &t, verdict).await?;
+                return Ok(wait);
+            }
+            let created = create_or_adopt(e, t.as_ref(), &desired).await;
+            if matches!(created, Ok(Placed::Ours)) {
+                e.admission
+                    .created::<Pod>(&t.namespace().unwrap_or_default(), &t.name_any());
+            }
+            drop(admission);
+            // The host's backstop caught a race the caches could not see (two passes
+            // admitting at once): wait like any pod over the quota.
+            if let Some(wait) = wait_for_quota(e, &t, quota::host_verdict(&created)).await? {
+                return Ok(wait);
+            }
+            if created? == Placed::Ours {
+                let notes = placement_notes(&t, &e.ctx);
+                if !notes.is_empty() {
+                    e.report(t.as_ref(), "PlacementAdjusted", notes.join("; "))
+                        .await;
+                }
+            }
+        }
+        Decision::Replace(h) => {
+            delete_host(e, h.as_ref(), Some(0)).await?;
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        Decision::Update(h) => {
+            if drifted(&desired, &h) {
+                // Env is immutable and was settled at creation (service links of that moment).
+                keep_host_env(&mut desired, &h);
+                apply(e, &desired).await?;
+            }
+            let policies =
+                crate::kinds::netpols::tenant_policies(e, &t.namespace().unwrap_or_default());
+            crate::kinds::netpols::relabel_pod(e, &t, &h, &policies).await?;
+            crate::kinds::pods::tokens::ensure(e, &t, Some(&h)).await?;
+            e.metrics
+                .timed("Pod", Direction::Up, false, up::sync_up(e, &t, &h))
+                .await?;
+        }
+        Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
+    }
+    Ok(Action::requeue(e.resync))
+}
+
+/// What a pod does about its quota verdict `v`: `None` when admitted; otherwise the requeue,
+/// once a refusal shows on the pod as any refusal does ([`refuse`]).
+async fn wait_for_quota(e: &Engine, t: &Pod, v: Verdict) -> Result<Option<Action>> {
+    if let Verdict::Refused(refusals) = &v {
+        refuse(e, t, quota::REASON, refusals).await?;
+    }
+    Ok(v.wait(e))
+}
+
+/// How soon a pod kept off the host by a name someone else holds there is looked at again.
+const CONFLICT_RETRY: Duration = Duration::from_secs(30);
+
+/// Keeps a pod off the host: a Warning event, and the pod's `PodScheduled` condition `False`
+/// with the same reason and message (what `kubectl describe` and `get -o wide` show; the tenant
+/// has no scheduler of its own that would set it). Written once per message.
+async fn refuse(e: &Engine, t: &Pod, reason: &str, refusals: &[Refusal]) -> Result<()> {
+    let message = vcp_policy::summary(refusals);
+    let shown = t
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some(reason)
+                    && c.message.as_deref() == Some(message.as_str())
+            })
+        });
+    if shown {
+        return Ok(());
+    }
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    tracing::info!(ns = %ns, pod = %name, reason, %message, "pod kept off the host");
+    e.report(t, reason, message.clone()).await;
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
+        "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    }]}});
+    Api::<Pod>::namespaced(e.tenant.clone(), &ns)
+        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .map_err(kube_err(format!("mark tenant pod {ns}/{name} refused")))?;
+    Ok(())
+}
+
+/// Copies the ConfigMaps and Secrets a tenant pod references to the host, so the host pod
+/// never waits for them (later changes flow through their own controllers). Returns their
+/// keys (names only, never values), which decide what envFrom defines, and the references
+/// whose host name someone else holds (as `configmaps/<name>`, `secrets/<name>`).
+async fn sync_references(e: &Engine, t: &Pod) -> Result<(EnvFromKeys, Vec<String>)> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let ns = t.namespace().unwrap_or_default();
+    let (cms, secrets) = crate::kinds::pods::translate::references(t);
+    let mut keys = EnvFromKeys::new();
+    let mut held = Vec::new();
+    for name in cms {
+        if let Some(cm) = Api::<ConfigMap>::namespaced(e.tenant.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(format!("get tenant configmap {ns}/{name}")))?
+        {
+            let names = cm.data.iter().flat_map(|d| d.keys());
+            let binary = cm.binary_data.iter().flat_map(|d| d.keys());
+            keys.insert(
+                (false, name.clone()),
+                names.chain(binary).cloned().collect(),
+            );
+            let host = crate::kinds::configmaps::translate::to_host(&cm, &e.ctx);
+            if create_or_adopt(e, &cm, &host).await? == Placed::Conflict {
+                held.push(format!("configmaps/{name}"));
+            }
+        }
+    }
+    for name in secrets {
+        let secret = Api::<Secret>::namespaced(e.tenant.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(format!("get tenant secret {ns}/{name}")))?;
+        let Some(s) = &secret else { continue };
+        let names = s.data.iter().flat_map(|d| d.keys());
+        keys.insert((true, name.clone()), names.cloned().collect());
+        if let Some(host) = crate::kinds::secrets::translate::to_host(s, &e.ctx)
+            && create_or_adopt(e, s, &host).await? == Placed::Conflict
+        {
+            held.push(format!("secrets/{name}"));
+        }
+    }
+    Ok((keys, held))
+}
+
+/// Service-link variables of tenant namespace `ns`, from the tenant Service cache (complete
+/// before any is computed, or a pod created at startup would miss links; until then the pod
+/// is retried, see [`crate::engine::cache_ready`] for why it does not wait).
+fn tenant_service_links(e: &Engine, ns: &str) -> Result<Vec<k8s_openapi::api::core::v1::EnvVar>> {
+    let store = e
+        .tenant_services
+        .get()
+        .filter(|s| crate::engine::cache_ready(s))
+        .ok_or_else(|| Error::NotReady("tenant service cache".into()))?;
+    let services = store.state();
+    Ok(service_links(
+        services
+            .iter()
+            .filter(|s| s.metadata.namespace.as_deref() == Some(ns))
+            .map(|s| s.as_ref()),
+    ))
+}
+
+/// Whether the host pod lost something the tenant set (labels, annotations, images): the
+/// only mutable parts of a pod, so the only drift worth an apply.
+fn drifted(desired: &Pod, host: &Pod) -> bool {
+    let subset = |want: &std::collections::BTreeMap<String, String>,
+                  have: &std::collections::BTreeMap<String, String>| {
+        want.iter().all(|(k, v)| have.get(k) == Some(v))
+    };
+    let images = |p: &Pod| -> Vec<Option<String>> {
+        p.spec
+            .iter()
+            .flat_map(|s| s.containers.iter().map(|c| c.image.clone()))
+            .collect()
+    };
+    !subset(desired.labels(), host.labels())
+        || !subset(desired.annotations(), host.annotations())
+        || images(desired) != images(host)
+}
+impl Synced for Pod {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        Some(to_host(t, &e.ctx, &e.pod_env))
+    }
+}
+
+/// Whether a tenant pod in `ns` references ConfigMap (`secret == false`) or Secret `name`.
+pub fn referenced(e: &Engine, ns: &str, name: &str, secret: bool) -> bool {
+    if e.sync_all_configmaps_secrets {
+        return true;
+    }
+    let Some(pods) = e.tenant_pods.get() else {
+        return false;
+    };
+    pods.state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns))
+        .any(|p| {
+            let (cms, secrets) = translate::references(p);
+            if secret {
+                secrets.contains(name)
+            } else {
+                cms.contains(name)
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(image: &str, label: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "labels": {"app": label}},
+            "spec": {"containers": [{"name": "c", "image": image}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn drift_is_about_tenant_owned_fields_only() {
+        assert!(!drifted(&pod("a", "x"), &pod("a", "x")));
+        assert!(drifted(&pod("b", "x"), &pod("a", "x")));
+        assert!(drifted(&pod("a", "y"), &pod("a", "x")));
+    }
+}

@@ -1,0 +1,201 @@
+//! Virtual nodes: the tenant's view of the host nodes its pods run on. A tenant pod is bound to
+//! the virtual node named after its host pod's node ([`super::up`]); the node is created then
+//! (`ensure_virtual_node`), its status mirrored from the host node every period, and it is
+//! removed once no tenant pod is bound to it ([`virtual_nodes`]).
+
+use crate::engine::{Engine, FIELD_MANAGER, shared::Cache};
+use crate::{Result, kube_err};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Label on virtual nodes the syncer created in the tenant.
+pub const VIRTUAL_NODE_LABEL: &str = "vcp.dev/virtual-node";
+
+/// The tenant view of a host node: its name, non-reserved labels, Ready condition, capacity
+/// and internal addresses; nothing that would let a tenant address the host (no taints,
+/// no external addresses, no daemon endpoints).
+pub fn virtual_node(host: &Node) -> Node {
+    let name = host.name_any();
+    let mut labels: std::collections::BTreeMap<String, String> = host
+        .labels()
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("kubernetes.io/")
+                || k.starts_with("topology.kubernetes.io/")
+                || k.starts_with("node.kubernetes.io/instance-type")
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.insert(VIRTUAL_NODE_LABEL.into(), "true".into());
+    let status = host
+        .status
+        .clone()
+        .map(|s| k8s_openapi::api::core::v1::NodeStatus {
+            addresses: s.addresses.map(|a| {
+                a.into_iter()
+                    .filter(|a| a.type_ == "InternalIP" || a.type_ == "Hostname")
+                    .collect()
+            }),
+            allocatable: s.allocatable,
+            capacity: s.capacity,
+            conditions: s.conditions,
+            node_info: s.node_info,
+            phase: s.phase,
+            ..Default::default()
+        });
+    Node {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: None,
+        status,
+    }
+}
+
+/// Creates the virtual node `name` in the tenant unless it is known to exist.
+pub(super) async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
+    if e.known_nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(name)
+    {
+        return Ok(());
+    }
+    let tenant_nodes: Api<Node> = Api::all(e.tenant.clone());
+    if tenant_nodes
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("get tenant node {name}")))?
+        .is_some()
+    {
+        e.known_nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned());
+        return Ok(());
+    }
+    let host = Api::<Node>::all(e.host.clone())
+        .get(name)
+        .await
+        .map_err(kube_err(format!("get host node {name}")))?;
+    let node = virtual_node(&host);
+    match tenant_nodes
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &node,
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(ae)) if ae.code == 409 => {}
+        Err(err) => return Err(kube_err(format!("create virtual node {name}"))(err)),
+    }
+    refresh_virtual_node(e, &node).await?;
+    e.known_nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_owned());
+    Ok(())
+}
+
+async fn refresh_virtual_node(e: &Engine, node: &Node) -> Result<()> {
+    let patch = serde_json::json!({"status": node.status});
+    Api::<Node>::all(e.tenant.clone())
+        .patch_status(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_err(format!("update virtual node {}", node.name_any())))?;
+    Ok(())
+}
+
+/// Keeps virtual nodes in step: status mirrored from the host node every period; removed once
+/// no tenant pod is bound to them.
+pub async fn virtual_nodes(e: Arc<Engine>, tenant_pods: Cache<Pod>, period: Duration) {
+    tenant_pods.ready().await;
+    loop {
+        if let Err(err) = virtual_nodes_once(&e, &tenant_pods).await {
+            tracing::warn!(error = %err, "virtual node upkeep failed");
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+async fn virtual_nodes_once(e: &Engine, tenant_pods: &Store<Pod>) -> Result<()> {
+    let used: BTreeSet<String> = tenant_pods
+        .state()
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    let tenant_nodes: Api<Node> = Api::all(e.tenant.clone());
+    let list = tenant_nodes
+        .list(&ListParams::default().labels(&format!("{VIRTUAL_NODE_LABEL}=true")))
+        .await
+        .map_err(kube_err("list virtual nodes".into()))?;
+    for n in list.items {
+        let name = n.name_any();
+        if !used.contains(&name) {
+            tracing::info!(node = %name, "no tenant pod left on virtual node; removing it");
+            e.known_nodes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+            let _ = tenant_nodes.delete(&name, &DeleteParams::default()).await;
+            continue;
+        }
+        if let Some(host) = Api::<Node>::all(e.host.clone())
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(format!("get host node {name}")))?
+        {
+            refresh_virtual_node(e, &virtual_node(&host)).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn virtual_nodes_hide_host_addresses_taints_and_private_labels() {
+        let host: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kwok-node-1", "labels": {"kubernetes.io/hostname": "kwok-node-1", "vcp.dev/tenant": "x", "team": "infra"}},
+            "spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}], "podCIDR": "10.244.1.0/24"},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "10.250.0.2"}, {"type": "ExternalIP", "address": "203.0.113.9"}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "capacity": {"cpu": "32"},
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            },
+        }))
+        .unwrap();
+        let v = virtual_node(&host);
+        assert_eq!(v.name_any(), "kwok-node-1");
+        assert!(v.spec.is_none(), "no taints or pod CIDR of the host");
+        let labels = v.labels();
+        assert_eq!(labels[VIRTUAL_NODE_LABEL], "true");
+        assert!(
+            labels.contains_key("kubernetes.io/hostname")
+                && !labels.contains_key("team")
+                && !labels.contains_key("vcp.dev/tenant")
+        );
+        let status = v.status.unwrap();
+        assert_eq!(status.addresses.unwrap().len(), 1);
+        assert!(status.daemon_endpoints.is_none());
+        assert_eq!(status.conditions.unwrap()[0].status, "True");
+    }
+}

@@ -1,0 +1,964 @@
+//! Pods: the tenant's pod runs on the host; its status flows back.
+//!
+//! Down (tenant -> host), beyond the common metadata rules:
+//! - `automountServiceAccountToken: false` and `enableServiceLinks: false`: a host token or host
+//!   service variables would point the workload at the host. The tenant's own token volume
+//!   (the projected `kube-api-access-*` volume) keeps its name and mount but reads from a host
+//!   Secret ([`crate::naming::token_secret_name`]) holding a token the *tenant* apiserver issued for
+//!   this pod, the tenant CA and the namespace; a host kubelet would otherwise fill it with a
+//!   host token.
+//! - `serviceAccountName` and scheduling gates refer to tenant objects the host does not have
+//!   and are dropped (the service account's name stays readable by the downward API, through an
+//!   annotation). Placement, affinity, priority and runtime classes are confined by the tenant's
+//!   policy ([`vcp_policy::placement`]): `nodeName` never goes down, the host scheduler
+//!   binds within the plan's pool. Downward-API references read the tenant's values, and
+//!   ephemeral volumes' claim templates are translated like claims.
+//! - Every (init, ephemeral) container gets the full set of `KUBERNETES_*` variables a kubelet
+//!   derives from the `kubernetes` Service ([`kubernetes_env`]), pointing at the tenant
+//!   apiserver's host Service: the host kubelet injects the host's even with service links off,
+//!   and only explicit env overrides them. The tenant's own values of those names are dropped.
+//!   `kubernetes.default.svc` names resolve there through hostAliases.
+//! - DNS: `dnsPolicy: None` with the tenant CoreDNS Service as nameserver and the tenant's
+//!   search path, so names resolve in the tenant's world.
+//! - Service links: the host pod never gets the host's (`enableServiceLinks: false`); unless the
+//!   tenant pod opted out, it carries the variables a kubelet would derive from the *tenant's*
+//!   Services in its namespace ([`service_links`], [`add_service_links`]), placed before the
+//!   container's own `env` (so `$(VAR)` references to them still expand) and skipped where the
+//!   container defines the name itself (env and envFrom win, as with a kubelet). Like a
+//!   kubelet, they are fixed when the pod is created: env cannot change on a running pod.
+//! - ConfigMap, Secret and PVC references keep their names: the objects are synced into the
+//!   same host namespace under the same names.
+//!
+//! Up (host -> tenant): the status (phase, conditions, IPs, container statuses, start time,
+//! reason, message) is copied verbatim; the node binding is done separately (a Binding on the
+//! tenant pod, to the virtual node named after the host node).
+
+use crate::kinds::Ctx;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, HostAlias, KeyToPath, Pod, PodCondition, PodDNSConfig, PodDNSConfigOption,
+    PodSpec, PodStatus, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use std::collections::{BTreeMap, BTreeSet};
+use vcp_core::naming;
+use vcp_core::naming::host_meta;
+use vcp_policy::{self as policy, placement};
+
+/// Where a tenant's pods find their control plane from the host.
+#[derive(Debug, Clone, Default)]
+pub struct PodEnv {
+    /// ClusterIP and port of the tenant apiserver's host Service.
+    pub apiserver: Option<(String, i32)>,
+    /// ClusterIP of the tenant CoreDNS Service.
+    pub dns: Option<String>,
+    /// The tenant's cluster domain.
+    pub cluster_domain: String,
+}
+
+/// Keys of the host token Secret, as the projected volume lays them out.
+pub const TOKEN_KEYS: [&str; 3] = ["token", "ca.crt", "namespace"];
+
+/// The token request a pod's volumes need: (audience, expiration seconds), if any.
+pub fn token_request(pod: &Pod) -> Option<(Option<String>, i64)> {
+    pod.spec
+        .as_ref()?
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .find_map(|s| {
+            let t = s.service_account_token.as_ref()?;
+            Some((t.audience.clone(), t.expiration_seconds.unwrap_or(3607)))
+        })
+}
+
+fn host_token_volume(v: &Volume, secret: &str) -> Volume {
+    Volume {
+        name: v.name.clone(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: v.projected.as_ref().and_then(|p| p.default_mode),
+            sources: Some(vec![VolumeProjection {
+                secret: Some(SecretProjection {
+                    name: secret.to_owned(),
+                    items: Some(
+                        TOKEN_KEYS
+                            .iter()
+                            .map(|k| KeyToPath {
+                                key: (*k).into(),
+                                path: (*k).into(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn is_token_volume(v: &k8s_openapi::api::core::v1::Volume) -> bool {
+    v.projected.as_ref().is_some_and(|p| {
+        p.sources
+            .iter()
+            .flatten()
+            .any(|s| s.service_account_token.is_some())
+    })
+}
+
+/// Port of the `kubernetes` Service of every apiserver (kube-apiserver hard-codes 443, named
+/// `https`). Kubelets name the `KUBERNETES_PORT_443_TCP*` variables after it: the host's
+/// kubelet for the host's Service, and a tenant kubelet would for the tenant's.
+const KUBERNETES_SERVICE_PORT: i32 = 443;
+
+/// `ip:port` as in a URL: IPv6 addresses are bracketed, as Go's JoinHostPort does.
+fn join_host_port(ip: &str, port: i32) -> String {
+    if ip.contains(':') {
+        format!("[{ip}]:{port}")
+    } else {
+        format!("{ip}:{port}")
+    }
+}
+
+/// The `KUBERNETES_*` variables of a container on the host: every name a kubelet derives from
+/// the `kubernetes` Service (it does so even with `enableServiceLinks: false`), with values
+/// pointing at the tenant apiserver's host Service `ip:port`. The host kubelet injects the same
+/// names for the host apiserver, but explicit container env wins over kubelet-injected service
+/// env, so setting all of them leaves none of the host's values visible.
+pub fn kubernetes_env(ip: &str, port: i32) -> Vec<EnvVar> {
+    let url = format!("tcp://{}", join_host_port(ip, port));
+    let pp = format!("KUBERNETES_PORT_{KUBERNETES_SERVICE_PORT}_TCP");
+    [
+        ("KUBERNETES_SERVICE_HOST".to_owned(), ip.to_owned()),
+        ("KUBERNETES_SERVICE_PORT".to_owned(), port.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".to_owned(), port.to_string()),
+        ("KUBERNETES_PORT".to_owned(), url.clone()),
+        (pp.clone(), url),
+        (format!("{pp}_PROTO"), "tcp".to_owned()),
+        (format!("{pp}_PORT"), port.to_string()),
+        (format!("{pp}_ADDR"), ip.to_owned()),
+    ]
+    .into_iter()
+    .map(|(name, value)| EnvVar {
+        name,
+        value: Some(value),
+        ..Default::default()
+    })
+    .collect()
+}
+
+/// Puts `vars` first in `env`, dropping the container's own variables of those names: a
+/// tenant may not point its workload at another apiserver by forging them, and first is where
+/// `$(VAR)` references in the rest of `env` can expand them.
+fn set_kubernetes_env(env: &mut Option<Vec<EnvVar>>, vars: &[EnvVar]) {
+    let own = env.take().unwrap_or_default();
+    let mut merged = vars.to_vec();
+    merged.extend(
+        own.into_iter()
+            .filter(|e| !vars.iter().any(|v| v.name == e.name)),
+    );
+    *env = Some(merged);
+}
+
+fn rewrite_container(c: &mut Container, dropped: &[String], kube_env: &[EnvVar]) {
+    if let Some(mounts) = &mut c.volume_mounts {
+        mounts.retain(|m| !dropped.contains(&m.name));
+    }
+    if !kube_env.is_empty() {
+        set_kubernetes_env(&mut c.env, kube_env);
+    }
+}
+
+/// The host pod for a tenant pod.
+pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
+    let mut spec: PodSpec = pod.spec.clone().unwrap_or_default();
+    let secret = crate::naming::token_secret_name(&pod.uid().unwrap_or_default());
+    for v in spec.volumes.iter_mut().flatten() {
+        if is_token_volume(v) {
+            *v = host_token_volume(v, &secret);
+        }
+    }
+    let dropped: Vec<String> = Vec::new();
+    let kube_env = env
+        .apiserver
+        .as_ref()
+        .map(|(ip, port)| kubernetes_env(ip, *port))
+        .unwrap_or_default();
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        rewrite_container(c, &dropped, &kube_env);
+    }
+    for c in spec.ephemeral_containers.iter_mut().flatten() {
+        if let Some(m) = &mut c.volume_mounts {
+            m.retain(|m| !dropped.contains(&m.name));
+        }
+        if !kube_env.is_empty() {
+            set_kubernetes_env(&mut c.env, &kube_env);
+        }
+    }
+    spec.automount_service_account_token = Some(false);
+    spec.enable_service_links = Some(false);
+    let service_account = spec.service_account_name.take();
+    #[allow(deprecated)] // the deprecated alias must go too, or the host defaults from it
+    {
+        spec.service_account = None;
+    }
+    spec.scheduling_gates = None;
+    // Placement, affinity and classes: confined to the plan's pool and the tenant's own pods
+    // (what it asked for and did not get is reported separately, see `placement_notes`).
+    let policy = &ctx.policy;
+    placement::confine(&mut spec, &ctx.key, &policy.placement, &policy.scheduling);
+    policy::pods::downward_to_tenant_view(&mut spec);
+    // What the tenant-wide quota counted for containers that set no resources (the host's
+    // LimitRange would fill in the same; written here so the two never disagree).
+    policy::quota::fill_defaults(&mut spec, &policy.quota.limits);
+    for v in spec.volumes.iter_mut().flatten() {
+        let template = v
+            .ephemeral
+            .as_mut()
+            .and_then(|e| e.volume_claim_template.as_mut());
+        if let Some(t) = template {
+            crate::kinds::pvcs::translate::claim_spec_to_host(&mut t.spec, &ctx.key, None);
+            t.metadata = t.metadata.take().map(|m| ObjectMeta {
+                labels: m.labels.as_ref().map(naming::map_to_host),
+                annotations: m.annotations.as_ref().map(naming::map_to_host),
+                ..Default::default()
+            });
+        }
+    }
+    if let Some((ip, _)) = &env.apiserver {
+        let domain = &env.cluster_domain;
+        let aliases = spec.host_aliases.get_or_insert_with(Vec::new);
+        aliases.push(HostAlias {
+            ip: ip.clone(),
+            hostnames: Some(vec![
+                "kubernetes".into(),
+                "kubernetes.default".into(),
+                "kubernetes.default.svc".into(),
+                format!("kubernetes.default.svc.{domain}"),
+            ]),
+        });
+    }
+    let host_network = spec.host_network == Some(true);
+    if let (Some(dns), false) = (&env.dns, host_network) {
+        let ns = pod.namespace().unwrap_or_default();
+        let domain = &env.cluster_domain;
+        // The tenant's own dnsConfig options and extra searches come after ours, as with ClusterFirst.
+        let mut searches = vec![
+            format!("{ns}.svc.{domain}"),
+            format!("svc.{domain}"),
+            domain.clone(),
+        ];
+        let mut options = vec![PodDNSConfigOption {
+            name: Some("ndots".into()),
+            value: Some("5".into()),
+        }];
+        let mut nameservers = vec![dns.clone()];
+        if spec.dns_policy.as_deref() == Some("None") {
+            // The tenant chose its DNS entirely; keep it.
+            searches.clear();
+            options.clear();
+            nameservers.clear();
+        }
+        if let Some(own) = &spec.dns_config {
+            searches.extend(own.searches.iter().flatten().cloned());
+            options.extend(own.options.iter().flatten().cloned());
+            nameservers.extend(own.nameservers.iter().flatten().cloned());
+        }
+        spec.dns_policy = Some("None".into());
+        spec.dns_config = Some(PodDNSConfig {
+            nameservers: Some(nameservers),
+            searches: Some(searches),
+            options: Some(options),
+        });
+    }
+    let mut metadata = host_meta(&pod.metadata, &ctx.key);
+    // The downward API reads the tenant's service account here (the host pod has none).
+    metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            policy::pods::ANN_SERVICE_ACCOUNT.into(),
+            service_account.unwrap_or_else(|| "default".into()),
+        );
+    Pod {
+        metadata,
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// What the host pod does not get of what the tenant asked for (dropped tolerations, node
+/// selector keys the pool overrides, unmapped priority classes): told to the tenant, since the
+/// pod still runs.
+pub fn placement_notes(pod: &Pod, ctx: &Ctx) -> Vec<String> {
+    let mut spec = pod.spec.clone().unwrap_or_default();
+    let policy = &ctx.policy;
+    placement::confine(&mut spec, &ctx.key, &policy.placement, &policy.scheduling)
+}
+
+/// A Service name or port name as a kubelet spells it in a variable name.
+fn env_name(s: &str) -> String {
+    s.to_ascii_uppercase().replace('-', "_")
+}
+
+/// The service-link variables a kubelet derives from `services` (the tenant Services in the
+/// pod's namespace), sorted by Service name. Services without a ClusterIP (headless, or not
+/// allocated yet) have none; the tenant apiserver's own Service never counts (its address on
+/// the host is the host apiserver; `KUBERNETES_*` come from [`kubernetes_env`]).
+pub fn service_links<'a>(services: impl IntoIterator<Item = &'a Service>) -> Vec<EnvVar> {
+    let mut services: Vec<&Service> = services
+        .into_iter()
+        .filter(|s| !vcp_policy::services::is_apiserver_service(s))
+        .collect();
+    services.sort_by_key(|s| s.metadata.name.clone());
+    let var = |name: String, value: String| EnvVar {
+        name,
+        value: Some(value),
+        ..Default::default()
+    };
+    let mut vars = Vec::new();
+    for svc in services {
+        let Some(spec) = &svc.spec else { continue };
+        let ip = match spec.cluster_ip.as_deref() {
+            Some(ip) if !ip.is_empty() && ip != "None" => ip,
+            _ => continue,
+        };
+        let prefix = env_name(&svc.name_any());
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        vars.push(var(format!("{prefix}_SERVICE_HOST"), ip.to_owned()));
+        if let Some(first) = ports.first() {
+            vars.push(var(
+                format!("{prefix}_SERVICE_PORT"),
+                first.port.to_string(),
+            ));
+        }
+        for p in ports {
+            if let Some(n) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                vars.push(var(
+                    format!("{prefix}_SERVICE_PORT_{}", env_name(n)),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        for (i, p) in ports.iter().enumerate() {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            let url = format!(
+                "{}://{}",
+                proto.to_ascii_lowercase(),
+                join_host_port(ip, p.port)
+            );
+            if i == 0 {
+                vars.push(var(format!("{prefix}_PORT"), url.clone()));
+            }
+            let pp = format!("{prefix}_PORT_{}_{}", p.port, proto.to_ascii_uppercase());
+            vars.push(var(pp.clone(), url));
+            vars.push(var(format!("{pp}_PROTO"), proto.to_ascii_lowercase()));
+            vars.push(var(format!("{pp}_PORT"), p.port.to_string()));
+            vars.push(var(format!("{pp}_ADDR"), ip.to_owned()));
+        }
+    }
+    vars
+}
+
+/// Whether a tenant pod gets service links (`enableServiceLinks` defaults to true).
+pub fn wants_service_links(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.enable_service_links) != Some(false)
+}
+
+/// Keys of the ConfigMaps (`false`) and Secrets (`true`) a pod's envFrom reads, by name: the
+/// variables they define win over service links.
+pub type EnvFromKeys = BTreeMap<(bool, String), BTreeSet<String>>;
+
+/// Puts `links` in front of every (init) container's env of `host`, except names the container
+/// defines itself through env or envFrom.
+pub fn add_service_links(host: &mut Pod, links: &[EnvVar], env_from: &EnvFromKeys) {
+    if links.is_empty() {
+        return;
+    }
+    let Some(spec) = &mut host.spec else { return };
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        let mut own: BTreeSet<String> = c.env.iter().flatten().map(|e| e.name.clone()).collect();
+        for f in c.env_from.iter().flatten() {
+            let prefix = f.prefix.as_deref().unwrap_or_default();
+            let source = match (&f.config_map_ref, &f.secret_ref) {
+                (Some(cm), _) => Some((false, cm.name.clone())),
+                (_, Some(s)) => Some((true, s.name.clone())),
+                _ => None,
+            };
+            let keys = source.and_then(|s| env_from.get(&s));
+            own.extend(keys.into_iter().flatten().map(|k| format!("{prefix}{k}")));
+        }
+        let mut vars: Vec<EnvVar> = links
+            .iter()
+            .filter(|v| !own.contains(&v.name))
+            .cloned()
+            .collect();
+        vars.extend(c.env.take().unwrap_or_default());
+        c.env = Some(vars);
+    }
+}
+
+/// `desired` with each container's env and resources as `host` has them: both are immutable
+/// on a pod (resources but through the resize subresource), and what the host pod was created
+/// with (service links of that moment, the plan's container defaults of that moment) stays
+/// valid for its life.
+pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
+    let Some(hs) = &host.spec else { return };
+    let Some(ds) = &mut desired.spec else { return };
+    let find = |cs: &[Container], name: &str| {
+        cs.iter()
+            .find(|c| c.name == name)
+            .map(|c| (c.env.clone(), c.resources.clone()))
+    };
+    for c in &mut ds.containers {
+        if let Some((env, resources)) = find(&hs.containers, &c.name) {
+            c.env = env;
+            c.resources = resources;
+        }
+    }
+    let host_init = hs.init_containers.as_deref().unwrap_or_default();
+    for c in ds.init_containers.iter_mut().flatten() {
+        if let Some((env, resources)) = find(host_init, &c.name) {
+            c.env = env;
+            c.resources = resources;
+        }
+    }
+}
+
+/// The tenant status that mirrors a host pod's, or `None` if the tenant already shows it
+/// (`tenant`: the tenant pod's status as it stands, see [`bound_status`]).
+///
+/// Conditions are compared without their timestamps. The tenant's binding makes the tenant
+/// apiserver write its own `PodScheduled` condition, stamped a moment after the host's for the
+/// same transition; a patch that only moved that stamp would cost a tenant write per pod and
+/// tell no client anything. Any real change (phase, IPs, container states, a condition's status,
+/// reason or message) is copied whole, host timestamps included.
+pub fn status_to_tenant(host: &Pod, tenant: Option<&PodStatus>) -> Option<PodStatus> {
+    let mut want = host.status.clone()?;
+    // The QoS class is the tenant apiserver's, fixed at creation from the tenant's spec: the
+    // host pod may differ (the plan's container defaults make a BestEffort pod Burstable), and
+    // the tenant refuses any change of it.
+    want.qos_class = tenant.and_then(|t| t.qos_class.clone());
+    let shown = tenant.is_some_and(|have| same_status(have, &want));
+    (!shown).then_some(want)
+}
+
+/// Whether two pod statuses say the same, condition timestamps aside (see [`status_to_tenant`]).
+pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
+    without_condition_times(a) == without_condition_times(b)
+}
+
+fn without_condition_times(status: &PodStatus) -> PodStatus {
+    let mut s = status.clone();
+    for c in s.conditions.iter_mut().flatten() {
+        c.last_probe_time = None;
+        c.last_transition_time = None;
+    }
+    s
+}
+
+/// A tenant pod's status after a binding went through: the apiserver sets `PodScheduled` to
+/// `True` (no reason, no message) as part of the binding.
+pub fn bound_status(status: Option<&PodStatus>) -> PodStatus {
+    let mut s = status.cloned().unwrap_or_default();
+    let conditions = s.conditions.get_or_insert_with(Vec::new);
+    let scheduled = PodCondition {
+        type_: "PodScheduled".into(),
+        status: "True".into(),
+        ..Default::default()
+    };
+    match conditions.iter_mut().find(|c| c.type_ == "PodScheduled") {
+        Some(c) => *c = scheduled,
+        None => conditions.push(scheduled),
+    }
+    s
+}
+
+/// ConfigMaps and Secrets a tenant pod references (volumes, projections, env, envFrom, image
+/// pull secrets), as (configmaps, secrets). The token volume's `kube-root-ca.crt` is not
+/// listed: on the host that volume reads from the syncer's token Secret instead.
+pub fn references(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut cms, mut secrets) = (BTreeSet::new(), BTreeSet::new());
+    let Some(spec) = &pod.spec else {
+        return (cms, secrets);
+    };
+    for v in spec.volumes.iter().flatten() {
+        if is_token_volume(v) {
+            continue;
+        }
+        if let Some(c) = &v.config_map {
+            cms.insert(c.name.clone());
+        }
+        if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+            secrets.insert(s);
+        }
+        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(c) = &src.config_map {
+                cms.insert(c.name.clone());
+            }
+            if let Some(s) = &src.secret {
+                secrets.insert(s.name.clone());
+            }
+        }
+    }
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        for e in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
+            if let Some(r) = &e.config_map_key_ref {
+                cms.insert(r.name.clone());
+            }
+            if let Some(r) = &e.secret_key_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+        for f in c.env_from.iter().flatten() {
+            if let Some(r) = &f.config_map_ref {
+                cms.insert(r.name.clone());
+            }
+            if let Some(r) = &f.secret_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+    }
+    for s in spec.image_pull_secrets.iter().flatten() {
+        secrets.insert(s.name.clone());
+    }
+    (cms, secrets)
+}
+
+/// The host node a host pod runs on: the tenant pod is bound to the virtual node of that name.
+pub fn host_node(host: &Pod) -> Option<&str> {
+    host.spec.as_ref()?.node_name.as_deref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::fixtures::ctx;
+    use vcp_core::naming::LABEL_TENANT;
+
+    fn tenant_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-1", "namespace": "apps", "uid": "t-uid",
+                "labels": {"app": "web"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs"}],
+                "finalizers": ["tenant.example/keep"],
+            },
+            "spec": {
+                "serviceAccountName": "builder",
+                "priorityClassName": "high",
+                "containers": [{
+                    "name": "web", "image": "nginx",
+                    "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "evil"}],
+                    "volumeMounts": [
+                        {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                        {"name": "config", "mountPath": "/etc/config"},
+                    ],
+                }],
+                "volumes": [
+                    {"name": "kube-api-access-abcde", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    ]}},
+                    {"name": "config", "configMap": {"name": "settings"}},
+                ],
+            },
+            "status": {"phase": "Pending"},
+        }))
+        .unwrap()
+    }
+
+    fn env() -> PodEnv {
+        PodEnv {
+            apiserver: Some(("10.96.4.4".into(), 443)),
+            dns: Some("10.96.5.5".into()),
+            cluster_domain: "cluster.local".into(),
+        }
+    }
+
+    #[test]
+    fn the_host_pod_is_isolated_from_host_credentials_and_services() {
+        let host = to_host(&tenant_pod(), &ctx(), &env());
+        assert_eq!(host.metadata.namespace.as_deref(), Some("demo-apps"));
+        assert_eq!(host.metadata.labels.as_ref().unwrap()[LABEL_TENANT], "demo");
+        assert!(host.metadata.owner_references.is_none() && host.metadata.finalizers.is_none());
+        assert!(host.status.is_none());
+        let spec = host.spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.enable_service_links, Some(false));
+        assert!(spec.service_account_name.is_none() && spec.priority_class_name.is_none());
+        let vols = spec.volumes.unwrap();
+        let token = vols
+            .iter()
+            .find(|v| v.name == "kube-api-access-abcde")
+            .unwrap();
+        let sources = token.projected.as_ref().unwrap().sources.as_ref().unwrap();
+        assert_eq!(
+            sources.len(),
+            1,
+            "only the host Secret with the tenant's token"
+        );
+        assert!(
+            sources[0].service_account_token.is_none(),
+            "a host kubelet must not mint a host token"
+        );
+        assert_eq!(
+            sources[0].secret.as_ref().unwrap().name,
+            crate::naming::token_secret_name("t-uid")
+        );
+        let mounts: Vec<_> = spec.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(
+            mounts,
+            ["kube-api-access-abcde", "config"],
+            "mounts stay as the tenant wrote them"
+        );
+    }
+
+    #[test]
+    fn the_host_pod_talks_to_the_tenant_apiserver_and_dns() {
+        let spec = to_host(&tenant_pod(), &ctx(), &env()).spec.unwrap();
+        let vars = spec.containers[0].env.clone().unwrap();
+        let get = |n: &str| {
+            vars.iter()
+                .filter(|e| e.name == n)
+                .map(|e| e.value.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            get("KUBERNETES_SERVICE_HOST"),
+            ["10.96.4.4"],
+            "the tenant's own value must not win"
+        );
+        assert_eq!(get("KUBERNETES_SERVICE_PORT"), ["443"]);
+        let alias = &spec.host_aliases.unwrap()[0];
+        assert_eq!(alias.ip, "10.96.4.4");
+        assert!(
+            alias
+                .hostnames
+                .as_ref()
+                .unwrap()
+                .contains(&"kubernetes.default.svc.cluster.local".to_owned())
+        );
+        assert_eq!(spec.dns_policy.as_deref(), Some("None"));
+        let dns = spec.dns_config.unwrap();
+        assert_eq!(dns.nameservers.unwrap(), ["10.96.5.5"]);
+        assert_eq!(
+            dns.searches.unwrap()[0],
+            "apps.svc.cluster.local",
+            "tenant namespace, not the host one"
+        );
+    }
+
+    #[test]
+    fn every_container_gets_the_full_kubernetes_env_of_the_tenant_apiserver_and_no_forgery() {
+        let mut pod = tenant_pod();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.enable_service_links = Some(false);
+        spec.containers[0].env = Some(
+            serde_json::from_value(serde_json::json!([
+                {"name": "KUBERNETES_PORT_443_TCP_ADDR", "value": "192.0.2.66"},
+                {"name": "KUBERNETES_SERVICE_PORT_HTTPS", "valueFrom": {"configMapKeyRef": {"name": "evil", "key": "port"}}},
+                {"name": "KUBERNETES_NAMESPACE", "value": "apps"},
+                {"name": "API", "value": "https://$(KUBERNETES_SERVICE_HOST)"},
+            ]))
+            .unwrap(),
+        );
+        spec.init_containers = Some(vec![Container {
+            name: "init".into(),
+            ..Default::default()
+        }]);
+        spec.ephemeral_containers = Some(vec![
+            serde_json::from_value(serde_json::json!({
+                "name": "debug", "env": [{"name": "KUBERNETES_PORT", "value": "tcp://192.0.2.66:443"}],
+            }))
+            .unwrap(),
+        ]);
+        let env = PodEnv {
+            apiserver: Some(("10.96.4.4".into(), 6443)),
+            ..env()
+        };
+        let spec = to_host(&pod, &ctx(), &env).spec.unwrap();
+        let want: BTreeMap<String, String> = [
+            ("KUBERNETES_SERVICE_HOST", "10.96.4.4"),
+            ("KUBERNETES_SERVICE_PORT", "6443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "6443"),
+            ("KUBERNETES_PORT", "tcp://10.96.4.4:6443"),
+            // Named after port 443 of the `kubernetes` Service, as the host kubelet names the
+            // host's: only these names override its values.
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.96.4.4:6443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "6443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.4.4"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let envs = [
+            ("container", spec.containers[0].env.clone().unwrap()),
+            (
+                "init",
+                spec.init_containers.unwrap()[0].env.clone().unwrap(),
+            ),
+            (
+                "ephemeral",
+                spec.ephemeral_containers.unwrap()[0].env.clone().unwrap(),
+            ),
+        ];
+        for (which, vars) in &envs {
+            let kube: BTreeMap<String, String> = vars
+                .iter()
+                .filter(|e| want.contains_key(&e.name))
+                .map(|e| {
+                    assert!(e.value_from.is_none(), "{which}: {} forged", e.name);
+                    (e.name.clone(), e.value.clone().unwrap())
+                })
+                .collect();
+            assert_eq!(kube, want, "{which}");
+            let names: Vec<&str> = vars.iter().map(|e| e.name.as_str()).collect();
+            let unique: BTreeSet<&str> = names.iter().copied().collect();
+            assert_eq!(
+                unique.len(),
+                names.len(),
+                "{which}: a name twice: {names:?}"
+            );
+        }
+        let names: Vec<&str> = envs[0].1.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names[want.len()..],
+            ["KUBERNETES_NAMESPACE", "API"],
+            "the tenant's other variables stay, after ours so $(KUBERNETES_SERVICE_HOST) expands"
+        );
+
+        let v6 = PodEnv {
+            apiserver: Some(("fd00::4".into(), 443)),
+            ..env
+        };
+        let vars = vars(
+            &to_host(&pod, &ctx(), &v6).spec.unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap(),
+        );
+        assert_eq!(vars["KUBERNETES_PORT_443_TCP"], "tcp://[fd00::4]:443");
+        assert_eq!(vars["KUBERNETES_PORT_443_TCP_ADDR"], "fd00::4");
+    }
+
+    #[test]
+    fn references_cover_volumes_env_and_pull_secrets_but_not_the_token_volume() {
+        let mut pod = tenant_pod();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.image_pull_secrets = Some(vec![
+            serde_json::from_value(serde_json::json!({"name": "registry"})).unwrap(),
+        ]);
+        spec.containers[0].env = Some(
+            serde_json::from_value(serde_json::json!([
+                {"name": "A", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}},
+                {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "x"}}},
+            ]))
+            .unwrap(),
+        );
+        let (cms, secrets) = references(&pod);
+        assert_eq!(cms.into_iter().collect::<Vec<_>>(), ["flags", "settings"]);
+        assert_eq!(secrets.into_iter().collect::<Vec<_>>(), ["db", "registry"]);
+    }
+
+    #[test]
+    fn status_flows_up_only_when_it_differs() {
+        let mut host = to_host(&tenant_pod(), &ctx(), &env());
+        let tenant = tenant_pod();
+        assert!(
+            status_to_tenant(&host, tenant.status.as_ref()).is_none(),
+            "no host status yet"
+        );
+        host.status =
+            serde_json::from_value(serde_json::json!({"phase": "Running", "podIP": "10.244.1.7"}))
+                .unwrap();
+        let up = status_to_tenant(&host, tenant.status.as_ref()).unwrap();
+        assert_eq!(up.pod_ip.as_deref(), Some("10.244.1.7"));
+        assert!(status_to_tenant(&host, Some(&up)).is_none());
+    }
+
+    fn status(v: serde_json::Value) -> PodStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_scheduled_host_pod_costs_no_status_patch_after_the_binding() {
+        // What the host's scheduler left on the host pod, and the tenant pod before its binding.
+        let mut host = to_host(&tenant_pod(), &ctx(), &env());
+        host.status = Some(status(serde_json::json!({
+            "phase": "Pending", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True",
+                "lastTransitionTime": "2026-11-21T10:00:00Z"}],
+        })));
+        let before = status(serde_json::json!({"phase": "Pending", "qosClass": "BestEffort"}));
+        assert!(
+            status_to_tenant(&host, Some(&before)).is_some(),
+            "unbound, the tenant does not show it"
+        );
+        // The binding marks the tenant pod scheduled (a second later): nothing left to copy.
+        let bound = bound_status(Some(&before));
+        assert!(status_to_tenant(&host, Some(&bound)).is_none());
+        let mut stamped = bound.clone();
+        stamped.conditions.as_mut().unwrap()[0].last_transition_time =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-21T10:00:01Z".parse().unwrap(),
+            ));
+        assert!(status_to_tenant(&host, Some(&stamped)).is_none());
+        // Once the host pod runs, the whole status goes up, host timestamps included.
+        host.status = Some(status(serde_json::json!({
+            "phase": "Running", "qosClass": "BestEffort", "podIP": "10.244.1.7",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-21T10:00:00Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-21T10:00:02Z"}],
+        })));
+        assert_eq!(status_to_tenant(&host, Some(&stamped)), host.status);
+        // A condition that changed its status is a change, whatever the timestamps.
+        let mut not_ready = host.status.clone().unwrap();
+        not_ready.conditions.as_mut().unwrap()[1].status = "False".into();
+        assert!(status_to_tenant(&host, Some(&not_ready)).is_some());
+    }
+
+    fn service(name: &str, ip: &str, ports: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "apps"},
+            "spec": {"clusterIP": ip, "ports": ports},
+        }))
+        .unwrap()
+    }
+
+    fn vars(v: &[EnvVar]) -> BTreeMap<String, String> {
+        v.iter()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn service_links_are_the_variables_a_kubelet_would_set() {
+        let web = service(
+            "my-web",
+            "10.96.7.7",
+            serde_json::json!([
+                {"name": "http", "port": 80, "targetPort": 8080},
+                {"name": "dns-udp", "port": 53, "protocol": "UDP"},
+            ]),
+        );
+        let got = vars(&service_links([&web]));
+        let want: BTreeMap<String, String> = [
+            ("MY_WEB_SERVICE_HOST", "10.96.7.7"),
+            ("MY_WEB_SERVICE_PORT", "80"),
+            ("MY_WEB_SERVICE_PORT_HTTP", "80"),
+            ("MY_WEB_SERVICE_PORT_DNS_UDP", "53"),
+            ("MY_WEB_PORT", "tcp://10.96.7.7:80"),
+            ("MY_WEB_PORT_80_TCP", "tcp://10.96.7.7:80"),
+            ("MY_WEB_PORT_80_TCP_PROTO", "tcp"),
+            ("MY_WEB_PORT_80_TCP_PORT", "80"),
+            ("MY_WEB_PORT_80_TCP_ADDR", "10.96.7.7"),
+            ("MY_WEB_PORT_53_UDP", "udp://10.96.7.7:53"),
+            ("MY_WEB_PORT_53_UDP_PROTO", "udp"),
+            ("MY_WEB_PORT_53_UDP_PORT", "53"),
+            ("MY_WEB_PORT_53_UDP_ADDR", "10.96.7.7"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn services_without_an_address_and_the_apiserver_service_have_no_links() {
+        let ports = serde_json::json!([{"port": 80}]);
+        let headless = service("db", "None", ports.clone());
+        let unallocated = service("queue", "", ports.clone());
+        let mut apiserver = service("kubernetes", "10.96.0.1", ports.clone());
+        apiserver.metadata.namespace = Some("default".into());
+        assert!(service_links([&headless, &unallocated, &apiserver]).is_empty());
+        let v6 = vars(&service_links([&service("web", "fd00::7", ports)]));
+        assert_eq!(v6["WEB_PORT"], "tcp://[fd00::7]:80");
+    }
+
+    #[test]
+    fn container_env_and_env_from_win_over_service_links_which_come_first() {
+        let mut pod = tenant_pod();
+        let c = &mut pod.spec.as_mut().unwrap().containers[0];
+        c.env = Some(
+            serde_json::from_value(serde_json::json!([
+                {"name": "WEB_SERVICE_PORT", "value": "8443"},
+                {"name": "URL", "value": "http://$(WEB_SERVICE_HOST)"},
+            ]))
+            .unwrap(),
+        );
+        c.env_from = Some(
+            serde_json::from_value(serde_json::json!([
+                {"configMapRef": {"name": "flags"}, "prefix": "WEB_"},
+            ]))
+            .unwrap(),
+        );
+        let links = service_links([&service(
+            "web",
+            "10.96.7.7",
+            serde_json::json!([{"port": 80}]),
+        )]);
+        let keys = EnvFromKeys::from([((false, "flags".into()), BTreeSet::from(["PORT".into()]))]);
+        let mut host = to_host(&pod, &ctx(), &PodEnv::default());
+        add_service_links(&mut host, &links, &keys);
+        let env = host.spec.unwrap().containers[0].env.clone().unwrap();
+        let names: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names.first(), Some(&"WEB_SERVICE_HOST"));
+        assert!(
+            names.iter().position(|n| *n == "WEB_SERVICE_HOST")
+                < names.iter().position(|n| *n == "URL"),
+            "links must precede the variables that reference them"
+        );
+        assert_eq!(
+            env.iter().filter(|e| e.name == "WEB_SERVICE_PORT").count(),
+            1
+        );
+        assert_eq!(vars(&env)["WEB_SERVICE_PORT"], "8443");
+        assert!(
+            !names.contains(&"WEB_PORT"),
+            "envFrom defines WEB_PORT (prefix WEB_, key PORT)"
+        );
+    }
+
+    #[test]
+    fn updates_keep_the_env_the_host_pod_was_created_with() {
+        let mut created = to_host(&tenant_pod(), &ctx(), &env());
+        let links = service_links([&service(
+            "web",
+            "10.96.7.7",
+            serde_json::json!([{"port": 80}]),
+        )]);
+        add_service_links(&mut created, &links, &EnvFromKeys::new());
+        let mut desired = to_host(&tenant_pod(), &ctx(), &env());
+        desired.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
+        keep_host_env(&mut desired, &created);
+        let (d, c) = (desired.spec.unwrap(), created.spec.unwrap());
+        assert_eq!(d.containers[0].env, c.containers[0].env);
+        assert_eq!(d.containers[0].image.as_deref(), Some("nginx:2"));
+    }
+}

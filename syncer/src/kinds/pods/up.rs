@@ -1,0 +1,210 @@
+//! Pod status and binding up (host -> tenant): once the host scheduled a pod, the tenant pod is
+//! bound (Binding subresource) to the virtual node named after the host node ([`super::nodes`]),
+//! and the host pod's status is copied to the tenant pod as one merge patch, only when the
+//! tenant does not show it yet ([`super::translate::status_to_tenant`]). [`UpWrites`] remembers
+//! writes the tenant cache may not show yet, so a pass that runs before the tenant watch
+//! delivered them does not repeat them.
+
+use super::nodes::ensure_virtual_node;
+use super::translate::{bound_status, host_node, same_status, status_to_tenant};
+use crate::engine::Engine;
+use crate::{Result, kube_err};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::time::Duration;
+
+/// Entries [`UpWrites`] holds before it starts over (it only holds writes in flight).
+const UP_WRITES: usize = 10_000;
+
+/// How long a remembered write counts at most: far longer than a tenant watch lags, short
+/// enough that a status someone else set back to an older value is repaired soon.
+const UP_WRITE_TTL: Duration = Duration::from_secs(30);
+
+/// Writes to tenant pods (binding, status) that the tenant cache may not show yet.
+///
+/// A host change can trigger a pass on a pod before the tenant watch delivered this syncer's
+/// own last writes to it; that pass would bind again (answered 409) and copy the same status
+/// again, a tenant request each. The memory is only a hint, used while the cached tenant pod
+/// is provably older than those writes: it is the very version they were based on, or (a
+/// binding and a status written in one pass) its status is still one the writes replaced.
+/// The tenant has no kubelet, so nothing but this syncer moves a pod's status. Anything else
+/// drops the entry; forgetting costs one repeated, idempotent write.
+#[derive(Default)]
+pub struct UpWrites(std::sync::Mutex<std::collections::HashMap<String, UpWrite>>);
+
+/// What the syncer last wrote to one tenant pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpWrite {
+    /// Resource version of the tenant pod the writes were based on.
+    pub based_on: String,
+    pub bound: bool,
+    /// The status copied up, if one was.
+    pub status: Option<PodStatus>,
+    /// Statuses the pod showed before the status was copied (before and after the binding).
+    pub replaced: Vec<PodStatus>,
+    pub at: std::time::Instant,
+}
+
+impl UpWrite {
+    fn new(based_on: String) -> UpWrite {
+        UpWrite {
+            based_on,
+            bound: false,
+            status: None,
+            replaced: Vec::new(),
+            at: std::time::Instant::now(),
+        }
+    }
+}
+
+impl UpWrites {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, UpWrite>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The writes to pod `uid` that a cache holding version `rv` of it, with `status`, does
+    /// not show yet.
+    pub fn unseen(&self, uid: &str, rv: &str, status: Option<&PodStatus>) -> Option<UpWrite> {
+        let mut m = self.lock();
+        let w = m.get(uid)?;
+        let lags = w.based_on == rv
+            || (w.status.is_some()
+                && w.replaced
+                    .iter()
+                    .any(|r| status.is_some_and(|s| same_status(r, s))));
+        if lags && w.at.elapsed() < UP_WRITE_TTL {
+            return Some(w.clone());
+        }
+        m.remove(uid);
+        None
+    }
+
+    pub fn record(&self, uid: &str, w: UpWrite) {
+        let mut m = self.lock();
+        if m.len() >= UP_WRITES {
+            m.clear();
+        }
+        m.insert(uid.to_owned(), w);
+    }
+}
+
+/// Binds tenant pod `t` to the virtual node of its host pod `h` and copies `h`'s status up,
+/// each only if the tenant does not show it yet.
+pub async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    let api: Api<Pod> = Api::namespaced(e.tenant.clone(), &ns);
+    let uid = t.uid().unwrap_or_default();
+    let rv = t.resource_version().unwrap_or_default();
+    let cached_bound = t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+    let unseen = e.up_writes.unseen(&uid, &rv, t.status.as_ref());
+    // The tenant status as it stands, counting this syncer's writes the cache lags behind.
+    let mut shown = match &unseen {
+        Some(w) if w.status.is_some() => w.status.clone(),
+        Some(w) if w.bound && !cached_bound => Some(bound_status(t.status.as_ref())),
+        _ => t.status.clone(),
+    };
+    let mut wrote = unseen.clone().unwrap_or_else(|| UpWrite::new(rv));
+    let mut changed = false;
+    let bound = cached_bound || unseen.is_some_and(|w| w.bound);
+    if !bound && let Some(node) = host_node(h) {
+        ensure_virtual_node(e, node).await?;
+        let binding = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "uid": t.uid()},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        match api
+            .create_subresource::<_, serde_json::Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
+            // The binding marks the pod scheduled; the status below need not repeat it.
+            Ok(_) => {
+                wrote.replaced.extend(shown.clone());
+                shown = Some(bound_status(shown.as_ref()));
+                wrote.bound = true;
+                changed = true;
+            }
+            // Bound already, by a pass whose writes this syncer no longer remembers: the
+            // tenant's status is unknown here, so the host's is copied in full.
+            Err(kube::Error::Api(ae)) if ae.code == 409 => shown = None,
+            Err(err) => return Err(kube_err(format!("bind tenant pod {ns}/{name}"))(err)),
+        }
+    }
+    if let Some(status) = status_to_tenant(h, shown.as_ref()) {
+        let patch = serde_json::json!({"status": status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(format!("update status of tenant pod {ns}/{name}")))?;
+        wrote.replaced.extend(shown);
+        wrote.status = Some(status);
+        changed = true;
+    }
+    if changed && !uid.is_empty() {
+        wrote.at = std::time::Instant::now();
+        e.up_writes.record(&uid, wrote);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(phase: &str) -> PodStatus {
+        PodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn writes_are_remembered_only_while_the_cache_lags_them() {
+        let w = UpWrites::default();
+        let mut bound = UpWrite::new("10".into());
+        bound.bound = true;
+        w.record("u1", bound.clone());
+        assert_eq!(
+            w.unseen("u1", "10", None),
+            Some(bound.clone()),
+            "the cache still holds the version the binding was based on"
+        );
+        assert_eq!(w.unseen("u1", "11", None), None, "the cache moved on");
+        assert_eq!(w.unseen("u1", "10", None), None, "and the entry is gone");
+        assert_eq!(w.unseen("u2", "10", None), None);
+
+        // Bound and status copied in one pass: the binding shows first (another version),
+        // with the status from before the copy.
+        let mut both = UpWrite::new("10".into());
+        both.bound = true;
+        both.replaced = vec![status("Pending")];
+        both.status = Some(status("Running"));
+        w.record("u3", both.clone());
+        let lagging = w.unseen("u3", "11", Some(&status("Pending")));
+        assert_eq!(lagging, Some(both.clone()));
+        assert_eq!(
+            w.unseen("u3", "12", Some(&status("Running"))),
+            None,
+            "the copied status shows"
+        );
+        w.record("u3", both.clone());
+        assert_eq!(
+            w.unseen("u3", "12", Some(&status("Failed"))),
+            None,
+            "someone else's status: the cache is newer"
+        );
+
+        // An old entry counts no more.
+        let mut old = both;
+        old.at = std::time::Instant::now() - UP_WRITE_TTL;
+        w.record("u4", old);
+        assert_eq!(w.unseen("u4", "10", None), None);
+    }
+}

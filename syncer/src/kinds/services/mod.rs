@@ -1,0 +1,226 @@
+//! Services: ClusterIP negotiation with the host, NodePorts and load-balancer status up; a
+//! selector that comes or goes hands the Service's endpoints to the host or back
+//! (`endpoints::selector_changed`).
+
+pub mod translate;
+
+use crate::engine::decide::{Decision, HostSide, decide};
+use crate::engine::quota;
+use crate::engine::{Engine, FIELD_MANAGER, Placed, Side, Synced, apply, cached_host, delete_host};
+use crate::kinds::endpoints::translate::hand_managed;
+use crate::{Error, Result, kube_err};
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use std::sync::Arc;
+use std::time::Duration;
+use vcp_policy::{self as policy, Refusal};
+
+/// Down-reconcile of a tenant Service.
+pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
+    let e = &side.engine;
+    if vcp_policy::services::is_apiserver_service(&t) {
+        return Ok(Action::await_change());
+    }
+    let (host_ports, refusals) = host_ports(e, &t);
+    let desired = translate::to_host(&t, &e.ctx, true, host_ports);
+    let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    if t.metadata.deletion_timestamp.is_none() {
+        tell(e, &t, &refusals).await;
+    }
+    match decide(
+        t.uid().as_deref(),
+        t.metadata.deletion_timestamp.is_none(),
+        host_side,
+    ) {
+        Decision::Create => {
+            // Over the tenant-wide quota, a Service has no host copy at all (not even a
+            // ClusterIP one): it waits until an earlier one goes.
+            let admission = e.admission.lock().await;
+            if let Some(wait) = quota::hold(e, t.as_ref(), quota::service(e, &side, &t)).await {
+                return Ok(wait);
+            }
+            let created = create(e, &t, &desired, host_ports).await;
+            if matches!(created, Ok(Placed::Ours)) {
+                e.admission.created::<Service>(&ns, &name);
+            }
+            drop(admission);
+            if let Some(wait) = quota::hold(e, t.as_ref(), quota::host_verdict(&created)).await {
+                return Ok(wait);
+            }
+            created?;
+        }
+        // The tenant Service was recreated to carry the host's address: same IP, same Service.
+        Decision::Replace(h) if !translate::ip_mismatch(&h, &t) => {
+            apply(e, &translate::to_host(&t, &e.ctx, false, host_ports)).await?;
+        }
+        Decision::Replace(h) => {
+            delete_host(e, h.as_ref(), None).await?;
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        Decision::Update(h) => {
+            if translate::ip_mismatch(&h, &t) {
+                recreate_tenant_with_ip(e, &t, &h).await?;
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            // Hand-written endpoints go down only while the Service has no selector; the host
+            // Service still shows the selector as it was (see `endpoints` for the order).
+            let had_selector = !hand_managed(&h);
+            let has_selector = !hand_managed(&t);
+            if has_selector && !had_selector {
+                crate::kinds::endpoints::selector_changed(e, &t).await?;
+            }
+            apply(e, &translate::to_host(&t, &e.ctx, false, host_ports)).await?;
+            if had_selector && !has_selector {
+                crate::kinds::endpoints::selector_changed(e, &t).await?;
+            }
+            if let Some(patch) = translate::to_tenant_patch(&h, &t) {
+                let api: Api<Service> = Api::namespaced(e.tenant.clone(), &ns);
+                if let Some(spec) = patch.get("spec") {
+                    api.patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&serde_json::json!({"spec": spec})),
+                    )
+                    .await
+                    .map_err(kube_err(format!(
+                        "copy node ports to tenant service {ns}/{name}"
+                    )))?;
+                }
+                if let Some(status) = patch.get("status") {
+                    api.patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&serde_json::json!({"status": status})),
+                    )
+                    .await
+                    .map_err(kube_err(format!(
+                        "copy status to tenant service {ns}/{name}"
+                    )))?;
+                }
+            }
+        }
+        Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
+    }
+    Ok(Action::requeue(e.resync))
+}
+
+async fn create(
+    e: &Engine,
+    t: &Service,
+    desired: &Service,
+    host_ports: bool,
+) -> Result<crate::engine::Placed> {
+    match crate::engine::create_or_adopt(e, t, desired).await {
+        // The tenant's address is taken on the host (another tenant allocated it): let the host choose.
+        Err(Error::Kube {
+            source: kube::Error::Api(ae),
+            ..
+        }) if ae.code == 422 => {
+            crate::engine::create_or_adopt(e, t, &translate::to_host(t, &e.ctx, false, host_ports))
+                .await
+        }
+        other => other,
+    }
+}
+
+/// Whether the tenant's plan admits `t` with host NodePorts (always, for other types), and what
+/// it refuses. Decided over the whole tenant Service cache in creation order, so every pass
+/// and every restarted syncer admits the same Services.
+pub fn host_ports(e: &Engine, t: &Service) -> (bool, Vec<Refusal>) {
+    if !policy::services::takes_node_ports(t) {
+        return (true, Vec::new());
+    }
+    let key = (t.namespace().unwrap_or_default(), t.name_any());
+    let Some(cache) = e.tenant_services.get() else {
+        return (false, policy::services::check(t, &e.ctx.policy.services));
+    };
+    let all = cache.state();
+    let (verdicts, _) =
+        policy::services::admitted(all.iter().map(|s| s.as_ref()), &e.ctx.policy.services);
+    let refusals = verdicts
+        .get(&key)
+        .cloned()
+        .unwrap_or_else(|| policy::services::check(t, &e.ctx.policy.services));
+    (refusals.is_empty(), refusals)
+}
+
+/// Tells the tenant what of its Service the host does not get (Warning events; the recorder
+/// folds repeats into one event with a count).
+async fn tell(e: &Engine, t: &Service, refusals: &[Refusal]) {
+    if !refusals.is_empty() {
+        let note = format!(
+            "{}; the Service is served inside the cluster only",
+            policy::summary(refusals)
+        );
+        e.report(t, "PolicyRefused", note).await;
+    }
+    let spec = t.spec.as_ref();
+    if spec.is_some_and(|s| s.external_ips.as_ref().is_some_and(|i| !i.is_empty())) {
+        e.report(
+            t,
+            "PolicyRefused",
+            policy::services::EXTERNAL_IPS_NOTE.into(),
+        )
+        .await;
+    }
+    if let Some(ip) = policy::services::reserved_ip(t, &e.ctx.policy) {
+        e.report(
+            t,
+            "PolicyRefused",
+            format!(
+                "clusterIP {ip} is reserved by the host; the Service gets a host-allocated address"
+            ),
+        )
+        .await;
+    }
+}
+
+/// Replaces the tenant Service with one carrying the host's ClusterIP (the address is
+/// immutable, so a new object is the only way; name, spec and labels stay).
+async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result<()> {
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    let api: Api<Service> = Api::namespaced(e.tenant.clone(), &ns);
+    let mut fresh = t.clone();
+    fresh.metadata = kube::api::ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(ns.clone()),
+        labels: t.metadata.labels.clone(),
+        annotations: t.metadata.annotations.clone(),
+        owner_references: t.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    fresh.status = None;
+    if let Some(spec) = &mut fresh.spec {
+        let ip = h.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+        spec.cluster_ip = ip.clone();
+        spec.cluster_ips = ip.map(|i| vec![i]);
+    }
+    tracing::info!(ns = %ns, service = %name, "recreating tenant service with the host's cluster IP");
+    api.delete(&name, &DeleteParams::default())
+        .await
+        .map_err(kube_err(format!("delete tenant service {ns}/{name}")))?;
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.create(&pp, &fresh)
+        .await
+        .map_err(kube_err(format!("recreate tenant service {ns}/{name}")))?;
+    Ok(())
+}
+
+impl Synced for Service {
+    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+        // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
+        if vcp_policy::services::is_apiserver_service(t) {
+            return None;
+        }
+        let (host_ports, _) = host_ports(e, t);
+        Some(translate::to_host(t, &e.ctx, true, host_ports))
+    }
+}
