@@ -3,12 +3,12 @@
 
 use super::{Provisioner, secret_str};
 use crate::inventory::Tenant;
-use vcp_core::naming::control_plane_namespace;
 use crate::pki::{self, CertInfo};
 use crate::{Error, Result, render};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use time::OffsetDateTime;
+use vcp_core::naming::control_plane_namespace;
 
 /// A kubeconfig signed for a tenant user: its client certificate and key are embedded in
 /// `kubeconfig` and nowhere else.
