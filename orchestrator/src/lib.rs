@@ -13,6 +13,7 @@
 //! The tenant lifecycle (desired state, phase, conditions) is typed once, in [`lifecycle`]
 //! (pure), and used by every layer. [`serve`] wires the workers, the sampler and the API
 //! together; [`metrics`] and [`logging`] are what an operator sees of them.
+//!
 //! Tenant keys, host names and the `vcp.dev` labels come from `vcp_core::naming`, and plan
 //! policies, quota and usage rules from `vcp_policy`: the crates the syncer uses for the same
 //! things, so both sides agree by construction (this crate does not depend on the syncer).
