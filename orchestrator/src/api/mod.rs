@@ -11,6 +11,7 @@ mod types;
 
 use crate::inventory::{Inventory, NewTenant, Tenant, Token};
 use crate::names::TenantName;
+pub use crate::names::parse_ttl;
 use crate::provision::Provisioner;
 use crate::serve::{key_suffix, new_token, token_hash};
 use crate::{Error, pki, render};
@@ -344,20 +345,20 @@ async fn versions(
 }
 
 fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Problem> {
-    let ok = |s: &str, max: usize| {
-        s.len() <= max
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-    };
-    if labels.len() > 64 {
-        return Err(Problem::invalid("labels", "at most 64 labels"));
+    use crate::names::{MAX_LABEL_KEY_LEN, MAX_LABEL_VALUE_LEN, MAX_LABELS};
+    if labels.len() > MAX_LABELS {
+        return Err(Problem::invalid(
+            "labels",
+            &format!("at most {MAX_LABELS} labels"),
+        ));
     }
     for (k, v) in labels {
-        if k.is_empty() || !ok(k, 253) || !ok(v, 63) {
+        if !crate::names::is_label_key(k) || !crate::names::is_label_value(v) {
             return Err(Problem::invalid(
                 "labels",
                 &format!(
-                    "label {k:?}: keys up to 253 and values up to 63 characters of [A-Za-z0-9-_./]"
+                    "label {k:?}: keys of 1 to {MAX_LABEL_KEY_LEN} and values of up to \
+                     {MAX_LABEL_VALUE_LEN} characters of [A-Za-z0-9-_./]"
                 ),
             ));
         }
@@ -631,34 +632,16 @@ async fn tenant_usage(
     }))
 }
 
-/// Parses `90m`, `12h`, `30d` (or plain seconds).
-pub fn parse_ttl(s: &str) -> Option<Duration> {
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = n.parse().ok()?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n.checked_mul(60)?,
-        "h" => n.checked_mul(3600)?,
-        "d" => n.checked_mul(86_400)?,
-        _ => return None,
-    };
-    (secs > 0).then(|| Duration::from_secs(secs))
-}
-
 /// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
 fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
-    // Names Kubernetes and vcp reserve for their own identities: a kubeconfig must not
-    // impersonate a node, a controller or vcp's own components.
-    let reserved = |s: &str| s.starts_with("system:") || s.starts_with("vcp:");
-    // Printable ASCII only: these go into certificates, the inventory and terminal tables.
-    let plain = |s: &str| (1..=128).contains(&s.len()) && s.chars().all(|c| c.is_ascii_graphic());
-    if !plain(&req.user) || reserved(&req.user) {
+    use crate::names::{MAX_GROUPS, is_subject};
+    if !is_subject(&req.user) {
         return Err(Problem::invalid(
             "user",
             "1 to 128 printable ASCII characters without spaces, not starting with \"system:\" or \"vcp:\"",
         ));
     }
-    if req.groups.len() > 16 || req.groups.iter().any(|g| !plain(g) || reserved(g)) {
+    if req.groups.len() > MAX_GROUPS || !req.groups.iter().all(|g| is_subject(g)) {
         return Err(Problem::invalid(
             "groups",
             "at most 16 groups of 1 to 128 printable ASCII characters, none starting with \"system:\" or \"vcp:\"",
@@ -820,7 +803,11 @@ async fn create_token(
     if TenantName::parse(&req.name).is_err() {
         return Err(Problem::invalid(
             "name",
-            "a lowercase name like a tenant's: [a-z]([a-z0-9-]*[a-z0-9])?, up to 40 characters",
+            &format!(
+                "a lowercase name like a tenant's: {}, up to {} characters",
+                crate::names::NAME_PATTERN,
+                crate::names::MAX_NAME_LEN
+            ),
         ));
     }
     let secret = new_token();
@@ -1087,17 +1074,6 @@ mod tests {
                 Some(want),
                 "{since:?} {until:?} {limit:?}"
             );
-        }
-    }
-
-    #[test]
-    fn ttls_parse_in_common_units() {
-        assert_eq!(parse_ttl("90m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_ttl("12h"), Some(Duration::from_secs(43_200)));
-        assert_eq!(parse_ttl("30d"), Some(Duration::from_secs(2_592_000)));
-        assert_eq!(parse_ttl("45"), Some(Duration::from_secs(45)));
-        for bad in ["", "0h", "h", "1w", "-1h", "1.5h", "99999999999999999999d"] {
-            assert_eq!(parse_ttl(bad), None, "{bad}");
         }
     }
 }
