@@ -126,17 +126,37 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(openapi_json))
 }
 
-/// The OpenAPI document of the API, as served at `/openapi.json`.
+/// The OpenAPI document of a server with the built-in versions and plans: `vcp openapi` and
+/// docs/openapi.json.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_routes().into_openapi()
+    let plans = crate::render::parse_plans("{}").unwrap_or_default();
+    openapi_for(
+        &crate::render::Catalog::builtin(),
+        plans.into_keys().collect(),
+    )
 }
 
-/// This document (no token needed: it describes the API, not the fleet).
+/// The OpenAPI document of a server with these versions and plans, which it states as the
+/// values `POST /v1/tenants` takes.
+pub fn openapi_for(
+    catalog: &crate::render::Catalog,
+    plans: Vec<String>,
+) -> utoipa::openapi::OpenApi {
+    let mut doc = api_routes().into_openapi();
+    types::with_choices(&mut doc, catalog.spellings(), plans);
+    doc
+}
+
+/// This document (no token needed: it describes the API, not the fleet), with this server's
+/// versions and plans.
 #[utoipa::path(get, path = "/openapi.json", tag = "health",
     responses((status = 200, description = "the OpenAPI document of this API", body = Object)))]
-async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
-    static DOC: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
-    Json(DOC.get_or_init(openapi))
+async fn openapi_json(State(s): State<AppState>) -> Json<utoipa::openapi::OpenApi> {
+    let config = &s.provisioner.config;
+    Json(openapi_for(
+        &config.catalog,
+        config.plans.keys().cloned().collect(),
+    ))
 }
 
 /// The router.
@@ -486,7 +506,7 @@ async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Probl
 
 /// One tenant, with its latest quota usage sample (`usage`, null before the first).
 #[utoipa::path(get, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name")), responses(
+    params(("name" = NameSchema, Path, description = "tenant name")), responses(
     (status = 200, body = TenantView),
     Unauthorized,
     NoSuchTenant,
@@ -505,7 +525,7 @@ async fn get_tenant(
 /// Deletes a tenant: its control plane, its workloads on the host and (unless retained) its
 /// data. The name is free again once the tenant is gone from the list.
 #[utoipa::path(delete, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name"), DeleteQuery), responses(
+    params(("name" = NameSchema, Path, description = "tenant name"), DeleteQuery), responses(
     (status = 202, description = "deletion started; phase Deleting", body = TenantView),
     (status = 400, description = "malformed query", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,
@@ -593,7 +613,7 @@ fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageR
 /// A tenant's usage samples in `[since, until)`, oldest first, with its plan's limits: the
 /// billing export. Pages of at most `limit` samples; `next_since` continues.
 #[utoipa::path(get, path = "/v1/tenants/{name}/usage", tag = "tenants", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name"), UsageQuery), responses(
+    params(("name" = NameSchema, Path, description = "tenant name"), UsageQuery), responses(
     (status = 200, body = UsageSamples),
     (status = 400, description = "malformed query (`limit` not a number, a parameter given twice); `field` names it", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,
@@ -659,7 +679,7 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
 /// groups as O. The key is in this answer only; the inventory keeps serial, subject and
 /// expiry.
 #[utoipa::path(post, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name")),
+    params(("name" = NameSchema, Path, description = "tenant name")),
     request_body = IssueKubeconfig, responses(
     (status = 201, body = KubeconfigIssued),
     BodyRefused,
@@ -756,7 +776,7 @@ async fn issue_kubeconfig(
 
 /// The kubeconfigs issued for a tenant (serial, subject, groups, expiry; never keys).
 #[utoipa::path(get, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name")), responses(
+    params(("name" = NameSchema, Path, description = "tenant name")), responses(
     (status = 200, body = KubeconfigList),
     Unauthorized,
     NoSuchTenant,
@@ -867,7 +887,7 @@ async fn list_tokens(
 
 /// Revokes a token (admins only): it answers 401 from then on.
 #[utoipa::path(delete, path = "/v1/tokens/{name}", tag = "tokens", security(("bearer" = [])),
-    params(("name" = String, Path, description = "token name")), responses(
+    params(("name" = NameSchema, Path, description = "token name")), responses(
     (status = 204, description = "revoked"),
     Unauthorized,
     AdminOnly,
