@@ -572,13 +572,31 @@ struct UsageRange {
     limit: u32,
 }
 
+/// `t` in UTC, within the years an RFC 3339 time can be written in (0000 to 9999):
+/// `9999-12-31T23:59:59-01:00` is in the year 10000 in UTC, `0000-01-01T00:00:00+01:00` in
+/// the year -1. Clamping them changes no answer (no sample is that old or that new) and keeps
+/// the answer's `since` and `until` writable.
+fn in_utc(t: time::OffsetDateTime) -> time::OffsetDateTime {
+    use time::{Date, Month};
+    let first = Date::from_calendar_date(0, Month::January, 1).map(|d| d.midnight());
+    let last = Date::from_calendar_date(9999, Month::December, 31)
+        .and_then(|d| d.with_hms_nano(23, 59, 59, 999_999_999));
+    let (first, last) = (
+        first.expect("a valid date").assume_utc(),
+        last.expect("a valid time").assume_utc(),
+    );
+    t.checked_to_offset(time::UtcOffset::UTC)
+        .unwrap_or(if t.year() > 0 { last } else { first })
+        .clamp(first, last)
+}
+
 /// Checks a usage query; `now` is the default `until`.
 fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageRange, Problem> {
     let time = |field: &str, v: &Option<String>| -> Result<Option<time::OffsetDateTime>, Problem> {
         v.as_deref()
             .map(|s| {
                 time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-                    .map(|t| t.to_offset(time::UtcOffset::UTC))
+                    .map(in_utc)
                     .map_err(|_| {
                         Problem::invalid(
                             field,
@@ -589,7 +607,8 @@ fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageR
             .transpose()
     };
     let until = time("until", &q.until)?.unwrap_or(now);
-    let since = time("since", &q.since)?.unwrap_or(until - time::Duration::DAY);
+    let since = time("since", &q.since)?
+        .unwrap_or_else(|| until.checked_sub(time::Duration::DAY).map_or(until, in_utc));
     if since > until {
         return Err(Problem::invalid(
             "since",
@@ -972,6 +991,71 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_document_states_the_limits_the_server_checks() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let groups = &schemas["IssueKubeconfig"]["properties"]["groups"];
+        assert_eq!(groups["maxItems"], crate::names::MAX_GROUPS);
+        assert_eq!(groups["items"]["$ref"], "#/components/schemas/Subject");
+        let usage = &doc["paths"]["/v1/tenants/{name}/usage"]["get"]["parameters"];
+        let limit = usage
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap();
+        assert_eq!(limit["schema"]["minimum"], 1);
+        assert_eq!(limit["schema"]["maximum"], MAX_USAGE_PAGE);
+        // Every name in a path is a Name, and every string field of a request body that the
+        // server checks by a rule refers to its schema.
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    if p["in"] == "path" {
+                        assert_eq!(
+                            p["schema"]["$ref"], "#/components/schemas/Name",
+                            "{method} {path}"
+                        );
+                    }
+                }
+            }
+        }
+        let body = |name: &str, field: &str| schemas[name]["properties"][field].to_string();
+        for (schema, field, rule) in [
+            ("CreateTenant", "name", "Name"),
+            ("CreateTenant", "labels", "Labels"),
+            ("CreateTenant", "version", "KubernetesVersion"),
+            ("CreateTenant", "plan", "Plan"),
+            ("CreateToken", "name", "Name"),
+            ("CreateToken", "role", "Role"),
+            ("IssueKubeconfig", "user", "Subject"),
+            ("IssueKubeconfig", "ttl", "Ttl"),
+        ] {
+            assert!(
+                body(schema, field).contains(&format!("#/components/schemas/{rule}")),
+                "{schema}.{field}: {}",
+                body(schema, field)
+            );
+        }
+    }
+
+    #[test]
+    fn a_server_documents_its_own_versions_and_plans() {
+        let catalog = crate::render::Catalog::builtin();
+        let doc = openapi_for(&catalog, vec!["default".into(), "gold".into()]);
+        let doc = serde_json::to_value(doc).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(
+            schemas["Plan"]["enum"],
+            serde_json::json!(["default", "gold"])
+        );
+        assert_eq!(
+            schemas["KubernetesVersion"]["enum"],
+            serde_json::json!(catalog.spellings())
+        );
+    }
+
     fn req(user: &str, groups: &[&str], ttl: Option<&str>) -> IssueKubeconfig {
         IssueKubeconfig {
             user: user.into(),
@@ -1075,6 +1159,13 @@ mod tests {
                 .since,
             at("2025-12-31T00:00:00Z")
         );
+        // Times whose UTC falls outside the years RFC 3339 writes are clamped to them.
+        let r = check_usage_query(&q(None, Some("9999-12-31T23:59:59-23:59"), None), now).unwrap();
+        assert_eq!(r.until, at("9999-12-31T23:59:59.999999999Z"));
+        let r = check_usage_query(&q(None, Some("0000-01-01T12:00:00Z"), None), now).unwrap();
+        assert_eq!(r.since, at("0000-01-01T00:00:00Z"));
+        let r = check_usage_query(&q(Some("0000-01-01T00:00:00+23:59"), Some(t), None), now);
+        assert_eq!(r.unwrap().since, at("0000-01-01T00:00:00Z"));
         let field = |r: Result<UsageRange, Problem>| {
             let p = r.unwrap_err();
             assert_eq!(p.status(), StatusCode::UNPROCESSABLE_ENTITY, "{p:?}");
