@@ -296,9 +296,10 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Times RFC 3339 can write whose UTC is outside the years 0000 to 9999 (found by the
-/// schemathesis contract test: a 500, from a panic converting to UTC or from writing the
-/// answer's year -1) are clamped to those years.
+/// Times RFC 3339 can write whose UTC is outside the years 0000 to 9999 are clamped to those
+/// years. They answered 500 (a panic converting to UTC, or an answer with the year -1 that
+/// could not be written), and the schemathesis contract test generates such times: any date,
+/// any offset up to ±23:59.
 #[tokio::test]
 async fn usage_ranges_at_the_ends_of_rfc3339_time_are_answered() -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
