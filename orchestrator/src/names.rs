@@ -255,7 +255,8 @@ mod tests {
         let strings: Vec<String> = (0..4096)
             .map(|_| near_the_rules().new_tree(&mut runner).unwrap().current())
             .collect();
-        let rules: [(&str, fn(&str) -> bool); 5] = [
+        type Rule = fn(&str) -> bool;
+        let rules: [(&str, Rule); 5] = [
             ("name", |s| TenantName::parse(s).is_ok()),
             ("subject", is_subject),
             ("label key", is_label_key),
