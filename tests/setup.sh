@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepares a machine for vcp's dev environment and tests: installs the Debian packages they
-# need if missing, checks the toolchains, and builds the Kubernetes binaries from Go modules
-# into ~/.cache/vcp/bin (skipping what is already built). Safe to run any number of times;
-# warm, it takes a couple of seconds.
+# need if missing, checks the toolchains, installs schemathesis from PyPI into a virtualenv
+# (~/.cache/vcp/schemathesis) and builds the Kubernetes binaries from Go modules into
+# ~/.cache/vcp/bin (skipping what is already there). Safe to run any number of times; warm,
+# it takes a couple of seconds.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
