@@ -189,6 +189,12 @@ async fn schemathesis_finds_the_server_and_its_openapi_document_in_agreement() -
         for l in report[phases..].lines() {
             eprintln!("  {l}");
         }
+        // Its token still worked at the end (a 401 counts as a pass for valid data).
+        let (s, body) = admin
+            .with_token(&token)
+            .raw(Method::GET, "/v1/tokens", None)
+            .await?;
+        anyhow::ensure!(s == 200, "the run's token stopped working: {body}");
         if config == "tenant.toml" {
             // Its positive examples reached the real thing.
             let (s, list) = admin
