@@ -673,17 +673,23 @@ async fn tenant_usage(
 
 /// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
 fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
-    use crate::names::{MAX_GROUPS, is_subject};
+    use crate::names::{MAX_GROUPS, MAX_SUBJECT_LEN, is_subject};
     if !is_subject(&req.user) {
         return Err(Problem::invalid(
             "user",
-            "1 to 128 printable ASCII characters without spaces, not starting with \"system:\" or \"vcp:\"",
+            &format!(
+                "1 to {MAX_SUBJECT_LEN} printable ASCII characters without spaces, not \
+                 starting with \"system:\" or \"vcp:\""
+            ),
         ));
     }
     if req.groups.len() > MAX_GROUPS || !req.groups.iter().all(|g| is_subject(g)) {
         return Err(Problem::invalid(
             "groups",
-            "at most 16 groups of 1 to 128 printable ASCII characters, none starting with \"system:\" or \"vcp:\"",
+            &format!(
+                "at most {MAX_GROUPS} groups of 1 to {MAX_SUBJECT_LEN} printable ASCII \
+                 characters, none starting with \"system:\" or \"vcp:\""
+            ),
         ));
     }
     let ttl = match req.ttl.as_deref() {
