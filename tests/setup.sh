@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepares a machine for vcp's dev environment and tests: installs the Debian packages they
-# need if missing, checks the toolchains, and builds the Kubernetes binaries from Go modules
-# into ~/.cache/vcp/bin (skipping what is already built). Safe to run any number of times;
-# warm, it takes a couple of seconds.
+# need if missing, checks the toolchains, installs schemathesis from PyPI into a virtualenv
+# (~/.cache/vcp/schemathesis) and builds the Kubernetes binaries from Go modules into
+# ~/.cache/vcp/bin (skipping what is already there). Safe to run any number of times; warm,
+# it takes a couple of seconds.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -10,12 +11,13 @@ say() { printf '[setup] %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # Debian packages: the Postgres server (ephemeral databases), setpriv (util-linux: runs
-# postgres unprivileged and ties test processes to their parent) and iproute2 (network
-# namespaces for the process-running node).
+# postgres unprivileged and ties test processes to their parent), iproute2 (network
+# namespaces for the process-running node) and Python with venv (schemathesis, below).
 missing=()
 [[ -x /usr/lib/postgresql/15/bin/postgres ]] || missing+=(postgresql-15)
 command -v setpriv >/dev/null || missing+=(util-linux)
 command -v ip >/dev/null || missing+=(iproute2)
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3 python3-venv)
 if ((${#missing[@]})); then
   sudo=""
   [[ $(id -u) -eq 0 ]] || sudo=sudo
@@ -30,5 +32,18 @@ gov=$(go env GOVERSION | sed 's/^go//')
 command -v cargo >/dev/null || die "Rust (cargo) is not installed"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component add rustfmt)"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
+
+# Schemathesis for the API contract test (orchestrator/tests/contract.rs), from PyPI into its
+# own virtualenv, every package pinned by tests/contract/requirements.txt; rebuilt when that
+# file changes.
+venv=${VCP_SCHEMATHESIS_VENV:-$HOME/.cache/vcp/schemathesis}
+req="$repo/tests/contract/requirements.txt"
+if ! cmp -s "$req" "$venv/requirements.txt"; then
+  say "installing schemathesis into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  cp "$req" "$venv/requirements.txt"
+fi
 
 "$repo/tests/kube-bin/build.sh"

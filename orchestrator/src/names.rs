@@ -1,4 +1,10 @@
-//! Tenant names and the keys made from them (pure).
+//! Tenant names and the keys made from them, and the rules of the other
+//! strings the API takes: token names, kubeconfig users and groups, labels (pure).
+//!
+//! Each rule is a plain function the server calls and a pattern the OpenAPI document states
+//! (ECMA-262, as JSON Schema reads it, plus a length). The patterns live next to the functions,
+//! and a property test holds each pair to the same answer on generated strings, so the
+//! document cannot promise what the server refuses or refuse what it accepts.
 //!
 //! A tenant's *name* is what people type; its *key* is what the host cluster sees. The key is
 //! the name's letters and digits plus six random characters, so a tenant deleted and created
@@ -8,10 +14,13 @@
 //! derived from them there. Names are the orchestrator's alone: the syncer never sees one.
 
 use std::fmt;
+use std::time::Duration;
 use vcp_core::naming::TenantKey;
 
 /// Longest tenant name: short enough for `vcp-<key>` and for kubeconfig context names.
 pub const MAX_NAME_LEN: usize = 40;
+/// [`TenantName::parse`]'s rule (with a length of 1 to [`MAX_NAME_LEN`]); token names follow it too.
+pub const NAME_PATTERN: &str = "^[a-z]([a-z0-9-]*[a-z0-9])?$";
 /// Letters of the name kept in the key.
 const KEY_NAME_PART: usize = 14;
 /// Random characters appended to the key.
@@ -89,10 +98,245 @@ impl fmt::Display for TenantName {
     }
 }
 
+/// Longest kubeconfig user or group.
+pub const MAX_SUBJECT_LEN: usize = 128;
+/// Most groups one kubeconfig carries.
+pub const MAX_GROUPS: usize = 16;
+/// [`is_subject`]'s rule (with a length of 1 to [`MAX_SUBJECT_LEN`]).
+pub const SUBJECT_PATTERN: &str = "^(?!system:|vcp:)[!-~]+$";
+
+/// A kubeconfig user or group (certificate CN or O): 1 to [`MAX_SUBJECT_LEN`] printable ASCII
+/// characters without spaces (they go into certificates, the inventory and terminal tables),
+/// not starting with `system:` or `vcp:`, which Kubernetes and vcp reserve for their own
+/// identities: a kubeconfig must not impersonate a node, a controller or vcp's components.
+pub fn is_subject(s: &str) -> bool {
+    (1..=MAX_SUBJECT_LEN).contains(&s.len())
+        && s.chars().all(|c| c.is_ascii_graphic())
+        && !s.starts_with("system:")
+        && !s.starts_with("vcp:")
+}
+
+/// Most labels on one tenant.
+pub const MAX_LABELS: usize = 64;
+/// Longest label key.
+pub const MAX_LABEL_KEY_LEN: usize = 253;
+/// Longest label value.
+pub const MAX_LABEL_VALUE_LEN: usize = 63;
+/// [`is_label_key`]'s rule (with a length of 1 to [`MAX_LABEL_KEY_LEN`]).
+pub const LABEL_KEY_PATTERN: &str = "^[A-Za-z0-9._/-]+$";
+/// [`is_label_value`]'s rule (with a length of at most [`MAX_LABEL_VALUE_LEN`]).
+pub const LABEL_VALUE_PATTERN: &str = "^[A-Za-z0-9._/-]*$";
+
+fn label_chars(s: &str) -> bool {
+    s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+}
+
+/// A tenant label key: 1 to [`MAX_LABEL_KEY_LEN`] characters of `[A-Za-z0-9-_./]`.
+pub fn is_label_key(s: &str) -> bool {
+    (1..=MAX_LABEL_KEY_LEN).contains(&s.len()) && label_chars(s)
+}
+
+/// A tenant label value: at most [`MAX_LABEL_VALUE_LEN`] characters of `[A-Za-z0-9-_./]`.
+pub fn is_label_value(s: &str) -> bool {
+    s.len() <= MAX_LABEL_VALUE_LEN && label_chars(s)
+}
+
+/// [`parse_ttl`]'s rule.
+pub const TTL_PATTERN: &str = "^[0-9]*[1-9][0-9]*[smhd]?$";
+
+/// Parses a positive duration: digits and a unit, `s` (or none), `m`, `h` or `d` (`90m`, `12h`,
+/// `30d`, `45`). A number too large for any clock saturates instead of failing: every caller
+/// caps what it gets, and a huge TTL means "as long as allowed" like any other over the cap.
+pub fn parse_ttl(s: &str) -> Option<Duration> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let unit: u64 = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return None,
+    };
+    if n.is_empty() {
+        return None;
+    }
+    // Only digits, so parsing fails only by overflowing.
+    let n: u64 = n.parse().unwrap_or(u64::MAX);
+    (n > 0).then(|| Duration::from_secs(n.saturating_mul(unit)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use vcp_core::naming::control_plane_namespace;
+
+    /// What the OpenAPI document says of `s`: JSON Schema's `pattern` (ECMA-262, unanchored
+    /// unless the pattern anchors itself) and lengths in code points.
+    fn schema_takes(pattern: &str, min: usize, max: usize, s: &str) -> bool {
+        let re = fancy_regex::Regex::new(pattern).expect("the pattern compiles");
+        (min..=max).contains(&s.chars().count()) && re.is_match(s).expect("the pattern runs")
+    }
+
+    /// Strings near every rule above: mostly the characters the rules allow, the ones they
+    /// refuse (upper case, `:`, spaces, control, non-ASCII), the reserved prefixes, and runs
+    /// of one character across each length limit.
+    fn near_the_rules() -> impl Strategy<Value = String> {
+        let ch = prop_oneof![
+            6 => proptest::char::range('a', 'z'),
+            3 => proptest::char::range('0', '9'),
+            2 => Just('-'),
+            1 => proptest::char::range('A', 'Z'),
+            1 => prop::sample::select(vec!['s', 'm', 'h', 'd']),
+            2 => prop::sample::select(vec![
+                '_', '.', '/', ':', '!', '~', '"', ' ', '\n', '\t', '\0', '\u{7f}', 'é',
+                'ß', '\u{1F600}',
+            ]),
+        ];
+        let limits: Vec<usize> = [
+            MAX_NAME_LEN,
+            MAX_SUBJECT_LEN,
+            MAX_LABEL_KEY_LEN,
+            MAX_LABEL_VALUE_LEN,
+        ]
+        .into_iter()
+        .flat_map(|n| [n - 1, n, n + 1])
+        .chain([0, 1, 2])
+        .collect();
+        let prefix = prop::sample::select(vec![
+            "", "", "", "", "system:", "vcp:", "system", "vcp", "s", "v", "0", "-",
+        ]);
+        prop_oneof![
+            (prefix.clone(), prop::collection::vec(ch.clone(), 0..48))
+                .prop_map(|(p, v)| format!("{p}{}", v.into_iter().collect::<String>())),
+            (prefix, prop::collection::vec(ch.clone(), 0..300))
+                .prop_map(|(p, v)| format!("{p}{}", v.into_iter().collect::<String>())),
+            (ch, prop::sample::select(limits)).prop_map(|(c, n)| c.to_string().repeat(n)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn the_documented_patterns_take_exactly_what_the_server_takes(s in near_the_rules()) {
+            prop_assert_eq!(
+                TenantName::parse(&s).is_ok(),
+                schema_takes(NAME_PATTERN, 1, MAX_NAME_LEN, &s),
+                "name {:?}", s
+            );
+            prop_assert_eq!(
+                is_subject(&s),
+                schema_takes(SUBJECT_PATTERN, 1, MAX_SUBJECT_LEN, &s),
+                "subject {:?}", s
+            );
+            prop_assert_eq!(
+                is_label_key(&s),
+                schema_takes(LABEL_KEY_PATTERN, 1, MAX_LABEL_KEY_LEN, &s),
+                "label key {:?}", s
+            );
+            prop_assert_eq!(
+                is_label_value(&s),
+                schema_takes(LABEL_VALUE_PATTERN, 0, MAX_LABEL_VALUE_LEN, &s),
+                "label value {:?}", s
+            );
+            prop_assert_eq!(
+                parse_ttl(&s).is_some(),
+                schema_takes(TTL_PATTERN, 0, usize::MAX, &s),
+                "ttl {:?}", s
+            );
+        }
+    }
+
+    #[test]
+    fn the_generated_strings_reach_both_sides_of_every_rule() {
+        // A property that only ever saw refused strings would prove nothing.
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strings: Vec<String> = (0..4096)
+            .map(|_| near_the_rules().new_tree(&mut runner).unwrap().current())
+            .collect();
+        type Rule = fn(&str) -> bool;
+        let rules: [(&str, Rule); 5] = [
+            ("name", |s| TenantName::parse(s).is_ok()),
+            ("subject", is_subject),
+            ("label key", is_label_key),
+            ("label value", is_label_value),
+            ("ttl", |s| parse_ttl(s).is_some()),
+        ];
+        for (what, rule) in rules {
+            let taken = strings.iter().filter(|s| rule(s)).count();
+            assert!(
+                (100..4000).contains(&taken),
+                "{what}: {taken} of 4096 taken"
+            );
+        }
+        // And each length limit from both sides, with characters the rule allows.
+        for (max, rule) in [
+            (MAX_NAME_LEN, rules[0].1),
+            (MAX_SUBJECT_LEN, rules[1].1),
+            (MAX_LABEL_KEY_LEN, rules[2].1),
+            (MAX_LABEL_VALUE_LEN, rules[3].1),
+        ] {
+            assert!(strings.iter().any(|s| s.len() == max && rule(s)), "{max}");
+            let over = |s: &String| s.len() == max + 1 && s.get(1..).is_some_and(rule);
+            assert!(strings.iter().any(over), "{}", max + 1);
+        }
+    }
+
+    #[test]
+    fn subjects_refuse_reserved_prefixes_spaces_and_control() {
+        for ok in [
+            "alice",
+            "a",
+            "system",
+            "systems:x",
+            "x:system:",
+            "vcp",
+            "Vcp:x",
+            "~!",
+        ] {
+            assert!(is_subject(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "system:admin",
+            "vcp:coredns",
+            "a b",
+            "a\u{0}b",
+            "é",
+            "line\nbreak",
+            &"u".repeat(MAX_SUBJECT_LEN + 1),
+        ] {
+            assert!(!is_subject(bad), "{bad:?}");
+        }
+        assert!(is_subject(&"u".repeat(MAX_SUBJECT_LEN)));
+    }
+
+    #[test]
+    fn ttls_parse_in_common_units_and_saturate() {
+        assert_eq!(parse_ttl("90m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_ttl("12h"), Some(Duration::from_secs(43_200)));
+        assert_eq!(parse_ttl("30d"), Some(Duration::from_secs(2_592_000)));
+        assert_eq!(parse_ttl("45"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_ttl("045s"), Some(Duration::from_secs(45)));
+        for huge in [
+            "99999999999999999999d",
+            "213503982334602d",
+            &"9".repeat(400),
+        ] {
+            assert_eq!(
+                parse_ttl(huge),
+                Some(Duration::from_secs(u64::MAX)),
+                "{huge}"
+            );
+        }
+        for bad in [
+            "", "0h", "000", "h", "1w", "-1h", "1.5h", "1hh", " 1h", "1h ",
+        ] {
+            assert_eq!(parse_ttl(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn valid_names_parse_and_invalid_ones_say_why() {

@@ -339,6 +339,94 @@ async fn metrics_time_requests_by_route_and_serve_the_pass_histograms() -> anyho
     Ok(())
 }
 
+/// Times RFC 3339 can write whose UTC is outside the years 0000 to 9999 are clamped to those
+/// years. They answered 500 (a panic converting to UTC, or an answer with the year -1 that
+/// could not be written), and the schemathesis contract test generates such times: any date,
+/// any offset up to ±23:59.
+#[tokio::test]
+async fn usage_ranges_at_the_ends_of_rfc3339_time_are_answered() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-api-time-ends", 0).await?;
+    let admin = &p.admin;
+    admin.create_tenant("edge").await?;
+    let last = "9999-12-31T23:59:59.999999999Z";
+    for (query, since, until) in [
+        // 10000-01-01T00:58:59Z in UTC.
+        (
+            "until=9999-12-31T23:59:59-00:59",
+            "9999-12-30T23:59:59.999999999Z",
+            last,
+        ),
+        // The default `since` a day before would be in the year -1.
+        (
+            "until=0000-01-01T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+        ),
+        // -0001-12-31T23:00:00Z in UTC.
+        (
+            "since=0000-01-01T00:00:00%2B01:00&until=0001-01-01T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "0001-01-01T00:00:00Z",
+        ),
+    ] {
+        let (s, u) = admin
+            .raw(
+                Method::GET,
+                &format!("/v1/tenants/edge/usage?{query}"),
+                None,
+            )
+            .await?;
+        assert_eq!(s, 200, "{query}: {u}");
+        assert_eq!(
+            (u["since"].as_str(), u["until"].as_str()),
+            (Some(since), Some(until)),
+            "{query}"
+        );
+    }
+    // After `until` (now) once clamped: refused, not a panic.
+    let (s, body) = admin
+        .raw(
+            Method::GET,
+            "/v1/tenants/edge/usage?since=9999-12-31T23:59:59-23:59",
+            None,
+        )
+        .await?;
+    assert_problem(s, &body, 422, Some("since"));
+    Ok(())
+}
+
+/// A kubeconfig TTL is capped at the server's maximum however large it is: the document says
+/// any positive number of units is valid, and one too large for a u64 of seconds was refused
+/// (found by the schemathesis contract test).
+#[tokio::test]
+async fn a_kubeconfig_ttl_longer_than_any_clock_is_capped_not_refused() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-api-huge-ttl", 0).await?;
+    let admin = &p.admin;
+    admin.create_tenant("edge").await?;
+    for ttl in [
+        "99999999999999999999d",
+        "213503982334602d",
+        "18446744073709551616",
+    ] {
+        let (s, body) = admin
+            .raw(
+                Method::POST,
+                "/v1/tenants/edge/kubeconfigs",
+                Some(&json!({"user": "alice", "ttl": ttl})),
+            )
+            .await?;
+        // Past every check of the request; refused only because nothing provisions it here.
+        assert_problem(s, &body, 409, None);
+        assert_eq!(
+            body["type"], "https://vcp.dev/problems/not-ready",
+            "{ttl}: {body}"
+        );
+    }
+    Ok(())
+}
+
 /// Waits until `api` answers its token with 200.
 async fn answers(api: &ApiClient, what: &str) -> anyhow::Result<()> {
     let (status, _) =

@@ -113,6 +113,38 @@ async fn names_are_unique_among_live_tenants_and_free_again_after_deletion() -> 
     Ok(())
 }
 
+/// A pass that was running when its tenant's deletion was accepted must not write its
+/// stale phase over `Deleting`, nor put the deletion off until its requeue time. (Seen in the
+/// schemathesis contract test: a tenant deleted while its first pass ran was listed as
+/// `Provisioning` again.)
+#[tokio::test]
+async fn a_deletion_accepted_during_a_pass_outlives_the_passs_outcome() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "racedelete").await?;
+    inv.create_tenant(&tenant("shop", "shopaaaaaa", "o"), "o")
+        .await?;
+    let claimed = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+    assert_eq!(claimed.generation, 1);
+    inv.request_delete("shop", None, false, "o").await?.unwrap();
+    assert!(
+        inv.finish(&claimed, "w", &outcome("Provisioning", 1), "w")
+            .await?
+    );
+    let t = inv.get_tenant("shop", None).await?.unwrap();
+    assert_eq!(
+        (t.phase.as_str(), t.desired.as_str()),
+        ("Deleting", "absent")
+    );
+    assert_eq!(t.observed_generation, 1);
+    let next = inv.claim("w", Duration::from_secs(30)).await?;
+    assert_eq!(
+        next.map(|n| n.id),
+        Some(t.id),
+        "due at once, not after the pass's requeue"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn two_workers_never_hold_one_tenant_and_lost_leases_write_nothing() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;

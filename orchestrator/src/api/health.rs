@@ -1,6 +1,6 @@
 //! Routes without a token: liveness, readiness, metrics and the OpenAPI document.
 
-use super::{AppState, openapi};
+use super::{AppState, openapi_for};
 use crate::metrics;
 use axum::Json;
 use axum::extract::State;
@@ -44,10 +44,14 @@ pub(super) async fn metrics_text(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
-/// This document (no token needed: it describes the API, not the fleet).
+/// This document (no token needed: it describes the API, not the fleet), with this server's
+/// versions and plans.
 #[utoipa::path(get, path = "/openapi.json", tag = "health",
     responses((status = 200, description = "the OpenAPI document of this API", body = Object)))]
-pub(super) async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
-    static DOC: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
-    Json(DOC.get_or_init(openapi))
+pub(super) async fn openapi_json(State(s): State<AppState>) -> Json<utoipa::openapi::OpenApi> {
+    let config = &s.provisioner.config;
+    Json(openapi_for(
+        &config.catalog,
+        config.plans.keys().cloned().collect(),
+    ))
 }

@@ -3,6 +3,7 @@
 
 use super::auth::authenticate;
 use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
+use super::types::NameSchema;
 use super::{
     AppState, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView, Name, Problem,
     ProblemBody, body, find,
@@ -15,37 +16,25 @@ use axum::http::{HeaderMap, StatusCode};
 use std::time::Duration;
 use tracing::field::Empty;
 
-/// Parses `90m`, `12h`, `30d` (or plain seconds).
-pub fn parse_ttl(s: &str) -> Option<Duration> {
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = n.parse().ok()?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n.checked_mul(60)?,
-        "h" => n.checked_mul(3600)?,
-        "d" => n.checked_mul(86_400)?,
-        _ => return None,
-    };
-    (secs > 0).then(|| Duration::from_secs(secs))
-}
-
 /// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
 fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
-    // Names Kubernetes and vcp reserve for their own identities: a kubeconfig must not
-    // impersonate a node, a controller or vcp's own components.
-    let reserved = |s: &str| s.starts_with("system:") || s.starts_with("vcp:");
-    // Printable ASCII only: these go into certificates, the inventory and terminal tables.
-    let plain = |s: &str| (1..=128).contains(&s.len()) && s.chars().all(|c| c.is_ascii_graphic());
-    if !plain(&req.user) || reserved(&req.user) {
+    use crate::names::{MAX_GROUPS, MAX_SUBJECT_LEN, is_subject, parse_ttl};
+    if !is_subject(&req.user) {
         return Err(Problem::invalid(
             "user",
-            "1 to 128 printable ASCII characters without spaces, not starting with \"system:\" or \"vcp:\"",
+            &format!(
+                "1 to {MAX_SUBJECT_LEN} printable ASCII characters without spaces, not \
+                 starting with \"system:\" or \"vcp:\""
+            ),
         ));
     }
-    if req.groups.len() > 16 || req.groups.iter().any(|g| !plain(g) || reserved(g)) {
+    if req.groups.len() > MAX_GROUPS || !req.groups.iter().all(|g| is_subject(g)) {
         return Err(Problem::invalid(
             "groups",
-            "at most 16 groups of 1 to 128 printable ASCII characters, none starting with \"system:\" or \"vcp:\"",
+            &format!(
+                "at most {MAX_GROUPS} groups of 1 to {MAX_SUBJECT_LEN} printable ASCII \
+                 characters, none starting with \"system:\" or \"vcp:\""
+            ),
         ));
     }
     let ttl = match req.ttl.as_deref() {
@@ -60,7 +49,7 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
 /// groups as O. The key is in this answer only; the inventory keeps serial, subject and
 /// expiry.
 #[utoipa::path(post, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name")),
+    params(("name" = NameSchema, Path, description = "tenant name")),
     request_body = IssueKubeconfig, responses(
     (status = 201, body = KubeconfigIssued),
     BodyRefused,
@@ -128,7 +117,7 @@ pub(super) async fn issue_kubeconfig(
 
 /// The kubeconfigs issued for a tenant (serial, subject, groups, expiry; never keys).
 #[utoipa::path(get, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name")), responses(
+    params(("name" = NameSchema, Path, description = "tenant name")), responses(
     (status = 200, body = KubeconfigList),
     Unauthorized,
     NoSuchTenant,
@@ -218,16 +207,5 @@ mod tests {
             field(check_kubeconfig(&req("u", &[], Some("1w")), max)).as_deref(),
             Some("ttl")
         );
-    }
-
-    #[test]
-    fn ttls_parse_in_common_units() {
-        assert_eq!(parse_ttl("90m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_ttl("12h"), Some(Duration::from_secs(43_200)));
-        assert_eq!(parse_ttl("30d"), Some(Duration::from_secs(2_592_000)));
-        assert_eq!(parse_ttl("45"), Some(Duration::from_secs(45)));
-        for bad in ["", "0h", "h", "1w", "-1h", "1.5h", "99999999999999999999d"] {
-            assert_eq!(parse_ttl(bad), None, "{bad}");
-        }
     }
 }

@@ -24,6 +24,7 @@ mod versions;
 use crate::inventory::{Inventory, Tenant};
 use crate::metrics::Metrics;
 use crate::names::TenantName;
+pub use crate::names::parse_ttl;
 use crate::provision::Provisioner;
 use auth::{BearerAuth, Caller};
 use axum::extract::rejection::JsonRejection;
@@ -32,7 +33,6 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-pub use kubeconfigs::parse_ttl;
 pub use problem::{Problem, ProblemBody};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,9 +86,25 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(health::openapi_json))
 }
 
-/// The OpenAPI document of the API, as served at `/openapi.json`.
+/// The OpenAPI document of a server with the built-in versions and plans: `vcp openapi` and
+/// docs/openapi.json.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_routes().into_openapi()
+    let plans = crate::render::parse_plans("{}").unwrap_or_default();
+    openapi_for(
+        &crate::render::Catalog::builtin(),
+        plans.into_keys().collect(),
+    )
+}
+
+/// The OpenAPI document of a server with these versions and plans, which it states as the
+/// values `POST /v1/tenants` takes.
+pub fn openapi_for(
+    catalog: &crate::render::Catalog,
+    plans: Vec<String>,
+) -> utoipa::openapi::OpenApi {
+    let mut doc = api_routes().into_openapi();
+    types::with_choices(&mut doc, catalog.spellings(), plans);
+    doc
 }
 
 /// The router.
@@ -237,6 +253,71 @@ mod tests {
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
+        );
+    }
+
+    #[test]
+    fn the_document_states_the_limits_the_server_checks() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let groups = &schemas["IssueKubeconfig"]["properties"]["groups"];
+        assert_eq!(groups["maxItems"], crate::names::MAX_GROUPS);
+        assert_eq!(groups["items"]["$ref"], "#/components/schemas/Subject");
+        let usage = &doc["paths"]["/v1/tenants/{name}/usage"]["get"]["parameters"];
+        let limit = usage
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap();
+        assert_eq!(limit["schema"]["minimum"], 1);
+        assert_eq!(limit["schema"]["maximum"], MAX_USAGE_PAGE);
+        // Every name in a path is a Name, and every string field of a request body that the
+        // server checks by a rule refers to its schema.
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    if p["in"] == "path" {
+                        assert_eq!(
+                            p["schema"]["$ref"], "#/components/schemas/Name",
+                            "{method} {path}"
+                        );
+                    }
+                }
+            }
+        }
+        let body = |name: &str, field: &str| schemas[name]["properties"][field].to_string();
+        for (schema, field, rule) in [
+            ("CreateTenant", "name", "Name"),
+            ("CreateTenant", "labels", "Labels"),
+            ("CreateTenant", "version", "KubernetesVersion"),
+            ("CreateTenant", "plan", "Plan"),
+            ("CreateToken", "name", "Name"),
+            ("CreateToken", "role", "Role"),
+            ("IssueKubeconfig", "user", "Subject"),
+            ("IssueKubeconfig", "ttl", "Ttl"),
+        ] {
+            assert!(
+                body(schema, field).contains(&format!("#/components/schemas/{rule}")),
+                "{schema}.{field}: {}",
+                body(schema, field)
+            );
+        }
+    }
+
+    #[test]
+    fn a_server_documents_its_own_versions_and_plans() {
+        let catalog = crate::render::Catalog::builtin();
+        let doc = openapi_for(&catalog, vec!["default".into(), "gold".into()]);
+        let doc = serde_json::to_value(doc).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(
+            schemas["Plan"]["enum"],
+            serde_json::json!(["default", "gold"])
+        );
+        assert_eq!(
+            schemas["KubernetesVersion"]["enum"],
+            serde_json::json!(catalog.spellings())
         );
     }
 }

@@ -3,6 +3,7 @@
 
 use super::auth::authenticate;
 use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
+use super::types::NameSchema;
 use super::{
     AppState, CreateTenant, DeleteQuery, Name, Problem, ProblemBody, TenantList, TenantUsage,
     TenantView, body, existing_name, find,
@@ -54,20 +55,20 @@ pub(super) async fn view(s: &AppState, t: Tenant) -> Result<TenantView, Problem>
 }
 
 fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Problem> {
-    let ok = |s: &str, max: usize| {
-        s.len() <= max
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-    };
-    if labels.len() > 64 {
-        return Err(Problem::invalid("labels", "at most 64 labels"));
+    use crate::names::{MAX_LABEL_KEY_LEN, MAX_LABEL_VALUE_LEN, MAX_LABELS};
+    if labels.len() > MAX_LABELS {
+        return Err(Problem::invalid(
+            "labels",
+            &format!("at most {MAX_LABELS} labels"),
+        ));
     }
     for (k, v) in labels {
-        if k.is_empty() || !ok(k, 253) || !ok(v, 63) {
+        if !crate::names::is_label_key(k) || !crate::names::is_label_value(v) {
             return Err(Problem::invalid(
                 "labels",
                 &format!(
-                    "label {k:?}: keys up to 253 and values up to 63 characters of [A-Za-z0-9-_./]"
+                    "label {k:?}: keys of 1 to {MAX_LABEL_KEY_LEN} and values of up to \
+                     {MAX_LABEL_VALUE_LEN} characters of [A-Za-z0-9-_./]"
                 ),
             ));
         }
@@ -158,7 +159,7 @@ pub(super) async fn list_tenants(
 
 /// One tenant, with its latest quota usage sample (`usage`, null before the first).
 #[utoipa::path(get, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name")), responses(
+    params(("name" = NameSchema, Path, description = "tenant name")), responses(
     (status = 200, body = TenantView),
     Unauthorized,
     NoSuchTenant,
@@ -178,7 +179,7 @@ pub(super) async fn get_tenant(
 /// Deletes a tenant: its control plane, its workloads on the host and (unless retained) its
 /// data. The name is free again once the tenant is gone from the list.
 #[utoipa::path(delete, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name"), DeleteQuery), responses(
+    params(("name" = NameSchema, Path, description = "tenant name"), DeleteQuery), responses(
     (status = 202, description = "deletion started; phase Deleting", body = TenantView),
     (status = 400, description = "malformed query", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,

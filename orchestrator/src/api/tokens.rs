@@ -2,6 +2,7 @@
 
 use super::auth::{authenticate, new_token, token_hash};
 use super::problem::{AdminOnly, BodyRefused, Unauthorized};
+use super::types::NameSchema;
 use super::{
     AppState, CreateToken, Name, Problem, ProblemBody, Role, TokenCreated, TokenList, TokenView,
     body, existing_name,
@@ -38,7 +39,11 @@ pub(super) async fn create_token(
     if TenantName::parse(&req.name).is_err() {
         return Err(Problem::invalid(
             "name",
-            "a lowercase name like a tenant's: [a-z]([a-z0-9-]*[a-z0-9])?, up to 40 characters",
+            &format!(
+                "a lowercase name like a tenant's: {}, up to {} characters",
+                crate::names::NAME_PATTERN,
+                crate::names::MAX_NAME_LEN
+            ),
         ));
     }
     let secret = new_token();
@@ -99,7 +104,7 @@ pub(super) async fn list_tokens(
 
 /// Revokes a token (admins only): it answers 401 from then on.
 #[utoipa::path(delete, path = "/v1/tokens/{name}", tag = "tokens", security(("bearer" = [])),
-    params(("name" = String, Path, description = "token name")), responses(
+    params(("name" = NameSchema, Path, description = "token name")), responses(
     (status = 204, description = "revoked"),
     Unauthorized,
     AdminOnly,

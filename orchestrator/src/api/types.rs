@@ -1,31 +1,39 @@
 //! Request and response bodies of the platform API.
 //!
 //! The server serializes these, the `vcp` client commands deserialize them, and the OpenAPI
-//! document is derived from them: one definition for all three.
+//! document is derived from them: one definition for all three. The strings the server checks
+//! by a rule are documented by the schemas at the end of this file, built from the rules'
+//! own constants in [`crate::names`] and from the server's versions and plans.
 
 use crate::inventory::{KubeconfigRow, Tenant, Token, UsageSample};
 pub use crate::lifecycle::{Condition, Phase};
+use crate::names;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::{OpenApi, RefOr};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 pub use vcp_policy::quota::{Hard, Usage};
 
 /// `POST /v1/tenants` body.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
-    /// `[a-z]([a-z0-9-]*[a-z0-9])?`, up to 40 characters, unique among live tenants.
-    #[schema(example = "team-a")]
+    /// Unique among live tenants.
+    #[schema(value_type = NameSchema)]
     pub name: String,
-    /// A minor from `GET /v1/versions` (e.g. `1.37`); the default minor when absent.
+    /// The default minor when absent or null.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<VersionSchema>)]
     pub version: Option<String>,
-    /// Free-form labels (keys up to 253, values up to 63 characters of `[A-Za-z0-9-_./]`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = LabelsSchema)]
     pub labels: BTreeMap<String, String>,
-    /// A placement plan configured on the server; `default` when absent.
+    /// `default` when absent or null.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<PlanSchema>)]
     pub plan: Option<String>,
 }
 
@@ -171,17 +179,17 @@ pub struct UsageSamples {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssueKubeconfig {
-    /// The user name (certificate CN): 1 to 128 printable characters, not `system:...`.
-    #[schema(example = "alice")]
+    /// The user name (certificate CN).
+    #[schema(value_type = SubjectSchema)]
     pub user: String,
-    /// Groups (certificate O). `view`, `edit` and `admin` are bound in every tenant; others
-    /// are the tenant's to bind. At most 16, none `system:...`.
+    /// Groups (certificate O), at most 16. `view`, `edit` and `admin` are bound in every
+    /// tenant; others are the tenant's to bind.
     #[serde(default)]
-    #[schema(example = json!(["view"]))]
+    #[schema(value_type = Vec<SubjectSchema>, max_items = 16, example = json!(["view"]))]
     pub groups: Vec<String>,
-    /// Lifetime like `90m`, `12h` or `30d` (default 24h), capped by the server's maximum.
+    /// The default is 24h.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(example = "12h")]
+    #[schema(value_type = Option<TtlSchema>)]
     pub ttl: Option<String>,
 }
 
@@ -279,8 +287,8 @@ impl Role {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
-    /// Like a tenant name: `[a-z]([a-z0-9-]*[a-z0-9])?`, up to 40 characters.
-    #[schema(example = "team-a")]
+    /// Unique among tokens, live and revoked.
+    #[schema(value_type = NameSchema)]
     pub name: String,
     pub role: Role,
 }
@@ -349,4 +357,200 @@ pub struct VersionView {
 pub struct VersionList {
     pub default: String,
     pub versions: Vec<VersionView>,
+}
+
+// Schemas of the strings the server checks by a rule. Each states the rule's pattern and
+// lengths from the constants the server's check uses (`crate::names`), so the document and
+// the server cannot drift apart; `names` proves each pattern and its check agree.
+
+/// The schema of a tenant or token name, `Name` in the document.
+pub struct NameSchema;
+
+impl PartialSchema for NameSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(format!(
+                "A tenant or token name: lowercase letters, digits and `-`, starting with a \
+                 letter and not ending with `-`, 1 to {} characters.",
+                names::MAX_NAME_LEN
+            )))
+            .pattern(Some(names::NAME_PATTERN))
+            .min_length(Some(1))
+            .max_length(Some(names::MAX_NAME_LEN))
+            .examples(["team-a"])
+            .into()
+    }
+}
+
+impl ToSchema for NameSchema {
+    fn name() -> Cow<'static, str> {
+        "Name".into()
+    }
+}
+
+/// The schema of a kubeconfig user or group, `Subject` in the document.
+pub struct SubjectSchema;
+
+impl PartialSchema for SubjectSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(format!(
+                "A kubeconfig user or group: 1 to {} printable ASCII characters without \
+                 spaces, not starting with `system:` or `vcp:` (Kubernetes' and vcp's own \
+                 identities).",
+                names::MAX_SUBJECT_LEN
+            )))
+            .pattern(Some(names::SUBJECT_PATTERN))
+            .min_length(Some(1))
+            .max_length(Some(names::MAX_SUBJECT_LEN))
+            .examples(["alice"])
+            .into()
+    }
+}
+
+impl ToSchema for SubjectSchema {
+    fn name() -> Cow<'static, str> {
+        "Subject".into()
+    }
+}
+
+/// The schema of a tenant's labels, `Labels` in the document.
+pub struct LabelsSchema;
+
+impl PartialSchema for LabelsSchema {
+    fn schema() -> RefOr<Schema> {
+        let text = |pattern: &str, min: usize, max: usize| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(pattern))
+                .min_length(Some(min))
+                .max_length(Some(max))
+        };
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(format!(
+                "Free-form labels: at most {} keys of 1 to {} and values of up to {} \
+                 characters of `[A-Za-z0-9-_./]`.",
+                names::MAX_LABELS,
+                names::MAX_LABEL_KEY_LEN,
+                names::MAX_LABEL_VALUE_LEN
+            )))
+            .property_names(Some(text(
+                names::LABEL_KEY_PATTERN,
+                1,
+                names::MAX_LABEL_KEY_LEN,
+            )))
+            .additional_properties(Some(text(
+                names::LABEL_VALUE_PATTERN,
+                0,
+                names::MAX_LABEL_VALUE_LEN,
+            )))
+            .max_properties(Some(names::MAX_LABELS))
+            .examples([serde_json::json!({"team": "shop"})])
+            .into()
+    }
+}
+
+impl ToSchema for LabelsSchema {
+    fn name() -> Cow<'static, str> {
+        "Labels".into()
+    }
+}
+
+/// The schema of a kubeconfig lifetime, `Ttl` in the document.
+pub struct TtlSchema;
+
+impl PartialSchema for TtlSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "A lifetime: a positive number and a unit, `s` (or none), `m`, `h` or `d` \
+                 (`90m`, `12h`, `30d`). The server caps it at its maximum \
+                 (`--max-kubeconfig-ttl-hours`).",
+            ))
+            .pattern(Some(names::TTL_PATTERN))
+            .examples(["12h"])
+            .into()
+    }
+}
+
+impl ToSchema for TtlSchema {
+    fn name() -> Cow<'static, str> {
+        "Ttl".into()
+    }
+}
+
+/// The schema of a requested Kubernetes version, `KubernetesVersion` in the document: the
+/// spellings the server's catalog resolves (the built-in catalog here; [`with_choices`] puts
+/// a server's own in the document it serves).
+pub struct VersionSchema;
+
+impl VersionSchema {
+    fn of(spellings: Vec<String>) -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "A Kubernetes version this server provisions (`GET /v1/versions`): a minor \
+                 (`1.37`, `v1.37`) or its release (`v1.37.1`, `1.37.1`).",
+            ))
+            .enum_values(Some(spellings))
+            .into()
+    }
+}
+
+impl PartialSchema for VersionSchema {
+    fn schema() -> RefOr<Schema> {
+        VersionSchema::of(crate::render::Catalog::builtin().spellings())
+    }
+}
+
+impl ToSchema for VersionSchema {
+    fn name() -> Cow<'static, str> {
+        "KubernetesVersion".into()
+    }
+}
+
+/// The schema of a plan name, `Plan` in the document: the plans configured on the server
+/// (`default` alone here; [`with_choices`] puts a server's own in the document it serves).
+pub struct PlanSchema;
+
+impl PlanSchema {
+    fn of(plans: Vec<String>) -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "A placement plan configured on this server (`--plans`; `default` always \
+                 exists).",
+            ))
+            .enum_values(Some(plans))
+            .into()
+    }
+}
+
+impl PartialSchema for PlanSchema {
+    fn schema() -> RefOr<Schema> {
+        let builtin = crate::render::parse_plans("{}").unwrap_or_default();
+        PlanSchema::of(builtin.into_keys().collect())
+    }
+}
+
+impl ToSchema for PlanSchema {
+    fn name() -> Cow<'static, str> {
+        "Plan".into()
+    }
+}
+
+/// States a server's own versions and plans in its document.
+pub fn with_choices(doc: &mut OpenApi, versions: Vec<String>, plans: Vec<String>) {
+    if let Some(c) = doc.components.as_mut() {
+        c.schemas.insert(
+            VersionSchema::name().into_owned(),
+            VersionSchema::of(versions),
+        );
+        c.schemas
+            .insert(PlanSchema::name().into_owned(), PlanSchema::of(plans));
+    }
 }

@@ -2,6 +2,7 @@
 
 use super::auth::authenticate;
 use super::problem::{NoSuchTenant, Unauthorized};
+use super::types::NameSchema;
 use super::{
     AppState, Name, Problem, ProblemBody, UsageQuery, UsageSampleView, UsageSamples, find,
 };
@@ -24,13 +25,31 @@ struct UsageRange {
     limit: u32,
 }
 
+/// `t` in UTC, within the years an RFC 3339 time can be written in (0000 to 9999):
+/// `9999-12-31T23:59:59-01:00` is in the year 10000 in UTC, `0000-01-01T00:00:00+01:00` in
+/// the year -1. Clamping them changes no answer (no sample is that old or that new) and keeps
+/// the answer's `since` and `until` writable.
+fn in_utc(t: time::OffsetDateTime) -> time::OffsetDateTime {
+    use time::{Date, Month};
+    let first = Date::from_calendar_date(0, Month::January, 1).map(|d| d.midnight());
+    let last = Date::from_calendar_date(9999, Month::December, 31)
+        .and_then(|d| d.with_hms_nano(23, 59, 59, 999_999_999));
+    let (first, last) = (
+        first.expect("a valid date").assume_utc(),
+        last.expect("a valid time").assume_utc(),
+    );
+    t.checked_to_offset(time::UtcOffset::UTC)
+        .unwrap_or(if t.year() > 0 { last } else { first })
+        .clamp(first, last)
+}
+
 /// Checks a usage query; `now` is the default `until`.
 fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageRange, Problem> {
     let time = |field: &str, v: &Option<String>| -> Result<Option<time::OffsetDateTime>, Problem> {
         v.as_deref()
             .map(|s| {
                 time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-                    .map(|t| t.to_offset(time::UtcOffset::UTC))
+                    .map(in_utc)
                     .map_err(|_| {
                         Problem::invalid(
                             field,
@@ -41,7 +60,8 @@ fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageR
             .transpose()
     };
     let until = time("until", &q.until)?.unwrap_or(now);
-    let since = time("since", &q.since)?.unwrap_or(until - time::Duration::DAY);
+    let since = time("since", &q.since)?
+        .unwrap_or_else(|| until.checked_sub(time::Duration::DAY).map_or(until, in_utc));
     if since > until {
         return Err(Problem::invalid(
             "since",
@@ -65,7 +85,7 @@ fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageR
 /// A tenant's usage samples in `[since, until)`, oldest first, with its plan's limits: the
 /// billing export. Pages of at most `limit` samples; `next_since` continues.
 #[utoipa::path(get, path = "/v1/tenants/{name}/usage", tag = "tenants", security(("bearer" = [])),
-    params(("name" = String, Path, description = "tenant name"), UsageQuery), responses(
+    params(("name" = NameSchema, Path, description = "tenant name"), UsageQuery), responses(
     (status = 200, body = UsageSamples),
     (status = 400, description = "malformed query (`limit` not a number, a parameter given twice); `field` names it", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,
@@ -150,6 +170,13 @@ mod tests {
                 .since,
             at("2025-12-31T00:00:00Z")
         );
+        // Times whose UTC falls outside the years RFC 3339 writes are clamped to them.
+        let r = check_usage_query(&q(None, Some("9999-12-31T23:59:59-23:59"), None), now).unwrap();
+        assert_eq!(r.until, at("9999-12-31T23:59:59.999999999Z"));
+        let r = check_usage_query(&q(None, Some("0000-01-01T12:00:00Z"), None), now).unwrap();
+        assert_eq!(r.since, at("0000-01-01T00:00:00Z"));
+        let r = check_usage_query(&q(Some("0000-01-01T00:00:00+23:59"), Some(t), None), now);
+        assert_eq!(r.unwrap().since, at("0000-01-01T00:00:00Z"));
         let field = |r: Result<UsageRange, Problem>| {
             let p = r.unwrap_err();
             assert_eq!(p.status(), StatusCode::UNPROCESSABLE_ENTITY, "{p:?}");

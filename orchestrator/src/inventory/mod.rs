@@ -371,16 +371,21 @@ impl Inventory {
     }
 
     /// Writes a pass's outcome and releases the lease. A generation bumped by the API during
-    /// the pass is kept (the pass reports the generation it saw), so the change is not lost.
-    /// Returns false if the lease had been lost.
+    /// the pass is kept (the pass reports the generation it saw), so the change is not lost:
+    /// the phase the API set stays (a deletion stays `Deleting`) and the tenant is due at once
+    /// instead of at the stale outcome's requeue time. Returns false if the lease had been lost.
     pub async fn finish(&self, t: &Tenant, worker: &str, o: &Outcome, actor: &str) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
-        let r = sqlx::query(
-            "UPDATE tenants SET phase = $3, conditions = $4, endpoint = $5,
+        let phase: Option<Phase> = sqlx::query_scalar(
+            "UPDATE tenants SET
+               phase = CASE WHEN generation > $6 THEN phase ELSE $3 END,
+               conditions = $4, endpoint = $5,
                observed_generation = GREATEST(observed_generation, $6),
-               next_reconcile_at = now() + make_interval(secs => $7),
+               next_reconcile_at = CASE WHEN generation > $6 THEN now()
+                 ELSE now() + make_interval(secs => $7) END,
                lease_owner = NULL, lease_until = NULL, updated_at = now()
-             WHERE id = $1 AND lease_owner = $2",
+             WHERE id = $1 AND lease_owner = $2
+             RETURNING phase",
         )
         .bind(t.id)
         .bind(worker)
@@ -389,18 +394,18 @@ impl Inventory {
         .bind(&o.endpoint)
         .bind(o.observed_generation)
         .bind(o.requeue_after.as_secs_f64())
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
-        if r.rows_affected() != 1 {
+        let Some(phase) = phase else {
             return Ok(false);
-        }
-        if o.phase != t.phase {
+        };
+        if phase != t.phase {
             audit_in(
                 &mut tx,
                 actor,
                 "tenant.phase",
                 Some(t.id),
-                serde_json::json!({"from": t.phase, "to": o.phase}),
+                serde_json::json!({"from": t.phase, "to": phase}),
             )
             .await?;
         }

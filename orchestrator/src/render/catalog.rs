@@ -120,6 +120,22 @@ impl Catalog {
             })
     }
 
+    /// Every spelling [`Catalog::resolve`] takes, version by version: the minor (`1.37`), the
+    /// minor with a `v`, the release (`v1.37.1`) and the release without its `v`.
+    pub fn spellings(&self) -> Vec<String> {
+        self.versions
+            .iter()
+            .flat_map(|v| {
+                [
+                    v.minor.clone(),
+                    format!("v{}", v.minor),
+                    v.kubernetes.clone(),
+                    v.kubernetes[1..].to_owned(),
+                ]
+            })
+            .collect()
+    }
+
     /// The entry for a stored minor.
     pub fn get(&self, minor: &str) -> Option<&Version> {
         self.versions.iter().find(|v| v.minor == minor)
@@ -129,6 +145,37 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spellings_are_exactly_what_resolve_takes() {
+        let c = Catalog::builtin();
+        let spellings = c.spellings();
+        assert_eq!(
+            spellings,
+            [
+                "1.37", "v1.37", "v1.37.1", "1.37.1", "1.36", "v1.36", "v1.36.4", "1.36.4"
+            ]
+        );
+        for s in &spellings {
+            assert!(c.resolve(Some(s)).is_ok(), "{s}");
+        }
+        // Every string near a spelling: each one cut short, extended, or with a character
+        // changed to another that versions use.
+        for s in &spellings {
+            for i in 0..=s.len() {
+                for ch in ["", "v", "V", ".", "0", "1", "3", "7", " "] {
+                    for cut in [0, 1] {
+                        let near = format!("{}{ch}{}", &s[..i], &s[(i + cut).min(s.len())..]);
+                        assert_eq!(
+                            c.resolve(Some(&near)).is_ok(),
+                            spellings.contains(&near),
+                            "{near:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn builtin_catalog_has_both_minors_the_dev_cluster_builds() {
