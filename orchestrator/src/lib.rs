@@ -10,7 +10,7 @@
 //! Nothing that matters lives only in memory: a replica killed at any line leaves state
 //! another one resumes from.
 //!
-//! The tenant lifecycle (desired state, phase, conditions) is typed once, in [`lifecycle`]
+//! The tenant lifecycle (desired state, phase, conditions) is typed once, in [`vcp_core::lifecycle`]
 //! (pure), and used by every layer. [`serve`] wires the workers, the sampler and the API
 //! together; [`metrics`] and [`logging`] are what an operator sees of them.
 //!
@@ -21,7 +21,6 @@
 pub mod api;
 pub mod cli;
 pub mod inventory;
-pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
 pub mod names;

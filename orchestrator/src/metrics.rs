@@ -18,7 +18,6 @@
 //! - `vcp_usage_samples_total`, `vcp_usage_sample_errors_total`.
 //! - `vcp_tenants{phase}`: live tenants per phase, every live phase listed (0 when none).
 
-use crate::lifecycle::Phase;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -27,6 +26,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+use vcp_core::lifecycle::Phase;
 
 /// The content type of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -4,7 +4,6 @@
 use crate::api::auth::{new_token, token_hash};
 use crate::api::{self, AppState};
 use crate::inventory::Inventory;
-use crate::lifecycle::{Desired, Phase};
 use crate::metrics::{Metrics, PassKind};
 use crate::provision::{Config, Provisioner, TenantAccess};
 use crate::render::{self, Catalog, Expose, Renderer, Settings};
@@ -13,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use vcp_core::lifecycle::{Desired, Phase};
 
 /// Database flags.
 #[derive(Debug, Clone, clap::Args)]

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
+use vcp_core::lifecycle::{Desired, Phase};
 use vcp_dev::postgres::EphemeralPostgres;
 use vcp_orchestrator::Error;
 use vcp_orchestrator::inventory::{Inventory, NewTenant, Outcome};
-use vcp_orchestrator::lifecycle::{Desired, Phase};
 use vcp_orchestrator::render::Catalog;
 use vcp_policy::quota::Usage;
 

@@ -8,13 +8,13 @@ use super::{
     AppState, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView, Name, Problem,
     ProblemBody, body, find,
 };
-use crate::lifecycle::Phase;
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
 use std::time::Duration;
 use tracing::field::Empty;
+use vcp_core::lifecycle::Phase;
 
 /// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
 fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {

@@ -6,7 +6,6 @@
 //! own constants in [`crate::names`] and from the server's versions and plans.
 
 use crate::inventory::{KubeconfigRow, Tenant, Token, UsageSample};
-pub use crate::lifecycle::{Condition, Phase};
 use crate::names;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -15,6 +14,7 @@ use time::OffsetDateTime;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
+pub use vcp_core::lifecycle::{Condition, Phase};
 pub use vcp_policy::quota::{Hard, Usage};
 
 /// `POST /v1/tenants` body.

@@ -379,7 +379,7 @@ async fn follow(
             let why = t
                 .conditions
                 .iter()
-                .find(|c| c.reason == crate::lifecycle::ConditionReason::Failed)
+                .find(|c| c.reason == vcp_core::lifecycle::ConditionReason::Failed)
                 .map(|c| format!("{}: {}", c.type_, c.message))
                 .unwrap_or_default();
             return Err(Error::Client(format!("tenant {name} failed: {why}")));

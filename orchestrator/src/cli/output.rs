@@ -4,10 +4,10 @@
 use crate::api::{
     Hard, KubeconfigView, Phase, TenantView, TokenView, Usage, UsageSamples, VersionList,
 };
-use crate::lifecycle::{ConditionStatus, ConditionType};
 use serde::Serialize;
 use std::fmt::Write as _;
 use time::OffsetDateTime;
+use vcp_core::lifecycle::{ConditionStatus, ConditionType};
 
 /// How a command prints its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -478,9 +478,9 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::{Condition, ConditionStatus};
     use std::collections::BTreeMap;
     use std::time::Duration;
+    use vcp_core::lifecycle::{Condition, ConditionStatus};
 
     fn at(s: i64) -> OffsetDateTime {
         OffsetDateTime::from_unix_timestamp(1_800_000_000 + s).unwrap()

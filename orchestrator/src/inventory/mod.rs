@@ -10,7 +10,6 @@
 //! checked mappings and `conditions` through serde, so a value the code does not know fails the
 //! read instead of turning into a default.
 
-use crate::lifecycle::{Condition, Desired, Phase};
 use crate::pki::CertInfo;
 use crate::render::Catalog;
 use crate::{Error, Result};
@@ -19,6 +18,7 @@ use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
+use vcp_core::lifecycle::{Condition, Desired, Phase};
 use vcp_core::naming::TenantKey;
 use vcp_policy::quota::Usage;
 

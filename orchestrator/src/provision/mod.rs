@@ -12,7 +12,6 @@ pub mod kubeconfig;
 pub mod steps;
 
 use crate::inventory::{Inventory, Outcome, Tenant};
-use crate::lifecycle::Desired;
 use crate::pki::{self, ApiNames, Ca, CertKey};
 use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
 use crate::{Error, Result};
@@ -32,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use steps::{Step, StepResult};
 use time::OffsetDateTime;
+use vcp_core::lifecycle::Desired;
 use vcp_core::naming::{LABEL_TENANT, control_plane_namespace};
 
 /// How the orchestrator reaches tenant apiservers (readiness, bootstrap, kubeconfigs it checks).

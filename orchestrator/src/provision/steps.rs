@@ -5,9 +5,9 @@
 //! few no-op applies), stops at the first step that is not ready yet, and turns what it saw
 //! into conditions and a phase. That is what lets any replica resume any tenant from any point.
 
-use crate::lifecycle::{Condition, ConditionReason, ConditionStatus, ConditionType, Phase};
 use std::time::Duration;
 use time::OffsetDateTime;
+use vcp_core::lifecycle::{Condition, ConditionReason, ConditionStatus, ConditionType, Phase};
 
 /// Bring-up steps, in order. The name is the condition type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -10,24 +10,17 @@
 //! wherever it is read, never a default: a row whose phase reads `Redy` fails to load, loudly,
 //! instead of showing as `Pending`.
 //!
-//! Pure: no client, no pool, no I/O (made to move into the shared `vcp-core` crate as is; the
-//! sqlx impls are only trait impls, gated behind a feature there if need be).
+//! Pure: no client, no pool, no I/O. The sqlx mapping (feature `sqlx`) and the OpenAPI
+//! schemas (feature `openapi`) are trait impls only, so the syncer, which needs neither, does
+//! not build them.
 
+use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 use time::OffsetDateTime;
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
-
-/// A name that is not one of a lifecycle enum's values.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} {value:?}")]
-pub struct Unknown {
-    /// Which enum (`phase`, `desired state`, ...).
-    pub what: &'static str,
-    /// The name that was read.
-    pub value: String,
-}
 
 /// Declares an enum stored and sent by name: `as_str`, `ALL`, `Display`, a `FromStr` that
 /// refuses unknown names, serde under the same names, comparisons with a name (for readable
@@ -65,12 +58,12 @@ macro_rules! named_enum {
         }
 
         impl FromStr for $T {
-            type Err = Unknown;
+            type Err = Error;
 
-            fn from_str(s: &str) -> Result<$T, Unknown> {
+            fn from_str(s: &str) -> Result<$T, Error> {
                 match s {
                     $( $name => Ok($T::$V), )+
-                    _ => Err(Unknown { what: $what, value: s.to_owned() }),
+                    _ => Err(Error::Unknown { what: $what, value: s.to_owned() }),
                 }
             }
         }
@@ -87,6 +80,7 @@ macro_rules! named_enum {
             }
         }
 
+        #[cfg(feature = "sqlx")]
         impl sqlx::Type<sqlx::Postgres> for $T {
             fn type_info() -> sqlx::postgres::PgTypeInfo {
                 <str as sqlx::Type<sqlx::Postgres>>::type_info()
@@ -97,6 +91,7 @@ macro_rules! named_enum {
             }
         }
 
+        #[cfg(feature = "sqlx")]
         impl sqlx::Encode<'_, sqlx::Postgres> for $T {
             fn encode_by_ref(
                 &self,
@@ -106,6 +101,7 @@ macro_rules! named_enum {
             }
         }
 
+        #[cfg(feature = "sqlx")]
         impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $T {
             fn decode(
                 value: sqlx::postgres::PgValueRef<'r>,
@@ -118,7 +114,7 @@ macro_rules! named_enum {
 
 named_enum! {
     /// What the owner asked for: the tenant should exist, or be removed.
-    #[derive(ToSchema)]
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
     pub enum Desired ("desired state") {
         /// Provision the tenant and keep it provisioned.
         Present = "present",
@@ -162,6 +158,7 @@ impl Phase {
     ];
 }
 
+#[cfg(feature = "openapi")]
 // By hand rather than derived: the API's schema lists only the phases it can answer, so
 // `Deleted` (which only the inventory holds) does not widen the published contract.
 impl utoipa::PartialSchema for Phase {
@@ -175,12 +172,13 @@ impl utoipa::PartialSchema for Phase {
     }
 }
 
+#[cfg(feature = "openapi")]
 impl ToSchema for Phase {}
 
 named_enum! {
     /// What a condition is about: one per provisioning step (in step order), then `Ready`
     /// for the whole; `Deleted` during deletion.
-    #[derive(ToSchema)]
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
     pub enum ConditionType ("condition type") {
         NamespaceReady = "NamespaceReady",
         Exposed = "Exposed",
@@ -200,7 +198,7 @@ named_enum! {
 
 named_enum! {
     /// Whether a condition holds, as in Kubernetes.
-    #[derive(ToSchema)]
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
     pub enum ConditionStatus ("condition status") {
         True = "True",
         False = "False",
@@ -222,7 +220,7 @@ impl ConditionStatus {
 
 named_enum! {
     /// Why a condition has its status.
-    #[derive(ToSchema)]
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
     pub enum ConditionReason ("condition reason") {
         /// The step (or the whole tenant) is ready.
         Ready = "Ready",
@@ -242,7 +240,8 @@ named_enum! {
 }
 
 /// One condition of a tenant (Kubernetes-style).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Condition {
     #[serde(rename = "type")]
     pub type_: ConditionType,
@@ -251,7 +250,7 @@ pub struct Condition {
     pub reason: ConditionReason,
     pub message: String,
     #[serde(with = "time::serde::rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub last_transition_time: OffsetDateTime,
 }
 
@@ -284,7 +283,7 @@ mod tests {
     fn every_name_round_trips_through_text_and_json() {
         fn round_trip<T>(all: &[T], name: impl Fn(T) -> &'static str)
         where
-            T: Copy + fmt::Debug + PartialEq + FromStr<Err = Unknown> + Serialize,
+            T: Copy + fmt::Debug + PartialEq + FromStr<Err = Error> + Serialize,
             T: for<'de> Deserialize<'de>,
         {
             for v in all {
@@ -309,7 +308,7 @@ mod tests {
         for bad in ["Redy", "ready", "", "Pending ", "Unknown"] {
             assert_eq!(
                 bad.parse::<Phase>(),
-                Err(Unknown {
+                Err(Error::Unknown {
                     what: "phase",
                     value: bad.to_owned()
                 }),
@@ -330,6 +329,7 @@ mod tests {
         assert!(serde_json::from_value::<Condition>(stored("EtcdHappy")).is_err());
     }
 
+    #[cfg(feature = "openapi")]
     #[test]
     fn the_api_schema_lists_the_live_phases_only() {
         let schema = serde_json::to_value(<Phase as utoipa::PartialSchema>::schema()).unwrap();
