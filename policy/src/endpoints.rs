@@ -29,7 +29,7 @@
 //! one of the tenant's pod addresses, or lies in `external_cidrs` and in no cluster CIDR; every
 //! kept `targetRef` names a tenant pod holding its addresses.
 
-use super::{InvalidPolicy, Refusal, TenantPolicy};
+use super::{Error, Refusal, TenantPolicy};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{self as v1, EndpointAddress, ObjectReference};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
@@ -54,16 +54,16 @@ pub struct Endpoints {
 impl Endpoints {
     /// Checks what types alone cannot (called by `TenantPolicy::validate`): a listed range
     /// inside a cluster CIDR would allow nothing, and is refused rather than ignored.
-    pub fn validate(&self, cluster_cidrs: &[IpNet]) -> Result<(), InvalidPolicy> {
+    pub fn validate(&self, cluster_cidrs: &[IpNet]) -> Result<(), Error> {
         let mapped: IpNet = "::ffff:0:0/96".parse().expect("a valid CIDR");
         for c in &self.external_cidrs {
             if let Some(inside) = cluster_cidrs.iter().find(|k| k.contains(c)) {
-                return Err(InvalidPolicy(format!(
+                return Err(Error::InvalidPolicy(format!(
                     "endpoints.external_cidrs: {c} lies inside the cluster range {inside}, where only the tenant's own pods may be named, so it would allow nothing"
                 )));
             }
             if mapped.contains(c) {
-                return Err(InvalidPolicy(format!(
+                return Err(Error::InvalidPolicy(format!(
                     "endpoints.external_cidrs: {c} is IPv4-mapped IPv6; list the IPv4 range itself"
                 )));
             }
@@ -615,7 +615,7 @@ mod tests {
 
     #[test]
     fn external_ranges_inside_the_cluster_are_refused_when_the_policy_loads() {
-        let err = |y: &str| TenantPolicy::from_yaml(y).unwrap_err().0;
+        let err = |y: &str| TenantPolicy::from_yaml(y).unwrap_err().to_string();
         assert!(err("endpoints: {external_cidrs: [10.1.0.0/16]}").contains("cluster range"));
         assert!(
             err("endpoints: {external_cidrs: ['::ffff:203.0.113.0/120']}").contains("IPv4-mapped")

@@ -201,23 +201,34 @@ pub fn summary(refusals: &[Refusal]) -> String {
     s
 }
 
-/// A policy that cannot work.
+/// Errors of vcp-policy: a policy or a quantity that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid tenant policy: {0}")]
-pub struct InvalidPolicy(pub String);
+pub enum Error {
+    /// A policy that cannot work.
+    #[error("invalid tenant policy: {0}")]
+    InvalidPolicy(String),
+    /// A string that is not a Kubernetes quantity.
+    #[error(
+        "{0:?} is not a Kubernetes quantity (a non-negative number with an optional suffix: m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei, or an exponent like 1e3)"
+    )]
+    InvalidQuantity(String),
+}
+
+/// Result with vcp-policy's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl TenantPolicy {
     /// Parses and checks a policy (the syncer's `--policy` file, a plan's `policy` section).
-    pub fn from_yaml(text: &str) -> Result<TenantPolicy, InvalidPolicy> {
+    pub fn from_yaml(text: &str) -> Result<TenantPolicy, Error> {
         let p: TenantPolicy =
-            serde_yaml::from_str(text).map_err(|e| InvalidPolicy(e.to_string()))?;
+            serde_yaml::from_str(text).map_err(|e| Error::InvalidPolicy(e.to_string()))?;
         p.validate()?;
         Ok(p)
     }
 
     /// Checks what types alone cannot.
-    pub fn validate(&self) -> Result<(), InvalidPolicy> {
-        let bad = |m: String| Err(InvalidPolicy(m));
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::InvalidPolicy(m));
         for s in &self.volumes.persistent_volume_sources {
             if !volumes::PV_SOURCES.contains(&s.as_str()) {
                 return bad(format!(
@@ -248,7 +259,7 @@ impl TenantPolicy {
         if sv.node_port_services > 0 && sv.node_ports == 0 {
             return bad("services.node_ports: 0 allows no NodePort Service at all; raise it or set node_port_services: 0".into());
         }
-        self.quota.validate().map_err(InvalidPolicy)?;
+        self.quota.validate().map_err(Error::InvalidPolicy)?;
         self.network.validate()?;
         self.endpoints.validate(&self.network.cluster_cidrs)
     }
@@ -312,7 +323,7 @@ endpoints:
 
     #[test]
     fn policies_that_cannot_work_are_refused_with_the_field() {
-        let err = |y: &str| TenantPolicy::from_yaml(y).unwrap_err().0;
+        let err = |y: &str| TenantPolicy::from_yaml(y).unwrap_err().to_string();
         assert!(err("pod_securty: baseline").contains("unknown field"));
         assert!(err("pod_security: lax").contains("unknown variant"));
         assert!(err("volumes: {persistent_volume_sources: [hostpath]}").contains("unknown source"));

@@ -63,7 +63,7 @@
 //! longer, never open one beyond it. The property tests below check the property for random
 //! tenant policies.
 
-use super::{InvalidPolicy, Refusal};
+use super::{Error, Refusal};
 use ipnet::IpNet;
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -148,9 +148,9 @@ impl Default for Network {
 
 impl Network {
     /// Checks what types alone cannot (called by `TenantPolicy::validate`).
-    pub fn validate(&self) -> Result<(), InvalidPolicy> {
+    pub fn validate(&self) -> Result<(), Error> {
         if self.cluster_cidrs.is_empty() {
-            return Err(InvalidPolicy(
+            return Err(Error::InvalidPolicy(
                 "network.cluster_cidrs: empty would let ipBlocks reach pods, Services and nodes; list the cluster's ranges".into(),
             ));
         }
@@ -160,7 +160,7 @@ impl Network {
         ] {
             for c in cidrs {
                 if let Some(why) = unreachable(c, &self.cluster_cidrs) {
-                    return Err(InvalidPolicy(format!(
+                    return Err(Error::InvalidPolicy(format!(
                         "network.{field}: {c} {why}, so it would allow nothing"
                     )));
                 }
@@ -1332,7 +1332,7 @@ mod tests {
         );
         assert!(p.network.ingress_cidrs.is_empty());
         network("network: {egress_cidrs: [203.0.113.0/24], ingress_cidrs: [0.0.0.0/0]}");
-        let err = |y: &str| TenantPolicy::from_yaml(y).unwrap_err().0;
+        let err = |y: &str| TenantPolicy::from_yaml(y).unwrap_err().to_string();
         assert!(err("network: {egress_cidrs: [10.1.0.0/16]}").contains("network.egress_cidrs"));
         assert!(err("network: {ingress_cidrs: [169.254.169.254/32]}").contains("169.254.0.0/16"));
         assert!(err("network: {egress_cidrs: ['::ffff:0:0/96']}").contains("IPv4-mapped"));

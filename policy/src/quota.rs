@@ -25,7 +25,7 @@
 //! admitted set count exactly what admission counted, so a sample never exceeds the quota
 //! (property-tested below).
 
-use super::Refusal;
+use super::{Error, Refusal};
 use k8s_openapi::api::core::v1::{
     Container, Namespace, PersistentVolumeClaim, Pod, PodSpec, ResourceRequirements, Service,
 };
@@ -302,19 +302,12 @@ impl Hard {
     }
 }
 
-/// A string that is not a Kubernetes quantity.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{0:?} is not a Kubernetes quantity (a non-negative number with an optional suffix: m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei, or an exponent like 1e3)"
-)]
-pub struct InvalidQuantity(pub String);
-
 const NANO: i128 = 1_000_000_000;
 
 /// A quantity in billionths of its unit (exact for every quantity the apiserver accepts down
 /// to `1n`; finer fractions round up, as the apiserver rounds them).
-pub fn parse_quantity(s: &str) -> Result<i128, InvalidQuantity> {
-    let bad = || InvalidQuantity(s.to_owned());
+pub fn parse_quantity(s: &str) -> Result<i128, Error> {
+    let bad = || Error::InvalidQuantity(s.to_owned());
     let body = s.strip_prefix('+').unwrap_or(s);
     let end = body
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -376,18 +369,18 @@ pub fn parse_quantity(s: &str) -> Result<i128, InvalidQuantity> {
     Ok((scaled + den - 1) / den)
 }
 
-fn scaled(s: &str, per: i128) -> Result<u64, InvalidQuantity> {
+fn scaled(s: &str, per: i128) -> Result<u64, Error> {
     let n = parse_quantity(s)?;
-    u64::try_from((n + per - 1) / per).map_err(|_| InvalidQuantity(s.to_owned()))
+    u64::try_from((n + per - 1) / per).map_err(|_| Error::InvalidQuantity(s.to_owned()))
 }
 
 /// A quantity in thousandths (millicores), rounded up.
-pub fn millis(s: &str) -> Result<u64, InvalidQuantity> {
+pub fn millis(s: &str) -> Result<u64, Error> {
     scaled(s, 1_000_000)
 }
 
 /// A quantity in whole units (bytes), rounded up.
-pub fn units(s: &str) -> Result<u64, InvalidQuantity> {
+pub fn units(s: &str) -> Result<u64, Error> {
     scaled(s, NANO)
 }
 
@@ -429,7 +422,7 @@ fn effective(
     r: Option<&ResourceRequirements>,
     resource: &str,
     limits: &Limits,
-) -> Result<Effective, InvalidQuantity> {
+) -> Result<Effective, Error> {
     let value = |q: &K8sQuantity| {
         if resource == "cpu" {
             millis(&q.0)
@@ -468,7 +461,7 @@ fn effective(
     Ok(Effective { request, limit })
 }
 
-fn container_amounts(c: &Container, limits: &Limits) -> Result<(Amount, Amount), InvalidQuantity> {
+fn container_amounts(c: &Container, limits: &Limits) -> Result<(Amount, Amount), Error> {
     let cpu = effective(c.resources.as_ref(), "cpu", limits)?;
     let mem = effective(c.resources.as_ref(), "memory", limits)?;
     Ok((
@@ -488,10 +481,7 @@ fn container_amounts(c: &Container, limits: &Limits) -> Result<(Amount, Amount),
 /// Kubernetes' rule, the larger of that sum and each init container in turn (plus the sidecars,
 /// `restartPolicy: Always`, started before it, which also run beside the containers); plus the
 /// pod's overhead, if any.
-pub fn effective_resources(
-    spec: &PodSpec,
-    limits: &Limits,
-) -> Result<(Amount, Amount), InvalidQuantity> {
+pub fn effective_resources(spec: &PodSpec, limits: &Limits) -> Result<(Amount, Amount), Error> {
     let mut req = Amount::default();
     let mut lim = Amount::default();
     for c in &spec.containers {
@@ -518,9 +508,7 @@ pub fn effective_resources(
     req = req.max(init_req);
     lim = lim.max(init_lim);
     if let Some(o) = &spec.overhead {
-        let get = |k: &str, f: fn(&str) -> Result<u64, InvalidQuantity>| {
-            o.get(k).map_or(Ok(0), |q| f(&q.0))
-        };
+        let get = |k: &str, f: fn(&str) -> Result<u64, Error>| o.get(k).map_or(Ok(0), |q| f(&q.0));
         let over = Amount {
             cpu: get("cpu", millis)?,
             memory: get("memory", units)?,
@@ -1326,7 +1314,11 @@ mod tests {
 
     #[test]
     fn limit_defaults_and_quantities_are_validated() {
-        let err = |y: &str| super::super::TenantPolicy::from_yaml(y).unwrap_err().0;
+        let err = |y: &str| {
+            super::super::TenantPolicy::from_yaml(y)
+                .unwrap_err()
+                .to_string()
+        };
         assert!(err("quota: {requests_cpu: lots}").contains("quota.requests_cpu"));
         assert!(err("quota: {requests_memory: 1GB}").contains("not a Kubernetes quantity"));
         assert!(err("quota: {pod: 1}").contains("unknown field"));

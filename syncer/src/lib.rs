@@ -70,7 +70,7 @@ pub enum Error {
     Policy {
         path: PathBuf,
         #[source]
-        source: vcp_policy::InvalidPolicy,
+        source: vcp_policy::Error,
     },
     #[error("failed to serve health endpoints on {addr}")]
     Serve {

@@ -233,9 +233,7 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
         if !(1..=3).contains(&p.dns_replicas) {
             return Err(bad("dns_replicas must be 1 to 3"));
         }
-        p.policy
-            .validate()
-            .map_err(|e| bad(&format!("policy: {}", e.0)))?;
+        p.policy.validate().map_err(|e| bad(&e.to_string()))?;
     }
     Ok(plans)
 }
