@@ -12,7 +12,7 @@
 //!
 //! The tenant lifecycle (desired state, phase, conditions) is typed once, in [`vcp_core::lifecycle`]
 //! (pure), and used by every layer. [`serve`] wires the workers, the sampler and the API
-//! together; [`metrics`] and [`logging`] are what an operator sees of them.
+//! together; [`metrics`] and the logs (`vcp-telemetry`) are what an operator sees of them.
 //!
 //! Tenant keys, host names and the `vcp.dev` labels come from `vcp_core::naming`, and plan
 //! policies, quota and usage rules from `vcp_policy`: the crates the syncer uses for the same
@@ -21,7 +21,6 @@
 pub mod api;
 pub mod cli;
 pub mod inventory;
-pub mod logging;
 pub mod metrics;
 pub mod names;
 pub mod pki;
@@ -174,13 +173,13 @@ pub struct Args {
         default_value = "text",
         global = true
     )]
-    pub log_format: logging::LogFormat,
+    pub log_format: vcp_telemetry::LogFormat,
 }
 
 impl Args {
     /// Installs logging as the flags and `RUST_LOG` say.
     pub fn init_logging(&self) {
-        logging::init(self.log_format, self.command.default_log_level());
+        vcp_telemetry::init(self.log_format, self.command.default_log_level());
     }
 }
 
@@ -255,5 +254,48 @@ pub async fn run(args: Args) -> Result<()> {
                 .map_err(|e| Error::Client(format!("cannot encode the OpenAPI document: {e}")))?;
             cli::print(&format!("{doc}\n"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vcp_telemetry::LogFormat;
+
+    #[test]
+    fn the_flag_goes_anywhere_reads_the_environment_and_refuses_other_formats() {
+        use clap::{CommandFactory as _, Parser as _};
+        let parse = |args: &[&str]| crate::Args::try_parse_from(args);
+        let format = |args: &[&str]| parse(args).unwrap().log_format;
+        assert_eq!(format(&["vcp", "openapi"]), LogFormat::Text);
+        assert_eq!(
+            format(&["vcp", "--log-format", "json", "openapi"]),
+            LogFormat::Json
+        );
+        assert_eq!(
+            format(&[
+                "vcp",
+                "serve",
+                "--database-url",
+                "postgres://x/y",
+                "--log-format",
+                "json"
+            ]),
+            LogFormat::Json
+        );
+        assert_eq!(
+            format(&["vcp", "tenant", "list", "--log-format", "json"]),
+            LogFormat::Json
+        );
+        assert!(parse(&["vcp", "--log-format", "yaml", "openapi"]).is_err());
+        let cmd = crate::Args::command();
+        let flag = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some("log-format"))
+            .unwrap();
+        assert_eq!(
+            flag.get_env().and_then(|e| e.to_str()),
+            Some("VCP_LOG_FORMAT")
+        );
+        assert!(flag.is_global_set());
     }
 }

@@ -36,6 +36,7 @@ use kube::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_telemetry::LogFormat;
 
 /// Errors of the syncer.
 #[derive(Debug, thiserror::Error)]
@@ -190,24 +191,8 @@ pub struct Args {
     pub log_format: LogFormat,
 }
 
-/// How log lines are written (`--log-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Sends `tracing` events to stderr in `format`, filtered by `RUST_LOG` (default: warnings,
-/// and the syncer's own info).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "warn,vcp_syncer=info".into());
-    let logs = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().init(),
-    }
-}
+/// The log level when `RUST_LOG` is unset: warnings, and the syncer's own info.
+pub const DEFAULT_LOG_LEVEL: &str = "warn,vcp_syncer=info";
 
 async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
     let err = |source| Error::Kubeconfig {

@@ -1,5 +1,7 @@
-//! Logs of `vcp`: tracing events on stderr, filtered by `RUST_LOG` (the command's default level
-//! otherwise), as text for people or as JSON lines for a log pipeline (`--log-format`).
+//! vcp-telemetry: how vcp's binaries log. Both `vcp` and `vcp-syncer` take `--log-format`
+//! ([`LogFormat`]) and call [`init`] once from main: tracing events go to stderr, filtered by
+//! `RUST_LOG` (the binary's default level otherwise), as text for people or as JSON lines, with
+//! the current span's fields (`tenant`, `caller`, ...), for a log pipeline.
 //!
 //! stderr, because stdout is for what a person must read: the first admin token, `migrate`'s
 //! result, a client command's answer.
@@ -51,7 +53,7 @@ pub fn init(format: LogFormat, default_level: &str) {
     let s = subscriber(format, default_level, std::io::stderr);
     if s.try_init().is_err() {
         // Only a second call gets here; the first subscriber stays.
-        let _ = writeln!(std::io::stderr(), "vcp: logging was already set up");
+        let _ = writeln!(std::io::stderr(), "logging was already set up");
     }
 }
 
@@ -107,43 +109,5 @@ mod tests {
         assert!(out.contains("pass done"), "{out}");
         assert!(out.contains("team-a"), "{out}");
         assert!(serde_json::from_str::<serde_json::Value>(out.trim()).is_err());
-    }
-
-    #[test]
-    fn the_flag_goes_anywhere_reads_the_environment_and_refuses_other_formats() {
-        use clap::{CommandFactory as _, Parser as _};
-        let parse = |args: &[&str]| crate::Args::try_parse_from(args);
-        let format = |args: &[&str]| parse(args).unwrap().log_format;
-        assert_eq!(format(&["vcp", "openapi"]), LogFormat::Text);
-        assert_eq!(
-            format(&["vcp", "--log-format", "json", "openapi"]),
-            LogFormat::Json
-        );
-        assert_eq!(
-            format(&[
-                "vcp",
-                "serve",
-                "--database-url",
-                "postgres://x/y",
-                "--log-format",
-                "json"
-            ]),
-            LogFormat::Json
-        );
-        assert_eq!(
-            format(&["vcp", "tenant", "list", "--log-format", "json"]),
-            LogFormat::Json
-        );
-        assert!(parse(&["vcp", "--log-format", "yaml", "openapi"]).is_err());
-        let cmd = crate::Args::command();
-        let flag = cmd
-            .get_arguments()
-            .find(|a| a.get_long() == Some("log-format"))
-            .unwrap();
-        assert_eq!(
-            flag.get_env().and_then(|e| e.to_str()),
-            Some("VCP_LOG_FORMAT")
-        );
-        assert!(flag.is_global_set());
     }
 }
