@@ -195,6 +195,21 @@ async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Probl
         .ok_or_else(|| Problem::not_found(&format!("no tenant named {name:?}")))
 }
 
+/// Who calls and the live tenant named in the path, if the caller may see it: 401 without a
+/// valid token, 400 for a malformed path, 404 for a tenant that does not exist or is another
+/// owner's. Called first in every handler of `/v1/tenants/{name}/...`, so a caller learns
+/// nothing of other owners' tenants from any later check.
+async fn caller_and_tenant(
+    s: &AppState,
+    headers: &axum::http::HeaderMap,
+    name: Result<Name, Problem>,
+) -> Result<(Caller, Tenant), Problem> {
+    let caller = auth::authenticate(s, headers).await?;
+    let Name(name) = name?;
+    let t = find(s, &caller, &name).await?;
+    Ok((caller, t))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
 use super::types::NameSchema;
 use super::{
     AppState, CreateTenant, DeleteQuery, Name, Problem, ProblemBody, TenantList, TenantUsage,
-    TenantView, body, existing_name, find,
+    TenantView, body, caller_and_tenant, existing_name,
 };
 use crate::Error;
 use crate::inventory::{NewTenant, Tenant};
@@ -170,9 +170,7 @@ pub(super) async fn get_tenant(
     headers: HeaderMap,
     name: Result<Name, Problem>,
 ) -> Result<Json<TenantView>, Problem> {
-    let caller = authenticate(&s, &headers).await?;
-    let Name(name) = name?;
-    let t = find(&s, &caller, &name).await?;
+    let (_caller, t) = caller_and_tenant(&s, &headers, name).await?;
     Ok(Json(view(&s, t).await?))
 }
 

@@ -359,15 +359,35 @@ pub struct VersionList {
     pub versions: Vec<VersionView>,
 }
 
+/// Declares `$T`, a unit type whose schema is `$build`, named `$name` in the document (so
+/// bodies refer to it with `#[schema(value_type = $T)]` and the document holds it once).
+macro_rules! named_schema {
+    ($(#[$doc:meta])* $T:ident = $name:literal, $build:block) => {
+        $(#[$doc])*
+        pub struct $T;
+
+        impl PartialSchema for $T {
+            fn schema() -> RefOr<Schema> {
+                $build
+            }
+        }
+
+        impl ToSchema for $T {
+            fn name() -> Cow<'static, str> {
+                $name.into()
+            }
+        }
+    };
+}
+
 // Schemas of the strings the server checks by a rule. Each states the rule's pattern and
 // lengths from the constants the server's check uses (`crate::names`), so the document and
 // the server cannot drift apart; `names` proves each pattern and its check agree.
 
-/// The schema of a tenant or token name, `Name` in the document.
-pub struct NameSchema;
-
-impl PartialSchema for NameSchema {
-    fn schema() -> RefOr<Schema> {
+named_schema!(
+    /// The schema of a tenant or token name, `Name` in the document.
+    NameSchema = "Name",
+    {
         ObjectBuilder::new()
             .schema_type(Type::String)
             .description(Some(format!(
@@ -381,19 +401,12 @@ impl PartialSchema for NameSchema {
             .examples(["team-a"])
             .into()
     }
-}
+);
 
-impl ToSchema for NameSchema {
-    fn name() -> Cow<'static, str> {
-        "Name".into()
-    }
-}
-
-/// The schema of a kubeconfig user or group, `Subject` in the document.
-pub struct SubjectSchema;
-
-impl PartialSchema for SubjectSchema {
-    fn schema() -> RefOr<Schema> {
+named_schema!(
+    /// The schema of a kubeconfig user or group, `Subject` in the document.
+    SubjectSchema = "Subject",
+    {
         ObjectBuilder::new()
             .schema_type(Type::String)
             .description(Some(format!(
@@ -408,19 +421,12 @@ impl PartialSchema for SubjectSchema {
             .examples(["alice"])
             .into()
     }
-}
+);
 
-impl ToSchema for SubjectSchema {
-    fn name() -> Cow<'static, str> {
-        "Subject".into()
-    }
-}
-
-/// The schema of a tenant's labels, `Labels` in the document.
-pub struct LabelsSchema;
-
-impl PartialSchema for LabelsSchema {
-    fn schema() -> RefOr<Schema> {
+named_schema!(
+    /// The schema of a tenant's labels, `Labels` in the document.
+    LabelsSchema = "Labels",
+    {
         let text = |pattern: &str, min: usize, max: usize| {
             ObjectBuilder::new()
                 .schema_type(Type::String)
@@ -451,19 +457,12 @@ impl PartialSchema for LabelsSchema {
             .examples([serde_json::json!({"team": "shop"})])
             .into()
     }
-}
+);
 
-impl ToSchema for LabelsSchema {
-    fn name() -> Cow<'static, str> {
-        "Labels".into()
-    }
-}
-
-/// The schema of a kubeconfig lifetime, `Ttl` in the document.
-pub struct TtlSchema;
-
-impl PartialSchema for TtlSchema {
-    fn schema() -> RefOr<Schema> {
+named_schema!(
+    /// The schema of a kubeconfig lifetime, `Ttl` in the document.
+    TtlSchema = "Ttl",
+    {
         ObjectBuilder::new()
             .schema_type(Type::String)
             .description(Some(
@@ -475,18 +474,17 @@ impl PartialSchema for TtlSchema {
             .examples(["12h"])
             .into()
     }
-}
+);
 
-impl ToSchema for TtlSchema {
-    fn name() -> Cow<'static, str> {
-        "Ttl".into()
+named_schema!(
+    /// The schema of a requested Kubernetes version, `KubernetesVersion` in the document: the
+    /// spellings the server's catalog resolves (the built-in catalog here; [`with_choices`] puts
+    /// a server's own in the document it serves).
+    VersionSchema = "KubernetesVersion",
+    {
+        VersionSchema::of(crate::render::Catalog::builtin().spellings())
     }
-}
-
-/// The schema of a requested Kubernetes version, `KubernetesVersion` in the document: the
-/// spellings the server's catalog resolves (the built-in catalog here; [`with_choices`] puts
-/// a server's own in the document it serves).
-pub struct VersionSchema;
+);
 
 impl VersionSchema {
     fn of(spellings: Vec<String>) -> RefOr<Schema> {
@@ -501,21 +499,15 @@ impl VersionSchema {
     }
 }
 
-impl PartialSchema for VersionSchema {
-    fn schema() -> RefOr<Schema> {
-        VersionSchema::of(crate::render::Catalog::builtin().spellings())
+named_schema!(
+    /// The schema of a plan name, `Plan` in the document: the plans configured on the server
+    /// (`default` alone here; [`with_choices`] puts a server's own in the document it serves).
+    PlanSchema = "Plan",
+    {
+        let builtin = crate::render::parse_plans("{}").unwrap_or_default();
+        PlanSchema::of(builtin.into_keys().collect())
     }
-}
-
-impl ToSchema for VersionSchema {
-    fn name() -> Cow<'static, str> {
-        "KubernetesVersion".into()
-    }
-}
-
-/// The schema of a plan name, `Plan` in the document: the plans configured on the server
-/// (`default` alone here; [`with_choices`] puts a server's own in the document it serves).
-pub struct PlanSchema;
+);
 
 impl PlanSchema {
     fn of(plans: Vec<String>) -> RefOr<Schema> {
@@ -527,19 +519,6 @@ impl PlanSchema {
             ))
             .enum_values(Some(plans))
             .into()
-    }
-}
-
-impl PartialSchema for PlanSchema {
-    fn schema() -> RefOr<Schema> {
-        let builtin = crate::render::parse_plans("{}").unwrap_or_default();
-        PlanSchema::of(builtin.into_keys().collect())
-    }
-}
-
-impl ToSchema for PlanSchema {
-    fn name() -> Cow<'static, str> {
-        "Plan".into()
     }
 }
 

@@ -1,10 +1,10 @@
 //! A tenant's usage samples by time range: the billing export (`GET /v1/tenants/{name}/usage`).
 
-use super::auth::authenticate;
 use super::problem::{NoSuchTenant, Unauthorized};
 use super::types::NameSchema;
 use super::{
-    AppState, Name, Problem, ProblemBody, UsageQuery, UsageSampleView, UsageSamples, find,
+    AppState, Name, Problem, ProblemBody, UsageQuery, UsageSampleView, UsageSamples,
+    caller_and_tenant,
 };
 use axum::Json;
 use axum::extract::{Query, State};
@@ -99,10 +99,7 @@ pub(super) async fn tenant_usage(
     name: Result<Name, Problem>,
     q: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<UsageSamples>, Problem> {
-    let caller = authenticate(&s, &headers).await?;
-    let Name(name) = name?;
-    // The tenant first: another owner's tenant answers 404 whatever the query.
-    let t = find(&s, &caller, &name).await?;
+    let (_caller, t) = caller_and_tenant(&s, &headers, name).await?;
     let Query(q) = q.map_err(Problem::from_query_rejection)?;
     let r = check_usage_query(&q, time::OffsetDateTime::now_utc())?;
     // One more than asked: whether another page follows, and where it starts.
