@@ -99,7 +99,7 @@ pub(super) async fn create_tenant(
     let config = &s.provisioner.config;
     let version = config
         .catalog
-        .resolve(req.version.as_deref())
+        .resolve_new(req.version.as_deref(), req.allow_preview)
         .map_err(|e| Problem::invalid("version", &e.to_string()))?;
     let plan = req.plan.unwrap_or_else(|| "default".into());
     if !config.plans.contains_key(&plan) {

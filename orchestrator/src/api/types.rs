@@ -35,6 +35,10 @@ pub struct CreateTenant {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<PlanSchema>)]
     pub plan: Option<String>,
+    /// Required to create a tenant on a `preview` version (`GET /v1/versions` says which).
+    /// `expired` versions take no new tenants at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_preview: bool,
 }
 
 /// A tenant.
@@ -349,6 +353,10 @@ pub struct VersionView {
     pub minor: String,
     #[schema(example = "v1.37.1")]
     pub kubernetes: String,
+    /// Where the minor is in its life: `preview` (new tenants need `allow_preview`),
+    /// `supported`, `deprecated` (owners should upgrade), `expired` (no new tenants; the next
+    /// fleet upgrade moves tenants off it).
+    pub class: crate::render::catalog::Class,
     pub default: bool,
 }
 

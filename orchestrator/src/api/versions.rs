@@ -27,6 +27,7 @@ pub(super) async fn versions(
             .map(|v| VersionView {
                 minor: v.minor.clone(),
                 kubernetes: v.kubernetes.clone(),
+                class: v.class,
                 default: v.minor == c.default,
             })
             .collect(),

@@ -109,6 +109,9 @@ pub struct TenantCreate {
     /// Kubernetes minor (`vcp version list`); the server's default when absent.
     #[arg(long = "kubernetes-version", env = "VCP_KUBERNETES_VERSION")]
     pub version: Option<String>,
+    /// Allow a `preview` version (`vcp version list` shows each version's class).
+    #[arg(long, env = "VCP_ALLOW_PREVIEW")]
+    pub allow_preview: bool,
     /// Placement plan configured on the server.
     #[arg(long, env = "VCP_PLAN")]
     pub plan: Option<String>,
@@ -414,6 +417,7 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 version: a.version,
                 labels: labels(&a.labels)?,
                 plan: a.plan,
+                allow_preview: a.allow_preview,
             };
             let mut t: TenantView = client.post("/v1/tenants", &req).await?;
             if a.wait.wait {

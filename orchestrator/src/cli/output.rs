@@ -412,11 +412,12 @@ pub fn versions_table(v: &VersionList, width: usize) -> String {
             vec![
                 v.minor.clone(),
                 v.kubernetes.clone(),
+                v.class.as_str().to_owned(),
                 if v.default { "*" } else { "" }.to_owned(),
             ]
         })
         .collect();
-    table(&["MINOR", "KUBERNETES", "DEFAULT"], &rows, width)
+    table(&["MINOR", "KUBERNETES", "CLASS", "DEFAULT"], &rows, width)
 }
 
 /// Follows a tenant while `--wait` polls it: remembers what was already reported so each
