@@ -27,6 +27,7 @@ pub mod pki;
 pub mod provision;
 pub mod render;
 pub mod serve;
+pub mod upgrade;
 pub mod usage;
 
 use clap::{Parser, Subcommand};
