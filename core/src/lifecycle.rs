@@ -193,6 +193,32 @@ named_enum! {
         Ready = "Ready",
         /// Everything the tenant had on the host is gone.
         Deleted = "Deleted",
+        /// An upgrade's progress: the hop, the step, the gate it waits on, or why it was
+        /// rolled back.
+        Upgraded = "Upgraded",
+    }
+}
+
+named_enum! {
+    /// Where one tenant's upgrade is: rolling forward hop by hop, rolling back to the version
+    /// it ran before the failed hop, or finished either way.
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    pub enum UpgradeState ("upgrade state") {
+        /// Moving forward; `hop_to` is the version the control plane is rolled to.
+        Running = "Running",
+        /// A gate failed; the control plane is rolled back to `hop_from`.
+        RollingBack = "RollingBack",
+        /// Every hop passed its gates; the tenant runs the target.
+        Succeeded = "Succeeded",
+        /// Back on the version it ran before the failed hop, healthy; `reason` says why.
+        RolledBack = "RolledBack",
+    }
+}
+
+impl UpgradeState {
+    /// Still moving (forward or back).
+    pub fn active(self) -> bool {
+        matches!(self, UpgradeState::Running | UpgradeState::RollingBack)
     }
 }
 
@@ -258,9 +284,12 @@ pub struct Condition {
 mod tests {
     use super::*;
 
-    /// The names in a `CHECK (column IN ('a', 'b'))` of the first migration.
+    /// The names in a `CHECK (column IN ('a', 'b'))` of the migrations.
     fn check_list(column: &str) -> Vec<String> {
-        let sql = include_str!("../../migrations/0001_inventory.sql");
+        let sql = concat!(
+            include_str!("../../migrations/0001_inventory.sql"),
+            include_str!("../../migrations/0003_upgrades.sql")
+        );
         let marker = format!("CHECK ({column} IN (");
         let start = sql.find(&marker).expect("the column has a CHECK") + marker.len();
         let list = &sql[start..start + sql[start..].find(')').unwrap()];
@@ -277,6 +306,10 @@ mod tests {
     fn the_database_allows_exactly_the_phases_and_desired_states_the_code_knows() {
         assert_eq!(check_list("phase"), names(Phase::ALL, Phase::as_str));
         assert_eq!(check_list("desired"), names(Desired::ALL, Desired::as_str));
+        assert_eq!(
+            check_list("state"),
+            names(UpgradeState::ALL, UpgradeState::as_str)
+        );
     }
 
     #[test]
@@ -298,6 +331,7 @@ mod tests {
         }
         round_trip(Phase::ALL, Phase::as_str);
         round_trip(Desired::ALL, Desired::as_str);
+        round_trip(UpgradeState::ALL, UpgradeState::as_str);
         round_trip(ConditionType::ALL, ConditionType::as_str);
         round_trip(ConditionStatus::ALL, ConditionStatus::as_str);
         round_trip(ConditionReason::ALL, ConditionReason::as_str);

@@ -1,7 +1,286 @@
 //! Upgrades of tenant control planes to another Kubernetes minor.
 //!
-//! The pure rules live here, free of clients and pools: [`skew`] plans the hops of one
-//! tenant's upgrade and checks every state of its rollout against the version skew rules.
-//! The API refuses a request those rules refuse, naming the rule.
+//! Data flow: `PATCH /v1/tenants/{name}` checks a request against the skew rules ([`skew`]:
+//! the hops, or a refusal naming its rule) and records an upgrade in the inventory with the
+//! first hop, setting the tenant's version to that hop's end. From then on the reconcile
+//! workers do the work: a pass renders the control plane from the tenant's version as always
+//! (so the components roll in step order, each gated on its rollout and the apiserver on
+//! `/readyz`), then checks the upgrade's own gates (the tenant API answers a write, a canary
+//! ConfigMap makes the round trip through the syncer to the host), and [`advance`] decides
+//! what the pass means for the upgrade: wait, the next hop, done, or roll back to the hop's
+//! start. The worker writes that [`Transition`] in the same transaction as the pass's outcome,
+//! so a replica killed anywhere leaves an upgrade another replica continues from.
+//!
+//! Pure: no client, no pool.
 
 pub mod skew;
+
+use crate::provision::steps::{Step, StepResult};
+use crate::render::Catalog;
+use std::time::Duration;
+use time::OffsetDateTime;
+use vcp_core::lifecycle::UpgradeState;
+
+/// The upgrade a tenant is in, as a pass needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Active {
+    pub id: i64,
+    pub target: String,
+    pub chain: bool,
+    pub hop_from: String,
+    pub hop_to: String,
+    pub hop_started_at: OffsetDateTime,
+    pub state: UpgradeState,
+}
+
+/// What a pass means for an upgrade.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// Nothing yet: the hop (or the rollback) is still rolling.
+    Wait(String),
+    /// The hop passed its gates; the next one starts (`tenants.version` becomes `to`).
+    NextHop { from: String, to: String },
+    /// The last hop passed its gates.
+    Succeeded,
+    /// A gate failed: roll back to the hop's start (`tenants.version` becomes it).
+    RollBack(String),
+    /// The rollback is complete: the control plane is healthy on the hop's start again.
+    RolledBack,
+}
+
+impl Transition {
+    /// Whether the upgrade stays active after this transition.
+    pub fn active(&self) -> bool {
+        !matches!(self, Transition::Succeeded | Transition::RolledBack)
+    }
+}
+
+/// How long a hop may take from its start to passing every gate before it is rolled back.
+pub const DEFAULT_HOP_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What a pass over an upgrading tenant means: `results` are its bring-up steps (on the
+/// version the tenant row names), `gate` the upgrade's own gates after them (`None` when the
+/// steps did not all pass, so the gates were not checked).
+pub fn advance(
+    a: &Active,
+    catalog: &Catalog,
+    results: &[(Step, StepResult)],
+    gate: Option<&StepResult>,
+    now: OffsetDateTime,
+    hop_timeout: Duration,
+) -> Transition {
+    let steps_ready =
+        results.len() == Step::ALL.len() && results.iter().all(|(_, r)| *r == StepResult::Ready);
+    let healthy = steps_ready && gate == Some(&StepResult::Ready);
+    // What the pass waits on, for the condition and for the reason of a rollback.
+    let waiting = results
+        .iter()
+        .find(|(_, r)| *r != StepResult::Ready)
+        .map(|(s, r)| format!("{:?}: {}", s.condition_type(), describe(r)))
+        .or_else(|| {
+            gate.filter(|g| **g != StepResult::Ready)
+                .map(|g| format!("gate: {}", describe(g)))
+        })
+        .unwrap_or_else(|| "checking".to_owned());
+    match a.state {
+        UpgradeState::Running => {
+            if let Some((s, StepResult::Fatal(m))) = results
+                .iter()
+                .find(|(_, r)| matches!(r, StepResult::Fatal(_)))
+            {
+                return Transition::RollBack(format!(
+                    "hop {} -> {}: {:?} cannot succeed: {m}",
+                    a.hop_from,
+                    a.hop_to,
+                    s.condition_type()
+                ));
+            }
+            if healthy {
+                if a.hop_to == a.target {
+                    return Transition::Succeeded;
+                }
+                let allow = skew::Allow {
+                    chain: a.chain,
+                    preview: true,
+                };
+                return match skew::plan_hops(catalog, &a.hop_to, &a.target, allow) {
+                    Ok(hops) => Transition::NextHop {
+                        from: a.hop_to.clone(),
+                        to: hops[0].minor.clone(),
+                    },
+                    // The catalog changed under the upgrade: stop where the tenant is
+                    // healthy rather than guess.
+                    Err(e) => Transition::RollBack(format!(
+                        "the next hop from {} to {} is no longer allowed: {e}",
+                        a.hop_to, a.target
+                    )),
+                };
+            }
+            let elapsed = now - a.hop_started_at;
+            if elapsed > hop_timeout {
+                return Transition::RollBack(format!(
+                    "hop {} -> {} not healthy after {}s: {waiting}",
+                    a.hop_from,
+                    a.hop_to,
+                    hop_timeout.as_secs()
+                ));
+            }
+            Transition::Wait(format!("hop {} -> {}: {waiting}", a.hop_from, a.hop_to))
+        }
+        UpgradeState::RollingBack => {
+            if steps_ready {
+                Transition::RolledBack
+            } else {
+                Transition::Wait(format!("rolling back to {}: {waiting}", a.hop_from))
+            }
+        }
+        // Finished upgrades are not passed here; nothing to do.
+        UpgradeState::Succeeded | UpgradeState::RolledBack => Transition::Wait(String::new()),
+    }
+}
+
+fn describe(r: &StepResult) -> &str {
+    match r {
+        StepResult::Ready => "ready",
+        StepResult::Waiting(m) | StepResult::Error(m) | StepResult::Fatal(m) => m,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> OffsetDateTime {
+        OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap()
+    }
+
+    fn active(from: &str, to: &str, target: &str, state: UpgradeState) -> Active {
+        Active {
+            id: 1,
+            target: target.into(),
+            chain: true,
+            hop_from: from.into(),
+            hop_to: to.into(),
+            hop_started_at: at("2026-01-01T00:00:00Z"),
+            state,
+        }
+    }
+
+    fn all_ready() -> Vec<(Step, StepResult)> {
+        Step::ALL.iter().map(|s| (*s, StepResult::Ready)).collect()
+    }
+
+    fn stuck_at(step: Step, r: StepResult) -> Vec<(Step, StepResult)> {
+        let mut out: Vec<_> = Step::ALL
+            .iter()
+            .take_while(|s| **s != step)
+            .map(|s| (*s, StepResult::Ready))
+            .collect();
+        out.push((step, r));
+        out
+    }
+
+    const T: Duration = DEFAULT_HOP_TIMEOUT;
+
+    #[test]
+    fn a_healthy_hop_moves_on_and_the_last_one_succeeds() {
+        let c = Catalog::builtin();
+        let now = at("2026-01-01T00:01:00Z");
+        let ok = Some(&StepResult::Ready);
+        let a = active("1.35", "1.36", "1.37", UpgradeState::Running);
+        assert_eq!(
+            advance(&a, &c, &all_ready(), ok, now, T),
+            Transition::NextHop {
+                from: "1.36".into(),
+                to: "1.37".into()
+            }
+        );
+        let a = active("1.36", "1.37", "1.37", UpgradeState::Running);
+        assert_eq!(
+            advance(&a, &c, &all_ready(), ok, now, T),
+            Transition::Succeeded
+        );
+    }
+
+    #[test]
+    fn gates_and_steps_hold_a_hop_until_its_deadline_then_roll_it_back() {
+        let c = Catalog::builtin();
+        let a = active("1.36", "1.37", "1.37", UpgradeState::Running);
+        let early = at("2026-01-01T00:04:59Z");
+        let late = at("2026-01-01T00:05:01Z");
+        let waiting = StepResult::Waiting("canary not on the host yet".into());
+        // Steps ready, gate not yet.
+        let t = advance(&a, &c, &all_ready(), Some(&waiting), early, T);
+        assert!(
+            matches!(&t, Transition::Wait(m) if m.contains("canary")),
+            "{t:?}"
+        );
+        // A step not ready: the gates were not checked.
+        let stuck = stuck_at(Step::Apiserver, StepResult::Waiting("0/1 ready".into()));
+        let t = advance(&a, &c, &stuck, None, early, T);
+        assert!(
+            matches!(&t, Transition::Wait(m) if m.contains("ApiserverReady")),
+            "{t:?}"
+        );
+        let t = advance(&a, &c, &stuck, None, late, T);
+        assert!(
+            matches!(&t, Transition::RollBack(m) if m.contains("1.36 -> 1.37") && m.contains("0/1 ready")),
+            "{t:?}"
+        );
+        // A step that cannot succeed rolls back at once.
+        let fatal = stuck_at(Step::Etcd, StepResult::Fatal("bad template".into()));
+        let t = advance(&a, &c, &fatal, None, early, T);
+        assert!(
+            matches!(&t, Transition::RollBack(m) if m.contains("bad template")),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn a_rollback_ends_when_the_old_version_is_healthy_again() {
+        let c = Catalog::builtin();
+        let a = active("1.36", "1.37", "1.37", UpgradeState::RollingBack);
+        let now = at("2026-01-01T01:00:00Z");
+        // No deadline for a rollback, and its gates are the steps alone.
+        let stuck = stuck_at(Step::ControllerManager, StepResult::Waiting("0/1".into()));
+        assert!(matches!(
+            advance(&a, &c, &stuck, None, now, T),
+            Transition::Wait(_)
+        ));
+        assert_eq!(
+            advance(&a, &c, &all_ready(), None, now, T),
+            Transition::RolledBack
+        );
+    }
+
+    #[test]
+    fn a_catalog_that_lost_the_next_hop_stops_the_chain_where_it_is_healthy() {
+        let ok = include_str!("../../../templates/versions.yaml");
+        let c = Catalog::parse(
+            &ok.replacen("class: supported", "class: expired", 2)
+                .replacen("class: expired", "class: supported", 1),
+        )
+        .unwrap();
+        assert_eq!(
+            c.get("1.36").unwrap().class,
+            crate::render::catalog::Class::Expired
+        );
+        // 1.35 -> 1.36 went fine, but 1.36 -> 1.37 is still allowed (leaving an expired minor).
+        let a = active("1.35", "1.36", "1.37", UpgradeState::Running);
+        let now = at("2026-01-01T00:01:00Z");
+        let t = advance(&a, &c, &all_ready(), Some(&StepResult::Ready), now, T);
+        assert_eq!(
+            t,
+            Transition::NextHop {
+                from: "1.36".into(),
+                to: "1.37".into()
+            }
+        );
+        // A target that became expired ends the chain with a rollback of nothing new.
+        let a = active("1.35", "1.36", "1.36", UpgradeState::Running);
+        assert_eq!(
+            advance(&a, &c, &all_ready(), Some(&StepResult::Ready), now, T),
+            Transition::Succeeded
+        );
+    }
+}
