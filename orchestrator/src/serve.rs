@@ -99,6 +99,11 @@ pub struct ServeArgs {
     #[arg(long, env = "VCP_USAGE_RETENTION_DAYS", default_value_t = 90,
           value_parser = clap::value_parser!(u64).range(1..=36_500))]
     pub usage_retention_days: u64,
+    /// How long one hop of an upgrade may take, in seconds, before it is rolled back (30 to
+    /// 3600).
+    #[arg(long, env = "VCP_UPGRADE_HOP_TIMEOUT_SECONDS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(30..=3600))]
+    pub upgrade_hop_timeout_seconds: u64,
 }
 
 /// How long a claimed tenant stays ours without renewal.
@@ -161,6 +166,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
         renderer,
         access: a.tenant_access,
         simulate: a.simulate_control_planes,
+        hop_timeout: Duration::from_secs(a.upgrade_hop_timeout_seconds),
     })
 }
 

@@ -37,6 +37,7 @@ fn outcome(phase: &str, g: i64) -> Outcome {
         endpoint: Some("https://127.0.0.1:30001".into()),
         observed_generation: g,
         requeue_after: Duration::from_secs(300),
+        upgrade: None,
     }
 }
 

@@ -12,13 +12,14 @@
 
 use crate::pki::CertInfo;
 use crate::render::Catalog;
+use crate::upgrade::{Active, Transition};
 use crate::{Error, Result};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_core::lifecycle::{Condition, Desired, Phase};
+use vcp_core::lifecycle::{Condition, Desired, Phase, UpgradeState};
 use vcp_core::naming::TenantKey;
 use vcp_policy::quota::Usage;
 
@@ -70,6 +71,51 @@ pub struct Outcome {
     pub endpoint: Option<String>,
     pub observed_generation: i64,
     pub requeue_after: Duration,
+    /// What the pass means for the tenant's upgrade (its id and the transition), written in
+    /// the same transaction.
+    pub upgrade: Option<(i64, Transition)>,
+}
+
+/// One upgrade of a tenant, as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UpgradeRow {
+    pub id: i64,
+    pub tenant_id: i64,
+    pub from_version: String,
+    pub target_version: String,
+    pub chain: bool,
+    pub hop_from: String,
+    pub hop_to: String,
+    pub hop_started_at: OffsetDateTime,
+    pub state: UpgradeState,
+    pub reason: Option<String>,
+    pub requested_by: String,
+    pub created_at: OffsetDateTime,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+impl UpgradeRow {
+    /// What a pass needs of it.
+    pub fn active(&self) -> Active {
+        Active {
+            id: self.id,
+            target: self.target_version.clone(),
+            chain: self.chain,
+            hop_from: self.hop_from.clone(),
+            hop_to: self.hop_to.clone(),
+            hop_started_at: self.hop_started_at,
+            state: self.state,
+        }
+    }
+}
+
+/// An upgrade to start.
+#[derive(Debug, Clone)]
+pub struct NewUpgrade {
+    pub target: String,
+    pub chain: bool,
+    /// The first hop's end.
+    pub first_hop: String,
 }
 
 /// An API token (the hash only).
@@ -325,6 +371,92 @@ impl Inventory {
         Ok(row)
     }
 
+    /// Starts an upgrade of a live tenant the caller may see (`owner`: an owner's own only),
+    /// if it is `Ready` and no upgrade moves it already: records it, sets the tenant's version
+    /// to the first hop and its phase to `Upgrading`, and wakes the workers. `Ok(None)` when
+    /// the tenant is not there, not Ready, or already upgrading (the caller tells which).
+    pub async fn start_upgrade(
+        &self,
+        t: &Tenant,
+        owner: Option<&str>,
+        u: &NewUpgrade,
+        actor: &str,
+    ) -> Result<Option<(Tenant, UpgradeRow)>> {
+        let mut tx = self.pool.begin().await?;
+        // The phase check and the version switch are one statement, so two requests racing
+        // for one tenant cannot both pass it; the unique index catches what else could.
+        let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE tenants SET version = $4, phase = $5, generation = generation + 1,
+               next_reconcile_at = now(), updated_at = now()
+             WHERE id = $1 AND deleted_at IS NULL AND desired = $6 AND phase = $7
+               AND version = $3 AND ($2::text IS NULL OR owner = $2)
+               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
+                               WHERE tenant_id = $1 AND state IN ('Running', 'RollingBack'))
+             RETURNING {TENANT_COLUMNS}"
+        )))
+        .bind(t.id)
+        .bind(owner)
+        .bind(&t.version)
+        .bind(&u.first_hop)
+        .bind(Phase::Upgrading)
+        .bind(Desired::Present)
+        .bind(Phase::Ready)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let up: UpgradeRow = sqlx::query_as(
+            "INSERT INTO tenant_upgrades
+               (tenant_id, from_version, target_version, chain, hop_from, hop_to, state,
+                requested_by)
+             VALUES ($1, $2, $3, $4, $2, $5, $6, $7)
+             RETURNING *",
+        )
+        .bind(t.id)
+        .bind(&t.version)
+        .bind(&u.target)
+        .bind(u.chain)
+        .bind(&u.first_hop)
+        .bind(UpgradeState::Running)
+        .bind(actor)
+        .fetch_one(&mut *tx)
+        .await?;
+        audit_in(
+            &mut tx,
+            actor,
+            "tenant.upgrade.start",
+            Some(t.id),
+            serde_json::json!({"upgrade": up.id, "from": t.version, "to": u.target,
+                "chain": u.chain, "hop": u.first_hop}),
+        )
+        .await?;
+        notify(&mut tx).await?;
+        tx.commit().await?;
+        Ok(Some((row, up)))
+    }
+
+    /// The upgrade moving a tenant now, if any.
+    pub async fn active_upgrade(&self, tenant_id: i64) -> Result<Option<UpgradeRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM tenant_upgrades
+             WHERE tenant_id = $1 AND state IN ('Running', 'RollingBack')",
+        )
+        .bind(tenant_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// A tenant's latest upgrade, active or finished.
+    pub async fn latest_upgrade(&self, tenant_id: i64) -> Result<Option<UpgradeRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM tenant_upgrades WHERE tenant_id = $1 ORDER BY id DESC LIMIT 1",
+        )
+        .bind(tenant_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// Claims the most overdue tenant no other worker holds, for `lease`.
     pub async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Tenant>> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -408,6 +540,9 @@ impl Inventory {
                 serde_json::json!({"from": t.phase, "to": phase}),
             )
             .await?;
+        }
+        if let Some((id, tr)) = &o.upgrade {
+            apply_transition(&mut tx, t.id, *id, tr, actor).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -776,6 +911,76 @@ async fn notify(tx: &mut sqlx::PgConnection) -> Result<()> {
         .execute(tx)
         .await?;
     Ok(())
+}
+
+/// Writes what a pass means for an upgrade: the upgrade's row, and the tenant's version when a
+/// hop starts or rolls back (due again at once, so the next pass rolls the new version).
+async fn apply_transition(
+    tx: &mut sqlx::PgConnection,
+    tenant: i64,
+    upgrade: i64,
+    tr: &Transition,
+    actor: &str,
+) -> Result<()> {
+    let (state, reason, hop): (UpgradeState, Option<&str>, Option<&str>) = match tr {
+        Transition::Wait(_) => return Ok(()),
+        Transition::NextHop { to, .. } => (UpgradeState::Running, None, Some(to)),
+        Transition::Succeeded => (UpgradeState::Succeeded, None, None),
+        Transition::RollBack(why) => (UpgradeState::RollingBack, Some(why), None),
+        Transition::RolledBack => (UpgradeState::RolledBack, None, None),
+    };
+    let row: Option<UpgradeRow> = sqlx::query_as(
+        "UPDATE tenant_upgrades SET state = $3,
+           reason = COALESCE($4, reason),
+           hop_from = CASE WHEN $5::text IS NULL THEN hop_from ELSE hop_to END,
+           hop_to = COALESCE($5, hop_to),
+           hop_started_at = CASE WHEN $5::text IS NULL THEN hop_started_at ELSE now() END,
+           finished_at = CASE WHEN $3 IN ('Succeeded', 'RolledBack') THEN now() END
+         WHERE id = $1 AND tenant_id = $2 AND state IN ('Running', 'RollingBack')
+         RETURNING *",
+    )
+    .bind(upgrade)
+    .bind(tenant)
+    .bind(state)
+    .bind(reason)
+    .bind(hop)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        // Finished by someone else meanwhile: nothing of ours to write.
+        return Ok(());
+    };
+    // The version the control plane runs next: the new hop's end, or the rollback's target.
+    let version = match tr {
+        Transition::NextHop { to, .. } => Some(to.as_str()),
+        Transition::RollBack(_) => Some(row.hop_from.as_str()),
+        _ => None,
+    };
+    if let Some(v) = version {
+        sqlx::query(
+            "UPDATE tenants SET version = $2, next_reconcile_at = now(), updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(tenant)
+        .bind(v)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let action = match tr {
+        Transition::NextHop { .. } => "tenant.upgrade.hop",
+        Transition::Succeeded => "tenant.upgrade.succeeded",
+        Transition::RollBack(_) => "tenant.upgrade.rollback",
+        _ => "tenant.upgrade.rolled-back",
+    };
+    audit_in(
+        tx,
+        actor,
+        action,
+        Some(tenant),
+        serde_json::json!({"upgrade": upgrade, "hop_from": row.hop_from, "hop_to": row.hop_to,
+            "reason": row.reason}),
+    )
+    .await
 }
 
 async fn audit_in(

@@ -14,11 +14,12 @@ pub mod steps;
 use crate::inventory::{Inventory, Outcome, Tenant};
 use crate::pki::{self, ApiNames, Ca, CertKey};
 use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
+use crate::upgrade;
 use crate::{Error, Result};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use steps::{Step, StepResult};
 use time::OffsetDateTime;
-use vcp_core::lifecycle::Desired;
+use vcp_core::lifecycle::{Desired, UpgradeState};
 use vcp_core::naming::{LABEL_TENANT, control_plane_namespace};
 
 /// How the orchestrator reaches tenant apiservers (readiness, bootstrap, kubeconfigs it checks).
@@ -54,6 +55,8 @@ pub struct Config {
     /// Control-plane pods run on simulated nodes: Ready pods stand for a serving control
     /// plane and nothing talks to the tenant apiserver (benchmarks of vcp's own overhead).
     pub simulate: bool,
+    /// How long one upgrade hop may take before it is rolled back.
+    pub hop_timeout: Duration,
 }
 
 /// What a pass did: the outcome the worker records, and the variant of the error that stopped
@@ -151,6 +154,7 @@ impl Provisioner {
                         endpoint: t.endpoint.clone(),
                         observed_generation: t.generation,
                         requeue_after: v.requeue_after,
+                        upgrade: None,
                     },
                     error,
                 }
@@ -158,8 +162,52 @@ impl Provisioner {
             Desired::Present => {
                 let mut endpoint = t.endpoint.clone();
                 let mut error = None;
+                let upgrade = match self.inventory.active_upgrade(t.id).await {
+                    Ok(u) => u.map(|u| u.active()),
+                    Err(e) => {
+                        // Without knowing whether an upgrade runs, do nothing this pass.
+                        let v = steps::bring_up(
+                            &[(Step::Namespace, StepResult::Error(e.public()))],
+                            &t.conditions.0,
+                            now,
+                        );
+                        return Pass {
+                            outcome: Outcome {
+                                phase: t.phase,
+                                conditions: v.conditions,
+                                endpoint,
+                                observed_generation: t.observed_generation,
+                                requeue_after: v.requeue_after,
+                                upgrade: None,
+                            },
+                            error: Some(e.variant()),
+                        };
+                    }
+                };
                 let results = self.bring_up(t, &mut endpoint, &mut error).await;
-                let v = steps::bring_up(&results, &t.conditions.0, now);
+                let mut v = steps::bring_up(&results, &t.conditions.0, now);
+                let upgrade = match upgrade {
+                    None => None,
+                    Some(a) => {
+                        let all_ready = results.len() == Step::ALL.len()
+                            && results.iter().all(|(_, r)| *r == StepResult::Ready);
+                        let gate = if all_ready && a.state == UpgradeState::Running {
+                            Some(self.upgrade_gate(t, &a, endpoint.as_deref()).await)
+                        } else {
+                            None
+                        };
+                        let tr = upgrade::advance(
+                            &a,
+                            &self.config.catalog,
+                            &results,
+                            gate.as_ref(),
+                            now,
+                            self.config.hop_timeout,
+                        );
+                        upgrade::verdict(&mut v, &tr, &t.conditions.0, now);
+                        Some((a.id, tr))
+                    }
+                };
                 Pass {
                     outcome: Outcome {
                         phase: v.phase,
@@ -167,6 +215,7 @@ impl Provisioner {
                         endpoint,
                         observed_generation: t.generation,
                         requeue_after: v.requeue_after,
+                        upgrade,
                     },
                     error,
                 }
@@ -558,6 +607,75 @@ impl Provisioner {
     }
 
     /// Binds the access groups inside the tenant; nothing else grants access.
+    /// An upgrade's own gate, checked once every step is ready on the hop's version: the
+    /// tenant API answers a write (a canary ConfigMap in `default`, applied with this hop's
+    /// stamp) and a read, and the syncer carries the canary to the host with that stamp, so
+    /// the new apiserver, the syncer's watches and its host writes all work. In simulate mode
+    /// nothing talks to the tenant.
+    async fn upgrade_gate(
+        &self,
+        t: &Tenant,
+        a: &upgrade::Active,
+        endpoint: Option<&str>,
+    ) -> StepResult {
+        if self.config.simulate {
+            return StepResult::Ready;
+        }
+        match self.canary(t, a, endpoint).await {
+            Ok(r) => r,
+            Err(e) => StepResult::Waiting(format!("canary: {}", e.public())),
+        }
+    }
+
+    async fn canary(
+        &self,
+        t: &Tenant,
+        a: &upgrade::Active,
+        endpoint: Option<&str>,
+    ) -> Result<StepResult> {
+        const NAME: &str = "vcp-upgrade-canary";
+        let stamp = format!("{}/{}", a.id, a.hop_to);
+        let ns = control_plane_namespace(&t.key);
+        let client = self.tenant_client(&ns, endpoint).await?;
+        let tenant: Api<ConfigMap> = Api::namespaced(client, "default");
+        let canary = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": NAME},
+            "data": {"upgrade": stamp},
+        });
+        tenant
+            .patch(
+                NAME,
+                &PatchParams::apply(host::FIELD_MANAGER).force(),
+                &Patch::Apply(&canary),
+            )
+            .await
+            .map_err(|e| Error::kube("write the upgrade canary", e))?;
+        let read = tenant
+            .get(NAME)
+            .await
+            .map_err(|e| Error::kube("read the upgrade canary", e))?;
+        let has = |cm: &ConfigMap| cm.data.as_ref().and_then(|d| d.get("upgrade")) == Some(&stamp);
+        if !has(&read) {
+            return Ok(StepResult::Waiting(
+                "the tenant API lost the canary write".into(),
+            ));
+        }
+        let host_ns = vcp_core::naming::host_namespace(&t.key, "default");
+        let host: Api<ConfigMap> = Api::namespaced(self.host.clone(), &host_ns);
+        match host
+            .get_opt(NAME)
+            .await
+            .map_err(|e| Error::kube("read the upgrade canary on the host", e))?
+        {
+            Some(cm) if has(&cm) => Ok(StepResult::Ready),
+            _ => Ok(StepResult::Waiting(
+                "the syncer has not carried the canary ConfigMap to the host yet".into(),
+            )),
+        }
+    }
+
     async fn bootstrap(&self, ns: &str, endpoint: Option<&str>) -> Result<StepResult> {
         if self.config.simulate {
             return Ok(StepResult::Ready);

@@ -15,11 +15,13 @@
 
 pub mod skew;
 
-use crate::provision::steps::{Step, StepResult};
+use crate::provision::steps::{REQUEUE_WAITING, Step, StepResult, Verdict};
 use crate::render::Catalog;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_core::lifecycle::UpgradeState;
+use vcp_core::lifecycle::{
+    Condition, ConditionReason, ConditionStatus, ConditionType, Phase, UpgradeState,
+};
 
 /// The upgrade a tenant is in, as a pass needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +141,49 @@ pub fn advance(
     }
 }
 
+/// What a transition makes of a pass's verdict: the phase is `Upgrading` while the upgrade is
+/// active, the `Upgraded` condition says where it is, and a transition that changes the
+/// version makes the tenant due again at once.
+pub fn verdict(v: &mut Verdict, tr: &Transition, prev: &[Condition], now: OffsetDateTime) {
+    use ConditionReason as R;
+    use ConditionStatus as S;
+    let (status, reason, message) = match tr {
+        Transition::Wait(m) => (S::False, R::Waiting, m.clone()),
+        Transition::NextHop { from, to } => (
+            S::False,
+            R::Waiting,
+            format!("{from} passed its gates; rolling to {to}"),
+        ),
+        Transition::Succeeded => (S::True, R::Ready, "upgraded".to_owned()),
+        Transition::RollBack(m) => (S::False, R::Error, format!("rolling back: {m}")),
+        Transition::RolledBack => (
+            S::False,
+            R::Failed,
+            "rolled back to the version before the failed hop; the upgrade's reason says why"
+                .to_owned(),
+        ),
+    };
+    let last = prev
+        .iter()
+        .find(|c| c.type_ == ConditionType::Upgraded && c.status == status)
+        .map_or(now, |c| c.last_transition_time);
+    v.conditions.retain(|c| c.type_ != ConditionType::Upgraded);
+    v.conditions.push(Condition {
+        type_: ConditionType::Upgraded,
+        status,
+        reason,
+        message,
+        last_transition_time: last,
+    });
+    if tr.active() {
+        v.phase = Phase::Upgrading;
+        v.requeue_after = match tr {
+            Transition::Wait(_) => v.requeue_after.min(REQUEUE_WAITING),
+            _ => Duration::ZERO,
+        };
+    }
+}
+
 fn describe(r: &StepResult) -> &str {
     match r {
         StepResult::Ready => "ready",
@@ -234,6 +279,44 @@ mod tests {
             matches!(&t, Transition::RollBack(m) if m.contains("bad template")),
             "{t:?}"
         );
+    }
+
+    #[test]
+    fn an_active_upgrade_shows_as_upgrading_and_a_finished_one_as_its_outcome() {
+        let now = at("2026-01-01T00:01:00Z");
+        let base = crate::provision::steps::bring_up(&all_ready(), &[], now);
+        assert_eq!(base.phase, Phase::Ready);
+        let upgraded = |v: &Verdict| {
+            v.conditions
+                .iter()
+                .find(|c| c.type_ == ConditionType::Upgraded)
+                .cloned()
+                .unwrap()
+        };
+        let mut v = base.clone();
+        verdict(
+            &mut v,
+            &Transition::Wait("hop 1.36 -> 1.37: x".into()),
+            &[],
+            now,
+        );
+        assert_eq!(v.phase, Phase::Upgrading);
+        assert!(v.requeue_after <= REQUEUE_WAITING);
+        assert_eq!(upgraded(&v).status, ConditionStatus::False);
+        let mut v = base.clone();
+        verdict(&mut v, &Transition::RollBack("gate".into()), &[], now);
+        assert_eq!(
+            (v.phase, v.requeue_after),
+            (Phase::Upgrading, Duration::ZERO)
+        );
+        let mut v = base.clone();
+        verdict(&mut v, &Transition::Succeeded, &[], now);
+        assert_eq!(v.phase, Phase::Ready);
+        assert_eq!(upgraded(&v).status, ConditionStatus::True);
+        let mut v = base.clone();
+        verdict(&mut v, &Transition::RolledBack, &[], now);
+        assert_eq!(v.phase, Phase::Ready);
+        assert_eq!(upgraded(&v).reason, ConditionReason::Failed);
     }
 
     #[test]
