@@ -18,6 +18,7 @@ mod problem;
 mod tenants;
 mod tokens;
 mod types;
+mod upgrades;
 mod usage;
 mod versions;
 
@@ -75,7 +76,11 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(health::metrics_text))
         .routes(routes!(versions::versions))
         .routes(routes!(tenants::create_tenant, tenants::list_tenants))
-        .routes(routes!(tenants::get_tenant, tenants::delete_tenant))
+        .routes(routes!(
+            tenants::get_tenant,
+            tenants::delete_tenant,
+            upgrades::upgrade_tenant
+        ))
         .routes(routes!(usage::tenant_usage))
         .routes(routes!(
             kubeconfigs::issue_kubeconfig,
@@ -255,7 +260,7 @@ mod tests {
                         );
                     }
                 }
-                if method == "post" {
+                if method == "post" || method == "patch" {
                     assert!(
                         op["requestBody"]["content"]["application/json"].is_object(),
                         "{path}"
@@ -264,7 +269,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 11);
+        assert_eq!(ops, 12);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"

@@ -35,6 +35,11 @@ pub(super) async fn views(s: &AppState, tenants: Vec<Tenant>) -> Result<Vec<Tena
         .latest_usage(&ids)
         .await
         .map_err(|e| Problem::internal(&e))?;
+    let mut upgrades = s
+        .inventory
+        .latest_upgrades(&ids)
+        .await
+        .map_err(|e| Problem::internal(&e))?;
     let config = &s.provisioner.config;
     Ok(tenants
         .into_iter()
@@ -45,7 +50,8 @@ pub(super) async fn views(s: &AppState, tenants: Vec<Tenant>) -> Result<Vec<Tena
                 used: u.used,
                 limits: crate::usage::limits(&config.plans, &t.plan),
             });
-            TenantView::new(t, kubernetes, usage)
+            let upgrade = upgrades.remove(&t.id).map(Into::into);
+            TenantView::new(t, kubernetes, usage, upgrade)
         })
         .collect())
 }

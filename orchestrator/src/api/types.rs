@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
-pub use vcp_core::lifecycle::{Condition, Phase};
+pub use vcp_core::lifecycle::{Condition, Phase, UpgradeState};
 pub use vcp_policy::quota::{Hard, Usage};
 
 /// `POST /v1/tenants` body.
@@ -68,6 +68,64 @@ pub struct TenantView {
     /// The latest usage sample against the plan's quota; null before the first sample (vcp
     /// samples Ready tenants every `--usage-interval-seconds`).
     pub usage: Option<TenantUsage>,
+    /// The tenant's latest upgrade, moving or finished; null if it never had one.
+    pub upgrade: Option<UpgradeView>,
+}
+
+/// One upgrade of a tenant's control plane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct UpgradeView {
+    pub id: i64,
+    /// The minor the tenant ran when the upgrade started.
+    pub from: String,
+    /// The minor it should end on.
+    pub target: String,
+    /// The hop in progress (or the last one): its start is where a rollback returns to.
+    pub hop_from: String,
+    pub hop_to: String,
+    pub state: UpgradeState,
+    /// Why it was rolled back.
+    pub reason: Option<String>,
+    pub requested_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub started_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+impl From<crate::inventory::UpgradeRow> for UpgradeView {
+    fn from(u: crate::inventory::UpgradeRow) -> UpgradeView {
+        UpgradeView {
+            id: u.id,
+            from: u.from_version,
+            target: u.target_version,
+            hop_from: u.hop_from,
+            hop_to: u.hop_to,
+            state: u.state,
+            reason: u.reason,
+            requested_by: u.requested_by,
+            started_at: u.created_at,
+            finished_at: u.finished_at,
+        }
+    }
+}
+
+/// `PATCH /v1/tenants/{name}` body: upgrade the tenant's control plane.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeTenant {
+    /// The minor (or release) to run: one minor above the tenant's, or more with `chain`.
+    #[schema(value_type = VersionSchema)]
+    pub version: String,
+    /// Go through every minor between, one hop each, each gated (`1.35` -> `1.37` is two
+    /// hops). Without it, a request that skips a minor is refused (rule `one-minor-per-hop`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chain: bool,
+    /// The target may be a `preview` version.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_preview: bool,
 }
 
 /// What a tenant held at its latest sample, and its plan's limits.
@@ -87,9 +145,11 @@ impl TenantView {
         t: Tenant,
         kubernetes_version: Option<String>,
         usage: Option<TenantUsage>,
+        upgrade: Option<UpgradeView>,
     ) -> TenantView {
         TenantView {
             usage,
+            upgrade,
             kubernetes_version,
             phase: t.phase,
             name: t.name,

@@ -8,7 +8,8 @@ pub mod output;
 
 use crate::api::{
     CreateTenant, CreateToken, IssueKubeconfig, KubeconfigIssued, KubeconfigList, Phase,
-    ProblemBody, Role, TenantList, TenantView, TokenCreated, TokenList, UsageSamples, VersionList,
+    ProblemBody, Role, TenantList, TenantView, TokenCreated, TokenList, UpgradeState,
+    UpgradeTenant, UsageSamples, VersionList,
 };
 use crate::{Error, Result};
 use output::Format;
@@ -85,6 +86,28 @@ pub enum TenantCommand {
     },
     /// Show a tenant's quota usage samples in a time range (every page), e.g. for billing.
     Usage(TenantUsageArgs),
+    /// Upgrade a tenant's control plane to another minor (and with --wait, follow it until
+    /// it is done or rolled back).
+    Upgrade(TenantUpgrade),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TenantUpgrade {
+    /// Tenant name.
+    pub name: String,
+    /// The minor to run (`vcp version list`).
+    #[arg(long, env = "VCP_UPGRADE_TO")]
+    pub to: String,
+    /// Go through the minors between, one gated hop each.
+    #[arg(long, env = "VCP_UPGRADE_CHAIN")]
+    pub chain: bool,
+    /// Allow a `preview` target.
+    #[arg(long, env = "VCP_ALLOW_PREVIEW")]
+    pub allow_preview: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -460,6 +483,47 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 print(&format!("tenant {} deleted\n", a.name))
             } else {
                 print(&format!("tenant {} deleting\n", a.name))
+            }
+        }
+        TenantCommand::Upgrade(a) => {
+            let req = UpgradeTenant {
+                version: a.to.clone(),
+                chain: a.chain,
+                allow_preview: a.allow_preview,
+            };
+            let path = format!("/v1/tenants/{}", name(&a.name)?);
+            let mut t: TenantView = client
+                .call(reqwest::Method::PATCH, &path, Some(&req))
+                .await?
+                .ok_or_else(|| Error::Client(format!("empty answer from {path}")))?;
+            if a.wait.wait {
+                progress(&format!(
+                    "tenant {} upgrading to {}; waiting until done",
+                    t.name, a.to
+                ));
+                let done = |t: &TenantView| {
+                    t.phase != Phase::Upgrading
+                        && t.upgrade.as_ref().is_some_and(|u| !u.state.active())
+                };
+                t = follow(&client, &a.name, &a.wait, done)
+                    .await?
+                    .ok_or_else(|| Error::Client(format!("tenant {} vanished", a.name)))?;
+                if let Some(u) = t
+                    .upgrade
+                    .as_ref()
+                    .filter(|u| u.state == UpgradeState::RolledBack)
+                {
+                    return Err(Error::Client(format!(
+                        "tenant {} was rolled back to {}: {}",
+                        t.name,
+                        u.hop_from,
+                        u.reason.as_deref().unwrap_or("no reason recorded")
+                    )));
+                }
+            }
+            match a.output.output {
+                Format::Table => print(&output::tenants_table(&[t], now(), width)),
+                f => print(&output::structured(&t, f)),
             }
         }
         TenantCommand::Usage(a) => {

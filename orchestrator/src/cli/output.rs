@@ -515,6 +515,7 @@ mod tests {
             observed_generation: 1,
             created_at: at(0),
             usage: None,
+            upgrade: None,
         }
     }
 

@@ -447,6 +447,18 @@ impl Inventory {
         .await?)
     }
 
+    /// The latest upgrade of each of these tenants that had one.
+    pub async fn latest_upgrades(&self, ids: &[i64]) -> Result<BTreeMap<i64, UpgradeRow>> {
+        let rows: Vec<UpgradeRow> = sqlx::query_as(
+            "SELECT DISTINCT ON (tenant_id) * FROM tenant_upgrades
+             WHERE tenant_id = ANY($1) ORDER BY tenant_id, id DESC",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|u| (u.tenant_id, u)).collect())
+    }
+
     /// A tenant's latest upgrade, active or finished.
     pub async fn latest_upgrade(&self, tenant_id: i64) -> Result<Option<UpgradeRow>> {
         Ok(sqlx::query_as(

@@ -1,0 +1,89 @@
+//! Upgrades of one tenant's control plane: `PATCH /v1/tenants/{name}` checks the request
+//! against the skew rules (`crate::upgrade::skew`) and records the upgrade with its first hop;
+//! the reconcile workers roll it, gate it and, if a gate fails, roll it back (poll the tenant's
+//! `phase` and `upgrade`).
+
+use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
+use super::tenants::view;
+use super::types::NameSchema;
+use super::{
+    AppState, Name, Problem, ProblemBody, TenantView, UpgradeTenant, body, caller_and_tenant,
+};
+use crate::inventory::NewUpgrade;
+use crate::upgrade::skew::{self, Allow};
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::{HeaderMap, StatusCode};
+use tracing::field::Empty;
+use vcp_core::lifecycle::Phase;
+
+/// Upgrades a tenant's control plane to another minor, one hop per minor. Refused with 422
+/// when the skew rules forbid it (the detail names the rule: `no-downgrade`,
+/// `one-minor-per-hop`, `no-expired-target`, `preview-on-request`, `chain-through-catalog`,
+/// `unchanged`, `apiserver-first`, `etcd-one-minor`); 409 unless the tenant is Ready with no
+/// upgrade moving it. Each hop is gated (every component rolled out and ready, the tenant
+/// API answering a write, a canary carried to the host) and rolled back if a gate fails.
+#[utoipa::path(patch, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
+    params(("name" = NameSchema, Path, description = "tenant name")),
+    request_body = UpgradeTenant, responses(
+    (status = 202, description = "upgrade started; phase Upgrading", body = TenantView),
+    BodyRefused,
+    Unauthorized,
+    NoSuchTenant,
+    (status = 409, description = "the tenant is not Ready, or an upgrade already moves it", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "unknown version, or a skew rule refuses it; `field` is `version` and the detail names the rule", body = ProblemBody, content_type = "application/problem+json"),
+))]
+#[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
+pub(super) async fn upgrade_tenant(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Name, Problem>,
+    req: Result<Json<UpgradeTenant>, JsonRejection>,
+) -> Result<(StatusCode, Json<TenantView>), Problem> {
+    let (caller, t) = caller_and_tenant(&s, &headers, name).await?;
+    let req = body(req)?;
+    let catalog = &s.provisioner.config.catalog;
+    let target = catalog
+        .resolve(Some(&req.version))
+        .map_err(|e| Problem::invalid("version", &e.to_string()))?;
+    let allow = Allow {
+        chain: req.chain,
+        preview: req.allow_preview,
+    };
+    let hops = skew::plan_hops(catalog, &t.version, &target.minor, allow)
+        .map_err(|e| Problem::invalid("version", &e.to_string()))?;
+    // Preflight: an upgrade starts from a healthy control plane.
+    if t.phase != Phase::Ready {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "not-ready",
+            "tenant not ready",
+            &format!(
+                "tenant {:?} is {}; upgrades start from Ready",
+                t.name, t.phase
+            ),
+            None,
+        ));
+    }
+    let new = NewUpgrade {
+        target: target.minor.clone(),
+        chain: req.chain,
+        first_hop: hops[0].minor.clone(),
+    };
+    let started = s
+        .inventory
+        .start_upgrade(&t, caller.scope(), &new, &caller.0.name)
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    match started {
+        Some((t, _)) => Ok((StatusCode::ACCEPTED, Json(view(&s, t).await?))),
+        None => Err(Problem::conflict(
+            "version",
+            &format!(
+                "tenant {:?} changed meanwhile or an upgrade already moves it; read it and retry",
+                t.name
+            ),
+        )),
+    }
+}
