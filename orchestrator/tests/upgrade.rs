@@ -1,0 +1,213 @@
+//! Upgrades on the dev cluster: a real tenant moved 1.35 -> 1.36 -> 1.37 through the API by a
+//! real `vcp serve`, its control plane rolled as real processes on the devnode, with its
+//! objects kept and its host pods untouched; and the requests the skew rules refuse.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use vcp_dev::cluster::DevCluster;
+use vcp_dev::platform::ApiClient;
+use vcp_dev::testing::eventually;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(240);
+const UPGRADE_TIMEOUT: Duration = Duration::from_secs(600);
+
+async fn tenant_client(kubeconfig: &str) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(Client::try_from(cfg)?)
+}
+
+/// PATCHes the tenant; the status and body.
+async fn patch(api: &ApiClient, name: &str, body: Value) -> anyhow::Result<(u16, Value)> {
+    api.raw(Method::PATCH, &format!("/v1/tenants/{name}"), Some(&body))
+        .await
+}
+
+/// Waits until the tenant's upgrade is finished, printing its progress; the tenant.
+async fn wait_upgraded(api: &ApiClient, name: &str) -> anyhow::Result<Value> {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        let t = api
+            .get_tenant(name)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("tenant {name} vanished"))?;
+        let u = &t["upgrade"];
+        let cond = t["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Upgraded"))
+            .map(|c| c["message"].as_str().unwrap_or("").to_owned())
+            .unwrap_or_default();
+        let now = format!(
+            "{} {} {}->{}: {cond}",
+            t["phase"], u["state"], u["hop_from"], u["hop_to"]
+        );
+        if now != last {
+            eprintln!("[{:>4}s] {name}: {now}", start.elapsed().as_secs());
+            last = now;
+        }
+        if t["phase"] != "Upgrading" && (u["state"] == "Succeeded" || u["state"] == "RolledBack") {
+            return Ok(t);
+        }
+        anyhow::ensure!(
+            start.elapsed() < UPGRADE_TIMEOUT,
+            "tenant {name} still upgrading after {UPGRADE_TIMEOUT:?}: {t}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// One tenant on 1.35 with a ConfigMap and a pod, upgraded by a chain of two hops to 1.37:
+/// the refusals first, then the upgrade with a client polling the tenant apiserver throughout.
+#[tokio::test]
+async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-upgrade", 2).await?;
+    let api = &p.admin;
+    let name = "chain";
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": name, "version": "1.35"})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{b}");
+    let t = api.wait_ready(name, READY_TIMEOUT).await?;
+    let key = t["key"].as_str().unwrap().to_owned();
+    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
+    assert_eq!(tenant.apiserver_version().await?.git_version, "v1.35.4");
+
+    // What the skew rules refuse, each naming its rule, before anything moves.
+    for (body, rule) in [
+        (json!({"version": "1.37"}), "one-minor-per-hop"),
+        (json!({"version": "1.35"}), "unchanged"),
+        (json!({"version": "v1.35.4"}), "unchanged"),
+    ] {
+        let (s, b) = patch(api, name, body.clone()).await?;
+        assert_eq!(s, 422, "{body}: {b}");
+        assert_eq!(b["field"], "version", "{b}");
+        assert!(b["detail"].as_str().unwrap().contains(rule), "{body}: {b}");
+    }
+    let (s, b) = patch(api, name, json!({"version": "1.12"})).await?;
+    assert_eq!((s, b["field"].as_str()), (422, Some("version")), "{b}");
+    let (s, b) = patch(api, name, json!({"version": "1.36", "force": true})).await?;
+    assert_eq!(s, 422, "an unknown field: {b}");
+    assert_eq!(api.get_tenant(name).await?.unwrap()["upgrade"], Value::Null);
+
+    // Objects that must survive, and a host pod that must not be restarted.
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "default");
+    let keep: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "keep"}, "data": {"k": "v"}
+    }))?;
+    cms.create(&PostParams::default(), &keep).await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let host = cluster.connect().await?;
+    let host_pods: Api<Pod> = Api::namespaced(host, &format!("{key}-default"));
+    let before = eventually("the host pod running", Duration::from_secs(60), || async {
+        let p = host_pods.get_opt("web").await?;
+        let running = p.as_ref().and_then(|p| p.status.as_ref()?.phase.clone());
+        Ok(p.filter(|_| running.as_deref() == Some("Running")))
+    })
+    .await?;
+
+    // A client that keeps asking the tenant apiserver through the whole upgrade.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let poller = {
+        let (stop, ok, failed, cms) = (stop.clone(), ok.clone(), failed.clone(), cms.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match tokio::time::timeout(Duration::from_secs(5), cms.get("keep")).await {
+                    Ok(Ok(_)) => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+
+    let started = Instant::now();
+    let (s, b) = patch(api, name, json!({"version": "1.37", "chain": true})).await?;
+    assert_eq!(s, 202, "{b}");
+    assert_eq!(b["phase"], "Upgrading", "{b}");
+    assert_eq!(
+        (
+            b["upgrade"]["hop_from"].as_str(),
+            b["upgrade"]["hop_to"].as_str()
+        ),
+        (Some("1.35"), Some("1.36"))
+    );
+    // One upgrade at a time.
+    let (s, b) = patch(api, name, json!({"version": "1.36"})).await?;
+    assert!(s == 409 || s == 422, "a second upgrade: {s} {b}");
+
+    let t = wait_upgraded(api, name).await?;
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    poller.await?;
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!(
+        "upgrade 1.35 -> 1.37 (two hops) took {:.1}s; the polling client saw {failed} failed of {} requests",
+        took.as_secs_f64(),
+        ok + failed
+    );
+    assert_eq!(t["upgrade"]["state"], "Succeeded", "{t}");
+    assert_eq!(t["phase"], "Ready", "{t}");
+    assert_eq!(t["version"], "1.37", "{t}");
+    assert_eq!(t["kubernetes_version"], "v1.37.1", "{t}");
+    assert!(ok > 0, "the poller never got an answer");
+
+    // The apiserver itself says so, and the tenant kept its objects.
+    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
+    assert_eq!(tenant.apiserver_version().await?.git_version, "v1.37.1");
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "default");
+    assert_eq!(
+        cms.get("keep").await?.data.unwrap()["k"],
+        "v",
+        "the ConfigMap made before the upgrade"
+    );
+    assert!(
+        Api::<Pod>::namespaced(tenant, "default")
+            .get_opt("web")
+            .await?
+            .is_some()
+    );
+    // Its host pod is the same pod, never restarted.
+    let after = host_pods.get("web").await?;
+    assert_eq!(
+        after.metadata.uid, before.metadata.uid,
+        "the host pod was replaced"
+    );
+    let restarts = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|c| c.iter().map(|c| c.restart_count).sum::<i32>())
+    };
+    assert_eq!(
+        restarts(&after),
+        restarts(&before),
+        "the host pod restarted"
+    );
+
+    // No way back down.
+    let (s, b) = patch(api, name, json!({"version": "1.36"})).await?;
+    assert_eq!(s, 422, "{b}");
+    assert!(
+        b["detail"].as_str().unwrap().contains("no-downgrade"),
+        "{b}"
+    );
+    Ok(())
+}
