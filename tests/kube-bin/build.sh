@@ -21,7 +21,7 @@ mkdir -p "$bin_dir"
 # Order: what the host cluster needs first.
 # module-dir | module whose version names the binaries | packages (component=package)
 groups=(
-  "etcd|go.etcd.io/etcd/server/v3|etcd=go.etcd.io/etcd/server/v3"
+  "etcd|go.etcd.io/etcd/server/v3|etcd=go.etcd.io/etcd/server/v3 etcdctl=go.etcd.io/etcd/etcdctl/v3 etcdutl=go.etcd.io/etcd/etcdutl/v3"
   "kwok|sigs.k8s.io/kwok|kwok=sigs.k8s.io/kwok/cmd/kwok"
   "k8s-v1.37|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl"
   "k8s-v1.36|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager"
@@ -32,6 +32,17 @@ groups=(
 
 module_version() { # dir module
   (cd "$here/$1" && go list -m -f '{{.Version}}' "$2")
+}
+
+# What `go build -o dir/` calls a main package's executable: its last path element, or the
+# one before a major-version suffix (go.etcd.io/etcd/etcdctl/v3 -> etcdctl).
+exe_name() { # package
+  local last=${1##*/}
+  if [[ $last =~ ^v[0-9]+$ ]]; then
+    local rest=${1%/*}
+    last=${rest##*/}
+  fi
+  echo "$last"
 }
 
 # Kubernetes' own build stamps the release into two packages; without it every
@@ -97,6 +108,15 @@ for g in "${groups[@]}"; do
   $list && continue
   ((${#missing[@]})) || continue
 
+  # Every binary is named by $module's version, so a group whose packages come from several
+  # modules (etcd's server, etcdctl, etcdutl) must pin them all at that one release.
+  if stray=$(cd "$here/$dir" && go list -f '{{.ImportPath}} {{.Module.Path}}@{{.Module.Version}}' "${missing[@]}" |
+    awk -v v="$version" '{ split($2, m, "@"); if (m[2] != v) print }') && [[ -n $stray ]]; then
+    echo "error: tests/kube-bin/$dir pins these packages at another release than $module@$version:" >&2
+    echo "$stray" >&2
+    exit 1
+  fi
+
   echo "building ${names[*]} $version (module $module@$version) ..."
   tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
   log="$bin_dir/build-$dir.log"
@@ -115,10 +135,7 @@ for g in "${groups[@]}"; do
     exit 1
   fi
   for i in "${!missing[@]}"; do
-    src="$tmp/$(basename "${missing[$i]}")"
-    # A package at a module root (etcd's server, coredns) builds under the last path element.
-    [[ -f $src ]] || src=$(find "$tmp" -maxdepth 1 -type f | head -n1)
-    mv "$src" "$bin_dir/${names[$i]}-$version"
+    mv "$tmp/$(exe_name "${missing[$i]}")" "$bin_dir/${names[$i]}-$version"
     built=$((built + 1))
   done
   rm -rf "$tmp"

@@ -6,14 +6,15 @@
 //! | image | executable |
 //! | --- | --- |
 //! | `registry.k8s.io/kube-apiserver:vX.Y.Z` (also controller-manager, scheduler, kubectl) | `<bin-dir>/kube-apiserver-vX.Y.Z` |
-//! | `registry.k8s.io/etcd:X.Y.Z-N` | `<bin-dir>/etcd-vX.Y.Z` |
+//! | `registry.k8s.io/etcd:X.Y.Z-N` | `<bin-dir>/etcd-vX.Y.Z`; also `etcdctl-vX.Y.Z`, `etcdutl-vX.Y.Z` |
 //! | `registry.k8s.io/coredns/coredns:vX.Y.Z` | `<bin-dir>/coredns-vX.Y.Z` |
 //! | `<any registry>/vcp-syncer:<any tag>` | `<workspace-bin-dir>/vcp-syncer` |
 //! | `vcp.dev/host:<any tag>` | `command[0]`, looked up on the node's `PATH` (test pods) |
 //!
 //! The image's own binary is its entrypoint. A container `command` whose first word names that
 //! binary (`etcd`, `/usr/local/bin/kube-apiserver`, ...) runs it with the rest as arguments;
-//! any other first word is not in the image and fails like a missing executable would.
+//! any other first word is not in the image and fails like a missing executable would. The etcd
+//! image, like the real one, also holds `etcdctl` and `etcdutl` (snapshots, health checks).
 
 use std::path::{Path, PathBuf};
 
@@ -57,16 +58,21 @@ fn split_image(image: &str) -> (&str, &str) {
     }
 }
 
-/// The binary an image stands for: (component name, path), or `None` for `vcp.dev/host`.
-fn entrypoint(
+/// The binaries an image holds as (name, path), its entrypoint first; `None` for `vcp.dev/host`.
+fn binaries(
     image: &str,
     dirs: &ImageDirs,
-) -> Result<Option<(&'static str, PathBuf)>, ImageError> {
+) -> Result<Option<Vec<(&'static str, PathBuf)>>, ImageError> {
     let (repo, tag) = split_image(image);
     let unknown = || ImageError::Unknown(image.to_owned());
     let kube = |component: &'static str| -> Result<_, ImageError> {
         tag.starts_with('v')
-            .then(|| Some((component, dirs.bin_dir.join(format!("{component}-{tag}")))))
+            .then(|| {
+                Some(vec![(
+                    component,
+                    dirs.bin_dir.join(format!("{component}-{tag}")),
+                )])
+            })
             .ok_or_else(unknown)
     };
     let found = match repo {
@@ -79,11 +85,16 @@ fn entrypoint(
         "registry.k8s.io/etcd" => {
             // etcd images are tagged 3.6.16-0: the release plus an image revision.
             let release = tag.split('-').next().unwrap_or(tag);
-            Some(("etcd", dirs.bin_dir.join(format!("etcd-v{release}"))))
+            Some(
+                ["etcd", "etcdctl", "etcdutl"]
+                    .map(|b| (b, dirs.bin_dir.join(format!("{b}-v{release}"))))
+                    .into(),
+            )
         }
-        r if r.rsplit('/').next() == Some("vcp-syncer") => {
-            Some(("vcp-syncer", dirs.workspace_bin_dir.join("vcp-syncer")))
-        }
+        r if r.rsplit('/').next() == Some("vcp-syncer") => Some(vec![(
+            "vcp-syncer",
+            dirs.workspace_bin_dir.join("vcp-syncer"),
+        )]),
         _ => None,
     };
     found.map(Some).ok_or_else(unknown)
@@ -99,7 +110,7 @@ pub fn resolve(
     exists: impl Fn(&Path) -> bool,
 ) -> Result<Exec, ImageError> {
     let tail = |skip: usize| command.iter().skip(skip).chain(args).cloned().collect();
-    match entrypoint(image, dirs)? {
+    match binaries(image, dirs)? {
         None => {
             let first = command
                 .first()
@@ -121,23 +132,29 @@ pub fn resolve(
                 args: tail(1),
             })
         }
-        Some((component, path)) => {
+        Some(binaries) => {
+            let (path, skip) = match command.first() {
+                None => (binaries[0].1.clone(), 0),
+                Some(first) => {
+                    let name = first.rsplit('/').next();
+                    let (_, path) =
+                        binaries
+                            .iter()
+                            .find(|(b, _)| Some(*b) == name)
+                            .ok_or_else(|| ImageError::NoSuchCommand {
+                                image: image.to_owned(),
+                                command: first.clone(),
+                            })?;
+                    (path.clone(), 1)
+                }
+            };
+            // Only the binary that runs has to be built: an etcd server needs no etcdctl.
             if !exists(&path) {
                 return Err(ImageError::NotBuilt {
                     image: image.to_owned(),
                     path,
                 });
             }
-            let skip = match command.first() {
-                None => 0,
-                Some(first) if first.rsplit('/').next() == Some(component) => 1,
-                Some(first) => {
-                    return Err(ImageError::NoSuchCommand {
-                        image: image.to_owned(),
-                        command: first.clone(),
-                    });
-                }
-            };
             Ok(Exec {
                 program: path,
                 args: tail(skip),
@@ -194,6 +211,74 @@ mod tests {
         .unwrap();
         assert_eq!(e.program, Path::new("/cache/coredns-v1.15.0"));
         assert_eq!(e.args, ["-conf", "/etc/coredns/Corefile"]);
+    }
+
+    #[test]
+    fn the_etcd_image_also_runs_etcdctl_and_etcdutl_of_its_release() {
+        let image = "registry.k8s.io/etcd:3.6.16-0";
+        let e = run(image, &[], &["--name=a"]).unwrap();
+        assert_eq!(e.program, Path::new("/cache/etcd-v3.6.16"));
+        assert_eq!(e.args, ["--name=a"]);
+        let e = run(
+            image,
+            &["etcdctl", "--endpoints", "http://10.245.0.2:2379"],
+            &["snapshot", "save", "/snap/db"],
+        )
+        .unwrap();
+        assert_eq!(e.program, Path::new("/cache/etcdctl-v3.6.16"));
+        assert_eq!(
+            e.args,
+            [
+                "--endpoints",
+                "http://10.245.0.2:2379",
+                "snapshot",
+                "save",
+                "/snap/db"
+            ]
+        );
+        let e = run(
+            image,
+            &["/usr/local/bin/etcdutl", "snapshot", "status", "/snap/db"],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(e.program, Path::new("/cache/etcdutl-v3.6.16"));
+        assert_eq!(e.args, ["snapshot", "status", "/snap/db"]);
+        // The tools belong to the etcd image only.
+        assert!(matches!(
+            run("registry.k8s.io/kube-apiserver:v1.37.1", &["etcdctl"], &[]),
+            Err(ImageError::NoSuchCommand { .. })
+        ));
+        assert!(matches!(
+            run(image, &["kube-apiserver"], &[]),
+            Err(ImageError::NoSuchCommand { .. })
+        ));
+    }
+
+    #[test]
+    fn a_missing_etcd_tool_fails_its_container_alone() {
+        let image = "registry.k8s.io/etcd:3.6.16-0";
+        let only_the_server = |p: &Path| p == Path::new("/cache/etcd-v3.6.16");
+        let resolve = |command: &[&str]| resolve(image, &s(command), &[], &dirs(), only_the_server);
+        assert_eq!(
+            resolve(&["etcd"]).unwrap().program,
+            Path::new("/cache/etcd-v3.6.16")
+        );
+        for tool in ["etcdctl", "etcdutl"] {
+            let err = resolve(&[tool, "version"]).unwrap_err();
+            let path = PathBuf::from(format!("/cache/{tool}-v3.6.16"));
+            assert_eq!(
+                err,
+                ImageError::NotBuilt {
+                    image: image.to_owned(),
+                    path: path.clone()
+                }
+            );
+            assert!(
+                err.to_string().contains(&path.display().to_string()),
+                "{err}"
+            );
+        }
     }
 
     #[test]
