@@ -28,7 +28,7 @@ use crate::render::catalog::{Catalog, Class, Version, minor_number};
 /// Why an upgrade request or a control-plane state breaks a rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SkewError {
-    #[error("the tenant already runs {0}")]
+    #[error("the tenant already runs {0} (rule unchanged)")]
     Unchanged(String),
     #[error("{to} is older than {from}: a tenant is never downgraded (rule no-downgrade)")]
     Downgrade { from: String, to: String },
@@ -59,7 +59,7 @@ pub enum SkewError {
         "etcd {from} -> {to}: etcd moves one minor at a time and never down (rule etcd-one-minor)"
     )]
     EtcdSkew { from: String, to: String },
-    #[error("{component} image {image:?} has no version vcp can read")]
+    #[error("{component} image {image:?} has no version vcp can read (rule readable-images)")]
     Unreadable {
         component: &'static str,
         image: String,
@@ -304,6 +304,43 @@ mod tests {
             minors(&plan_hops(&c, "1.35", "1.37", chain).unwrap()),
             ["1.36", "1.37"]
         );
+    }
+
+    #[test]
+    fn every_refusal_names_its_rule_in_its_message() {
+        let e = [
+            SkewError::Unchanged("1.37".into()),
+            SkewError::Downgrade {
+                from: "a".into(),
+                to: "b".into(),
+            },
+            SkewError::MinorSkip {
+                from: "a".into(),
+                to: "b".into(),
+                via: "c".into(),
+            },
+            SkewError::MissingHop("a".into()),
+            SkewError::ExpiredTarget("a".into()),
+            SkewError::PreviewTarget("a".into()),
+            SkewError::ControllerManagerSkew {
+                apiserver: "a".into(),
+                controller_manager: "b".into(),
+            },
+            SkewError::EtcdSkew {
+                from: "a".into(),
+                to: "b".into(),
+            },
+            SkewError::Unreadable {
+                component: "etcd",
+                image: "x".into(),
+            },
+        ];
+        for e in e {
+            assert!(
+                e.to_string().contains(&format!("(rule {})", e.rule())),
+                "{e}"
+            );
+        }
     }
 
     #[test]
