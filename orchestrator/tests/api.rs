@@ -265,13 +265,13 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
         .await?;
     assert_problem(s, &body, 401, None);
 
-    // Deletion is accepted and visible; versions list both minors.
+    // Deletion is accepted and visible; versions list the catalog's three minors.
     let (s, t) = a.raw(Method::DELETE, "/v1/tenants/shop", None).await?;
     assert_eq!((s, t["phase"].as_str()), (202, Some("Deleting")));
     let (s, v) = a.raw(Method::GET, "/v1/versions", None).await?;
     assert_eq!(s, 200);
     assert_eq!(v["default"], "1.37");
-    assert_eq!(v["versions"].as_array().unwrap().len(), 2);
+    assert_eq!(v["versions"].as_array().unwrap().len(), 3);
 
     let metrics = reqwest::get(format!("{}/metrics", orch.url))
         .await?
@@ -597,6 +597,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /v1/tenants/{name}/usage",
             "GET /v1/tokens",
             "GET /v1/versions",
+            "PATCH /v1/tenants/{name}",
             "POST /v1/tenants",
             "POST /v1/tenants/{name}/kubeconfigs",
             "POST /v1/tokens",
@@ -643,6 +644,9 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
 
         // Methods the route does not take.
         for other in [Method::PUT, Method::PATCH] {
+            if doc["paths"][path.as_str()][other.as_str().to_lowercase()].is_object() {
+                continue;
+            }
             let r = http
                 .request(other.clone(), format!("{}{concrete}", orch.url))
                 .bearer_auth(&admin_token)
@@ -724,6 +728,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
                 ),
             ];
             for f in &fields {
+                let declared = doc["components"]["schemas"][name]["properties"][f]["type"].clone();
                 for wrong in [
                     json!(7),
                     json!(true),
@@ -732,6 +737,10 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
                     json!(null),
                     json!("x".repeat(5000)),
                 ] {
+                    // A value of the field's own type is not wrong (`true` for a flag).
+                    if declared == json!("boolean") && wrong.is_boolean() {
+                        continue;
+                    }
                     // Start from a body that is valid apart from the field under test.
                     let mut b = json!({"name": "valid-name", "user": "u", "role": "owner"});
                     b.as_object_mut().unwrap().retain(|k, _| fields.contains(k));
