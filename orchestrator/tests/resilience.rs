@@ -31,6 +31,7 @@ async fn serve(
             workers: 2,
             port: None,
             simulate: false,
+            extra_env: vec![],
         },
         Supervision::Attached,
     )

@@ -462,6 +462,7 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
             workers: b.workers,
             port: None,
             simulate: b.simulate,
+            extra_env: vec![],
         },
         Supervision::Attached,
     )

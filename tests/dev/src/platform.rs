@@ -54,6 +54,9 @@ pub struct ServeOptions {
     /// Place control planes on kwok nodes and count Ready pods as serving
     /// (`--simulate-control-planes`; for measuring vcp's own overhead at scale).
     pub simulate: bool,
+    /// More `VCP_*` settings, after (so overriding) the defaults above: a test's own
+    /// templates directory, a short hop timeout.
+    pub extra_env: Vec<(String, String)>,
 }
 
 /// Plans of the simulation: control-plane pods on the kwok workers.
@@ -111,6 +114,7 @@ pub async fn start_orchestrator(
     ] {
         spec.env.push((k.into(), v));
     }
+    spec.env.extend(opts.extra_env.iter().cloned());
     let log = dir.join(format!("{}.log", opts.replica_id));
     let mut proc = process::spawn(&spec, mode, &log)?;
     let api = ApiClient::new(&url, &opts.admin_token);
@@ -354,6 +358,7 @@ pub async fn up(
             workers: 4,
             port: None,
             simulate: false,
+            extra_env: vec![],
         },
         mode,
     )

@@ -73,6 +73,16 @@ pub async fn platform(
     name: &str,
     workers: u16,
 ) -> anyhow::Result<TestPlatform> {
+    platform_with(cluster, name, workers, Vec::new()).await
+}
+
+/// [`platform`] with more `VCP_*` settings for `vcp serve` (see `ServeOptions::extra_env`).
+pub async fn platform_with(
+    cluster: &crate::cluster::DevCluster,
+    name: &str,
+    workers: u16,
+    extra_env: Vec<(String, String)>,
+) -> anyhow::Result<TestPlatform> {
     use crate::platform::{self, ServeOptions};
     let postgres = crate::postgres::EphemeralPostgres::start().await?;
     let dir = tempfile::tempdir()?;
@@ -88,6 +98,7 @@ pub async fn platform(
             workers,
             port: None,
             simulate: false,
+            extra_env,
         },
         crate::process::Supervision::Attached,
     )
