@@ -132,8 +132,10 @@ named_enum! {
         Provisioning = "Provisioning",
         /// Every step is ready; kubeconfigs can be issued.
         Ready = "Ready",
-        /// A fleet upgrade is moving the tenant to another version.
+        /// An upgrade is moving the tenant to another version.
         Upgrading = "Upgrading",
+        /// The tenant's etcd is being restored from a snapshot; its API is down meanwhile.
+        Restoring = "Restoring",
         /// Deletion was requested and is in progress.
         Deleting = "Deleting",
         /// A plan, version or template that cannot work; see `conditions`.
@@ -196,6 +198,8 @@ named_enum! {
         /// An upgrade's progress: the hop, the step, the gate it waits on, or why it was
         /// rolled back.
         Upgraded = "Upgraded",
+        /// A restore from an etcd snapshot: stopping, restoring, starting, or why it failed.
+        Restored = "Restored",
     }
 }
 
@@ -204,6 +208,8 @@ named_enum! {
     /// it ran before the failed hop, or finished either way.
     #[cfg_attr(feature = "openapi", derive(ToSchema))]
     pub enum UpgradeState ("upgrade state") {
+        /// Taking the etcd snapshot before the hop `hop_from` -> `hop_to`; nothing changed yet.
+        Snapshotting = "Snapshotting",
         /// Moving forward; `hop_to` is the version the control plane is rolled to.
         Running = "Running",
         /// A gate failed; the control plane is rolled back to `hop_from`.
@@ -215,10 +221,39 @@ named_enum! {
     }
 }
 
+named_enum! {
+    /// Where an etcd snapshot of a tenant is.
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    pub enum SnapshotState ("snapshot state") {
+        /// Asked for; the tenant's next pass takes it once its etcd is up.
+        Pending = "Pending",
+        /// On its volume, with etcd's revision, its size and SHA-256 recorded.
+        Succeeded = "Succeeded",
+        /// Not taken; `reason` says why.
+        Failed = "Failed",
+    }
+}
+
+named_enum! {
+    /// Where a restore of a tenant's etcd from a snapshot is.
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    pub enum RestoreState ("restore state") {
+        /// Stopping the control plane, restoring each member, or starting it again.
+        Running = "Running",
+        /// The control plane is Ready on the snapshot's data.
+        Succeeded = "Succeeded",
+        /// Stopped; the control plane was started again on the data it had; `reason` says why.
+        Failed = "Failed",
+    }
+}
+
 impl UpgradeState {
     /// Still moving (forward or back).
     pub fn active(self) -> bool {
-        matches!(self, UpgradeState::Running | UpgradeState::RollingBack)
+        matches!(
+            self,
+            UpgradeState::Snapshotting | UpgradeState::Running | UpgradeState::RollingBack
+        )
     }
 }
 
@@ -284,14 +319,16 @@ pub struct Condition {
 mod tests {
     use super::*;
 
-    /// The names in a `CHECK (column IN ('a', 'b'))` of the migrations.
+    /// The names in the last `CHECK (column IN ('a', 'b'))` of the migrations (a later
+    /// migration redefines a constraint by dropping and adding it).
     fn check_list(column: &str) -> Vec<String> {
         let sql = concat!(
             include_str!("../../migrations/0001_inventory.sql"),
-            include_str!("../../migrations/0003_upgrades.sql")
+            include_str!("../../migrations/0003_upgrades.sql"),
+            include_str!("../../migrations/0004_snapshots.sql")
         );
         let marker = format!("CHECK ({column} IN (");
-        let start = sql.find(&marker).expect("the column has a CHECK") + marker.len();
+        let start = sql.rfind(&marker).expect("the column has a CHECK") + marker.len();
         let list = &sql[start..start + sql[start..].find(')').unwrap()];
         list.split(',')
             .map(|s| s.trim().trim_matches('\'').to_owned())
@@ -300,6 +337,32 @@ mod tests {
 
     fn names<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> Vec<String> {
         all.iter().map(|v| name(*v).to_owned()).collect()
+    }
+
+    /// The names in each `CHECK (state = ANY (ARRAY['a', 'b']))` of the snapshot migration, in
+    /// the order of its tables (snapshots, restores).
+    fn array_checks() -> Vec<Vec<String>> {
+        let sql = include_str!("../../migrations/0004_snapshots.sql");
+        sql.split("CHECK (state = ANY (ARRAY[")
+            .skip(1)
+            .map(|rest| {
+                rest[..rest.find(']').unwrap()]
+                    .split(',')
+                    .map(|s| s.trim().trim_matches('\'').to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_database_allows_exactly_the_snapshot_and_restore_states_the_code_knows() {
+        assert_eq!(
+            array_checks(),
+            [
+                names(SnapshotState::ALL, SnapshotState::as_str),
+                names(RestoreState::ALL, RestoreState::as_str)
+            ]
+        );
     }
 
     #[test]
@@ -332,6 +395,8 @@ mod tests {
         round_trip(Phase::ALL, Phase::as_str);
         round_trip(Desired::ALL, Desired::as_str);
         round_trip(UpgradeState::ALL, UpgradeState::as_str);
+        round_trip(SnapshotState::ALL, SnapshotState::as_str);
+        round_trip(RestoreState::ALL, RestoreState::as_str);
         round_trip(ConditionType::ALL, ConditionType::as_str);
         round_trip(ConditionStatus::ALL, ConditionStatus::as_str);
         round_trip(ConditionReason::ALL, ConditionReason::as_str);

@@ -27,6 +27,7 @@ pub mod pki;
 pub mod provision;
 pub mod render;
 pub mod serve;
+pub mod snapshot;
 pub mod upgrade;
 pub mod usage;
 
@@ -87,6 +88,8 @@ pub enum Error {
     },
     #[error("{0}")]
     Client(String),
+    #[error("etcd snapshot: {0}")]
+    Snapshot(String),
 }
 
 impl From<sqlx::Error> for Error {
@@ -122,6 +125,7 @@ impl Error {
             Error::Http { .. } => "http",
             Error::Answer { .. } => "answer",
             Error::Client(_) => "client",
+            Error::Snapshot(_) => "snapshot",
         }
     }
 
@@ -213,6 +217,13 @@ pub enum Command {
         #[command(subcommand)]
         action: cli::TokenCommand,
     },
+    /// etcd snapshots of a tenant, and restores from them.
+    Snapshot {
+        #[command(flatten)]
+        connection: cli::Connection,
+        #[command(subcommand)]
+        action: cli::SnapshotCommand,
+    },
     /// Kubernetes versions tenants can run.
     Version {
         #[command(flatten)]
@@ -222,6 +233,10 @@ pub enum Command {
     },
     /// Print the platform API's OpenAPI document (what `/openapi.json` serves).
     Openapi,
+    /// Commands vcp's own Jobs run in a tenant's control-plane namespace (etcd snapshots and
+    /// restores); not for people.
+    #[command(hide = true, subcommand)]
+    Tool(snapshot::tool::ToolCommand),
 }
 
 impl Command {
@@ -229,7 +244,7 @@ impl Command {
     /// for people, and their logs matter only when asked for.
     pub fn default_log_level(&self) -> &'static str {
         match self {
-            Command::Serve(_) | Command::Migrate(_) => "info",
+            Command::Serve(_) | Command::Migrate(_) | Command::Tool(_) => "info",
             _ => "warn",
         }
     }
@@ -249,6 +264,8 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Kubeconfig { connection, args } => cli::kubeconfig(&connection, args).await,
         Command::Token { connection, action } => cli::token(&connection, action).await,
         Command::Version { connection, action } => cli::version(&connection, action).await,
+        Command::Snapshot { connection, action } => cli::snapshot(&connection, action).await,
+        Command::Tool(cmd) => snapshot::tool::run(cmd).await,
         Command::Openapi => {
             let doc = api::openapi()
                 .to_pretty_json()

@@ -57,6 +57,9 @@ pub struct ServeArgs {
     /// Image of the per-tenant syncer.
     #[arg(long, env = "VCP_SYNCER_IMAGE", default_value = concat!("ghcr.io/vcp-dev/vcp-syncer:", env!("CARGO_PKG_VERSION")))]
     pub syncer_image: String,
+    /// Image with the `vcp` binary, run by the etcd snapshot and restore Jobs.
+    #[arg(long, env = "VCP_TOOLS_IMAGE", default_value = concat!("ghcr.io/vcp-dev/vcp:", env!("CARGO_PKG_VERSION")))]
+    pub tools_image: String,
     /// How tenant apiservers are exposed.
     #[arg(long, env = "VCP_EXPOSE", value_enum, default_value = "node-port")]
     pub expose: ExposeKind,
@@ -161,6 +164,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
             service_cidr: a.service_cidr.clone(),
             cluster_domain: a.cluster_domain.clone(),
             syncer_image: a.syncer_image.clone(),
+            tools_image: a.tools_image.clone(),
             expose,
         },
         renderer,

@@ -38,6 +38,7 @@ fn outcome(phase: &str, g: i64) -> Outcome {
         observed_generation: g,
         requeue_after: Duration::from_secs(300),
         upgrade: None,
+        restore: None,
     }
 }
 

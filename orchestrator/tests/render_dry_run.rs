@@ -18,6 +18,7 @@ async fn every_rendered_object_passes_server_side_dry_run() -> anyhow::Result<()
         service_cidr: vcp_dev::cluster::SERVICE_CIDR.into(),
         cluster_domain: "cluster.local".into(),
         syncer_image: vcp_dev::platform::DEV_SYNCER_IMAGE.into(),
+        tools_image: vcp_dev::platform::DEV_TOOLS_IMAGE.into(),
         expose: Expose::NodePort {
             address: "127.0.0.1".into(),
         },
@@ -57,6 +58,7 @@ async fn every_rendered_object_passes_server_side_dry_run() -> anyhow::Result<()
                 plan,
                 settings: &settings,
                 rollout: BTreeMap::from([("etcd".to_owned(), "abc".to_owned())]),
+                stopped: false,
             };
             for (component, objects) in renderer.render_all(&input)? {
                 assert!(!objects.is_empty(), "{component:?} renders nothing");

@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
-pub use vcp_core::lifecycle::{Condition, Phase, UpgradeState};
+pub use vcp_core::lifecycle::{Condition, Phase, RestoreState, SnapshotState, UpgradeState};
 pub use vcp_policy::quota::{Hard, Usage};
 
 /// `POST /v1/tenants` body.
@@ -126,6 +126,104 @@ pub struct UpgradeTenant {
     /// The target may be a `preview` version.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_preview: bool,
+}
+
+/// One etcd snapshot of a tenant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotView {
+    pub id: i64,
+    /// `Pending` until the tenant's next pass (once its etcd is up) has taken it.
+    pub state: SnapshotState,
+    /// Why it failed.
+    pub reason: Option<String>,
+    /// The upgrade that took it before one of its hops; none when asked for.
+    pub upgrade: Option<i64>,
+    /// The tenant's minor when it was asked for.
+    pub version: String,
+    /// The store's revision when the snapshot started.
+    pub revision: Option<i64>,
+    /// Bytes of the file (etcd's integrity trailer included).
+    pub size_bytes: Option<i64>,
+    /// SHA-256 of the file, hex; a restore checks the file against it first.
+    pub sha256: Option<String>,
+    /// `pvc://<control-plane namespace>/etcd-snapshots/<file>`.
+    pub location: String,
+    pub requested_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+impl From<crate::inventory::SnapshotRow> for SnapshotView {
+    fn from(s: crate::inventory::SnapshotRow) -> SnapshotView {
+        SnapshotView {
+            id: s.id,
+            state: s.state,
+            reason: s.reason,
+            upgrade: s.upgrade_id,
+            version: s.version,
+            revision: s.revision,
+            size_bytes: s.size_bytes,
+            sha256: s.sha256,
+            location: s.location,
+            requested_by: s.requested_by,
+            created_at: s.created_at,
+            finished_at: s.finished_at,
+        }
+    }
+}
+
+/// One restore of a tenant from a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RestoreView {
+    pub id: i64,
+    pub snapshot: i64,
+    pub state: RestoreState,
+    /// Every etcd member holds the snapshot's data (the control plane may still be starting).
+    pub restored: bool,
+    /// Why it failed.
+    pub reason: Option<String>,
+    pub requested_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub started_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+impl From<crate::inventory::RestoreRow> for RestoreView {
+    fn from(r: crate::inventory::RestoreRow) -> RestoreView {
+        RestoreView {
+            id: r.id,
+            snapshot: r.snapshot_id,
+            state: r.state,
+            restored: r.restored,
+            reason: r.reason,
+            requested_by: r.requested_by,
+            started_at: r.created_at,
+            finished_at: r.finished_at,
+        }
+    }
+}
+
+/// `GET /v1/tenants/{name}/snapshots`: a tenant's snapshots and restores, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotList {
+    pub snapshots: Vec<SnapshotView>,
+    pub restores: Vec<RestoreView>,
+}
+
+/// `POST /v1/tenants/{name}/restore` body.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreTenant {
+    /// The id of a `Succeeded` snapshot of this tenant.
+    #[schema(minimum = 1)]
+    pub snapshot: i64,
 }
 
 /// What a tenant held at its latest sample, and its plan's limits.

@@ -2,7 +2,8 @@
 //! progress lines of `--wait`. Pure functions of the API's answers.
 
 use crate::api::{
-    Hard, KubeconfigView, Phase, TenantView, TokenView, Usage, UsageSamples, VersionList,
+    Hard, KubeconfigView, Phase, RestoreView, SnapshotView, TenantView, TokenView, Usage,
+    UsageSamples, VersionList,
 };
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -402,6 +403,69 @@ pub fn tokens_table(items: &[TokenView], now: OffsetDateTime, width: usize) -> S
         })
         .collect();
     table(&["NAME", "ROLE", "STATE", "AGE"], &rows, width)
+}
+
+/// Snapshots, then restores (each table only when it has rows).
+pub fn snapshots_table(
+    snapshots: &[SnapshotView],
+    restores: &[RestoreView],
+    now: OffsetDateTime,
+    width: usize,
+) -> String {
+    let opt = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut out = String::new();
+    if !snapshots.is_empty() || restores.is_empty() {
+        let rows: Vec<Vec<String>> = snapshots
+            .iter()
+            .map(|s| {
+                vec![
+                    s.id.to_string(),
+                    s.state.as_str().to_owned(),
+                    s.version.clone(),
+                    opt(s.revision),
+                    s.size_bytes
+                        .map(|b| bytes(b.max(0) as u64))
+                        .unwrap_or_default(),
+                    s.upgrade
+                        .map(|u| format!("upgrade {u}"))
+                        .unwrap_or_else(|| s.requested_by.clone()),
+                    age(s.created_at, now),
+                    s.reason.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "ID", "STATE", "VERSION", "REVISION", "SIZE", "BY", "AGE", "REASON",
+            ],
+            &rows,
+            width,
+        ));
+    }
+    if !restores.is_empty() {
+        let rows: Vec<Vec<String>> = restores
+            .iter()
+            .map(|r| {
+                vec![
+                    r.id.to_string(),
+                    r.snapshot.to_string(),
+                    r.state.as_str().to_owned(),
+                    r.requested_by.clone(),
+                    age(r.started_at, now),
+                    r.reason.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&table(
+            &["RESTORE", "SNAPSHOT", "STATE", "BY", "AGE", "REASON"],
+            &rows,
+            width,
+        ));
+    }
+    out
 }
 
 pub fn versions_table(v: &VersionList, width: usize) -> String {

@@ -12,16 +12,24 @@
 
 use crate::pki::CertInfo;
 use crate::render::Catalog;
-use crate::upgrade::{Active, Transition};
+use crate::upgrade::{Active, HopSnapshot, Transition};
 use crate::{Error, Result};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_core::lifecycle::{Condition, Desired, Phase, UpgradeState};
+use vcp_core::lifecycle::{Condition, Desired, Phase, SnapshotState, UpgradeState};
 use vcp_core::naming::TenantKey;
 use vcp_policy::quota::Usage;
+
+pub mod snapshots;
+
+pub use snapshots::{NewRestore, RestoreRow, SnapshotRow};
+
+/// The `tenant_upgrades.state` values of an upgrade still moving (`UpgradeState::active`), for
+/// SQL.
+const ACTIVE_UPGRADE: &str = "('Snapshotting', 'Running', 'RollingBack')";
 
 /// Channel that wakes reconcile workers.
 pub const CHANNEL: &str = "vcp_tenants";
@@ -74,6 +82,8 @@ pub struct Outcome {
     /// What the pass means for the tenant's upgrade (its id and the transition), written in
     /// the same transaction.
     pub upgrade: Option<(i64, Transition)>,
+    /// What the pass means for the tenant's restore, written in the same transaction.
+    pub restore: Option<(i64, NewRestore)>,
 }
 
 /// One upgrade of a tenant, as stored.
@@ -92,12 +102,20 @@ pub struct UpgradeRow {
     pub requested_by: String,
     pub created_at: OffsetDateTime,
     pub finished_at: Option<OffsetDateTime>,
+    /// The snapshot taken before the current hop.
+    pub snapshot_id: Option<i64>,
 }
 
 impl UpgradeRow {
-    /// What a pass needs of it.
-    pub fn active(&self) -> Active {
+    /// What a pass needs of it, with the current hop's snapshot as read.
+    pub fn active(&self, snapshot: Option<&SnapshotRow>) -> Active {
+        let snapshot = snapshot.map(|s| match s.state {
+            SnapshotState::Pending => HopSnapshot::Pending,
+            SnapshotState::Succeeded => HopSnapshot::Taken(s.id),
+            SnapshotState::Failed => HopSnapshot::Failed(s.reason.clone().unwrap_or_default()),
+        });
         Active {
+            snapshot,
             id: self.id,
             target: self.target_version.clone(),
             chain: self.chain,
@@ -383,21 +401,23 @@ impl Inventory {
         actor: &str,
     ) -> Result<Option<(Tenant, UpgradeRow)>> {
         let mut tx = self.pool.begin().await?;
-        // The phase check and the version switch are one statement, so two requests racing
-        // for one tenant cannot both pass it; the unique index catches what else could.
+        // The phase check and the phase switch are one statement, so two requests racing for
+        // one tenant cannot both pass it; the unique index catches what else could. The
+        // version stays until the hop's snapshot is taken.
         let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE tenants SET version = $4, phase = $5, generation = generation + 1,
+            "UPDATE tenants SET phase = $4, generation = generation + 1,
                next_reconcile_at = now(), updated_at = now()
-             WHERE id = $1 AND deleted_at IS NULL AND desired = $6 AND phase = $7
+             WHERE id = $1 AND deleted_at IS NULL AND desired = $5 AND phase = $6
                AND version = $3 AND ($2::text IS NULL OR owner = $2)
                AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
-                               WHERE tenant_id = $1 AND state IN ('Running', 'RollingBack'))
+                               WHERE tenant_id = $1 AND state IN {ACTIVE_UPGRADE})
+               AND NOT EXISTS (SELECT 1 FROM etcd_restores
+                               WHERE tenant_id = $1 AND state = 'Running')
              RETURNING {TENANT_COLUMNS}"
         )))
         .bind(t.id)
         .bind(owner)
         .bind(&t.version)
-        .bind(&u.first_hop)
         .bind(Phase::Upgrading)
         .bind(Desired::Present)
         .bind(Phase::Ready)
@@ -418,17 +438,18 @@ impl Inventory {
         .bind(&u.target)
         .bind(u.chain)
         .bind(&u.first_hop)
-        .bind(UpgradeState::Running)
+        .bind(UpgradeState::Snapshotting)
         .bind(actor)
         .fetch_one(&mut *tx)
         .await?;
+        let up = snapshots::snapshot_hop(&mut tx, &row, up.id, actor).await?;
         audit_in(
             &mut tx,
             actor,
             "tenant.upgrade.start",
             Some(t.id),
             serde_json::json!({"upgrade": up.id, "from": t.version, "to": u.target,
-                "chain": u.chain, "hop": u.first_hop}),
+                "chain": u.chain, "hop": u.first_hop, "snapshot": up.snapshot_id}),
         )
         .await?;
         notify(&mut tx).await?;
@@ -438,10 +459,9 @@ impl Inventory {
 
     /// The upgrade moving a tenant now, if any.
     pub async fn active_upgrade(&self, tenant_id: i64) -> Result<Option<UpgradeRow>> {
-        Ok(sqlx::query_as(
-            "SELECT * FROM tenant_upgrades
-             WHERE tenant_id = $1 AND state IN ('Running', 'RollingBack')",
-        )
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT * FROM tenant_upgrades WHERE tenant_id = $1 AND state IN {ACTIVE_UPGRADE}"
+        )))
         .bind(tenant_id)
         .fetch_optional(&self.pool)
         .await?)
@@ -555,6 +575,9 @@ impl Inventory {
         }
         if let Some((id, tr)) = &o.upgrade {
             apply_transition(&mut tx, t.id, *id, tr, actor).await?;
+        }
+        if let Some((id, r)) = &o.restore {
+            snapshots::apply_restore(&mut tx, t.id, *id, r, actor).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -925,8 +948,9 @@ async fn notify(tx: &mut sqlx::PgConnection) -> Result<()> {
     Ok(())
 }
 
-/// Writes what a pass means for an upgrade: the upgrade's row, and the tenant's version when a
-/// hop starts or rolls back (due again at once, so the next pass rolls the new version).
+/// Writes what a pass means for an upgrade: the upgrade's row (and the next hop's snapshot
+/// request), and the tenant's version when a hop starts or rolls back (due again at once, so
+/// the next pass rolls the new version).
 async fn apply_transition(
     tx: &mut sqlx::PgConnection,
     tenant: i64,
@@ -936,21 +960,24 @@ async fn apply_transition(
 ) -> Result<()> {
     let (state, reason, hop): (UpgradeState, Option<&str>, Option<&str>) = match tr {
         Transition::Wait(_) => return Ok(()),
-        Transition::NextHop { to, .. } => (UpgradeState::Running, None, Some(to)),
+        Transition::StartHop => (UpgradeState::Running, None, None),
+        Transition::Abort(why) => (UpgradeState::RolledBack, Some(why), None),
+        Transition::NextHop { to, .. } => (UpgradeState::Snapshotting, None, Some(to)),
         Transition::Succeeded => (UpgradeState::Succeeded, None, None),
         Transition::RollBack(why) => (UpgradeState::RollingBack, Some(why), None),
         Transition::RolledBack => (UpgradeState::RolledBack, None, None),
     };
-    let row: Option<UpgradeRow> = sqlx::query_as(
+    let row: Option<UpgradeRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "UPDATE tenant_upgrades SET state = $3,
            reason = COALESCE($4, reason),
            hop_from = CASE WHEN $5::text IS NULL THEN hop_from ELSE hop_to END,
            hop_to = COALESCE($5, hop_to),
-           hop_started_at = CASE WHEN $5::text IS NULL THEN hop_started_at ELSE now() END,
+           hop_started_at = CASE WHEN $5::text IS NULL AND $3 <> 'Running' THEN hop_started_at
+             ELSE now() END,
            finished_at = CASE WHEN $3 IN ('Succeeded', 'RolledBack') THEN now() END
-         WHERE id = $1 AND tenant_id = $2 AND state IN ('Running', 'RollingBack')
-         RETURNING *",
-    )
+         WHERE id = $1 AND tenant_id = $2 AND state IN {ACTIVE_UPGRADE}
+         RETURNING *"
+    )))
     .bind(upgrade)
     .bind(tenant)
     .bind(state)
@@ -962,9 +989,18 @@ async fn apply_transition(
         // Finished by someone else meanwhile: nothing of ours to write.
         return Ok(());
     };
-    // The version the control plane runs next: the new hop's end, or the rollback's target.
+    if matches!(tr, Transition::NextHop { .. }) {
+        let t: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = $1"
+        )))
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await?;
+        snapshots::snapshot_hop(&mut *tx, &t, row.id, actor).await?;
+    }
+    // The version the control plane runs next: the started hop's end, or the rollback's target.
     let version = match tr {
-        Transition::NextHop { to, .. } => Some(to.as_str()),
+        Transition::StartHop => Some(row.hop_to.as_str()),
         Transition::RollBack(_) => Some(row.hop_from.as_str()),
         _ => None,
     };
@@ -979,6 +1015,8 @@ async fn apply_transition(
         .await?;
     }
     let action = match tr {
+        Transition::StartHop => "tenant.upgrade.hop-started",
+        Transition::Abort(_) => "tenant.upgrade.aborted",
         Transition::NextHop { .. } => "tenant.upgrade.hop",
         Transition::Succeeded => "tenant.upgrade.succeeded",
         Transition::RollBack(_) => "tenant.upgrade.rollback",

@@ -12,8 +12,15 @@ pub const FIELD_MANAGER: &str = "vcp-orchestrator";
 /// Kinds the templates may produce: (apiVersion, kind, plural, namespaced). A fixed table
 /// instead of discovery: one request less per object, and a template cannot sneak in a kind
 /// nobody reviewed.
-const KINDS: [(&str, &str, &str, bool); 15] = [
+const KINDS: [(&str, &str, &str, bool); 17] = [
     ("v1", "Namespace", "namespaces", false),
+    (
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        true,
+    ),
+    ("batch/v1", "Job", "jobs", true),
     ("v1", "Service", "services", true),
     ("v1", "ConfigMap", "configmaps", true),
     ("v1", "Secret", "secrets", true),

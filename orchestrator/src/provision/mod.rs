@@ -9,9 +9,10 @@
 
 pub mod host;
 pub mod kubeconfig;
+mod snapshots;
 pub mod steps;
 
-use crate::inventory::{Inventory, Outcome, Tenant};
+use crate::inventory::{Inventory, NewRestore, Outcome, RestoreRow, Tenant};
 use crate::pki::{self, ApiNames, Ca, CertKey};
 use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
 use crate::upgrade;
@@ -32,7 +33,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use steps::{Step, StepResult};
 use time::OffsetDateTime;
-use vcp_core::lifecycle::{Desired, UpgradeState};
+use vcp_core::lifecycle::{
+    ConditionReason, ConditionStatus, ConditionType, Desired, Phase, SnapshotState, UpgradeState,
+};
 use vcp_core::naming::{LABEL_TENANT, control_plane_namespace};
 
 /// How the orchestrator reaches tenant apiservers (readiness, bootstrap, kubeconfigs it checks).
@@ -133,6 +136,7 @@ impl Provisioner {
             plan,
             settings: &self.config.settings,
             rollout,
+            stopped: false,
         }
     }
 
@@ -155,71 +159,274 @@ impl Provisioner {
                         observed_generation: t.generation,
                         requeue_after: v.requeue_after,
                         upgrade: None,
+                        restore: None,
                     },
                     error,
                 }
             }
-            Desired::Present => {
-                let mut endpoint = t.endpoint.clone();
-                let mut error = None;
-                let upgrade = match self.inventory.active_upgrade(t.id).await {
-                    Ok(u) => u.map(|u| u.active()),
-                    Err(e) => {
-                        // Without knowing whether an upgrade runs, do nothing this pass.
-                        let v = steps::bring_up(
-                            &[(Step::Namespace, StepResult::Error(e.public()))],
-                            &t.conditions.0,
-                            now,
-                        );
-                        return Pass {
-                            outcome: Outcome {
-                                phase: t.phase,
-                                conditions: v.conditions,
-                                endpoint,
-                                observed_generation: t.observed_generation,
-                                requeue_after: v.requeue_after,
-                                upgrade: None,
-                            },
-                            error: Some(e.variant()),
-                        };
-                    }
-                };
-                let results = self.bring_up(t, &mut endpoint, &mut error).await;
-                let mut v = steps::bring_up(&results, &t.conditions.0, now);
-                let upgrade = match upgrade {
-                    None => None,
-                    Some(a) => {
-                        let all_ready = results.len() == Step::ALL.len()
-                            && results.iter().all(|(_, r)| *r == StepResult::Ready);
-                        let gate = if all_ready && a.state == UpgradeState::Running {
-                            Some(self.upgrade_gate(t, &a, endpoint.as_deref()).await)
-                        } else {
-                            None
-                        };
-                        let tr = upgrade::advance(
-                            &a,
-                            &self.config.catalog,
-                            &results,
-                            gate.as_ref(),
-                            now,
-                            self.config.hop_timeout,
-                        );
-                        upgrade::verdict(&mut v, &tr, &t.conditions.0, now);
-                        Some((a.id, tr))
-                    }
-                };
-                Pass {
+            Desired::Present => self.present(t, now).await,
+        }
+    }
+
+    /// A pass over a tenant that should exist: its restore or its bring-up, then its pending
+    /// snapshots and its upgrade.
+    async fn present(&self, t: &Tenant, now: OffsetDateTime) -> Pass {
+        let mut endpoint = t.endpoint.clone();
+        let mut error = None;
+        let loaded = async {
+            let upgrade = self.inventory.active_upgrade(t.id).await?;
+            let restore = self.inventory.active_restore(t.id).await?;
+            let pending = self.inventory.pending_snapshots(t.id).await?;
+            Ok::<_, Error>((upgrade, restore, pending))
+        };
+        let (upgrade, restore, pending) = match loaded.await {
+            Ok(x) => x,
+            Err(e) => {
+                // Without knowing what moves the tenant, do nothing this pass.
+                let v = steps::bring_up(
+                    &[(Step::Namespace, StepResult::Error(e.public()))],
+                    &t.conditions.0,
+                    now,
+                );
+                return Pass {
                     outcome: Outcome {
-                        phase: v.phase,
+                        phase: t.phase,
                         conditions: v.conditions,
                         endpoint,
-                        observed_generation: t.generation,
+                        observed_generation: t.observed_generation,
                         requeue_after: v.requeue_after,
-                        upgrade,
+                        upgrade: None,
+                        restore: None,
                     },
-                    error,
+                    error: Some(e.variant()),
+                };
+            }
+        };
+        let prev = &t.conditions.0;
+        if let Some(r) = restore.as_ref().filter(|r| !r.restored) {
+            return self.restore_pass(t, r, now).await;
+        }
+        let results = self.bring_up(t, &mut endpoint, &mut error).await;
+        let mut v = steps::bring_up(&results, prev, now);
+        let all_ready = results.len() == Step::ALL.len()
+            && results.iter().all(|(_, r)| *r == StepResult::Ready);
+
+        // Snapshots are taken from a control plane that is up.
+        let mut taken = BTreeMap::new();
+        if all_ready && let Some(input) = self.job_input(t) {
+            for s in &pending {
+                match self.take_snapshot(t, &input, s).await {
+                    Ok(state) => {
+                        taken.insert(s.id, state);
+                    }
+                    Err(e) => {
+                        error = Some(e.variant());
+                        tracing::warn!(snapshot = s.id, error = %e.public(), "snapshot step failed");
+                    }
                 }
             }
+        }
+
+        let restore = restore.and_then(|r| {
+            use ConditionReason as R;
+            use ConditionStatus as S;
+            let (status, reason, msg, done) = if all_ready {
+                (
+                    S::True,
+                    R::Ready,
+                    "restored".to_owned(),
+                    Some(NewRestore::Succeeded),
+                )
+            } else {
+                (
+                    S::False,
+                    R::Waiting,
+                    "snapshot restored; starting the control plane".to_owned(),
+                    None,
+                )
+            };
+            steps::set_condition(
+                &mut v,
+                ConditionType::Restored,
+                status,
+                reason,
+                &msg,
+                prev,
+                now,
+            );
+            if done.is_none() {
+                v.phase = Phase::Restoring;
+            }
+            done.map(|d| (r.id, d))
+        });
+
+        let upgrade = match upgrade {
+            None => None,
+            Some(u) => {
+                let snap = match u.snapshot_id {
+                    None => None,
+                    Some(id) => match self.inventory.snapshot(t.id, id).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            error = Some(e.variant());
+                            None
+                        }
+                    },
+                };
+                let mut a = u.active(snap.as_ref());
+                // What this pass itself found out about the hop's snapshot.
+                if let (Some(id), Some(upgrade::HopSnapshot::Pending)) =
+                    (u.snapshot_id, &a.snapshot)
+                {
+                    match taken.get(&id) {
+                        Some(SnapshotState::Succeeded) => {
+                            a.snapshot = Some(upgrade::HopSnapshot::Taken(id))
+                        }
+                        Some(SnapshotState::Failed) => {
+                            let why = self
+                                .inventory
+                                .snapshot(t.id, id)
+                                .await
+                                .ok()
+                                .flatten()
+                                .and_then(|s| s.reason)
+                                .unwrap_or_default();
+                            a.snapshot = Some(upgrade::HopSnapshot::Failed(why));
+                        }
+                        _ => {}
+                    }
+                }
+                let gate = if all_ready && a.state == UpgradeState::Running {
+                    Some(self.upgrade_gate(t, &a, endpoint.as_deref()).await)
+                } else {
+                    None
+                };
+                let tr = upgrade::advance(
+                    &a,
+                    &self.config.catalog,
+                    &results,
+                    gate.as_ref(),
+                    now,
+                    self.config.hop_timeout,
+                );
+                upgrade::verdict(&mut v, &tr, prev, now);
+                Some((a.id, tr))
+            }
+        };
+        if !pending.is_empty() && all_ready {
+            // Look again soon: a snapshot Job takes seconds.
+            v.requeue_after = v.requeue_after.min(steps::REQUEUE_WAITING);
+        }
+        Pass {
+            outcome: Outcome {
+                phase: v.phase,
+                conditions: v.conditions,
+                endpoint,
+                observed_generation: t.generation,
+                requeue_after: v.requeue_after,
+                upgrade,
+                restore,
+            },
+            error,
+        }
+    }
+
+    /// The input of a Job's template: the tenant's version and plan (Jobs mount no
+    /// certificates that roll); `None` if either is not configured (the bring-up says so).
+    fn job_input<'a>(&'a self, t: &'a Tenant) -> Option<Input<'a>> {
+        let version = self.config.catalog.get(&t.version)?;
+        let plan = self.config.plans.get(&t.plan)?;
+        Some(self.input(t, version, plan, BTreeMap::new()))
+    }
+
+    /// A pass while a restore has members left to restore: the control plane stays stopped.
+    async fn restore_pass(&self, t: &Tenant, r: &RestoreRow, now: OffsetDateTime) -> Pass {
+        use ConditionReason as R;
+        use ConditionStatus as S;
+        let prev = &t.conditions.0;
+        let mut v = steps::Verdict {
+            phase: Phase::Restoring,
+            conditions: prev.clone(),
+            requeue_after: steps::REQUEUE_WAITING,
+        };
+        let mut error = None;
+        let result = match self.job_input(t) {
+            None => Ok((
+                Some(NewRestore::Failed(format!(
+                    "version {} or plan {} is not configured",
+                    t.version, t.plan
+                ))),
+                String::new(),
+            )),
+            Some(input) => self.restore_members(t, &input, r).await,
+        };
+        let restore = match result {
+            Ok((done, msg)) => {
+                match &done {
+                    None => steps::set_condition(
+                        &mut v,
+                        ConditionType::Restored,
+                        S::False,
+                        R::Waiting,
+                        &msg,
+                        prev,
+                        now,
+                    ),
+                    Some(NewRestore::Failed(why)) => {
+                        steps::set_condition(
+                            &mut v,
+                            ConditionType::Restored,
+                            S::False,
+                            R::Failed,
+                            why,
+                            prev,
+                            now,
+                        );
+                        // Started again on the data it has; the next pass brings it up.
+                        v.phase = Phase::Provisioning;
+                        v.requeue_after = Duration::ZERO;
+                    }
+                    Some(_) => {
+                        steps::set_condition(
+                            &mut v,
+                            ConditionType::Restored,
+                            S::False,
+                            R::Waiting,
+                            &msg,
+                            prev,
+                            now,
+                        );
+                        v.requeue_after = Duration::ZERO;
+                    }
+                }
+                done.map(|d| (r.id, d))
+            }
+            Err(e) => {
+                error = Some(e.variant());
+                steps::set_condition(
+                    &mut v,
+                    ConditionType::Restored,
+                    S::False,
+                    R::Error,
+                    &e.public(),
+                    prev,
+                    now,
+                );
+                v.requeue_after = steps::REQUEUE_ERROR;
+                None
+            }
+        };
+        Pass {
+            outcome: Outcome {
+                phase: v.phase,
+                conditions: v.conditions,
+                endpoint: t.endpoint.clone(),
+                observed_generation: t.generation,
+                requeue_after: v.requeue_after,
+                upgrade: None,
+                restore,
+            },
+            error,
         }
     }
 

@@ -71,6 +71,21 @@ pub struct Verdict {
     pub requeue_after: Duration,
 }
 
+/// Sets one condition of a verdict (replacing the one of its type).
+pub fn set_condition(
+    v: &mut Verdict,
+    type_: ConditionType,
+    status: ConditionStatus,
+    reason: ConditionReason,
+    message: &str,
+    prev: &[Condition],
+    now: OffsetDateTime,
+) {
+    v.conditions.retain(|c| c.type_ != type_);
+    v.conditions
+        .push(condition(type_, status, reason, message, prev, now));
+}
+
 /// How soon to look again.
 pub const REQUEUE_WAITING: Duration = Duration::from_secs(2);
 pub const REQUEUE_ERROR: Duration = Duration::from_secs(10);
@@ -78,7 +93,7 @@ pub const REQUEUE_FATAL: Duration = Duration::from_secs(300);
 /// Ready tenants are re-checked (drift, certificate renewal) this often.
 pub const REQUEUE_READY: Duration = Duration::from_secs(300);
 
-fn condition(
+pub(crate) fn condition(
     type_: ConditionType,
     status: ConditionStatus,
     reason: ConditionReason,

@@ -53,6 +53,29 @@ pub const TEMPLATES: [(Component, &str, &str); 6] = [
     ),
 ];
 
+/// Templates of the Jobs vcp runs in a tenant's control-plane namespace, outside bring-up.
+pub const JOB_TEMPLATES: [(JobKind, &str, &str); 2] = [
+    (
+        JobKind::Snapshot,
+        "etcd-snapshot.yaml",
+        include_str!("../../../templates/etcd-snapshot.yaml"),
+    ),
+    (
+        JobKind::Restore,
+        "etcd-restore.yaml",
+        include_str!("../../../templates/etcd-restore.yaml"),
+    ),
+];
+
+/// A Job vcp runs for a tenant ([`crate::snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// Takes one etcd snapshot (with the claim that keeps them).
+    Snapshot,
+    /// Restores one etcd member from a snapshot.
+    Restore,
+}
+
 /// A control-plane component with a template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -136,6 +159,8 @@ pub struct Settings {
     pub service_cidr: String,
     pub cluster_domain: String,
     pub syncer_image: String,
+    /// Image with the `vcp` binary, for the snapshot and restore Jobs (`vcp tool ...`).
+    pub tools_image: String,
     pub expose: Expose,
 }
 
@@ -248,6 +273,9 @@ pub struct Input<'a> {
     pub settings: &'a Settings,
     /// Component -> digest of the certificates its pods mount.
     pub rollout: BTreeMap<String, String>,
+    /// Render etcd, the apiserver, the controller-manager and the syncer with no replicas
+    /// (while a restore replaces etcd's data).
+    pub stopped: bool,
 }
 
 /// One rendered object.
@@ -291,14 +319,20 @@ impl Renderer {
         Renderer::from_sources(
             TEMPLATES
                 .iter()
-                .map(|(_, n, s)| ((*n).to_owned(), (*s).to_owned())),
+                .map(|(_, n, s)| ((*n).to_owned(), (*s).to_owned()))
+                .chain(
+                    JOB_TEMPLATES
+                        .iter()
+                        .map(|(_, n, s)| ((*n).to_owned(), (*s).to_owned())),
+                ),
         )
     }
 
     /// Templates read from a directory holding every file of [`TEMPLATES`].
     pub fn from_dir(dir: &Path) -> Result<Renderer> {
         let mut sources = Vec::new();
-        for (_, name, _) in TEMPLATES {
+        let names = TEMPLATES.iter().map(|(_, n, _)| *n);
+        for name in names.chain(JOB_TEMPLATES.iter().map(|(_, n, _)| *n)) {
             let path = dir.join(name);
             let text = std::fs::read_to_string(&path).map_err(|e| RenderError::Read {
                 path: path.display().to_string(),
@@ -329,15 +363,42 @@ impl Renderer {
             .iter()
             .find(|(c, _, _)| *c == component)
             .expect("every component has a template");
-        let ctx = tera::Context::from_value(context(input)).map_err(|e| RenderError::Template {
-            template: (*template).to_owned(),
+        self.render_template(template, context(input), input)
+    }
+
+    /// A Job's objects; `extra` adds to the context what the template's header lists.
+    pub fn render_job(
+        &self,
+        kind: JobKind,
+        input: &Input<'_>,
+        extra: Value,
+    ) -> Result<Vec<Object>> {
+        let (_, template, _) = JOB_TEMPLATES
+            .iter()
+            .find(|(k, _, _)| *k == kind)
+            .expect("every job has a template");
+        let mut ctx = context(input);
+        if let (Some(c), Value::Object(extra)) = (ctx.as_object_mut(), extra) {
+            c.extend(extra);
+        }
+        self.render_template(template, ctx, input)
+    }
+
+    fn render_template(
+        &self,
+        template: &str,
+        ctx: Value,
+        input: &Input<'_>,
+    ) -> Result<Vec<Object>> {
+        let ctx = tera::Context::from_value(ctx).map_err(|e| RenderError::Template {
+            template: template.to_owned(),
             message: chain(&e),
         })?;
         let text = self
             .tera
             .render(template, &ctx)
             .map_err(|e| RenderError::Template {
-                template: (*template).to_owned(),
+                template: template.to_owned(),
                 message: chain(&e),
             })?;
         parse_objects(
@@ -382,6 +443,8 @@ fn context(input: &Input<'_>) -> Value {
         "service_cidr": input.settings.service_cidr,
         "cluster_domain": input.settings.cluster_domain,
         "syncer_image": input.settings.syncer_image,
+        "tools_image": input.settings.tools_image,
+        "stopped": input.stopped,
         "expose": {"service_type": input.settings.expose.service_type()},
         "etcd_servers": members.iter()
             .map(|m| format!("https://{m}.etcd.{ns}.svc:2379"))
@@ -408,6 +471,8 @@ fn context(input: &Input<'_>) -> Value {
         );
     }
     ctx["rollout"] = Value::Object(rollout);
+    // Pods of vcp's Jobs: never matched by the etcd StatefulSet's or Service's selector.
+    ctx["labels_etcd_snapshot"] = labels(input.key, "etcd-snapshot").0;
     let policy = serde_yaml::to_string(&syncer_policy(input.plan, input.settings))
         .expect("a policy always serializes");
     ctx["syncer_policy_digest"] = json!(digest(&policy));

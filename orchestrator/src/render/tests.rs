@@ -9,6 +9,7 @@ fn settings() -> Settings {
         service_cidr: "10.96.0.0/16".into(),
         cluster_domain: "cluster.local".into(),
         syncer_image: "ghcr.io/vcp-dev/vcp-syncer:0.1.0".into(),
+        tools_image: "ghcr.io/vcp-dev/vcp:0.1.0".into(),
         expose: Expose::NodePort {
             address: "127.0.0.1".into(),
         },
@@ -41,6 +42,7 @@ fn render_yaml(minor: &str, plan: &Plan) -> String {
         plan,
         settings: &settings,
         rollout: [("apiserver".to_owned(), "d1".to_owned())].into(),
+        stopped: false,
     };
     let mut out = String::new();
     for (c, objs) in Renderer::builtin().unwrap().render_all(&input).unwrap() {
@@ -112,6 +114,7 @@ fn every_rendered_object_is_of_a_kind_the_host_writer_knows() {
             plan: &plan,
             settings: &settings,
             rollout: Default::default(),
+            stopped: false,
         };
         for (_, objects) in Renderer::builtin().unwrap().render_all(&input).unwrap() {
             for o in objects {
@@ -153,6 +156,7 @@ fn a_template_that_escapes_its_namespace_is_refused() {
         plan: &plan,
         settings: &s,
         rollout: BTreeMap::new(),
+        stopped: false,
     };
     let e = r.render(Component::Network, &input).unwrap_err();
     assert!(matches!(e, RenderError::Escape { .. }), "{e}");
@@ -249,6 +253,7 @@ fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresse
                 plan: &plan,
                 settings: &settings(),
                 rollout: BTreeMap::new(),
+                stopped: false,
             },
         )
         .unwrap();

@@ -2,8 +2,9 @@
 //!
 //! Data flow: `PATCH /v1/tenants/{name}` checks a request against the skew rules ([`skew`]:
 //! the hops, or a refusal naming its rule) and records an upgrade in the inventory with the
-//! first hop, setting the tenant's version to that hop's end. From then on the reconcile
-//! workers do the work: a pass renders the control plane from the tenant's version as always
+//! first hop, `Snapshotting`, and a pending etcd snapshot ([`crate::snapshot`]). From then on
+//! the reconcile workers do the work: once the snapshot is taken the hop starts (the tenant's
+//! version becomes the hop's end); a pass renders the control plane from the tenant's version as always
 //! (so the components roll in step order, each gated on its rollout and the apiserver on
 //! `/readyz`), then checks the upgrade's own gates (the tenant API answers a write, a canary
 //! ConfigMap makes the round trip through the syncer to the host), and [`advance`] decides
@@ -33,14 +34,28 @@ pub struct Active {
     pub hop_to: String,
     pub hop_started_at: OffsetDateTime,
     pub state: UpgradeState,
+    /// The snapshot taken before the current hop, as far as it got.
+    pub snapshot: Option<HopSnapshot>,
+}
+
+/// The snapshot before a hop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HopSnapshot {
+    Pending,
+    Taken(i64),
+    Failed(String),
 }
 
 /// What a pass means for an upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transition {
-    /// Nothing yet: the hop (or the rollback) is still rolling.
+    /// Nothing yet: the snapshot, the hop (or the rollback) is still under way.
     Wait(String),
-    /// The hop passed its gates; the next one starts (`tenants.version` becomes `to`).
+    /// The snapshot before the hop is taken: the hop starts (`tenants.version` becomes its end).
+    StartHop,
+    /// The snapshot could not be taken: the upgrade ends before anything changed.
+    Abort(String),
+    /// The hop passed its gates; the next one is snapshotted, then started.
     NextHop { from: String, to: String },
     /// The last hop passed its gates.
     Succeeded,
@@ -53,7 +68,10 @@ pub enum Transition {
 impl Transition {
     /// Whether the upgrade stays active after this transition.
     pub fn active(&self) -> bool {
-        !matches!(self, Transition::Succeeded | Transition::RolledBack)
+        !matches!(
+            self,
+            Transition::Succeeded | Transition::RolledBack | Transition::Abort(_)
+        )
     }
 }
 
@@ -84,7 +102,37 @@ pub fn advance(
                 .map(|g| format!("gate: {}", describe(g)))
         })
         .unwrap_or_else(|| "checking".to_owned());
+    let elapsed = now - a.hop_started_at;
     match a.state {
+        UpgradeState::Snapshotting => {
+            let why = |m: &str| format!("snapshot before hop {} -> {}: {m}", a.hop_from, a.hop_to);
+            if let Some((s, StepResult::Fatal(m))) = results
+                .iter()
+                .find(|(_, r)| matches!(r, StepResult::Fatal(_)))
+            {
+                return Transition::Abort(why(&format!(
+                    "{:?} cannot succeed: {m}",
+                    s.condition_type()
+                )));
+            }
+            match &a.snapshot {
+                Some(HopSnapshot::Taken(_)) => return Transition::StartHop,
+                Some(HopSnapshot::Failed(m)) => return Transition::Abort(why(m)),
+                _ => {}
+            }
+            if elapsed > hop_timeout {
+                return Transition::Abort(why(&format!(
+                    "not taken after {}s: {waiting}",
+                    hop_timeout.as_secs()
+                )));
+            }
+            let doing = if steps_ready {
+                "taking the etcd snapshot"
+            } else {
+                waiting.as_str()
+            };
+            Transition::Wait(why(doing))
+        }
         UpgradeState::Running => {
             if let Some((s, StepResult::Fatal(m))) = results
                 .iter()
@@ -118,7 +166,6 @@ pub fn advance(
                     )),
                 };
             }
-            let elapsed = now - a.hop_started_at;
             if elapsed > hop_timeout {
                 return Transition::RollBack(format!(
                     "hop {} -> {} not healthy after {}s: {waiting}",
@@ -149,10 +196,16 @@ pub fn verdict(v: &mut Verdict, tr: &Transition, prev: &[Condition], now: Offset
     use ConditionStatus as S;
     let (status, reason, message) = match tr {
         Transition::Wait(m) => (S::False, R::Waiting, m.clone()),
+        Transition::StartHop => (
+            S::False,
+            R::Waiting,
+            "snapshot taken; rolling the hop".to_owned(),
+        ),
+        Transition::Abort(m) => (S::False, R::Failed, format!("not started: {m}")),
         Transition::NextHop { from, to } => (
             S::False,
             R::Waiting,
-            format!("{from} passed its gates; rolling to {to}"),
+            format!("{from} passed its gates; snapshotting before {to}"),
         ),
         Transition::Succeeded => (S::True, R::Ready, "upgraded".to_owned()),
         Transition::RollBack(m) => (S::False, R::Error, format!("rolling back: {m}")),
@@ -208,6 +261,7 @@ mod tests {
             hop_to: to.into(),
             hop_started_at: at("2026-01-01T00:00:00Z"),
             state,
+            snapshot: Some(HopSnapshot::Taken(9)),
         }
     }
 
@@ -317,6 +371,47 @@ mod tests {
         verdict(&mut v, &Transition::RolledBack, &[], now);
         assert_eq!(v.phase, Phase::Ready);
         assert_eq!(upgraded(&v).reason, ConditionReason::Failed);
+    }
+
+    #[test]
+    fn a_hop_starts_only_after_its_snapshot_and_a_failed_snapshot_changes_nothing() {
+        let c = Catalog::builtin();
+        let early = at("2026-01-01T00:01:00Z");
+        let late = at("2026-01-01T00:05:01Z");
+        let mut a = active("1.36", "1.37", "1.37", UpgradeState::Snapshotting);
+        a.snapshot = Some(HopSnapshot::Pending);
+        let t = advance(&a, &c, &all_ready(), None, early, T);
+        assert!(
+            matches!(&t, Transition::Wait(m) if m.contains("taking the etcd snapshot")),
+            "{t:?}"
+        );
+        assert!(
+            matches!(advance(&a, &c, &all_ready(), None, late, T), Transition::Abort(m) if m.contains("not taken after 300s"))
+        );
+        let fatal = stuck_at(Step::Etcd, StepResult::Fatal("bad template".into()));
+        assert!(
+            matches!(advance(&a, &c, &fatal, None, early, T), Transition::Abort(m) if m.contains("bad template"))
+        );
+        a.snapshot = Some(HopSnapshot::Failed("claim full".into()));
+        let t = advance(&a, &c, &all_ready(), None, early, T);
+        assert!(
+            matches!(&t, Transition::Abort(m) if m.contains("1.36 -> 1.37") && m.contains("claim full")),
+            "{t:?}"
+        );
+        assert!(!t.active());
+        a.snapshot = Some(HopSnapshot::Taken(3));
+        assert_eq!(
+            advance(&a, &c, &all_ready(), None, early, T),
+            Transition::StartHop
+        );
+        let now = at("2026-01-01T00:01:00Z");
+        let mut v = crate::provision::steps::bring_up(&all_ready(), &[], now);
+        verdict(&mut v, &Transition::Abort("x".into()), &[], now);
+        assert_eq!(
+            v.phase,
+            Phase::Ready,
+            "an aborted upgrade leaves the tenant as it was"
+        );
     }
 
     #[test]

@@ -25,6 +25,8 @@ default:
 
 /// Image name of the syncer in the dev environment (the devnode maps it to the workspace build).
 pub const DEV_SYNCER_IMAGE: &str = "vcp.dev/vcp-syncer:dev";
+/// Image of `vcp` itself (snapshot and restore Jobs), mapped to the workspace build likewise.
+pub const DEV_TOOLS_IMAGE: &str = "vcp.dev/vcp:dev";
 
 /// The workspace's `vcp` binary (next to the devnode's).
 pub fn orchestrator_binary() -> Result<PathBuf> {
@@ -103,6 +105,7 @@ pub async fn start_orchestrator(
         ("VCP_EXPOSE_ADDRESS", "127.0.0.1".to_owned()),
         ("VCP_TENANT_ACCESS", "endpoint".to_owned()),
         ("VCP_SYNCER_IMAGE", DEV_SYNCER_IMAGE.to_owned()),
+        ("VCP_TOOLS_IMAGE", DEV_TOOLS_IMAGE.to_owned()),
         ("VCP_ADMIN_TOKEN", opts.admin_token.clone()),
         ("VCP_REPLICA_ID", opts.replica_id.clone()),
         ("VCP_WORKERS", opts.workers.to_string()),

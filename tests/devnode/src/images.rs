@@ -9,6 +9,7 @@
 //! | `registry.k8s.io/etcd:X.Y.Z-N` | `<bin-dir>/etcd-vX.Y.Z`; also `etcdctl-vX.Y.Z`, `etcdutl-vX.Y.Z` |
 //! | `registry.k8s.io/coredns/coredns:vX.Y.Z` | `<bin-dir>/coredns-vX.Y.Z` |
 //! | `<any registry>/vcp-syncer:<any tag>` | `<workspace-bin-dir>/vcp-syncer` |
+//! | `<any registry>/vcp:<any tag>` | `<workspace-bin-dir>/vcp` (its `tool` commands: snapshots) |
 //! | `vcp.dev/host:<any tag>` | `command[0]`, looked up on the node's `PATH` (test pods) |
 //!
 //! The image's own binary is its entrypoint. A container `command` whose first word names that
@@ -95,6 +96,9 @@ fn binaries(
             "vcp-syncer",
             dirs.workspace_bin_dir.join("vcp-syncer"),
         )]),
+        r if r.rsplit('/').next() == Some("vcp") => {
+            Some(vec![("vcp", dirs.workspace_bin_dir.join("vcp"))])
+        }
         _ => None,
     };
     found.map(Some).ok_or_else(unknown)
@@ -183,6 +187,19 @@ mod tests {
         resolve(image, &s(command), &s(args), &dirs(), |p| {
             p.starts_with("/cache") || p.starts_with("/ws") || p == Path::new("/bin/sleep")
         })
+    }
+
+    #[test]
+    fn vcp_images_map_to_the_workspace_build() {
+        let e = run("ghcr.io/vcp-dev/vcp:0.1.0", &["vcp", "tool"], &["x"]).unwrap();
+        assert_eq!(e.program, Path::new("/ws/vcp"));
+        assert_eq!(e.args, ["tool", "x"]);
+        let e = run("vcp.dev/vcp-syncer:dev", &[], &[]).unwrap();
+        assert_eq!(e.program, Path::new("/ws/vcp-syncer"));
+        assert!(matches!(
+            run("ghcr.io/vcp-dev/vcp:0.1.0", &["sh"], &[]),
+            Err(ImageError::NoSuchCommand { .. })
+        ));
     }
 
     #[test]

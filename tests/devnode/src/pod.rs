@@ -200,7 +200,41 @@ pub async fn run(sh: Arc<Shared>, mut updates: watch::Receiver<Option<Arc<Pod>>>
     }
 }
 
+/// Where a container's termination message goes unless its spec says otherwise.
+const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// A kubelet keeps at most this much of a termination message.
+const TERMINATION_MESSAGE_MAX: usize = 4096;
+
 impl Worker {
+    fn termination_file(&self, container: &str) -> PathBuf {
+        self.dir.join("termination").join(container)
+    }
+
+    /// The container's termination message: its file, or with `fallback` (a failed container
+    /// under `FallbackToLogsOnError`) and an empty file, the tail of its log.
+    fn termination_message(&self, container: &str, fallback: bool) -> Option<String> {
+        let tail = |b: Vec<u8>| {
+            let from = b.len().saturating_sub(TERMINATION_MESSAGE_MAX);
+            String::from_utf8_lossy(&b[from..]).trim_end().to_owned()
+        };
+        let written = std::fs::read(self.termination_file(container))
+            .map(tail)
+            .unwrap_or_default();
+        if !written.is_empty() {
+            return Some(written);
+        }
+        if !fallback {
+            return None;
+        }
+        let log = container::log_path(
+            &self.sh.logs_dir,
+            &self.ns(),
+            &self.pod.name_any(),
+            container,
+        );
+        std::fs::read(log).map(tail).ok().filter(|m| !m.is_empty())
+    }
+
     fn key(&self) -> String {
         format!(
             "{}/{}",
@@ -617,6 +651,27 @@ impl Worker {
                 read_only: m.read_only == Some(true),
             });
         }
+        // The termination-message file, empty at each start, as a kubelet mounts it.
+        let term = self.termination_file(&c.name);
+        let fresh = term
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&term, b""));
+        if let Err(e) = fresh {
+            return Err((
+                "CreateContainerConfigError".to_owned(),
+                format!("termination message file {}: {e}", term.display()),
+            ));
+        }
+        mounts.push(Mount {
+            source: term,
+            target: c
+                .termination_message_path
+                .clone()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| TERMINATION_MESSAGE_PATH.to_owned()),
+            read_only: false,
+        });
         let slot = self
             .slot
             .expect("network is set up before containers start");
@@ -639,7 +694,13 @@ impl Worker {
             let c = &mut self.ctrs[i];
             c.proc = None;
             let ran = c.started_instant.map(|t| t.elapsed()).unwrap_or_default();
-            let term = termination(status, c.running_since.take().unwrap_or_else(now));
+            let mut term = termination(status, c.running_since.take().unwrap_or_else(now));
+            let fallback = c.spec.termination_message_policy.as_deref()
+                == Some("FallbackToLogsOnError")
+                && term.exit_code != 0;
+            let name = c.spec.name.clone();
+            term.message = self.termination_message(&name, fallback);
+            let c = &mut self.ctrs[i];
             tracing::info!(pod = %format!("{}/{}", self.pod.namespace().unwrap_or_default(), self.pod.name_any()),
                 container = %c.spec.name, exit_code = term.exit_code, "container exited");
             let failed = term.exit_code != 0;
@@ -885,6 +946,7 @@ fn termination(status: std::process::ExitStatus, started_at: Time) -> Terminatio
         exit_code,
         signal,
         reason: if exit_code == 0 { "Completed" } else { "Error" }.into(),
+        message: None,
         started_at,
         finished_at: now(),
     }

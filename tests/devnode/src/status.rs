@@ -12,6 +12,9 @@ pub struct Termination {
     pub exit_code: i32,
     pub signal: Option<i32>,
     pub reason: String,
+    /// What the container wrote to its termination-message file (or, per its policy, the
+    /// tail of its log after a failure).
+    pub message: Option<String>,
     pub started_at: Time,
     pub finished_at: Time,
 }
@@ -66,6 +69,7 @@ fn terminated(t: &Termination) -> ContainerState {
             exit_code: t.exit_code,
             signal: t.signal,
             reason: Some(t.reason.clone()),
+            message: t.message.clone(),
             started_at: Some(t.started_at.clone()),
             finished_at: Some(t.finished_at.clone()),
             ..Default::default()
@@ -239,6 +243,7 @@ mod tests {
             exit_code: code,
             signal: None,
             reason: if code == 0 { "Completed" } else { "Error" }.into(),
+            message: None,
             started_at: t(0),
             finished_at: t(1),
         })

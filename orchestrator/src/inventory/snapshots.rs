@@ -1,0 +1,337 @@
+//! etcd snapshots and restores in the inventory (`migrations/0004_snapshots.sql`): asked for
+//! by the API or by an upgrade before each hop, recorded by the tenant's reconcile pass with
+//! what the snapshot Job reported; restores started by admins and advanced by the pass.
+
+use super::{ACTIVE_UPGRADE, Inventory, TENANT_COLUMNS, Tenant, UpgradeRow, audit_in, notify};
+use crate::Result;
+use crate::snapshot::{self, Report};
+use time::OffsetDateTime;
+use vcp_core::lifecycle::{Desired, Phase, RestoreState, SnapshotState};
+use vcp_core::naming::control_plane_namespace;
+
+/// One snapshot, as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SnapshotRow {
+    pub id: i64,
+    pub tenant_id: i64,
+    pub upgrade_id: Option<i64>,
+    pub version: String,
+    pub state: SnapshotState,
+    pub reason: Option<String>,
+    pub revision: Option<i64>,
+    pub size_bytes: Option<i64>,
+    pub sha256: Option<String>,
+    pub storage_version: Option<String>,
+    pub location: String,
+    pub requested_by: String,
+    pub created_at: OffsetDateTime,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// One restore, as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RestoreRow {
+    pub id: i64,
+    pub tenant_id: i64,
+    pub snapshot_id: i64,
+    pub state: RestoreState,
+    pub restored: bool,
+    pub reason: Option<String>,
+    pub requested_by: String,
+    pub created_at: OffsetDateTime,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// What a pass means for a restore, written with its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NewRestore {
+    /// Every member's data is the snapshot's now; the control plane only starts again.
+    Restored,
+    Succeeded,
+    Failed(String),
+}
+
+async fn insert(
+    tx: &mut sqlx::PgConnection,
+    t: &Tenant,
+    upgrade: Option<i64>,
+    actor: &str,
+) -> Result<SnapshotRow> {
+    let id: i64 = sqlx::query_scalar("SELECT nextval('etcd_snapshots_id_seq')")
+        .fetch_one(&mut *tx)
+        .await?;
+    let row: SnapshotRow = sqlx::query_as(
+        "INSERT INTO etcd_snapshots
+           (id, tenant_id, upgrade_id, version, state, location, requested_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *",
+    )
+    .bind(id)
+    .bind(t.id)
+    .bind(upgrade)
+    .bind(&t.version)
+    .bind(SnapshotState::Pending)
+    .bind(snapshot::location(&control_plane_namespace(&t.key), id))
+    .bind(actor)
+    .fetch_one(&mut *tx)
+    .await?;
+    audit_in(
+        tx,
+        actor,
+        "tenant.snapshot.request",
+        Some(t.id),
+        serde_json::json!({"snapshot": row.id, "upgrade": upgrade}),
+    )
+    .await?;
+    Ok(row)
+}
+
+/// Asks for the snapshot before an upgrade's current hop and links it to the upgrade.
+pub(super) async fn snapshot_hop(
+    tx: &mut sqlx::PgConnection,
+    t: &Tenant,
+    upgrade: i64,
+    actor: &str,
+) -> Result<UpgradeRow> {
+    let s = insert(tx, t, Some(upgrade), actor).await?;
+    Ok(
+        sqlx::query_as("UPDATE tenant_upgrades SET snapshot_id = $2 WHERE id = $1 RETURNING *")
+            .bind(upgrade)
+            .bind(s.id)
+            .fetch_one(&mut *tx)
+            .await?,
+    )
+}
+
+impl Inventory {
+    /// Asks for a snapshot of a live, present tenant the caller may see (`owner`: an owner's
+    /// own only) and wakes the workers; `None` if there is no such tenant.
+    pub async fn request_snapshot(
+        &self,
+        name: &str,
+        owner: Option<&str>,
+        actor: &str,
+    ) -> Result<Option<SnapshotRow>> {
+        let mut tx = self.pool.begin().await?;
+        let t: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE tenants SET next_reconcile_at = now()
+             WHERE name = $1 AND deleted_at IS NULL AND desired = $3
+               AND ($2::text IS NULL OR owner = $2)
+             RETURNING {TENANT_COLUMNS}"
+        )))
+        .bind(name)
+        .bind(owner)
+        .bind(Desired::Present)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(t) = t else {
+            return Ok(None);
+        };
+        let row = insert(&mut tx, &t, None, actor).await?;
+        notify(&mut tx).await?;
+        tx.commit().await?;
+        Ok(Some(row))
+    }
+
+    /// A tenant's snapshots, newest first.
+    pub async fn snapshots(&self, tenant_id: i64) -> Result<Vec<SnapshotRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM etcd_snapshots WHERE tenant_id = $1 ORDER BY id DESC")
+                .bind(tenant_id)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    /// One snapshot of a tenant.
+    pub async fn snapshot(&self, tenant_id: i64, id: i64) -> Result<Option<SnapshotRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM etcd_snapshots WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant_id)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// The snapshots of a tenant still to take, oldest first.
+    pub async fn pending_snapshots(&self, tenant_id: i64) -> Result<Vec<SnapshotRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM etcd_snapshots WHERE tenant_id = $1 AND state = 'Pending' ORDER BY id",
+        )
+        .bind(tenant_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Records how a snapshot ended (once: a snapshot already finished stays as it is).
+    pub async fn finish_snapshot(
+        &self,
+        tenant_id: i64,
+        id: i64,
+        result: Result<&Report, &str>,
+        actor: &str,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let (state, reason, r) = match result {
+            Ok(r) => (SnapshotState::Succeeded, None, Some(r)),
+            Err(why) => (SnapshotState::Failed, Some(why), None),
+        };
+        let done = sqlx::query(
+            "UPDATE etcd_snapshots SET state = $3, reason = $4, revision = $5, size_bytes = $6,
+               sha256 = $7, storage_version = $8, finished_at = now()
+             WHERE tenant_id = $1 AND id = $2 AND state = 'Pending'",
+        )
+        .bind(tenant_id)
+        .bind(id)
+        .bind(state)
+        .bind(reason)
+        .bind(r.map(|r| r.revision))
+        .bind(r.map(|r| r.size))
+        .bind(r.map(|r| r.sha256.as_str()))
+        .bind(r.map(|r| r.storage_version.as_str()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if done == 1 {
+            audit_in(
+                &mut tx,
+                actor,
+                "tenant.snapshot.finished",
+                Some(tenant_id),
+                serde_json::json!({"snapshot": id, "state": state, "reason": reason,
+                    "revision": r.map(|r| r.revision), "sha256": r.map(|r| &r.sha256)}),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Starts a restore of a Ready tenant from one of its taken snapshots (no upgrade or
+    /// other restore running): phase `Restoring`, workers woken. `None` when the tenant is not
+    /// Ready or something else moves it (the caller tells which).
+    pub async fn start_restore(
+        &self,
+        t: &Tenant,
+        snapshot: &SnapshotRow,
+        actor: &str,
+    ) -> Result<Option<RestoreRow>> {
+        let mut tx = self.pool.begin().await?;
+        let moved = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE tenants SET phase = $2, generation = generation + 1,
+               next_reconcile_at = now(), updated_at = now()
+             WHERE id = $1 AND deleted_at IS NULL AND desired = $3 AND phase = $4
+               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
+                               WHERE tenant_id = $1 AND state IN {ACTIVE_UPGRADE})
+               AND NOT EXISTS (SELECT 1 FROM etcd_restores
+                               WHERE tenant_id = $1 AND state = 'Running')"
+        )))
+        .bind(t.id)
+        .bind(Phase::Restoring)
+        .bind(Desired::Present)
+        .bind(Phase::Ready)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved != 1 {
+            return Ok(None);
+        }
+        let row: RestoreRow = sqlx::query_as(
+            "INSERT INTO etcd_restores (tenant_id, snapshot_id, state, requested_by)
+             VALUES ($1, $2, $3, $4) RETURNING *",
+        )
+        .bind(t.id)
+        .bind(snapshot.id)
+        .bind(RestoreState::Running)
+        .bind(actor)
+        .fetch_one(&mut *tx)
+        .await?;
+        audit_in(
+            &mut tx,
+            actor,
+            "tenant.restore.start",
+            Some(t.id),
+            serde_json::json!({"restore": row.id, "snapshot": snapshot.id,
+                "revision": snapshot.revision}),
+        )
+        .await?;
+        notify(&mut tx).await?;
+        tx.commit().await?;
+        Ok(Some(row))
+    }
+
+    /// The restore moving a tenant now, if any.
+    pub async fn active_restore(&self, tenant_id: i64) -> Result<Option<RestoreRow>> {
+        Ok(
+            sqlx::query_as(
+                "SELECT * FROM etcd_restores WHERE tenant_id = $1 AND state = 'Running'",
+            )
+            .bind(tenant_id)
+            .fetch_optional(&self.pool)
+            .await?,
+        )
+    }
+
+    /// A tenant's restores, newest first.
+    pub async fn restores(&self, tenant_id: i64) -> Result<Vec<RestoreRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM etcd_restores WHERE tenant_id = $1 ORDER BY id DESC")
+                .bind(tenant_id)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+}
+
+/// Writes what a pass means for a restore, in the pass's transaction.
+pub(super) async fn apply_restore(
+    tx: &mut sqlx::PgConnection,
+    tenant: i64,
+    restore: i64,
+    r: &NewRestore,
+    actor: &str,
+) -> Result<()> {
+    let (state, restored, reason, action) = match r {
+        NewRestore::Restored => (RestoreState::Running, true, None, "tenant.restore.restored"),
+        NewRestore::Succeeded => (
+            RestoreState::Succeeded,
+            true,
+            None,
+            "tenant.restore.succeeded",
+        ),
+        NewRestore::Failed(why) => (
+            RestoreState::Failed,
+            false,
+            Some(why.as_str()),
+            "tenant.restore.failed",
+        ),
+    };
+    let done = sqlx::query(
+        "UPDATE etcd_restores SET state = $3, restored = restored OR $4, reason = $5,
+           finished_at = CASE WHEN $3 = 'Running' THEN NULL ELSE now() END
+         WHERE id = $1 AND tenant_id = $2 AND state = 'Running'",
+    )
+    .bind(restore)
+    .bind(tenant)
+    .bind(state)
+    .bind(restored)
+    .bind(reason)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if done == 1 {
+        sqlx::query("UPDATE tenants SET next_reconcile_at = now() WHERE id = $1")
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await?;
+        audit_in(
+            tx,
+            actor,
+            action,
+            Some(tenant),
+            serde_json::json!({"restore": restore, "reason": reason}),
+        )
+        .await?;
+    }
+    Ok(())
+}
