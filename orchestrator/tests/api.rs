@@ -594,12 +594,15 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /v1/tenants",
             "GET /v1/tenants/{name}",
             "GET /v1/tenants/{name}/kubeconfigs",
+            "GET /v1/tenants/{name}/snapshots",
             "GET /v1/tenants/{name}/usage",
             "GET /v1/tokens",
             "GET /v1/versions",
             "PATCH /v1/tenants/{name}",
             "POST /v1/tenants",
             "POST /v1/tenants/{name}/kubeconfigs",
+            "POST /v1/tenants/{name}/restore",
+            "POST /v1/tenants/{name}/snapshots",
             "POST /v1/tokens",
         ]
     );

@@ -169,6 +169,23 @@ async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::
     assert_eq!(t["kubernetes_version"], "v1.37.1", "{t}");
     assert!(ok > 0, "the poller never got an answer");
 
+    // One etcd snapshot before each hop, taken on the version the hop started from.
+    let (s, l) = api
+        .raw(Method::GET, &format!("/v1/tenants/{name}/snapshots"), None)
+        .await?;
+    assert_eq!(s, 200, "{l}");
+    let mut snaps: Vec<&Value> = l["snapshots"].as_array().unwrap().iter().collect();
+    snaps.reverse();
+    let versions: Vec<_> = snaps.iter().map(|s| s["version"].as_str()).collect();
+    assert_eq!(versions, [Some("1.35"), Some("1.36")], "{l}");
+    for snap in snaps {
+        assert_eq!(snap["state"], "Succeeded", "{snap}");
+        assert_eq!(snap["upgrade"], t["upgrade"]["id"], "{snap}");
+        assert!(snap["revision"].as_i64().unwrap() > 0, "{snap}");
+        assert!(snap["size_bytes"].as_i64().unwrap() > 0, "{snap}");
+        assert_eq!(snap["sha256"].as_str().unwrap().len(), 64, "{snap}");
+    }
+
     // The apiserver itself says so, and the tenant kept its objects.
     let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
     assert_eq!(tenant.apiserver_version().await?.git_version, "v1.37.1");
