@@ -150,11 +150,12 @@ named_enum! {
 impl Phase {
     /// The phases of a live tenant: every one but [`Phase::Deleted`]. What the API can answer
     /// and what `vcp_tenants{phase}` counts.
-    pub const LIVE: [Phase; 6] = [
+    pub const LIVE: [Phase; 7] = [
         Phase::Pending,
         Phase::Provisioning,
         Phase::Ready,
         Phase::Upgrading,
+        Phase::Restoring,
         Phase::Deleting,
         Phase::Failed,
     ];
