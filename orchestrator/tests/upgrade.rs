@@ -228,3 +228,97 @@ async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::
     );
     Ok(())
 }
+
+/// A catalog whose 1.37 apiserver cannot start (an unknown flag): the hop is rolled back when
+/// its (shortened) timeout ends, the tenant is Ready on 1.36 with its objects, and the reason
+/// is in the API and in `vcp tenant get`.
+#[tokio::test]
+async fn a_hop_whose_apiserver_cannot_start_is_rolled_back() -> anyhow::Result<()> {
+    use vcp_orchestrator::render::{JOB_TEMPLATES, TEMPLATES};
+    let cluster = DevCluster::shared().await?;
+    let templates = tempfile::tempdir()?;
+    for (name, text) in TEMPLATES
+        .iter()
+        .map(|(_, n, t)| (n, t))
+        .chain(JOB_TEMPLATES.iter().map(|(_, n, t)| (n, t)))
+    {
+        std::fs::write(templates.path().join(name), text)?;
+    }
+    // The first entry is 1.37.
+    let versions = include_str!("../../templates/versions.yaml").replacen(
+        "apiserver_flags: []",
+        "apiserver_flags: [--no-such-flag=broken]",
+        1,
+    );
+    std::fs::write(templates.path().join("versions.yaml"), versions)?;
+    let p = vcp_dev::testing::platform_with(
+        cluster,
+        "vcp-upgrade-fail",
+        2,
+        vec![
+            (
+                "VCP_TEMPLATES".into(),
+                templates.path().display().to_string(),
+            ),
+            ("VCP_UPGRADE_HOP_TIMEOUT_SECONDS".into(), "30".into()),
+        ],
+    )
+    .await?;
+    let api = &p.admin;
+    let name = "broken";
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": name, "version": "1.36"})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{b}");
+    api.wait_ready(name, READY_TIMEOUT).await?;
+    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
+    let keep: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "keep"}, "data": {"k": "v"}
+    }))?;
+    cms.create(&PostParams::default(), &keep).await?;
+
+    let (s, b) = patch(api, name, json!({"version": "1.37"})).await?;
+    assert_eq!(s, 202, "{b}");
+    let t = wait_upgraded(api, name).await?;
+    assert_eq!(t["upgrade"]["state"], "RolledBack", "{t}");
+    assert_eq!(
+        (t["phase"].as_str(), t["version"].as_str()),
+        (Some("Ready"), Some("1.36")),
+        "{t}"
+    );
+    let reason = t["upgrade"]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reason.contains("1.36 -> 1.37") && reason.contains("not healthy after 30s"),
+        "{reason}"
+    );
+    eprintln!("rolled back: {reason}");
+
+    // The old apiserver serves the tenant's objects.
+    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
+    assert_eq!(tenant.apiserver_version().await?.git_version, "v1.36.4");
+    let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
+    assert_eq!(cms.get("keep").await?.data.unwrap()["k"], "v");
+
+    // The CLI shows why.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+        .args(["tenant", "get", name])
+        .env("VCP_API_URL", &p.orchestrator.url)
+        .env("VCP_TOKEN", &p.admin_token)
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("RolledBack") && text.contains("not healthy after 30s"),
+        "{text}"
+    );
+    Ok(())
+}

@@ -182,6 +182,22 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
             cut(&v, width.saturating_sub(10))
         );
     }
+    if let Some(u) = &t.upgrade {
+        let _ = writeln!(
+            out,
+            "\nUpgrade:  {} {} -> {} (hop {} -> {}), by {}, {} ago",
+            u.state,
+            u.from,
+            u.target,
+            u.hop_from,
+            u.hop_to,
+            u.requested_by,
+            age(u.started_at, now)
+        );
+        if let Some(why) = &u.reason {
+            let _ = writeln!(out, "Reason:   {}", cut(why, width.saturating_sub(10)));
+        }
+    }
     out.push_str("\nUsage:");
     match &t.usage {
         None => out.push_str(" not sampled yet\n"),

@@ -1132,20 +1132,21 @@ fn ignore_404<T>(r: std::result::Result<T, kube::Error>) -> std::result::Result<
 async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResult> {
     for o in objects {
         let Some(ns) = o.namespace() else { continue };
-        let (want, ready, updated, observed, generation) = match o.kind() {
+        let r = match o.kind() {
             "StatefulSet" => {
                 let s = Api::<StatefulSet>::namespaced(client.clone(), ns)
                     .get(o.name())
                     .await
                     .map_err(|e| Error::kube(format!("read statefulset {}", o.name()), e))?;
                 let st = s.status.unwrap_or_default();
-                (
-                    s.spec.replicas.unwrap_or(1),
-                    st.ready_replicas.unwrap_or(0),
-                    st.updated_replicas.unwrap_or(0),
-                    st.observed_generation.unwrap_or(0),
-                    s.metadata.generation.unwrap_or(0),
-                )
+                steps::Rollout {
+                    want: s.spec.replicas.unwrap_or(1),
+                    ready: st.ready_replicas.unwrap_or(0),
+                    updated: st.updated_replicas.unwrap_or(0),
+                    total: st.replicas,
+                    observed: st.observed_generation.unwrap_or(0),
+                    generation: s.metadata.generation.unwrap_or(0),
+                }
             }
             "Deployment" => {
                 let d = Api::<Deployment>::namespaced(client.clone(), ns)
@@ -1153,19 +1154,20 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResul
                     .await
                     .map_err(|e| Error::kube(format!("read deployment {}", o.name()), e))?;
                 let st = d.status.unwrap_or_default();
-                (
-                    d.spec.replicas.unwrap_or(1),
-                    st.available_replicas.unwrap_or(0),
-                    st.updated_replicas.unwrap_or(0),
-                    st.observed_generation.unwrap_or(0),
-                    d.metadata.generation.unwrap_or(0),
-                )
+                steps::Rollout {
+                    want: d.spec.replicas.unwrap_or(1),
+                    ready: st.available_replicas.unwrap_or(0),
+                    updated: st.updated_replicas.unwrap_or(0),
+                    total: st.replicas.unwrap_or(0),
+                    observed: st.observed_generation.unwrap_or(0),
+                    generation: d.metadata.generation.unwrap_or(0),
+                }
             }
             _ => continue,
         };
-        if observed < generation || updated < want || ready < want {
+        if let Some(waiting) = r.waiting() {
             return Ok(StepResult::Waiting(format!(
-                "{} {}: {ready}/{want} ready, {updated}/{want} updated",
+                "{} {}: {waiting}",
                 o.kind(),
                 o.name()
             )));

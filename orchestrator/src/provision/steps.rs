@@ -86,6 +86,46 @@ pub fn set_condition(
         .push(condition(type_, status, reason, message, prev, now));
 }
 
+/// A workload's rollout as its status reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rollout {
+    /// Replicas asked for.
+    pub want: i32,
+    /// Ready (Deployments: available) pods, old and new.
+    pub ready: i32,
+    /// Pods of the current template.
+    pub updated: i32,
+    /// Every pod the controller counts, old and new.
+    pub total: i32,
+    pub observed: i64,
+    pub generation: i64,
+}
+
+impl Rollout {
+    /// What it still waits for; `None` when rolled out: the controller saw the latest spec,
+    /// every pod is of the current template, and no old pod is left to answer in its place (a
+    /// surge pod that cannot start must not pass behind an old one that still serves).
+    pub fn waiting(&self) -> Option<String> {
+        let Rollout {
+            want,
+            ready,
+            updated,
+            total,
+            observed,
+            generation,
+        } = *self;
+        let done = observed >= generation && updated >= want && ready >= want && total <= want;
+        (!done).then(|| {
+            let old = (total - updated).max(0);
+            let mut m = format!("{ready}/{want} ready, {updated}/{want} updated");
+            if old > 0 {
+                m.push_str(&format!(", {old} old"));
+            }
+            m
+        })
+    }
+}
+
 /// How soon to look again.
 pub const REQUEUE_WAITING: Duration = Duration::from_secs(2);
 pub const REQUEUE_ERROR: Duration = Duration::from_secs(10);
@@ -306,5 +346,33 @@ mod tests {
         ] {
             assert_eq!(tear_down(&r, &[], at(0)).phase, Phase::Deleting, "{r:?}");
         }
+    }
+
+    #[test]
+    fn a_rollout_is_done_only_when_no_old_pod_is_left() {
+        let r = |ready, updated, total| Rollout {
+            want: 1,
+            ready,
+            updated,
+            total,
+            observed: 2,
+            generation: 2,
+        };
+        assert_eq!(r(1, 1, 1).waiting(), None);
+        // The surge pod is created (updated) but cannot start; the old one is the ready one.
+        assert_eq!(
+            r(1, 1, 2).waiting().as_deref(),
+            Some("1/1 ready, 1/1 updated, 1 old")
+        );
+        assert!(r(0, 1, 1).waiting().is_some());
+        assert!(r(1, 0, 1).waiting().is_some());
+        let stale = Rollout {
+            generation: 3,
+            ..r(1, 1, 1)
+        };
+        assert!(
+            stale.waiting().is_some(),
+            "the controller has not seen the spec"
+        );
     }
 }
