@@ -45,6 +45,21 @@ pub const ANN_UID: &str = "vcp.dev/tenant-uid";
 /// On host objects the syncer generates itself (token Secrets): what they were made for. A
 /// tenant object never adopts a host object carrying it.
 pub const ANN_GENERATED: &str = "vcp.dev/generated-for";
+/// The upgrade canary: a ConfigMap in the tenant's `default` namespace that the orchestrator
+/// stamps at each upgrade gate (data key [`CANARY_KEY`]) and the syncer always copies to the
+/// host, whatever pods use, then marks with [`ANN_CANARY_SEEN`] once the host copy carries the
+/// stamp: the round trip that shows the syncer works on the new version.
+pub const CANARY_NAMESPACE: &str = "default";
+pub const CANARY_NAME: &str = "vcp-upgrade-canary";
+pub const CANARY_KEY: &str = "upgrade";
+/// On the tenant's canary: the stamp the syncer saw on the host copy.
+pub const ANN_CANARY_SEEN: &str = "vcp.dev/canary-seen";
+
+/// Whether a tenant object is the upgrade canary.
+pub fn is_canary(namespace: &str, name: &str) -> bool {
+    namespace == CANARY_NAMESPACE && name == CANARY_NAME
+}
+
 /// The domain whose label and annotation keys belong to vcp.
 pub const RESERVED_DOMAIN: &str = "vcp.dev";
 /// Longest namespace name (DNS-1123 label).

@@ -201,6 +201,23 @@ async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::
             .await?
             .is_some()
     );
+    // The gate's canary made the round trip: on the host with the last hop's stamp, and
+    // marked back on the tenant's object by the syncer.
+    let stamp = format!("{}/1.37", t["upgrade"]["id"]);
+    let canary = cms.get("vcp-upgrade-canary").await?;
+    assert_eq!(
+        canary
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("vcp.dev/canary-seen"),
+        Some(&stamp)
+    );
+    let host_canary =
+        Api::<ConfigMap>::namespaced(cluster.connect().await?, &format!("{key}-default"))
+            .get("vcp-upgrade-canary")
+            .await?;
+    assert_eq!(host_canary.data.unwrap()["upgrade"], stamp);
     // Its host pod is the same pod, never restarted.
     let after = host_pods.get("web").await?;
     assert_eq!(

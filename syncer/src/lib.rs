@@ -332,7 +332,12 @@ pub async fn run(args: Args) -> Result<()> {
     tokio::join!(
         engine::spawned(kinds::namespaces::run(engine.clone(), key.clone())),
         engine::spawned(kinds::volumes::run(engine.clone(), key)),
-        engine::run_plain::<ConfigMap>(engine.clone(), w),
+        engine::run_kind::<ConfigMap>(
+            engine.clone(),
+            w,
+            |t, s| Box::pin(kinds::configmaps::down(t, s)),
+            |_, _| {}
+        ),
         engine::run_plain::<Secret>(engine.clone(), w),
         engine::run_kind::<Service>(
             engine.clone(),

@@ -840,33 +840,52 @@ impl Provisioner {
         a: &upgrade::Active,
         endpoint: Option<&str>,
     ) -> Result<StepResult> {
-        const NAME: &str = "vcp-upgrade-canary";
+        use vcp_core::naming::{
+            ANN_CANARY_SEEN, CANARY_KEY, CANARY_NAME, CANARY_NAMESPACE, host_namespace,
+        };
         let stamp = format!("{}/{}", a.id, a.hop_to);
         let ns = control_plane_namespace(&t.key);
         let client = self.tenant_client(&ns, endpoint).await?;
-        let tenant: Api<ConfigMap> = Api::namespaced(client, "default");
+        let tenant: Api<ConfigMap> = Api::namespaced(client, CANARY_NAMESPACE);
         let canary = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": NAME},
-            "data": {"upgrade": stamp},
+            "metadata": {"name": CANARY_NAME},
+            "data": {CANARY_KEY: stamp},
         });
         tenant
             .patch(
-                NAME,
+                CANARY_NAME,
                 &PatchParams::apply(host::FIELD_MANAGER).force(),
                 &Patch::Apply(&canary),
             )
             .await
             .map_err(|e| Error::kube("write the upgrade canary", e))?;
         let read = tenant
-            .get(NAME)
+            .get(CANARY_NAME)
             .await
             .map_err(|e| Error::kube("read the upgrade canary", e))?;
-        let has = |cm: &ConfigMap| cm.data.as_ref().and_then(|d| d.get("upgrade")) == Some(&stamp);
+        let has = |cm: &ConfigMap| cm.data.as_ref().and_then(|d| d.get(CANARY_KEY)) == Some(&stamp);
         if !has(&read) {
             return Ok(StepResult::Waiting(
                 "the tenant API lost the canary write".into(),
+            ));
+        }
+        // The round trip: the syncer copied it to the host and marked the tenant object back.
+        // Both are checked, since the tenant itself could write the mark.
+        let host_ns = host_namespace(&t.key, CANARY_NAMESPACE);
+        let on_host = Api::<ConfigMap>::namespaced(self.host.clone(), &host_ns)
+            .get_opt(CANARY_NAME)
+            .await
+            .map_err(|e| Error::kube("read the upgrade canary's host copy", e))?;
+        if !on_host.as_ref().is_some_and(has) {
+            return Ok(StepResult::Waiting(
+                "the canary is not on the host yet (syncer)".into(),
+            ));
+        }
+        if kube::ResourceExt::annotations(&read).get(ANN_CANARY_SEEN) != Some(&stamp) {
+            return Ok(StepResult::Waiting(
+                "the canary is not back from the host yet (syncer)".into(),
             ));
         }
         Ok(StepResult::Ready)
