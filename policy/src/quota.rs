@@ -949,7 +949,9 @@ fn tenant_view<K: kube_core::Resource + Clone>(key: &naming::TenantKey, h: &K) -
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use vcp_fixtures::{arb_claim, arb_pod, at, dedup, obj, plain, pod};
+    use vcp_fixtures::{
+        arb_claim, arb_namespaces, arb_pod, arb_services, at, dedup, obj, plain, pod,
+    };
 
     #[test]
     fn quantities_parse_exactly_for_every_suffix() {
@@ -1334,8 +1336,8 @@ mod tests {
         fn the_admitted_set_never_exceeds_the_quota_and_ignores_input_order(
             pods in proptest::collection::vec(arb_pod(), 0..30),
             claims in proptest::collection::vec(arb_claim(), 0..12),
-            svcs in proptest::collection::vec((0u32..40, 0usize..3, 0u32..10), 0..12),
-            nss in proptest::collection::vec((0u32..40, 0u32..8), 0..8),
+            services in arb_services(),
+            namespaces in arb_namespaces(&["a", "default"]),
             limits in (1u64..8, 0u64..4000, 0u64..4, 0u64..5, 0u64..60, 0u64..4),
             seed in any::<u64>(),
         ) {
@@ -1354,13 +1356,6 @@ mod tests {
             };
             let pods = dedup(pods);
             let claims = dedup(claims);
-            let services: Vec<Service> = dedup(svcs.iter().map(|(t, ns, n)| obj(Some(["a", "b", "c"][*ns]), &format!("s{n}"), &at(*t), serde_json::json!({}))).collect());
-            let mut namespaces: Vec<Namespace> = vec![
-                obj(None, "a", &at(0), serde_json::json!({})),
-                obj(None, "default", &at(0), serde_json::json!({})),
-            ];
-            namespaces.extend(nss.iter().map(|(t, n)| obj::<Namespace>(None, &format!("n{n}"), &at(*t), serde_json::json!({}))));
-            let namespaces = dedup(namespaces);
             let placed: BTreeSet<Placed> = pods
                 .iter()
                 .step_by(3)

@@ -401,7 +401,9 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
     use vcp_core::naming;
-    use vcp_fixtures::{arb_claim, arb_pod, at, dedup, obj, plain, pod};
+    use vcp_fixtures::{
+        arb_claim, arb_namespaces, arb_pod, arb_services, at, dedup, obj, plain, pod,
+    };
     use vcp_policy::quota::{
         HostObjects, Key, Limits, Objects, Quantity, Quota, RESOURCES, Resources, Usage, admitted,
         host_usage, key,
@@ -549,8 +551,8 @@ mod tests {
         fn the_host_copies_of_an_admitted_set_use_what_admission_counted_within_the_quota(
             pods in proptest::collection::vec(arb_pod(), 0..30),
             claims in proptest::collection::vec(arb_claim(), 0..12),
-            svcs in proptest::collection::vec((0u32..40, 0usize..3, 0u32..10), 0..12),
-            nss in proptest::collection::vec((0u32..40, 0u32..8), 0..8),
+            services in arb_services(),
+            namespaces in arb_namespaces(&["a", "default", "kube-system"]),
             limits in (1u64..8, 0u64..4000, 0u64..4, 0u64..5, 0u64..60, 0u64..4),
             defaults in (0u64..600, 0u64..1500, 1u64..512, 0u64..1024),
         ) {
@@ -579,14 +581,6 @@ mod tests {
             };
             let pods = dedup(pods);
             let claims = dedup(claims);
-            let services: Vec<Service> = dedup(svcs.iter().map(|(t, ns, n)| obj(Some(["a", "b", "c"][*ns]), &format!("s{n}"), &at(*t), serde_json::json!({}))).collect());
-            let mut namespaces: Vec<Namespace> = vec![
-                obj(None, "a", &at(0), serde_json::json!({})),
-                obj(None, "default", &at(0), serde_json::json!({})),
-                obj(None, "kube-system", &at(0), serde_json::json!({})),
-            ];
-            namespaces.extend(nss.iter().map(|(t, n)| obj::<Namespace>(None, &format!("n{n}"), &at(*t), serde_json::json!({}))));
-            let namespaces = dedup(namespaces);
             let objects = Objects {
                 namespaces: namespaces.iter().collect(),
                 pods: pods.iter().collect(),
