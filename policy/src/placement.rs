@@ -364,19 +364,9 @@ avoid_node_labels: {vcp.dev/runtime: process}
             &Scheduling::default(),
         );
         let a = s.affinity.unwrap();
-        let anti = &a
-            .pod_anti_affinity
-            .unwrap()
-            .required_during_scheduling_ignored_during_execution
-            .unwrap()[0];
         assert_eq!(
-            anti.namespace_selector
-                .as_ref()
-                .unwrap()
-                .match_labels
-                .as_ref()
-                .unwrap()[LABEL_TENANT],
-            "demo",
+            vcp_fixtures::anti_affinity_tenant(&a, LABEL_TENANT).as_deref(),
+            Some("demo"),
             "an empty namespace selector means every namespace of this tenant only"
         );
         let pref = &a

@@ -270,22 +270,10 @@ async fn placement_priority_affinity_and_downward_api_stay_inside_the_tenant() -
         spec.tolerations
     );
     assert_eq!(spec.priority_class_name, None);
-    let anti = &spec
-        .affinity
-        .clone()
-        .unwrap()
-        .pod_anti_affinity
-        .unwrap()
-        .required_during_scheduling_ignored_during_execution
-        .unwrap()[0];
     assert_eq!(
-        anti.namespace_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap()[LABEL_TENANT],
-        "isop",
+        vcp_fixtures::anti_affinity_tenant(spec.affinity.as_ref().unwrap(), LABEL_TENANT)
+            .as_deref(),
+        Some("isop"),
         "the anti-affinity sees only the tenant's own namespaces"
     );
     let env = &spec.containers[0].env.as_ref().unwrap();
