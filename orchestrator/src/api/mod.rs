@@ -1,5 +1,6 @@
 //! The platform API (axum), one module per resource: [`tenants`] (with their quota
-//! [`usage`]), [`kubeconfigs`], [`tokens`], [`versions`], and [`health`] (liveness, readiness,
+//! [`usage`] and their [`upgrades`]), [`fleet`] upgrades, [`kubeconfigs`], [`tokens`],
+//! [`versions`], and [`health`] (liveness, readiness,
 //! metrics, the OpenAPI document); [`auth`] says who is calling.
 //!
 //! Every `/v1` caller presents a bearer token; the inventory holds only its hash. Admins see
@@ -12,6 +13,7 @@
 //! there). `vcp serve` builds the [`router`]; nothing here depends on it.
 
 pub mod auth;
+mod fleet;
 mod health;
 mod kubeconfigs;
 mod problem;
@@ -88,6 +90,14 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
+        .routes(routes!(
+            fleet::create_fleet_upgrade,
+            fleet::list_fleet_upgrades
+        ))
+        .routes(routes!(fleet::get_fleet_upgrade))
+        .routes(routes!(fleet::pause_fleet_upgrade))
+        .routes(routes!(fleet::resume_fleet_upgrade))
+        .routes(routes!(fleet::cancel_fleet_upgrade))
         .routes(routes!(health::openapi_json))
 }
 
@@ -269,7 +279,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 12);
+        assert_eq!(ops, 18);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
@@ -292,12 +302,15 @@ mod tests {
             .unwrap();
         assert_eq!(limit["schema"]["minimum"], 1);
         assert_eq!(limit["schema"]["maximum"], MAX_USAGE_PAGE);
-        // Every name in a path is a Name, and every string field of a request body that the
-        // server checks by a rule refers to its schema.
+        // Every name in a path is a Name (and every id a positive integer), and every string
+        // field of a request body that the server checks by a rule refers to its schema.
         for (path, item) in doc["paths"].as_object().unwrap() {
             for (method, op) in item.as_object().unwrap() {
                 for p in op["parameters"].as_array().into_iter().flatten() {
-                    if p["in"] == "path" {
+                    if p["in"] == "path" && p["name"] == "id" {
+                        assert_eq!(p["schema"]["type"], "integer", "{method} {path}");
+                        assert_eq!(p["schema"]["minimum"], 1, "{method} {path}");
+                    } else if p["in"] == "path" {
                         assert_eq!(
                             p["schema"]["$ref"], "#/components/schemas/Name",
                             "{method} {path}"
@@ -316,6 +329,11 @@ mod tests {
             ("CreateToken", "role", "Role"),
             ("IssueKubeconfig", "user", "Subject"),
             ("IssueKubeconfig", "ttl", "Ttl"),
+            ("CreateFleetUpgrade", "target", "KubernetesVersion"),
+            ("FleetSelector", "names", "Name"),
+            ("FleetSelector", "version", "KubernetesVersion"),
+            ("CreateTenant", "maintenance_window", "MaintenanceWindow"),
+            ("UpgradeTenant", "version", "KubernetesVersion"),
         ] {
             assert!(
                 body(schema, field).contains(&format!("#/components/schemas/{rule}")),
