@@ -279,7 +279,10 @@ fn field_of(detail: &str) -> Option<String> {
     for marker in ["unknown field `", "missing field `"] {
         if let Some(rest) = detail.split(marker).nth(1) {
             let field = rest.split('`').next()?;
+            // The path may end with the field already (`selector.colour: unknown field
+            // `colour``) or name the object holding it.
             return Some(match path {
+                Some(p) if p == field || p.ends_with(&format!(".{field}")) => p.to_owned(),
                 Some(p) => format!("{p}.{field}"),
                 None => field.to_owned(),
             });
@@ -329,10 +332,17 @@ mod tests {
         );
         assert_eq!(
             field_of(&format!(
-                "{p}selector: unknown field `colour`, expected one of `labels`, `names`, `version` at line 1 column 40"
+                "{p}selector.colour: unknown field `colour`, expected one of `labels`, `names`, `version` at line 1 column 21"
             ))
             .as_deref(),
             Some("selector.colour")
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{p}selector: missing field `target` at line 1 column 2"
+            ))
+            .as_deref(),
+            Some("selector.target")
         );
         assert_eq!(
             field_of("Failed to parse the request body as JSON: EOF while parsing"),
