@@ -291,7 +291,9 @@ impl FleetEntryState {
 named_enum! {
     /// Whether fleet upgrades may move a tenant. A tenant that opted out is still moved off a
     /// version once it is `expired` in the catalog (one minor per fleet run).
-    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    // The schema derive does not see the per-variant names the macro writes; the container
+    // rule gives it the same (lowercase) names.
+    #[cfg_attr(feature = "openapi", derive(ToSchema), serde(rename_all = "lowercase"))]
     pub enum FleetUpgrades ("fleet upgrades setting") {
         /// Fleet upgrades whose selector matches the tenant move it (the default).
         Include = "include",

@@ -31,22 +31,44 @@ async fn tenant_client(api: &ApiClient, name: &str) -> anyhow::Result<Client> {
     Ok(Client::try_from(cfg)?)
 }
 
-/// The built-in templates with 1.35 expired in the catalog: a server that refuses it as a
-/// target and moves its tenants off it.
-fn templates_with_expired(dir: &Path) -> anyhow::Result<()> {
+/// The built-in templates with the catalog changed by `edit`.
+fn templates_with(dir: &Path, edit: impl Fn(&str) -> String) -> anyhow::Result<()> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
     std::fs::create_dir_all(dir)?;
     for f in std::fs::read_dir(&src)? {
         let f = f?;
         let text = std::fs::read_to_string(f.path())?;
         let text = if f.file_name() == "versions.yaml" {
-            text.replace("class: deprecated", "class: expired")
+            edit(&text)
         } else {
             text
         };
         std::fs::write(dir.join(f.file_name()), text)?;
     }
     Ok(())
+}
+
+/// The built-in templates with 1.35 expired in the catalog: a server that refuses it as a
+/// target and moves its tenants off it.
+fn templates_with_expired(dir: &Path) -> anyhow::Result<()> {
+    templates_with(dir, |v| v.replace("class: deprecated", "class: expired"))
+}
+
+/// What one `vcp` client command did: (exit code, stdout, stderr).
+async fn vcp(url: &str, token: &str, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+        .args(args)
+        .env("VCP_API_URL", url)
+        .env("VCP_TOKEN", token)
+        .env("COLUMNS", "120")
+        .env_remove("RUST_LOG")
+        .output()
+        .await?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout)?,
+        String::from_utf8(out.stderr)?,
+    ))
 }
 
 /// Creates the tenants (on 1.36, labelled env=dev) and waits until all are Ready.
@@ -287,13 +309,13 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
     for (body, status, field, says) in [
         (
             json!({"target": "1.36", "selector": {"version": "1.37"}}),
-            422,
+            409,
             "selector.version",
             "no-downgrade",
         ),
         (
             json!({"target": "1.37", "selector": {"version": "1.35"}}),
-            422,
+            409,
             "selector.version",
             "one-minor-per-hop",
         ),
@@ -315,6 +337,12 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
             422,
             "selector.labels",
             "key=value",
+        ),
+        (
+            json!({"target": "1.37", "selector": {"names": ["nobody"]}}),
+            404,
+            "selector.names",
+            "no tenant named",
         ),
         (
             json!({"target": "1.37", "canary": 0}),
@@ -339,7 +367,7 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
             Some(&json!({"target": "1.37"})),
         )
         .await?;
-    assert_eq!((s, b["field"].as_str()), (422, Some("selector")), "{b}");
+    assert_eq!((s, b["field"].as_str()), (409, Some("selector")), "{b}");
 
     let names = ["fleet-a", "fleet-b"];
     let tenants = ready_tenants(api, &names).await?;
@@ -366,7 +394,7 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
         .await?;
     assert_eq!(
         (s, b["field"].as_str()),
-        (422, Some("selector.names")),
+        (409, Some("selector.names")),
         "{b}"
     );
 
@@ -553,5 +581,189 @@ async fn a_replica_killed_mid_wave_leaves_the_rest_to_another_and_no_tenant_upgr
     eprintln!("tenant starts by: {actors:?}");
     assert_eq!(actors.len(), 2);
     assert!(actors[1].contains(&format!("/{survivor}/")), "{actors:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_canary_rolls_back_and_stops_the_fleet_at_its_budget_for_api_and_cli()
+-> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    // 1.37's apiserver cannot start here: every hop to it fails its gates and rolls back.
+    let templates = tempfile::tempdir()?;
+    templates_with(templates.path(), |v| {
+        v.replacen(
+            "apiserver_flags: []",
+            "apiserver_flags: [\"--no-such-flag=1\"]",
+            1,
+        )
+    })?;
+    let p = vcp_dev::testing::platform_with(
+        cluster,
+        "vcp-fleet-fail",
+        2,
+        vec![
+            (
+                "VCP_TEMPLATES".into(),
+                templates.path().to_string_lossy().into_owned(),
+            ),
+            ("VCP_UPGRADE_HOP_TIMEOUT_SECONDS".into(), "30".into()),
+        ],
+    )
+    .await?;
+    let (api, url, token) = (&p.admin, &p.orchestrator.url, &p.admin_token);
+    let names = ["bad-a", "bad-b"];
+    ready_tenants(api, &names).await?;
+    let client = tenant_client(api, "bad-a").await?;
+    workloads(&client).await?;
+
+    // Tenant settings through the CLI: a window and an opt-out, then the window removed.
+    let (code, out, err) = vcp(
+        url,
+        token,
+        &[
+            "tenant",
+            "update",
+            "bad-b",
+            "--maintenance-window",
+            "sat,sun 02:00 4h",
+            "--fleet-upgrades",
+            "include",
+            "-o",
+            "json",
+        ],
+    )
+    .await?;
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&out)?;
+    assert_eq!(
+        t["maintenance_window"],
+        json!({"days": ["sat", "sun"], "start": "02:00", "duration_minutes": 240}),
+        "{t}"
+    );
+    let (code, out, err) = vcp(
+        url,
+        token,
+        &[
+            "tenant",
+            "update",
+            "bad-b",
+            "--no-maintenance-window",
+            "-o",
+            "json",
+        ],
+    )
+    .await?;
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_str(&out)?;
+    assert_eq!(
+        (t["maintenance_window"].clone(), t["fleet_upgrades"].clone()),
+        (Value::Null, json!("include"))
+    );
+
+    let poller = Poller::start(client.clone());
+    // The fleet upgrade through the CLI, followed live: it ends Failed, so the command fails.
+    let started = Instant::now();
+    let (code, out, err) = vcp(
+        url,
+        token,
+        &[
+            "upgrade",
+            "create",
+            "--to",
+            "1.37",
+            "--canary",
+            "1",
+            "--max-parallel",
+            "1",
+            "--failure-budget",
+            "0",
+            "--soak-seconds",
+            "0",
+            "--wait",
+            "--timeout",
+            "10m",
+        ],
+    )
+    .await?;
+    eprintln!(
+        "vcp upgrade create --wait ({:.0}s), exit {code}:\n{err}{out}",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("wave 1/2") && err.contains("remaining"),
+        "{err}"
+    );
+    assert!(err.contains("failed: bad-a (1.36 -> 1.37)"), "{err}");
+    assert!(
+        err.contains("ended Failed") && err.contains("failure budget of 0"),
+        "{err}"
+    );
+    assert!(out.contains("bad-b") && out.contains("Skipped"), "{out}");
+
+    let (_, list) = api.raw(Method::GET, "/v1/upgrades", None).await?;
+    let id = list["items"][0]["id"].as_i64().unwrap();
+    let (_, f) = api
+        .raw(Method::GET, &format!("/v1/upgrades/{id}"), None)
+        .await?;
+    assert_eq!(f["state"], "Failed", "{f}");
+    assert!(
+        f["reason"]
+            .as_str()
+            .unwrap()
+            .contains("wave 0: 1 tenants failed"),
+        "{f}"
+    );
+    assert_eq!(f["failures"].as_array().unwrap().len(), 1, "{f}");
+    assert_eq!(f["failures"][0]["name"], "bad-a");
+    let why = f["failures"][0]["reason"].as_str().unwrap();
+    assert!(why.contains("1.36 -> 1.37"), "{why}");
+    let b = &f["tenants"][1];
+    assert_eq!(
+        (b["name"].as_str(), b["state"].as_str()),
+        (Some("bad-b"), Some("Skipped")),
+        "{f}"
+    );
+    assert!(b["reason"].as_str().unwrap().contains("stopped"), "{b}");
+
+    // The canary is back on its old version, healthy, with its objects; the other never moved.
+    for n in names {
+        let t = api.get_tenant(n).await?.unwrap();
+        assert_eq!(
+            (t["phase"].as_str(), t["version"].as_str()),
+            (Some("Ready"), Some("1.36")),
+            "{t}"
+        );
+    }
+    let t = api.get_tenant("bad-a").await?.unwrap();
+    assert_eq!(t["upgrade"]["state"], "RolledBack", "{t}");
+    assert_eq!(t["upgrade"]["reason"].as_str(), Some(why), "{t}");
+    assert_eq!(client.apiserver_version().await?.git_version, "v1.36.4");
+    workloads_kept(&client).await?;
+    let (ok, failed) = poller.finish().await?;
+    eprintln!(
+        "bad-a: the polling client saw {failed} failed of {} requests",
+        ok + failed
+    );
+    for (name, n) in upgrades_per_tenant(&p.database_url).await? {
+        assert_eq!(n, i64::from(name == "bad-a"), "{name}: {n} upgrades");
+    }
+
+    // The CLI shows it, with the reason; a finished fleet upgrade cannot be paused.
+    let (code, out, err) = vcp(url, token, &["upgrade", "get", &id.to_string()]).await?;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Failed") && out.contains("bad-a") && out.contains("1.36 -> 1.37"),
+        "{out}"
+    );
+    let (code, out, _) = vcp(url, token, &["upgrade", "list"]).await?;
+    assert_eq!(code, 0);
+    assert!(
+        out.lines().nth(1).is_some_and(|l| l.contains("Failed")),
+        "{out}"
+    );
+    let (code, _, err) = vcp(url, token, &["upgrade", "pause", &id.to_string()]).await?;
+    assert_eq!(code, 1);
+    assert!(err.contains("409") && err.contains("is Failed"), "{err}");
     Ok(())
 }

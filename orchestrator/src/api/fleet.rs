@@ -58,6 +58,12 @@ fn request(s: &AppState, req: &CreateFleetUpgrade) -> Result<Request, Problem> {
     let target = catalog
         .resolve(Some(&req.target))
         .map_err(|e| Problem::invalid("target", &e.to_string()))?;
+    if target.class == crate::render::catalog::Class::Expired {
+        return Err(Problem::invalid(
+            "target",
+            &crate::upgrade::skew::SkewError::ExpiredTarget(target.minor.clone()).to_string(),
+        ));
+    }
     let bounded = |field: &str, v: u32, lo: u32, hi: u32| {
         if (lo..=hi).contains(&v) {
             Ok(v)
@@ -76,12 +82,6 @@ fn request(s: &AppState, req: &CreateFleetUpgrade) -> Result<Request, Problem> {
     bounded("soak_seconds", req.soak_seconds, 0, fleet::MAX_SOAK_SECONDS)?;
     let sel = &req.selector;
     let labels = match &sel.labels {
-        Some(l) if l.len() > 4096 => {
-            return Err(Problem::invalid(
-                "selector.labels",
-                "at most 4096 characters",
-            ));
-        }
         Some(l) => {
             fleet::parse_label_selector(l).map_err(|e| Problem::invalid("selector.labels", &e))?
         }
@@ -218,20 +218,24 @@ async fn found(s: &AppState, id: i64) -> Result<FleetRow, Problem> {
 /// `canary` tenants, then waves twice the size of the one before, at most `max_parallel`
 /// moving at once, each tenant inside its maintenance window, `soak_seconds` between waves.
 /// More than `failure_budget` failed tenants in one wave stop it. Each tenant's upgrade is
-/// the one `PATCH /v1/tenants/{name}` starts (gated hops, automatic rollback). Refused with
-/// 422 naming the field: an unknown, `expired` or (without `allow_preview`) `preview`
-/// `target` (rules `no-expired-target`, `preview-on-request`); a `selector.version` the skew
-/// rules do not allow to the target (`no-downgrade`, `unchanged`, `one-minor-per-hop`
-/// without `chain`); a named tenant that is unknown or that the rules do not allow
-/// (`selector.names`, or `chain` for a skip); a malformed `selector.labels`; an unknown
-/// field, in `selector` too; no tenant to upgrade (`selector`).
+/// the one `PATCH /v1/tenants/{name}` starts (gated hops, automatic rollback). Every refusal
+/// names the field at fault. 422: an unknown or `expired` `target` (rule
+/// `no-expired-target`), a malformed `selector.labels`, a value out of range, an unknown
+/// field (in `selector` too). 409, against the catalog and the tenants the server has: a
+/// `preview` target without `allow_preview` (`target`, rule `preview-on-request`); a
+/// `selector.version` the skew rules do not allow to the target (`no-downgrade`,
+/// `unchanged`, `one-minor-per-hop` without `chain`); a named tenant the rules do not allow
+/// (`selector.names`, or `chain` for a skip); no tenant to upgrade (`selector`). 404: a named
+/// tenant that does not exist (`selector.names`).
 #[utoipa::path(post, path = "/v1/upgrades", tag = "upgrades", security(("bearer" = [])),
     request_body = CreateFleetUpgrade, responses(
     (status = 201, description = "planned and started; state Running", body = FleetUpgradeDetail),
     BodyRefused,
     Unauthorized,
     AdminOnly,
-    (status = 422, description = "a field the server refuses; `field` names it (`target`, `selector.labels`, `selector.names`, `selector.version`, `chain`, `canary`, `max_parallel`, `failure_budget`, `soak_seconds`, or an unknown one) and the detail the rule", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 404, description = "a tenant in `selector.names` does not exist", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "the skew rules refuse the request against the server's catalog or tenants (`target`, `selector.version`, `selector.names`, `chain`), or no tenant is to be upgraded (`selector`); the detail names the rule", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "a field the server refuses; `field` names it (`target`, `selector.labels`, `canary`, `max_parallel`, `failure_budget`, `soak_seconds`, `selector.<unknown>`, ...) and the detail the rule", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty))]
 pub(super) async fn create_fleet_upgrade(
@@ -258,8 +262,23 @@ pub(super) async fn create_fleet_upgrade(
             fleet_upgrades: t.fleet_upgrades,
         })
         .collect();
-    let planned = fleet::plan(&s.provisioner.config.catalog, &r, &candidates)
-        .map_err(|e| Problem::invalid(e.field(), &e.to_string()))?;
+    // What the plan refuses depends on the tenants and the catalog the server has: a named
+    // tenant that does not exist is a 404, the rest conflicts with them (409); both name the
+    // field at fault.
+    let planned = fleet::plan(&s.provisioner.config.catalog, &r, &candidates).map_err(|e| {
+        let status = if e.unknown_name() {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::CONFLICT
+        };
+        Problem::new(
+            status,
+            "refused",
+            "refused",
+            &e.to_string(),
+            Some(e.field()),
+        )
+    })?;
     let new = NewFleet {
         target: r.target.clone(),
         selector: serde_json::to_value(&req.selector).unwrap_or_default(),
@@ -338,8 +357,15 @@ async fn act(
     let caller = admin(&s, &headers).await?;
     let FleetId(id) = id?;
     let req = body(req)?;
-    if req.reason.as_ref().is_some_and(|r| r.chars().count() > 200) {
-        return Err(Problem::invalid("reason", "at most 200 characters"));
+    if req
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.chars().count() > 200 || r.contains('\0'))
+    {
+        return Err(Problem::invalid(
+            "reason",
+            "at most 200 characters, and no NUL",
+        ));
     }
     let done = s
         .inventory

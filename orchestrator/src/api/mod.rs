@@ -118,7 +118,12 @@ pub fn openapi_for(
     plans: Vec<String>,
 ) -> utoipa::openapi::OpenApi {
     let mut doc = api_routes().into_openapi();
-    types::with_choices(&mut doc, catalog.spellings(), plans);
+    types::with_choices(
+        &mut doc,
+        catalog.spellings(),
+        types::target_spellings(catalog),
+        plans,
+    );
     doc
 }
 
@@ -329,7 +334,7 @@ mod tests {
             ("CreateToken", "role", "Role"),
             ("IssueKubeconfig", "user", "Subject"),
             ("IssueKubeconfig", "ttl", "Ttl"),
-            ("CreateFleetUpgrade", "target", "KubernetesVersion"),
+            ("CreateFleetUpgrade", "target", "UpgradeTarget"),
             ("FleetSelector", "names", "Name"),
             ("FleetSelector", "version", "KubernetesVersion"),
             ("CreateTenant", "maintenance_window", "MaintenanceWindow"),

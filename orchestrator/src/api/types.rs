@@ -132,7 +132,7 @@ impl From<crate::inventory::UpgradeRow> for UpgradeView {
 }
 
 /// `PATCH /v1/tenants/{name}` body: upgrade the tenant's control plane (`version`), change
-/// its fleet upgrade settings, or both; at least one field.
+/// its fleet upgrade settings, or both (a body with neither changes nothing).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpgradeTenant {
@@ -471,7 +471,7 @@ pub struct VersionView {
 #[serde(deny_unknown_fields)]
 pub struct CreateFleetUpgrade {
     /// The minor to move tenants to; not `expired`, `preview` only with `allow_preview`.
-    #[schema(value_type = VersionSchema)]
+    #[schema(value_type = TargetSchema)]
     pub target: String,
     /// Which tenants: every part given must match; absent: every tenant below the target.
     /// Tenants on an `expired` version are always included (moved one minor), and tenants
@@ -532,7 +532,10 @@ pub struct FleetSelector {
     /// A label selector, `key=value` pairs separated by commas (`env=dev,tier=web`): every
     /// pair must be among the tenant's labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(example = "env=dev", max_length = 4096)]
+    #[schema(
+        example = "env=dev",
+        pattern = "^[A-Za-z0-9._/-]{1,253}=[A-Za-z0-9._/-]{0,63}(,[A-Za-z0-9._/-]{1,253}=[A-Za-z0-9._/-]{0,63})*$"
+    )]
     pub labels: Option<String>,
     /// Only these tenants (each must exist, run a version below the target, and be allowed
     /// to move to it by the skew rules), at most 1000.
@@ -638,9 +641,9 @@ pub struct FleetUpgradeList {
 #[serde(deny_unknown_fields)]
 pub struct FleetUpgradeAction {
     /// Why, for the audit trail (and, for a cancel, the fleet upgrade's reason); up to 200
-    /// characters.
+    /// characters, no NUL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_length = 200)]
+    #[schema(max_length = 200, pattern = "^[^\\u0000]*$")]
     pub reason: Option<String>,
 }
 
@@ -792,6 +795,43 @@ impl VersionSchema {
 }
 
 named_schema!(
+    /// The schema of a fleet upgrade's target, `UpgradeTarget` in the document: the spellings
+    /// of the catalog's versions that are not `expired` ([`with_choices`] puts a server's own
+    /// in the document it serves).
+    TargetSchema = "UpgradeTarget",
+    {
+        TargetSchema::of(target_spellings(&crate::render::Catalog::builtin()))
+    }
+);
+
+/// The spellings of a catalog's versions that may be upgrade targets (not `expired`).
+pub fn target_spellings(catalog: &crate::render::Catalog) -> Vec<String> {
+    let live = crate::render::Catalog {
+        default: catalog.default.clone(),
+        versions: catalog
+            .versions
+            .iter()
+            .filter(|v| v.class != crate::render::catalog::Class::Expired)
+            .cloned()
+            .collect(),
+    };
+    live.spellings()
+}
+
+impl TargetSchema {
+    fn of(spellings: Vec<String>) -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "A Kubernetes version tenants may be upgraded to (`GET /v1/versions`, any class \
+                 but `expired`): a minor (`1.37`, `v1.37`) or its release (`v1.37.1`).",
+            ))
+            .enum_values(Some(spellings))
+            .into()
+    }
+}
+
+named_schema!(
     /// The schema of a plan name, `Plan` in the document: the plans configured on the server
     /// (`default` alone here; [`with_choices`] puts a server's own in the document it serves).
     PlanSchema = "Plan",
@@ -814,9 +854,17 @@ impl PlanSchema {
     }
 }
 
-/// States a server's own versions and plans in its document.
-pub fn with_choices(doc: &mut OpenApi, versions: Vec<String>, plans: Vec<String>) {
+/// States a server's own versions (all of them, and those that may be upgrade targets) and
+/// plans in its document.
+pub fn with_choices(
+    doc: &mut OpenApi,
+    versions: Vec<String>,
+    targets: Vec<String>,
+    plans: Vec<String>,
+) {
     if let Some(c) = doc.components.as_mut() {
+        c.schemas
+            .insert(TargetSchema::name().into_owned(), TargetSchema::of(targets));
         c.schemas.insert(
             VersionSchema::name().into_owned(),
             VersionSchema::of(versions),

@@ -20,8 +20,8 @@ use tracing::field::Empty;
 use vcp_core::lifecycle::Phase;
 
 /// Upgrades a tenant's control plane to another minor (`version`), one hop per minor, and/or
-/// changes its fleet upgrade settings (`maintenance_window`, `fleet_upgrades`); at least one
-/// field. An upgrade is refused with 422 when the skew rules forbid it (the detail names the
+/// changes its fleet upgrade settings (`maintenance_window`, `fleet_upgrades`); a body with
+/// neither changes nothing. An upgrade is refused with 422 when the skew rules forbid it (the detail names the
 /// rule: `no-downgrade`, `one-minor-per-hop`, `no-expired-target`, `preview-on-request`,
 /// `chain-through-catalog`, `unchanged`, `apiserver-first`, `etcd-one-minor`); 409 unless the
 /// tenant is Ready with no upgrade moving it. Each hop is gated (every component rolled out
@@ -31,13 +31,13 @@ use vcp_core::lifecycle::Phase;
 #[utoipa::path(patch, path = "/v1/tenants/{name}", tag = "tenants", security(("bearer" = [])),
     params(("name" = NameSchema, Path, description = "tenant name")),
     request_body = UpgradeTenant, responses(
-    (status = 200, description = "settings changed; no upgrade asked for", body = TenantView),
+    (status = 200, description = "settings changed (or nothing asked); no upgrade asked for", body = TenantView),
     (status = 202, description = "upgrade started; phase Upgrading", body = TenantView),
     BodyRefused,
     Unauthorized,
     NoSuchTenant,
     (status = 409, description = "the tenant is not Ready, or an upgrade already moves it", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 422, description = "unknown version, or a skew rule refuses it (`field` is `version` and the detail names the rule); a malformed `maintenance_window` or `fleet_upgrades`; an empty body", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "unknown version, or a skew rule refuses it (`field` is `version` and the detail names the rule); a malformed `maintenance_window` or `fleet_upgrades`", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn upgrade_tenant(
@@ -54,10 +54,8 @@ pub(super) async fn upgrade_tenant(
     };
     let Some(version) = &req.version else {
         if settings.is_empty() {
-            return Err(Problem::invalid(
-                "body",
-                "nothing to change: give version, maintenance_window or fleet_upgrades",
-            ));
+            // Nothing asked: the tenant as it is (a PATCH of no fields changes nothing).
+            return Ok((StatusCode::OK, Json(view(&s, t).await?)));
         }
         let t = s
             .inventory

@@ -294,8 +294,9 @@ impl FromStr for MaintenanceWindow {
 /// Which tenants a fleet upgrade is for; every given part must match (none: every tenant).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selector {
-    /// Label selector: every pair must be among the tenant's labels.
-    pub labels: BTreeMap<String, String>,
+    /// Label selector: every pair must be among the tenant's labels (a key given twice
+    /// with two values matches nothing).
+    pub labels: Vec<(String, String)>,
     /// Only these tenants, by name.
     pub names: Option<BTreeSet<String>>,
     /// Only tenants on this minor.
@@ -310,21 +311,27 @@ impl Selector {
     }
 }
 
+/// The pattern of a label selector (JSON Schema, ECMA-262): `key=value` pairs separated by
+/// commas, keys and values as tenant labels have them, no spaces. [`parse_label_selector`]
+/// takes exactly these (a unit test compares them).
+pub const LABEL_SELECTOR_PATTERN: &str = "^[A-Za-z0-9._/-]{1,253}=[A-Za-z0-9._/-]{0,63}(,[A-Za-z0-9._/-]{1,253}=[A-Za-z0-9._/-]{0,63})*$";
+
 /// A label selector `k=v,k2=v2` (equality only: vcp's labels are for picking tenants, and
 /// set-based selectors are not needed for that yet).
-pub fn parse_label_selector(s: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+pub fn parse_label_selector(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
         let Some((k, v)) = part.split_once('=') else {
             return Err(format!("{part:?} is not key=value"));
         };
-        let (k, v) = (k.trim(), v.trim().trim_start_matches('='));
         if !crate::names::is_label_key(k) || !crate::names::is_label_value(v) {
-            return Err(format!("{part:?}: not a label key and value"));
+            return Err(format!(
+                "{part:?}: keys of 1 to {} and values of up to {} characters of [A-Za-z0-9-_./]",
+                crate::names::MAX_LABEL_KEY_LEN,
+                crate::names::MAX_LABEL_VALUE_LEN
+            ));
         }
-        if out.insert(k.to_owned(), v.to_owned()).is_some() {
-            return Err(format!("{k:?} is given twice"));
-        }
+        out.push((k.to_owned(), v.to_owned()));
     }
     Ok(out)
 }
@@ -384,6 +391,12 @@ pub enum PlanError {
 }
 
 impl PlanError {
+    /// Whether the refusal is about a tenant name that does not exist (answered 404; the
+    /// others conflict with the tenants or the catalog the server has, 409).
+    pub fn unknown_name(&self) -> bool {
+        matches!(self, PlanError::UnknownName(_))
+    }
+
     /// The request field at fault.
     pub fn field(&self) -> &'static str {
         match self {

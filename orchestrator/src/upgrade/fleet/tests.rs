@@ -100,12 +100,38 @@ fn malformed_windows_are_refused_with_their_reason() {
 
 #[test]
 fn label_selectors_are_equality_pairs() {
-    let s = parse_label_selector("env=dev, tier=web").unwrap();
-    assert_eq!(s.len(), 2);
-    assert_eq!(s["tier"], "web");
-    assert!(parse_label_selector("").unwrap().is_empty());
-    for bad in ["env", "env=dev,env=prod", "e nv=x", "env!=dev"] {
+    let s = parse_label_selector("env=dev,tier=web").unwrap();
+    assert_eq!(
+        s,
+        [("env".into(), "dev".into()), ("tier".into(), "web".into())]
+    );
+    for bad in [
+        "",
+        "env",
+        "e nv=x",
+        "env!=dev",
+        "env=dev,",
+        "env=dev, tier=web",
+        "a=b=c",
+    ] {
         assert!(parse_label_selector(bad).is_err(), "{bad}");
+    }
+    // A key asked twice with two values matches nothing.
+    let sel = Selector {
+        labels: parse_label_selector("env=dev,env=prod").unwrap(),
+        ..Default::default()
+    };
+    assert!(!sel.matches(&tenant(1, "a", "1.36", &[("env", "dev")])));
+}
+
+proptest! {
+    /// The OpenAPI document's pattern for `selector.labels` and the parser agree.
+    #[test]
+    fn the_label_selector_pattern_is_what_the_parser_takes(
+        s in proptest::string::string_regex("[a-z=,. !A-Z0-9_/-]{0,12}").unwrap(),
+    ) {
+        let re = fancy_regex::Regex::new(LABEL_SELECTOR_PATTERN).unwrap();
+        prop_assert_eq!(parse_label_selector(&s).is_ok(), re.is_match(&s).unwrap(), "{:?}", s);
     }
 }
 
