@@ -8,7 +8,7 @@ use super::problem::{AdminOnly, BodyRefused, Unauthorized};
 use super::{
     AppState, CreateFleetUpgrade, FleetProgress, FleetSelector, FleetTenantView,
     FleetUpgradeAction, FleetUpgradeDetail, FleetUpgradeList, FleetUpgradeView, Problem,
-    ProblemBody, body,
+    ProblemBody, body, object_body,
 };
 use crate::inventory::fleet::{ActionOutcome, FleetAction, FleetRow, FleetSummary, NewFleet};
 use crate::names::TenantName;
@@ -351,12 +351,12 @@ async fn act(
     s: AppState,
     headers: HeaderMap,
     id: Result<FleetId, Problem>,
-    req: Result<Json<FleetUpgradeAction>, JsonRejection>,
+    req: Result<Json<serde_json::Value>, JsonRejection>,
     action: FleetAction,
 ) -> Result<Json<FleetUpgradeDetail>, Problem> {
     let caller = admin(&s, &headers).await?;
     let FleetId(id) = id?;
-    let req = body(req)?;
+    let req: FleetUpgradeAction = object_body(req)?;
     if req
         .reason
         .as_ref()
@@ -414,7 +414,7 @@ pub(super) async fn pause_fleet_upgrade(
     State(s): State<AppState>,
     headers: HeaderMap,
     id: Result<FleetId, Problem>,
-    req: Result<Json<FleetUpgradeAction>, JsonRejection>,
+    req: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Json<FleetUpgradeDetail>, Problem> {
     act(s, headers, id, req, FleetAction::Pause).await
 }
@@ -436,7 +436,7 @@ pub(super) async fn resume_fleet_upgrade(
     State(s): State<AppState>,
     headers: HeaderMap,
     id: Result<FleetId, Problem>,
-    req: Result<Json<FleetUpgradeAction>, JsonRejection>,
+    req: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Json<FleetUpgradeDetail>, Problem> {
     act(s, headers, id, req, FleetAction::Resume).await
 }
@@ -459,7 +459,7 @@ pub(super) async fn cancel_fleet_upgrade(
     State(s): State<AppState>,
     headers: HeaderMap,
     id: Result<FleetId, Problem>,
-    req: Result<Json<FleetUpgradeAction>, JsonRejection>,
+    req: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Json<FleetUpgradeDetail>, Problem> {
     act(s, headers, id, req, FleetAction::Cancel).await
 }

@@ -173,6 +173,23 @@ fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
     r.map(|Json(v)| v).map_err(Problem::from_rejection)
 }
 
+/// A body that must be a JSON object, decoded into `T` with the same problems as [`body`].
+/// serde's derive also takes a struct written as an array of its fields, which no client
+/// means, and which a body of optional fields only would take as "change nothing".
+fn object_body<T: serde::de::DeserializeOwned>(
+    r: Result<Json<serde_json::Value>, JsonRejection>,
+) -> Result<T, Problem> {
+    let v = body(r)?;
+    if !v.is_object() {
+        return Err(Problem::invalid("body", "the body must be a JSON object"));
+    }
+    // Decoded again from its bytes, so a wrong field is named as for any other body.
+    let bytes = serde_json::to_vec(&v).map_err(|_| Problem::opaque())?;
+    Json::<T>::from_bytes(&bytes)
+        .map(|Json(t)| t)
+        .map_err(Problem::from_rejection)
+}
+
 /// The `{name}` of a path, with a problem+json rejection (a name that is not UTF-8, say).
 struct Name(String);
 

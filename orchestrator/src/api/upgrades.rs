@@ -8,7 +8,7 @@ use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
 use super::tenants::view;
 use super::types::NameSchema;
 use super::{
-    AppState, Name, Problem, ProblemBody, TenantView, UpgradeTenant, body, caller_and_tenant,
+    AppState, Name, Problem, ProblemBody, TenantView, UpgradeTenant, caller_and_tenant, object_body,
 };
 use crate::inventory::{NewUpgrade, TenantSettings};
 use crate::upgrade::skew::{self, Allow};
@@ -44,10 +44,10 @@ pub(super) async fn upgrade_tenant(
     State(s): State<AppState>,
     headers: HeaderMap,
     name: Result<Name, Problem>,
-    req: Result<Json<UpgradeTenant>, JsonRejection>,
+    req: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<(StatusCode, Json<TenantView>), Problem> {
     let (caller, t) = caller_and_tenant(&s, &headers, name).await?;
-    let req = body(req)?;
+    let req: UpgradeTenant = object_body(req)?;
     let settings = TenantSettings {
         maintenance_window: req.maintenance_window.clone(),
         fleet_upgrades: req.fleet_upgrades,
