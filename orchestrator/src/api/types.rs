@@ -487,20 +487,29 @@ pub struct CreateFleetUpgrade {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_preview: bool,
     /// Tenants in the first wave, 1 to 1000; each wave after is twice the one before.
-    #[serde(default = "default_canary")]
+    #[serde(
+        default = "default_canary",
+        deserialize_with = "crate::upgrade::fleet::whole_number"
+    )]
     #[schema(minimum = 1, maximum = 1000, default = 1)]
     pub canary: u32,
     /// At most this many tenants moving at once, 1 to 1000.
-    #[serde(default = "default_max_parallel")]
+    #[serde(
+        default = "default_max_parallel",
+        deserialize_with = "crate::upgrade::fleet::whole_number"
+    )]
     #[schema(minimum = 1, maximum = 1000, default = 10)]
     pub max_parallel: u32,
     /// The fleet upgrade stops (state `Failed`, later waves skipped) when more tenants of
     /// one wave fail than this, 0 to 100000.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::upgrade::fleet::whole_number")]
     #[schema(minimum = 0, maximum = 100000, default = 0)]
     pub failure_budget: u32,
     /// Seconds to wait after a wave before the next one starts, 0 to 604800.
-    #[serde(default = "default_soak")]
+    #[serde(
+        default = "default_soak",
+        deserialize_with = "crate::upgrade::fleet::whole_number"
+    )]
     #[schema(minimum = 0, maximum = 604800, default = 60)]
     pub soak_seconds: u32,
     /// Start each tenant only inside its maintenance window (its own, else its plan's).

@@ -121,13 +121,14 @@ pub struct RawWindow {
     pub start: String,
     /// How long it stays open, 1 to 1440 minutes.
     #[schema(minimum = 1, maximum = 1440, example = 240)]
+    #[serde(deserialize_with = "whole_number")]
     pub duration_minutes: u32,
 }
 
 /// Why a maintenance window does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WindowError {
-    #[error("a maintenance window opens on at least one day")]
+    #[error("a maintenance window opens on one to seven days")]
     NoDays,
     #[error("{0:?} is not a time like 02:00 (UTC, 24-hour clock)")]
     Start(String),
@@ -145,6 +146,9 @@ impl TryFrom<RawWindow> for MaintenanceWindow {
     type Error = WindowError;
 
     fn try_from(r: RawWindow) -> Result<MaintenanceWindow, WindowError> {
+        if r.days.len() > Day::ALL.len() {
+            return Err(WindowError::NoDays);
+        }
         let days: BTreeSet<Day> = r.days.into_iter().collect();
         if days.is_empty() {
             return Err(WindowError::NoDays);
@@ -169,6 +173,25 @@ impl From<MaintenanceWindow> for RawWindow {
             duration_minutes: w.duration,
         }
     }
+}
+
+/// A whole number from JSON, written as an integer or with a zero fraction (`240.0`): JSON
+/// Schema's `integer` is both, and a client that sends either means the same number.
+pub fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    n.as_u64()
+        .or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u32::MAX))
+                .map(|f| f as u64)
+        })
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "expected a whole number from 0 to {}, not {n}",
+                u32::MAX
+            ))
+        })
 }
 
 fn parse_clock(s: &str) -> Option<u32> {

@@ -507,3 +507,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn windows_take_whole_numbers_written_either_way_and_at_most_seven_days() {
+    let json = |v: serde_json::Value| serde_json::from_value::<MaintenanceWindow>(v);
+    let w = json(serde_json::json!({"days": ["mon"], "start": "01:00", "duration_minutes": 90.0}))
+        .unwrap();
+    assert_eq!(w.to_string(), "mon 01:00 90m");
+    assert!(
+        json(serde_json::json!({"days": ["mon"], "start": "01:00", "duration_minutes": 90.5}))
+            .is_err()
+    );
+    assert!(
+        json(serde_json::json!({"days": ["mon"], "start": "01:00", "duration_minutes": -1}))
+            .is_err()
+    );
+    assert!(
+        json(serde_json::json!({"days": vec!["fri"; 8], "start": "01:00", "duration_minutes": 9}))
+            .is_err()
+    );
+    assert!(
+        json(serde_json::json!({"days": vec!["fri"; 7], "start": "01:00", "duration_minutes": 9}))
+            .is_ok()
+    );
+}
