@@ -925,7 +925,10 @@ fn ignore_404<T>(r: std::result::Result<T, kube::Error>) -> std::result::Result<
 async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResult> {
     for o in objects {
         let Some(ns) = o.namespace() else { continue };
-        let (want, ready, updated, observed, generation) = match o.kind() {
+        // `total` counts old pods too: a rollout is done only when they are gone (as
+        // `kubectl rollout status` says), or a surge pod that never becomes ready would pass
+        // while the old pod still serves.
+        let (want, total, ready, updated, observed, generation) = match o.kind() {
             "StatefulSet" => {
                 let s = Api::<StatefulSet>::namespaced(client.clone(), ns)
                     .get(o.name())
@@ -934,6 +937,7 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResul
                 let st = s.status.unwrap_or_default();
                 (
                     s.spec.replicas.unwrap_or(1),
+                    st.replicas,
                     st.ready_replicas.unwrap_or(0),
                     st.updated_replicas.unwrap_or(0),
                     st.observed_generation.unwrap_or(0),
@@ -948,6 +952,7 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResul
                 let st = d.status.unwrap_or_default();
                 (
                     d.spec.replicas.unwrap_or(1),
+                    st.replicas.unwrap_or(0),
                     st.available_replicas.unwrap_or(0),
                     st.updated_replicas.unwrap_or(0),
                     st.observed_generation.unwrap_or(0),
@@ -956,11 +961,17 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResul
             }
             _ => continue,
         };
-        if observed < generation || updated < want || ready < want {
+        if observed < generation || updated < want || ready < want || total > want {
+            let old = total - updated.min(total);
             return Ok(StepResult::Waiting(format!(
-                "{} {}: {ready}/{want} ready, {updated}/{want} updated",
+                "{} {}: {ready}/{want} ready, {updated}/{want} updated{}",
                 o.kind(),
-                o.name()
+                o.name(),
+                if old > 0 {
+                    format!(", {old} old still running")
+                } else {
+                    String::new()
+                }
             )));
         }
     }
