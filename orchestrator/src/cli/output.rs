@@ -172,6 +172,29 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
                     .join(",")
             },
         ),
+        (
+            "Window",
+            t.maintenance_window
+                .as_ref()
+                .map_or_else(|| "- (the plan's, or any time)".into(), |w| w.to_string()),
+        ),
+        ("Fleet", t.fleet_upgrades.as_str().to_owned()),
+        (
+            "Upgrade",
+            t.upgrade.as_ref().map_or_else(
+                || "-".into(),
+                |u| {
+                    let mut s = format!(
+                        "{} -> {} {}, by {}",
+                        u.from, u.target, u.state, u.requested_by
+                    );
+                    if let Some(r) = &u.reason {
+                        let _ = write!(s, ": {r}");
+                    }
+                    s
+                },
+            ),
+        ),
         ("Age", age(t.created_at, now)),
     ];
     for (k, v) in fields {
