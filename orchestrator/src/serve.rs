@@ -239,6 +239,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         config.clone(),
         format!("{replica}/fleet"),
         wake.clone(),
+        metrics.clone(),
     ));
     tokio::spawn(
         crate::usage::Sampler::new(inv.clone(), prov.host.clone(), &config.plans).run(

@@ -475,6 +475,20 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
         assert_eq!(&after, pods, "{n}: host pods replaced or restarted");
     }
     assert_eq!(total_failed, 0, "the tenant apiservers failed requests");
+    // The replica counted what its fleet worker did.
+    let metrics = reqwest::get(format!("{}/metrics", p.orchestrator.url))
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics.contains("vcp_fleet_tenant_starts_total 2"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("vcp_fleet"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // Finished: it can no longer be paused.
     let (s, b) = api
         .raw(

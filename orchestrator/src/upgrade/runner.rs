@@ -13,6 +13,7 @@ use super::skew::{self, Allow};
 use crate::Result;
 use crate::inventory::Inventory;
 use crate::inventory::fleet::{FleetEntryRow, FleetRow, StartOutcome};
+use crate::metrics::Metrics;
 use crate::provision::Config;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,38 +28,56 @@ pub const LEASE: Duration = Duration::from_secs(30);
 pub const POLL: Duration = Duration::from_secs(2);
 
 /// Steps fleet upgrades until the process ends.
-pub async fn run(inv: Inventory, config: Arc<Config>, id: String, wake: Arc<Notify>) {
+pub async fn run(
+    inv: Inventory,
+    config: Arc<Config>,
+    id: String,
+    wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
+) {
     let actor = format!("fleet/{id}");
     loop {
         let notified = wake.notified();
         match step_one(&inv, &config, &id, &actor).await {
             // Something was due: look again at once (another may be due too).
-            Ok(true) => continue,
-            Ok(false) => {}
-            Err(e) => tracing::warn!(worker = %id, error = %e.public(), "fleet step failed"),
+            Ok(Some(started)) => {
+                metrics.fleet_step(started, None);
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                metrics.fleet_step(0, Some(e.variant()));
+                tracing::warn!(worker = %id, error = %e.public(), "fleet step failed");
+            }
         }
         let _ = tokio::time::timeout(POLL, notified).await;
     }
 }
 
-/// Claims one due fleet upgrade and steps it; false when none was due.
+/// Claims one due fleet upgrade and steps it: how many tenants it started, `None` when none
+/// was due.
 #[tracing::instrument(skip_all, fields(worker = %worker))]
-pub async fn step_one(inv: &Inventory, config: &Config, worker: &str, actor: &str) -> Result<bool> {
+pub async fn step_one(
+    inv: &Inventory,
+    config: &Config,
+    worker: &str,
+    actor: &str,
+) -> Result<Option<usize>> {
     let Some(f) = inv.claim_fleet(worker, LEASE).await? else {
-        return Ok(false);
+        return Ok(None);
     };
     let result = step_claimed(inv, config, &f, worker, actor).await;
     // Due again after the step's own wake-up time, or the poll: a finished fleet upgrade
     // with nothing moving is never claimed again.
     let after = match &result {
-        Ok(Some(at)) => {
+        Ok((Some(at), _)) => {
             let secs = (*at - OffsetDateTime::now_utc()).as_seconds_f64().max(0.0);
             Duration::from_secs_f64(secs).min(POLL)
         }
         _ => POLL,
     };
     inv.release_fleet(f.id, worker, after).await?;
-    result.map(|_| true)
+    result.map(|(_, started)| Some(started))
 }
 
 async fn step_claimed(
@@ -67,7 +86,7 @@ async fn step_claimed(
     f: &FleetRow,
     worker: &str,
     actor: &str,
-) -> Result<Option<OffsetDateTime>> {
+) -> Result<(Option<OffsetDateTime>, usize)> {
     let rows = inv.fleet_entries(f.id).await?;
     let entries: Vec<Entry> = rows.iter().map(|r| entry(config, r)).collect();
     let pace = Pace {
@@ -84,7 +103,7 @@ async fn step_claimed(
                 fleet_upgrade = f.id,
                 "fleet lease lost; another worker steps it now"
             );
-            return Ok(None);
+            return Ok((None, 0));
         }
         for (tenant, state, why) in &s.finished {
             tracing::info!(fleet_upgrade = f.id, tenant, state = %state, reason = ?why, "fleet entry finished");
@@ -94,8 +113,9 @@ async fn step_claimed(
         }
     }
     if s.progress.state != FleetState::Running {
-        return Ok(s.wake_at);
+        return Ok((s.wake_at, 0));
     }
+    let mut started = 0;
     for tenant in &s.start {
         let Some(r) = rows.iter().find(|r| r.tenant_id == *tenant) else {
             continue;
@@ -138,6 +158,7 @@ async fn step_claimed(
             .await?
         {
             StartOutcome::Started(up) => {
+                started += 1;
                 tracing::info!(fleet_upgrade = f.id, tenant = %r.name, upgrade = up, from = %r.from_version, to = %r.target_version, "fleet started a tenant upgrade");
             }
             StartOutcome::Skipped(why) => {
@@ -149,7 +170,7 @@ async fn step_claimed(
             StartOutcome::NotOurs => break,
         }
     }
-    Ok(s.wake_at)
+    Ok((s.wake_at, started))
 }
 
 /// An entry as the step takes it: the tenant's own window, else its plan's.
