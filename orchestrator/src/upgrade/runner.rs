@@ -15,6 +15,8 @@ use crate::inventory::Inventory;
 use crate::inventory::fleet::{FleetEntryRow, FleetRow, StartOutcome};
 use crate::metrics::Metrics;
 use crate::provision::Config;
+use crate::render::Plan;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -88,7 +90,7 @@ async fn step_claimed(
     actor: &str,
 ) -> Result<(Option<OffsetDateTime>, usize)> {
     let rows = inv.fleet_entries(f.id).await?;
-    let entries: Vec<Entry> = rows.iter().map(|r| entry(config, r)).collect();
+    let entries: Vec<Entry> = rows.iter().map(|r| entry(&config.plans, r)).collect();
     let pace = Pace {
         max_parallel: u32::try_from(f.max_parallel).unwrap_or(1),
         failure_budget: u32::try_from(f.failure_budget).unwrap_or(0),
@@ -174,14 +176,13 @@ async fn step_claimed(
 }
 
 /// An entry as the step takes it: the tenant's own window, else its plan's.
-fn entry(config: &Config, r: &FleetEntryRow) -> Entry {
+fn entry(plans: &BTreeMap<String, Plan>, r: &FleetEntryRow) -> Entry {
     let window = r
         .maintenance_window
         .as_ref()
         .map(|w| w.0.clone())
         .or_else(|| {
-            config
-                .plans
+            plans
                 .get(&r.plan)
                 .and_then(|p| p.maintenance_window.clone())
         });
@@ -191,5 +192,51 @@ fn entry(config: &Config, r: &FleetEntryRow) -> Entry {
         state: r.state,
         window,
         upgrade: r.upgrade_state.map(|s| (s, r.upgrade_reason.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::types::Json;
+    use vcp_core::lifecycle::FleetEntryState;
+
+    #[test]
+    fn a_tenants_own_window_wins_over_its_plans() {
+        let plans = crate::render::parse_plans(
+            "gold: {maintenance_window: {days: [sun], start: \"03:00\", duration_minutes: 60}}\n",
+        )
+        .unwrap();
+        let row = |plan: &str, own: Option<&str>| FleetEntryRow {
+            tenant_id: 1,
+            name: "a".into(),
+            plan: plan.into(),
+            maintenance_window: own.map(|w| Json(w.parse().unwrap())),
+            wave: 0,
+            from_version: "1.36".into(),
+            target_version: "1.37".into(),
+            chain: false,
+            forced: None,
+            state: FleetEntryState::Pending,
+            upgrade_id: None,
+            reason: None,
+            started_at: None,
+            finished_at: None,
+            upgrade_state: None,
+            upgrade_reason: None,
+        };
+        let window = |r: FleetEntryRow| entry(&plans, &r).window.map(|w| w.to_string());
+        assert_eq!(window(row("gold", None)).as_deref(), Some("sun 03:00 60m"));
+        assert_eq!(
+            window(row("gold", Some("sat 01:00 2h"))).as_deref(),
+            Some("sat 01:00 120m")
+        );
+        assert_eq!(window(row("default", None)), None);
+        assert!(
+            crate::render::parse_plans(
+                "x: {maintenance_window: {days: [], start: \"03:00\", duration_minutes: 60}}"
+            )
+            .is_err()
+        );
     }
 }
