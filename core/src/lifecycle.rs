@@ -256,6 +256,86 @@ impl UpgradeState {
             UpgradeState::Snapshotting | UpgradeState::Running | UpgradeState::RollingBack
         )
     }
+
+    /// The names of the active states, for SQL (`state = ANY($1)`): the one place the
+    /// inventory learns which states hold a tenant, so a new active state needs no SQL edit.
+    pub fn active_names() -> Vec<&'static str> {
+        UpgradeState::ALL
+            .iter()
+            .filter(|s| s.active())
+            .map(|s| s.as_str())
+            .collect()
+    }
+}
+
+named_enum! {
+    /// Where a fleet upgrade is: starting tenants wave by wave, held by an admin, or finished
+    /// (every wave done, stopped by its failure budget, or cancelled).
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    pub enum FleetState ("fleet upgrade state") {
+        /// Starting the current wave's tenants (or soaking before the next wave).
+        Running = "Running",
+        /// Held by an admin: no tenant starts; upgrades already started finish.
+        Paused = "Paused",
+        /// Every wave is done (some tenants may have failed within the budget).
+        Succeeded = "Succeeded",
+        /// Stopped: more tenants of a wave failed than the failure budget allows.
+        Failed = "Failed",
+        /// Stopped by an admin; tenants not started yet are skipped.
+        Cancelled = "Cancelled",
+    }
+}
+
+impl FleetState {
+    /// Finished: no tenant of it starts any more.
+    pub fn finished(self) -> bool {
+        matches!(
+            self,
+            FleetState::Succeeded | FleetState::Failed | FleetState::Cancelled
+        )
+    }
+}
+
+named_enum! {
+    /// Where one tenant of a fleet upgrade is.
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    pub enum FleetEntryState ("fleet entry state") {
+        /// Its wave has not reached it yet (or it waits for its maintenance window).
+        Pending = "Pending",
+        /// Its own upgrade (`tenant_upgrades`) is moving it.
+        Running = "Running",
+        /// Its upgrade succeeded.
+        Succeeded = "Succeeded",
+        /// Its upgrade was rolled back; `reason` says why.
+        Failed = "Failed",
+        /// Never started: not Ready when its turn came, deleted, or the fleet upgrade
+        /// stopped; `reason` says which.
+        Skipped = "Skipped",
+    }
+}
+
+impl FleetEntryState {
+    /// Done either way: it will not start or change again.
+    pub fn finished(self) -> bool {
+        matches!(
+            self,
+            FleetEntryState::Succeeded | FleetEntryState::Failed | FleetEntryState::Skipped
+        )
+    }
+}
+
+named_enum! {
+    /// Whether fleet upgrades may move a tenant. A tenant that opted out is still moved off a
+    /// version once it is `expired` in the catalog (one minor per fleet run).
+    // The schema derive does not see the per-variant names the macro writes; the container
+    // rule gives it the same (lowercase) names.
+    #[cfg_attr(feature = "openapi", derive(ToSchema), serde(rename_all = "lowercase"))]
+    pub enum FleetUpgrades ("fleet upgrades setting") {
+        /// Fleet upgrades whose selector matches the tenant move it (the default).
+        Include = "include",
+        /// Only an expired version moves it.
+        Exclude = "exclude",
+    }
 }
 
 named_enum! {
@@ -374,6 +454,33 @@ mod tests {
             check_list("state"),
             names(UpgradeState::ALL, UpgradeState::as_str)
         );
+        let fleet = include_str!("../../migrations/0005_fleet_upgrades.sql");
+        // The CHECK of `marker` in the table created after `table`.
+        let list = |table: &str, marker: &str| -> Vec<String> {
+            let from = fleet.find(table).expect("the table is created");
+            let start =
+                from + fleet[from..].find(marker).expect("the column has a CHECK") + marker.len();
+            fleet[start..start + fleet[start..].find(')').unwrap()]
+                .split(',')
+                .map(|s| s.trim().trim_matches('\'').to_owned())
+                .collect()
+        };
+        assert_eq!(
+            list("ALTER TABLE tenants", "CHECK (fleet_upgrades IN ("),
+            names(FleetUpgrades::ALL, FleetUpgrades::as_str)
+        );
+        assert_eq!(
+            list("CREATE TABLE fleet_upgrades", "CHECK (state IN ("),
+            names(FleetState::ALL, FleetState::as_str)
+        );
+        assert_eq!(
+            list("CREATE TABLE fleet_upgrade_tenants", "CHECK (state IN ("),
+            names(FleetEntryState::ALL, FleetEntryState::as_str)
+        );
+        assert_eq!(
+            UpgradeState::active_names(),
+            ["Snapshotting", "Running", "RollingBack"]
+        );
     }
 
     #[test]
@@ -398,6 +505,9 @@ mod tests {
         round_trip(UpgradeState::ALL, UpgradeState::as_str);
         round_trip(SnapshotState::ALL, SnapshotState::as_str);
         round_trip(RestoreState::ALL, RestoreState::as_str);
+        round_trip(FleetState::ALL, FleetState::as_str);
+        round_trip(FleetEntryState::ALL, FleetEntryState::as_str);
+        round_trip(FleetUpgrades::ALL, FleetUpgrades::as_str);
         round_trip(ConditionType::ALL, ConditionType::as_str);
         round_trip(ConditionStatus::ALL, ConditionStatus::as_str);
         round_trip(ConditionReason::ALL, ConditionReason::as_str);

@@ -203,6 +203,14 @@ pub enum Command {
         #[command(subcommand)]
         action: cli::TenantCommand,
     },
+    /// Fleet upgrades (admins only): move many tenants to a new minor in waves.
+    #[command(subcommand_value_name = "ACTION")]
+    Upgrade {
+        #[command(flatten)]
+        connection: cli::Connection,
+        #[command(subcommand)]
+        action: cli::UpgradeCommand,
+    },
     /// Issue a kubeconfig for a tenant: a client certificate for --user in the --group groups.
     Kubeconfig {
         #[command(flatten)]
@@ -261,6 +269,7 @@ pub async fn run(args: Args) -> Result<()> {
             Ok(())
         }
         Command::Tenant { connection, action } => cli::tenant(&connection, action).await,
+        Command::Upgrade { connection, action } => cli::upgrade(&connection, action).await,
         Command::Kubeconfig { connection, args } => cli::kubeconfig(&connection, args).await,
         Command::Token { connection, action } => cli::token(&connection, action).await,
         Command::Version { connection, action } => cli::version(&connection, action).await,

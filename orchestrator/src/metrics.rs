@@ -1,8 +1,8 @@
 //! Prometheus metrics of a `vcp serve` replica, on the prometheus-client registry (as the
 //! syncer's), served as OpenMetrics text on `/metrics` (see docs/orchestrator.md).
 //!
-//! The reconcile workers report every pass ([`Metrics::pass`]), the usage sampler every round
-//! ([`Metrics::usage_round`]), the API's middleware every request ([`Metrics::request`]); the
+//! The reconcile workers report every pass ([`Metrics::pass`]), the fleet worker every step
+//! ([`Metrics::fleet_step`]), the usage sampler every round ([`Metrics::usage_round`]), the API's middleware every request ([`Metrics::request`]); the
 //! `/metrics` handler sets the tenant counts it reads from the inventory ([`Metrics::tenants`])
 //! and encodes the lot ([`Metrics::encode`]).
 //!
@@ -16,6 +16,9 @@
 //!   status}`: one request, `route` the matched route template (`/v1/tenants/{name}`), or
 //!   `unmatched` for requests no route took (so paths never become label values).
 //! - `vcp_usage_samples_total`, `vcp_usage_sample_errors_total`.
+//! - `vcp_fleet_steps_total` (fleet upgrade steps this replica ran),
+//!   `vcp_fleet_tenant_starts_total` (tenant upgrades they started),
+//!   `vcp_fleet_step_errors_total{error}` (steps stopped by an error, by variant).
 //! - `vcp_tenants{phase}`: live tenants per phase, every live phase listed (0 when none).
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -96,6 +99,9 @@ pub struct Metrics {
     request_duration: Histograms<RequestLabels>,
     usage_samples: Counter,
     usage_errors: Counter,
+    fleet_steps: Counter,
+    fleet_starts: Counter,
+    fleet_errors: Family<ErrorLabels, Counter>,
     tenants: Family<PhaseLabels, Gauge>,
 }
 
@@ -141,6 +147,9 @@ impl Metrics {
             request_duration: Histograms::new_with_constructor(request_histogram),
             usage_samples: Counter::default(),
             usage_errors: Counter::default(),
+            fleet_steps: Counter::default(),
+            fleet_starts: Counter::default(),
+            fleet_errors: Family::default(),
             tenants: Family::default(),
             registry: Registry::default(),
         };
@@ -200,6 +209,21 @@ impl Metrics {
             "Tenants (or whole rounds) whose usage this replica could not sample",
             m.usage_errors.clone(),
         );
+        r.register(
+            "vcp_fleet_steps",
+            "Fleet upgrade steps this replica ran",
+            m.fleet_steps.clone(),
+        );
+        r.register(
+            "vcp_fleet_tenant_starts",
+            "Tenant upgrades started by this replica's fleet worker",
+            m.fleet_starts.clone(),
+        );
+        r.register(
+            "vcp_fleet_step_errors",
+            "Errors that stopped fleet upgrade steps, by error variant",
+            m.fleet_errors.clone(),
+        );
         r.register("vcp_tenants", "Live tenants by phase", m.tenants.clone());
         // Both kinds of pass from the start, so rates and quantiles have a series before the
         // first pass of each kind.
@@ -247,6 +271,18 @@ impl Metrics {
                 status: status.as_u16(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// A fleet upgrade step: the tenant upgrades it started, and the variant of the error that
+    /// stopped it.
+    pub fn fleet_step(&self, started: usize, error: Option<&'static str>) {
+        self.fleet_steps.inc();
+        self.fleet_starts.inc_by(started as u64);
+        if let Some(error) = error {
+            self.fleet_errors
+                .get_or_create(&ErrorLabels { error })
+                .inc();
+        }
     }
 
     /// A usage sampling round: samples recorded, tenants (or whole rounds) that failed.
@@ -389,6 +425,8 @@ mod tests {
                 "vcp_http_server_errors_total 0",
                 "vcp_usage_samples_total 2",
                 "vcp_usage_sample_errors_total 0",
+                "vcp_fleet_steps_total 0",
+                "vcp_fleet_tenant_starts_total 0",
                 r#"vcp_tenants{phase="Ready"} 0"#,
                 r#"vcp_reconcile_pass_duration_seconds_count{pass="bring_up"} 0"#,
                 r#"vcp_reconcile_pass_duration_seconds_count{pass="tear_down"} 0"#,

@@ -1,5 +1,5 @@
-//! `vcp serve`: migrations, the admin token, reconcile workers, the usage sampler and the HTTP
-//! API in one process.
+//! `vcp serve`: migrations, the admin token, reconcile workers, the fleet upgrade worker, the
+//! usage sampler and the HTTP API in one process.
 
 use crate::api::auth::{new_token, token_hash};
 use crate::api::{self, AppState};
@@ -212,6 +212,14 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             "took back leases of this replica's previous run"
         );
     }
+    let released = inv.release_fleet_leases_of(&replica).await?;
+    if released > 0 {
+        tracing::info!(
+            replica,
+            released,
+            "took back fleet upgrade leases of this replica's previous run"
+        );
+    }
     let prov = Provisioner {
         inventory: inv.clone(),
         host,
@@ -228,6 +236,15 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             metrics.clone(),
         ));
     }
+    // One fleet worker per replica: stepping a fleet upgrade is a few queries, and the lease
+    // lets any replica's worker take over one whose holder died.
+    tokio::spawn(crate::upgrade::runner::run(
+        inv.clone(),
+        config.clone(),
+        format!("{replica}/fleet"),
+        wake.clone(),
+        metrics.clone(),
+    ));
     tokio::spawn(
         crate::usage::Sampler::new(inv.clone(), prov.host.clone(), &config.plans).run(
             Duration::from_secs(a.usage_interval_seconds),

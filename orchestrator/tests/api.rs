@@ -597,6 +597,8 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /v1/tenants/{name}/snapshots",
             "GET /v1/tenants/{name}/usage",
             "GET /v1/tokens",
+            "GET /v1/upgrades",
+            "GET /v1/upgrades/{id}",
             "GET /v1/versions",
             "PATCH /v1/tenants/{name}",
             "POST /v1/tenants",
@@ -604,6 +606,10 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "POST /v1/tenants/{name}/restore",
             "POST /v1/tenants/{name}/snapshots",
             "POST /v1/tokens",
+            "POST /v1/upgrades",
+            "POST /v1/upgrades/{id}/cancel",
+            "POST /v1/upgrades/{id}/pause",
+            "POST /v1/upgrades/{id}/resume",
         ]
     );
 
@@ -631,7 +637,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
     for (method, path, op) in &operations {
         let m = Method::from_bytes(method.as_bytes())?;
         let takes_name = path.contains("{name}");
-        let concrete = path.replace("{name}", "shop");
+        let concrete = path.replace("{name}", "shop").replace("{id}", "1");
         // Every documented route is served (a real answer, not the fallback's 404).
         let r = http
             .request(m.clone(), format!("{}{concrete}", orch.url))

@@ -27,6 +27,8 @@ fn tenant(name: &str, key: &str, owner: &str) -> NewTenant {
         labels: BTreeMap::from([("team".into(), "a".into())]),
         version: "1.37".into(),
         plan: "default".into(),
+        maintenance_window: None,
+        fleet_upgrades: vcp_core::lifecycle::FleetUpgrades::Include,
     }
 }
 
@@ -56,7 +58,10 @@ async fn migrations_apply_to_an_empty_database_and_again_as_a_no_op() -> anyhow:
         "api_tokens",
         "audit",
         "certificates",
+        "fleet_upgrade_tenants",
+        "fleet_upgrades",
         "kubeconfigs",
+        "tenant_upgrades",
         "tenants",
         "usage_samples",
         "versions",
@@ -521,5 +526,357 @@ async fn usage_samples_are_recorded_once_per_gap_and_served_latest_and_by_range(
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].sampled_at, last);
     assert_eq!(inv.prune_usage(min(4)).await?, 0);
+    Ok(())
+}
+
+// Fleet upgrades: claims, the one-transaction start, idempotent steps, admin actions.
+
+/// Tenants on `version`, Ready (as a finished bring-up leaves them); their ids.
+async fn ready_tenants(inv: &Inventory, version: &str, names: &[&str]) -> anyhow::Result<Vec<i64>> {
+    let mut ids = Vec::new();
+    for n in names {
+        let mut t = tenant(n, &format!("{n}xxxxxx"), "o");
+        t.version = version.into();
+        let row = inv.create_tenant(&t, "o").await?;
+        ids.push(row.id);
+    }
+    sqlx::query("UPDATE tenants SET phase = 'Ready' WHERE id = ANY($1)")
+        .bind(&ids)
+        .execute(inv.pool())
+        .await?;
+    Ok(ids)
+}
+
+async fn new_fleet(
+    inv: &Inventory,
+    catalog: &Catalog,
+    target: &str,
+    max_parallel: u32,
+) -> anyhow::Result<vcp_orchestrator::inventory::fleet::FleetRow> {
+    use vcp_orchestrator::upgrade::fleet::{self, Candidate, Request, Selector};
+    let candidates: Vec<Candidate> = inv
+        .list_tenants(None)
+        .await?
+        .into_iter()
+        .map(|t| Candidate {
+            id: t.id,
+            name: t.name,
+            version: t.version,
+            labels: t.labels.0,
+            fleet_upgrades: t.fleet_upgrades,
+        })
+        .collect();
+    let req = Request {
+        target: target.into(),
+        selector: Selector::default(),
+        chain: false,
+        allow_preview: false,
+        canary: 1,
+    };
+    let entries = fleet::plan(catalog, &req, &candidates)?;
+    Ok(inv
+        .create_fleet(
+            &vcp_orchestrator::inventory::fleet::NewFleet {
+                target: target.into(),
+                selector: serde_json::json!({}),
+                chain: false,
+                canary: 1,
+                max_parallel,
+                failure_budget: 0,
+                soak_seconds: 0,
+                respect_maintenance_windows: true,
+                entries,
+            },
+            "admin",
+        )
+        .await?)
+}
+
+async fn upgrades_of(inv: &Inventory, tenant: i64) -> anyhow::Result<Vec<(String, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT state, requested_by FROM tenant_upgrades WHERE tenant_id = $1 ORDER BY id",
+    )
+    .bind(tenant)
+    .fetch_all(inv.pool())
+    .await?)
+}
+
+#[tokio::test]
+async fn a_fleet_tenant_starts_once_and_only_under_the_fleets_lease() -> anyhow::Result<()> {
+    use vcp_core::lifecycle::{FleetEntryState, UpgradeState};
+    use vcp_orchestrator::inventory::fleet::StartOutcome;
+    use vcp_orchestrator::upgrade::fleet::{Entry, Pace, step};
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "fleet_start").await?;
+    let catalog = Catalog::builtin();
+    let ids = ready_tenants(&inv, "1.36", &["fa", "fb", "fc"]).await?;
+    let f = new_fleet(&inv, &catalog, "1.37", 2).await?;
+    let entries = inv.fleet_entries(f.id).await?;
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.wave))
+            .collect::<Vec<_>>(),
+        [("fa", 0), ("fb", 1), ("fc", 1)]
+    );
+
+    // One holder at a time.
+    let held = inv
+        .claim_fleet("w1", Duration::from_secs(30))
+        .await?
+        .unwrap();
+    assert_eq!(held.id, f.id);
+    assert!(
+        inv.claim_fleet("w2", Duration::from_secs(30))
+            .await?
+            .is_none()
+    );
+    let e = &entries[0];
+    assert_eq!(
+        inv.start_fleet_tenant(f.id, "w2", e, "1.37", "fleet/w2")
+            .await?,
+        StartOutcome::NotOurs,
+        "not the holder"
+    );
+
+    // Racing starts of one entry (a worker retrying, a step computed twice): one wins.
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (inv, e) = (inv.clone(), e.clone());
+        tasks.push(tokio::spawn(async move {
+            inv.start_fleet_tenant(f.id, "w1", &e, "1.37", "fleet/w1")
+                .await
+                .unwrap()
+        }));
+    }
+    let mut started = 0;
+    for t in tasks {
+        match t.await? {
+            StartOutcome::Started(_) => started += 1,
+            StartOutcome::NotOurs => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(started, 1);
+    let ups = upgrades_of(&inv, ids[0]).await?;
+    assert_eq!(ups.len(), 1, "{ups:?}");
+    assert_eq!(
+        ups[0],
+        ("Running".to_owned(), format!("fleet-upgrade/{}", f.id))
+    );
+    let t = inv.tenant_by_id(ids[0]).await?.unwrap();
+    assert_eq!((t.version.as_str(), t.phase), ("1.37", Phase::Upgrading));
+    let entries = inv.fleet_entries(f.id).await?;
+    assert_eq!(entries[0].state, FleetEntryState::Running);
+    assert_eq!(entries[0].upgrade_state, Some(UpgradeState::Running));
+
+    // The holder's lease runs out: another worker takes over, the old one writes nothing.
+    sqlx::query(
+        "UPDATE fleet_upgrades SET lease_until = now() - interval '1 s', next_step_at = now()",
+    )
+    .execute(inv.pool())
+    .await?;
+    let taken = inv
+        .claim_fleet("w2", Duration::from_secs(30))
+        .await?
+        .unwrap();
+    assert_eq!(
+        inv.start_fleet_tenant(f.id, "w1", &entries[1], "1.37", "fleet/w1")
+            .await?,
+        StartOutcome::NotOurs
+    );
+    let pace = Pace {
+        max_parallel: 2,
+        failure_budget: 0,
+        soak: Duration::ZERO,
+        respect_windows: true,
+    };
+    let view = |rows: &[vcp_orchestrator::inventory::fleet::FleetEntryRow]| -> Vec<Entry> {
+        rows.iter()
+            .map(|r| Entry {
+                tenant_id: r.tenant_id,
+                wave: r.wave as u32,
+                state: r.state,
+                window: None,
+                upgrade: r.upgrade_state.map(|s| (s, r.upgrade_reason.clone())),
+            })
+            .collect()
+    };
+    // The tenant's own upgrade ends; the step sees it, the next wave starts at once.
+    sqlx::query(
+        "UPDATE tenant_upgrades SET state = 'Succeeded', finished_at = now() WHERE tenant_id = $1",
+    )
+    .bind(ids[0])
+    .execute(inv.pool())
+    .await?;
+    let rows = inv.fleet_entries(f.id).await?;
+    let s = step(
+        &taken.progress(),
+        &pace,
+        &view(&rows),
+        OffsetDateTime::now_utc(),
+    );
+    assert_eq!(s.finished, [(ids[0], FleetEntryState::Succeeded, None)]);
+    assert_eq!(
+        (s.progress.current_wave, s.start.as_slice()),
+        (1, &ids[1..])
+    );
+    assert!(
+        !inv.record_fleet_step(&taken, "w1", &s, "fleet/w1").await?,
+        "not the holder"
+    );
+    assert!(inv.record_fleet_step(&taken, "w2", &s, "fleet/w2").await?);
+    let audits = |inv: Inventory| async move {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM audit WHERE action LIKE 'fleet.%'")
+            .fetch_one(inv.pool())
+            .await
+    };
+    let before = audits(inv.clone()).await?;
+    // The same step recorded again (a replica that died before releasing, say) changes
+    // nothing: entries move only from the state they leave.
+    let again = inv.fleet(f.id).await?.unwrap();
+    assert!(inv.record_fleet_step(&again, "w2", &s, "fleet/w2").await?);
+    assert_eq!(audits(inv.clone()).await?, before);
+    assert_eq!(inv.fleet(f.id).await?.unwrap().current_wave, 1);
+
+    // A tenant that is not Ready when its turn comes: Provisioning waits, Failed is skipped.
+    sqlx::query("UPDATE tenants SET phase = 'Provisioning' WHERE id = $1")
+        .bind(ids[1])
+        .execute(inv.pool())
+        .await?;
+    sqlx::query("UPDATE tenants SET phase = 'Failed' WHERE id = $1")
+        .bind(ids[2])
+        .execute(inv.pool())
+        .await?;
+    let rows = inv.fleet_entries(f.id).await?;
+    assert!(matches!(
+        inv.start_fleet_tenant(f.id, "w2", &rows[1], "1.37", "fleet/w2")
+            .await?,
+        StartOutcome::Waiting(_)
+    ));
+    assert!(matches!(
+        inv.start_fleet_tenant(f.id, "w2", &rows[2], "1.37", "fleet/w2").await?,
+        StartOutcome::Skipped(why) if why.contains("Failed")
+    ));
+    let rows = inv.fleet_entries(f.id).await?;
+    assert_eq!(
+        rows.iter().map(|r| r.state).collect::<Vec<_>>(),
+        [
+            FleetEntryState::Succeeded,
+            FleetEntryState::Pending,
+            FleetEntryState::Skipped
+        ]
+    );
+    assert!(upgrades_of(&inv, ids[1]).await?.is_empty());
+    assert!(upgrades_of(&inv, ids[2]).await?.is_empty());
+    let trail = inv.audit_trail(ids[0]).await?;
+    for action in [
+        "tenant.upgrade.start",
+        "fleet.tenant.start",
+        "fleet.tenant.succeeded",
+    ] {
+        assert!(
+            trail.iter().any(|(_, a)| a == action),
+            "{action}: {trail:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn pause_resume_and_cancel_follow_the_fleet_state_machine() -> anyhow::Result<()> {
+    use vcp_core::lifecycle::{FleetEntryState, FleetState};
+    use vcp_orchestrator::inventory::fleet::{ActionOutcome, FleetAction, StartOutcome};
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "fleet_actions").await?;
+    ready_tenants(&inv, "1.36", &["pa", "pb"]).await?;
+    let f = new_fleet(&inv, &Catalog::builtin(), "1.37", 5).await?;
+    let act = |a| {
+        let inv = inv.clone();
+        async move {
+            inv.fleet_action(f.id, a, Some("maintenance"), "admin")
+                .await
+        }
+    };
+    assert!(matches!(
+        act(FleetAction::Resume).await?,
+        ActionOutcome::Refused(FleetState::Running)
+    ));
+    assert!(
+        matches!(act(FleetAction::Pause).await?, ActionOutcome::Done(r) if r.state == FleetState::Paused)
+    );
+    // Paused: the worker may observe, but not start.
+    inv.claim_fleet("w", Duration::from_secs(30))
+        .await?
+        .unwrap();
+    let rows = inv.fleet_entries(f.id).await?;
+    assert_eq!(
+        inv.start_fleet_tenant(f.id, "w", &rows[0], "1.37", "fleet/w")
+            .await?,
+        StartOutcome::NotOurs
+    );
+    inv.release_fleet(f.id, "w", Duration::ZERO).await?;
+    assert!(
+        matches!(act(FleetAction::Resume).await?, ActionOutcome::Done(r) if r.state == FleetState::Running)
+    );
+    let ActionOutcome::Done(r) = act(FleetAction::Cancel).await? else {
+        panic!("cancel refused")
+    };
+    assert_eq!(r.state, FleetState::Cancelled);
+    assert!(r.reason.as_deref().unwrap().contains("maintenance"));
+    let rows = inv.fleet_entries(f.id).await?;
+    assert!(rows.iter().all(|r| r.state == FleetEntryState::Skipped));
+    assert!(matches!(
+        act(FleetAction::Resume).await?,
+        ActionOutcome::Refused(FleetState::Cancelled)
+    ));
+    assert!(matches!(
+        inv.fleet_action(f.id + 100, FleetAction::Pause, None, "admin")
+            .await?,
+        ActionOutcome::NoSuchFleet
+    ));
+    // Finished with nothing moving: never claimed again.
+    assert!(
+        inv.claim_fleet("w", Duration::from_secs(30))
+            .await?
+            .is_none()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_expired_tenant_that_opted_out_is_moved_one_minor_and_told_why() -> anyhow::Result<()> {
+    use vcp_core::lifecycle::FleetUpgrades;
+    use vcp_orchestrator::inventory::fleet::StartOutcome;
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "fleet_expired").await?;
+    let yaml = include_str!("../../templates/versions.yaml");
+    let catalog = Catalog::parse(&yaml.replace("class: deprecated", "class: expired"))?;
+    let ids = ready_tenants(&inv, "1.35", &["old"]).await?;
+    ready_tenants(&inv, "1.36", &["cur"]).await?;
+    sqlx::query("UPDATE tenants SET fleet_upgrades = $2 WHERE id = $1")
+        .bind(ids[0])
+        .bind(FleetUpgrades::Exclude)
+        .execute(inv.pool())
+        .await?;
+    let f = new_fleet(&inv, &catalog, "1.37", 5).await?;
+    let rows = inv.fleet_entries(f.id).await?;
+    let old = rows.iter().find(|r| r.name == "old").unwrap();
+    assert_eq!(old.target_version, "1.36", "one minor only");
+    inv.claim_fleet("w", Duration::from_secs(30))
+        .await?
+        .unwrap();
+    assert!(matches!(
+        inv.start_fleet_tenant(f.id, "w", old, "1.36", "fleet/w")
+            .await?,
+        StartOutcome::Started(_)
+    ));
+    let ups = upgrades_of(&inv, ids[0]).await?;
+    assert!(
+        ups[0].1.contains(&format!("fleet-upgrade/{}", f.id))
+            && ups[0].1.contains("1.35 is expired")
+            && ups[0].1.contains("opted out"),
+        "{ups:?}"
+    );
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The platform API (axum), one module per resource: [`tenants`] (with their quota
-//! [`usage`]), [`kubeconfigs`], [`tokens`], [`versions`], and [`health`] (liveness, readiness,
+//! [`usage`] and their [`upgrades`]), [`fleet`] upgrades, [`kubeconfigs`], [`tokens`],
+//! [`versions`], and [`health`] (liveness, readiness,
 //! metrics, the OpenAPI document); [`auth`] says who is calling.
 //!
 //! Every `/v1` caller presents a bearer token; the inventory holds only its hash. Admins see
@@ -12,6 +13,7 @@
 //! there). `vcp serve` builds the [`router`]; nothing here depends on it.
 
 pub mod auth;
+mod fleet;
 mod health;
 mod kubeconfigs;
 mod problem;
@@ -94,6 +96,14 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
+        .routes(routes!(
+            fleet::create_fleet_upgrade,
+            fleet::list_fleet_upgrades
+        ))
+        .routes(routes!(fleet::get_fleet_upgrade))
+        .routes(routes!(fleet::pause_fleet_upgrade))
+        .routes(routes!(fleet::resume_fleet_upgrade))
+        .routes(routes!(fleet::cancel_fleet_upgrade))
         .routes(routes!(health::openapi_json))
 }
 
@@ -114,7 +124,12 @@ pub fn openapi_for(
     plans: Vec<String>,
 ) -> utoipa::openapi::OpenApi {
     let mut doc = api_routes().into_openapi();
-    types::with_choices(&mut doc, catalog.spellings(), plans);
+    types::with_choices(
+        &mut doc,
+        catalog.spellings(),
+        types::target_spellings(catalog),
+        plans,
+    );
     doc
 }
 
@@ -162,6 +177,23 @@ async fn measure(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) 
 
 fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
     r.map(|Json(v)| v).map_err(Problem::from_rejection)
+}
+
+/// A body that must be a JSON object, decoded into `T` with the same problems as [`body`].
+/// serde's derive also takes a struct written as an array of its fields, which no client
+/// means, and which a body of optional fields only would take as "change nothing".
+fn object_body<T: serde::de::DeserializeOwned>(
+    r: Result<Json<serde_json::Value>, JsonRejection>,
+) -> Result<T, Problem> {
+    let v = body(r)?;
+    if !v.is_object() {
+        return Err(Problem::invalid("body", "the body must be a JSON object"));
+    }
+    // Decoded again from its bytes, so a wrong field is named as for any other body.
+    let bytes = serde_json::to_vec(&v).map_err(|_| Problem::opaque())?;
+    Json::<T>::from_bytes(&bytes)
+        .map(|Json(t)| t)
+        .map_err(Problem::from_rejection)
 }
 
 /// The `{name}` of a path, with a problem+json rejection (a name that is not UTF-8, say).
@@ -277,7 +309,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 15);
+        assert_eq!(ops, 21);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
@@ -300,12 +332,15 @@ mod tests {
             .unwrap();
         assert_eq!(limit["schema"]["minimum"], 1);
         assert_eq!(limit["schema"]["maximum"], MAX_USAGE_PAGE);
-        // Every name in a path is a Name, and every string field of a request body that the
-        // server checks by a rule refers to its schema.
+        // Every name in a path is a Name (and every id a positive integer), and every string
+        // field of a request body that the server checks by a rule refers to its schema.
         for (path, item) in doc["paths"].as_object().unwrap() {
             for (method, op) in item.as_object().unwrap() {
                 for p in op["parameters"].as_array().into_iter().flatten() {
-                    if p["in"] == "path" {
+                    if p["in"] == "path" && p["name"] == "id" {
+                        assert_eq!(p["schema"]["type"], "integer", "{method} {path}");
+                        assert_eq!(p["schema"]["minimum"], 1, "{method} {path}");
+                    } else if p["in"] == "path" {
                         assert_eq!(
                             p["schema"]["$ref"], "#/components/schemas/Name",
                             "{method} {path}"
@@ -324,6 +359,11 @@ mod tests {
             ("CreateToken", "role", "Role"),
             ("IssueKubeconfig", "user", "Subject"),
             ("IssueKubeconfig", "ttl", "Ttl"),
+            ("CreateFleetUpgrade", "target", "UpgradeTarget"),
+            ("FleetSelector", "names", "Name"),
+            ("FleetSelector", "version", "KubernetesVersion"),
+            ("CreateTenant", "maintenance_window", "MaintenanceWindow"),
+            ("UpgradeTenant", "version", "KubernetesVersion"),
         ] {
             assert!(
                 body(schema, field).contains(&format!("#/components/schemas/{rule}")),

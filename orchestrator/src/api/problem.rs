@@ -270,13 +270,25 @@ impl IntoResponse for Problem {
 /// The field a serde error is about: `unknown field `x``, `missing field `x``, or the path
 /// that axum puts before the message (`...target type: spec.name: invalid type...`).
 fn field_of(detail: &str) -> Option<String> {
+    // The path to the value at fault, when it is inside an object (`selector: unknown ...`).
+    let path = detail
+        .split("target type: ")
+        .nth(1)
+        .and_then(|r| r.split(": ").next())
+        .filter(|p| !p.is_empty() && !p.contains(' '));
     for marker in ["unknown field `", "missing field `"] {
         if let Some(rest) = detail.split(marker).nth(1) {
-            return rest.split('`').next().map(str::to_owned);
+            let field = rest.split('`').next()?;
+            // The path may end with the field already (`selector.colour: unknown field
+            // `colour``) or name the object holding it.
+            return Some(match path {
+                Some(p) if p == field || p.ends_with(&format!(".{field}")) => p.to_owned(),
+                Some(p) => format!("{p}.{field}"),
+                None => field.to_owned(),
+            });
         }
     }
-    let path = detail.split("target type: ").nth(1)?.split(": ").next()?;
-    (!path.is_empty() && !path.contains(' ')).then(|| path.to_owned())
+    path.map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -317,6 +329,20 @@ mod tests {
         assert_eq!(
             field_of(&format!("{p}missing field `name` at line 1 column 2")).as_deref(),
             Some("name")
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{p}selector.colour: unknown field `colour`, expected one of `labels`, `names`, `version` at line 1 column 21"
+            ))
+            .as_deref(),
+            Some("selector.colour")
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{p}selector: missing field `target` at line 1 column 2"
+            ))
+            .as_deref(),
+            Some("selector.target")
         );
         assert_eq!(
             field_of("Failed to parse the request body as JSON: EOF while parsing"),

@@ -17,6 +17,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use std::collections::BTreeMap;
 use tracing::field::Empty;
+use vcp_core::lifecycle::FleetUpgrades;
 
 /// Random bytes for a tenant key suffix.
 fn key_suffix() -> [u8; crate::names::KEY_SUFFIX_LEN] {
@@ -89,7 +90,7 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Problem> {
     BodyRefused,
     Unauthorized,
     (status = 409, description = "a live tenant has this name", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 422, description = "invalid name, version, plan or labels", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "invalid name, version, plan, labels, maintenance_window or fleet_upgrades", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn create_tenant(
@@ -127,6 +128,8 @@ pub(super) async fn create_tenant(
             labels: req.labels.clone(),
             version: version.minor.clone(),
             plan: plan.clone(),
+            maintenance_window: req.maintenance_window.clone(),
+            fleet_upgrades: req.fleet_upgrades.unwrap_or(FleetUpgrades::Include),
         };
         match s.inventory.create_tenant(&new, &caller.0.name).await {
             Ok(t) => return Ok((StatusCode::CREATED, Json(view(&s, t).await?))),

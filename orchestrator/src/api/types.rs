@@ -7,6 +7,7 @@
 
 use crate::inventory::{KubeconfigRow, Tenant, Token, UsageSample};
 use crate::names;
+pub use crate::upgrade::fleet::{Day, MaintenanceWindow, RawWindow};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -14,7 +15,10 @@ use time::OffsetDateTime;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
-pub use vcp_core::lifecycle::{Condition, Phase, RestoreState, SnapshotState, UpgradeState};
+pub use vcp_core::lifecycle::{
+    Condition, FleetEntryState, FleetState, FleetUpgrades, Phase, RestoreState, SnapshotState,
+    UpgradeState,
+};
 pub use vcp_policy::quota::{Hard, Usage};
 
 /// `POST /v1/tenants` body.
@@ -39,6 +43,15 @@ pub struct CreateTenant {
     /// `expired` versions take no new tenants at all.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_preview: bool,
+    /// When fleet upgrades may start this tenant (UTC); absent or null: its plan's window, or
+    /// any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<RawWindow>)]
+    pub maintenance_window: Option<MaintenanceWindow>,
+    /// `include` (the default): fleet upgrades whose selector matches may move the tenant;
+    /// `exclude`: only an `expired` version moves it (one minor per fleet upgrade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_upgrades: Option<FleetUpgrades>,
 }
 
 /// A tenant.
@@ -70,6 +83,11 @@ pub struct TenantView {
     pub usage: Option<TenantUsage>,
     /// The tenant's latest upgrade, moving or finished; null if it never had one.
     pub upgrade: Option<UpgradeView>,
+    /// The tenant's own maintenance window (null: its plan's, or any time).
+    #[schema(value_type = Option<RawWindow>)]
+    pub maintenance_window: Option<MaintenanceWindow>,
+    /// Whether fleet upgrades may move it (`exclude`: only off an expired version).
+    pub fleet_upgrades: FleetUpgrades,
 }
 
 /// One upgrade of a tenant's control plane.
@@ -86,6 +104,8 @@ pub struct UpgradeView {
     pub state: UpgradeState,
     /// Why it was rolled back.
     pub reason: Option<String>,
+    /// The token that asked for it, or `fleet-upgrade/<id>` (with why, when the tenant's
+    /// version expired and the fleet upgrade moved it without being asked).
     pub requested_by: String,
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
@@ -112,13 +132,29 @@ impl From<crate::inventory::UpgradeRow> for UpgradeView {
     }
 }
 
-/// `PATCH /v1/tenants/{name}` body: upgrade the tenant's control plane.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// `PATCH /v1/tenants/{name}` body: upgrade the tenant's control plane (`version`), change
+/// its fleet upgrade settings, or both (a body with neither changes nothing).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpgradeTenant {
     /// The minor (or release) to run: one minor above the tenant's, or more with `chain`.
-    #[schema(value_type = VersionSchema)]
-    pub version: String,
+    /// Absent: no upgrade, only the settings change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<VersionSchema>)]
+    pub version: Option<String>,
+    /// The tenant's maintenance window for fleet upgrades (UTC); `null` removes it (its
+    /// plan's applies again); absent leaves it.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<RawWindow>)]
+    pub maintenance_window: Option<Option<MaintenanceWindow>>,
+    /// `include` or `exclude` the tenant from fleet upgrades (an `expired` version moves it
+    /// regardless); absent leaves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_upgrades: Option<FleetUpgrades>,
     /// Go through every minor between, one hop each, each gated (`1.35` -> `1.37` is two
     /// hops). Without it, a request that skips a minor is refused (rule `one-minor-per-hop`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -238,6 +274,15 @@ pub struct TenantUsage {
     pub limits: Hard,
 }
 
+/// A field that is there (even as `null`) is `Some`: tells "set to null" from "absent".
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
 impl TenantView {
     pub fn new(
         t: Tenant,
@@ -261,6 +306,8 @@ impl TenantView {
             generation: t.generation,
             observed_generation: t.observed_generation,
             created_at: t.created_at,
+            maintenance_window: t.maintenance_window.map(|w| w.0),
+            fleet_upgrades: t.fleet_upgrades,
         }
     }
 }
@@ -518,6 +565,196 @@ pub struct VersionView {
     pub default: bool,
 }
 
+/// `POST /v1/upgrades` body: a fleet upgrade.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateFleetUpgrade {
+    /// The minor to move tenants to; not `expired`, `preview` only with `allow_preview`.
+    #[schema(value_type = TargetSchema)]
+    pub target: String,
+    /// Which tenants: every part given must match; absent: every tenant below the target.
+    /// Tenants on an `expired` version are always included (moved one minor), and tenants
+    /// that set `fleet_upgrades: exclude` never are (unless expired).
+    #[serde(default)]
+    pub selector: FleetSelector,
+    /// Tenants more than one minor below the target go through every minor between, one
+    /// gated hop each. Without it they are skipped (rule `one-minor-per-hop`), and a request
+    /// whose `selector.version` or named tenant needs it is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chain: bool,
+    /// The target may be a `preview` version.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_preview: bool,
+    /// Tenants in the first wave, 1 to 1000; each wave after is twice the one before.
+    #[serde(
+        default = "default_canary",
+        deserialize_with = "crate::upgrade::fleet::whole_number"
+    )]
+    #[schema(minimum = 1, maximum = 1000, default = 1)]
+    pub canary: u32,
+    /// At most this many tenants moving at once, 1 to 1000.
+    #[serde(
+        default = "default_max_parallel",
+        deserialize_with = "crate::upgrade::fleet::whole_number"
+    )]
+    #[schema(minimum = 1, maximum = 1000, default = 10)]
+    pub max_parallel: u32,
+    /// The fleet upgrade stops (state `Failed`, later waves skipped) when more tenants of
+    /// one wave fail than this, 0 to 100000.
+    #[serde(default, deserialize_with = "crate::upgrade::fleet::whole_number")]
+    #[schema(minimum = 0, maximum = 100000, default = 0)]
+    pub failure_budget: u32,
+    /// Seconds to wait after a wave before the next one starts, 0 to 604800.
+    #[serde(
+        default = "default_soak",
+        deserialize_with = "crate::upgrade::fleet::whole_number"
+    )]
+    #[schema(minimum = 0, maximum = 604800, default = 60)]
+    pub soak_seconds: u32,
+    /// Start each tenant only inside its maintenance window (its own, else its plan's).
+    #[serde(default = "yes")]
+    #[schema(default = true)]
+    pub respect_maintenance_windows: bool,
+}
+
+fn default_canary() -> u32 {
+    1
+}
+
+fn default_max_parallel() -> u32 {
+    10
+}
+
+fn default_soak() -> u32 {
+    60
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Which tenants a fleet upgrade is for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSelector {
+    /// A label selector, `key=value` pairs separated by commas (`env=dev,tier=web`): every
+    /// pair must be among the tenant's labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        example = "env=dev",
+        pattern = "^[A-Za-z0-9._/-]{1,253}=[A-Za-z0-9._/-]{0,63}(,[A-Za-z0-9._/-]{1,253}=[A-Za-z0-9._/-]{0,63})*$"
+    )]
+    pub labels: Option<String>,
+    /// Only these tenants (each must exist, run a version below the target, and be allowed
+    /// to move to it by the skew rules), at most 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<NameSchema>>, max_items = 1000)]
+    pub names: Option<Vec<String>>,
+    /// Only tenants on this version (the skew rules must allow it to the target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<VersionSchema>)]
+    pub version: Option<String>,
+}
+
+/// Tenants of a fleet upgrade by state, and a rough time left.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FleetProgress {
+    pub total: u32,
+    pub pending: u32,
+    pub running: u32,
+    pub succeeded: u32,
+    pub failed: u32,
+    pub skipped: u32,
+    /// Seconds left at the pace so far (mean tenant upgrade time, `max_parallel` at once;
+    /// soaks and windows not counted); null before the first tenant is done.
+    pub eta_seconds: Option<u64>,
+}
+
+/// A fleet upgrade.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct FleetUpgradeView {
+    pub id: i64,
+    pub target: String,
+    pub state: FleetState,
+    pub selector: FleetSelector,
+    pub chain: bool,
+    pub canary: u32,
+    pub max_parallel: u32,
+    pub failure_budget: u32,
+    pub soak_seconds: u32,
+    pub respect_maintenance_windows: bool,
+    /// The wave being started, from 0 (the canary).
+    pub current_wave: u32,
+    /// How many waves it has.
+    pub waves: u32,
+    /// Set while soaking after a wave: the next starts no earlier.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub soak_until: Option<OffsetDateTime>,
+    /// Why it stopped (the failure budget, a cancel).
+    pub reason: Option<String>,
+    /// The token that created it.
+    pub created_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<OffsetDateTime>,
+    pub progress: FleetProgress,
+}
+
+/// One tenant of a fleet upgrade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FleetTenantView {
+    pub name: String,
+    pub wave: u32,
+    pub from: String,
+    pub target: String,
+    pub state: FleetEntryState,
+    /// Its own upgrade (as in `GET /v1/tenants/{name}`), once started.
+    pub upgrade_id: Option<i64>,
+    pub upgrade_state: Option<UpgradeState>,
+    /// Why it is included although no selector chose it (its version expired).
+    pub forced: Option<String>,
+    /// Why it failed (its rollback's reason) or was skipped.
+    pub reason: Option<String>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub started_at: Option<OffsetDateTime>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// `GET /v1/upgrades/{id}` answer: a fleet upgrade with its tenants.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct FleetUpgradeDetail {
+    #[serde(flatten)]
+    pub upgrade: FleetUpgradeView,
+    /// Every tenant, in plan order (wave by wave).
+    pub tenants: Vec<FleetTenantView>,
+    /// The tenants that failed, with their reasons (also in `tenants`).
+    pub failures: Vec<FleetTenantView>,
+}
+
+/// `GET /v1/upgrades` answer, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct FleetUpgradeList {
+    pub items: Vec<FleetUpgradeView>,
+}
+
+/// `POST /v1/upgrades/{id}/pause|resume|cancel` body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FleetUpgradeAction {
+    /// Why, for the audit trail (and, for a cancel, the fleet upgrade's reason); up to 200
+    /// characters, no NUL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 200, pattern = "^[^\\u0000]*$")]
+    pub reason: Option<String>,
+}
+
 /// `GET /v1/versions` answer.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct VersionList {
@@ -666,6 +903,43 @@ impl VersionSchema {
 }
 
 named_schema!(
+    /// The schema of a fleet upgrade's target, `UpgradeTarget` in the document: the spellings
+    /// of the catalog's versions that are not `expired` ([`with_choices`] puts a server's own
+    /// in the document it serves).
+    TargetSchema = "UpgradeTarget",
+    {
+        TargetSchema::of(target_spellings(&crate::render::Catalog::builtin()))
+    }
+);
+
+/// The spellings of a catalog's versions that may be upgrade targets (not `expired`).
+pub fn target_spellings(catalog: &crate::render::Catalog) -> Vec<String> {
+    let live = crate::render::Catalog {
+        default: catalog.default.clone(),
+        versions: catalog
+            .versions
+            .iter()
+            .filter(|v| v.class != crate::render::catalog::Class::Expired)
+            .cloned()
+            .collect(),
+    };
+    live.spellings()
+}
+
+impl TargetSchema {
+    fn of(spellings: Vec<String>) -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "A Kubernetes version tenants may be upgraded to (`GET /v1/versions`, any class \
+                 but `expired`): a minor (`1.37`, `v1.37`) or its release (`v1.37.1`).",
+            ))
+            .enum_values(Some(spellings))
+            .into()
+    }
+}
+
+named_schema!(
     /// The schema of a plan name, `Plan` in the document: the plans configured on the server
     /// (`default` alone here; [`with_choices`] puts a server's own in the document it serves).
     PlanSchema = "Plan",
@@ -688,9 +962,17 @@ impl PlanSchema {
     }
 }
 
-/// States a server's own versions and plans in its document.
-pub fn with_choices(doc: &mut OpenApi, versions: Vec<String>, plans: Vec<String>) {
+/// States a server's own versions (all of them, and those that may be upgrade targets) and
+/// plans in its document.
+pub fn with_choices(
+    doc: &mut OpenApi,
+    versions: Vec<String>,
+    targets: Vec<String>,
+    plans: Vec<String>,
+) {
     if let Some(c) = doc.components.as_mut() {
+        c.schemas
+            .insert(TargetSchema::name().into_owned(), TargetSchema::of(targets));
         c.schemas.insert(
             VersionSchema::name().into_owned(),
             VersionSchema::of(versions),

@@ -1,4 +1,4 @@
-//! The client commands of `vcp` (`tenant`, `kubeconfig`, `token`, `version`): thin callers of
+//! The client commands of `vcp` (`tenant`, `upgrade`, `kubeconfig`, `token`, `version`): thin callers of
 //! the platform API. They read the server from `VCP_API_URL` and the bearer token from
 //! `VCP_TOKEN`, decode answers into the same types the server encodes ([`crate::api`]), and
 //! print them with [`output`]. API problems come back as [`Error::Api`] with the server's
@@ -7,10 +7,11 @@
 pub mod output;
 
 use crate::api::{
-    CreateTenant, CreateToken, IssueKubeconfig, KubeconfigIssued, KubeconfigList, Phase,
-    ProblemBody, RestoreState, RestoreTenant, RestoreView, Role, SnapshotList, SnapshotState,
-    SnapshotView, TenantList, TenantView, TokenCreated, TokenList, UpgradeState, UpgradeTenant,
-    UsageSamples, VersionList,
+    CreateFleetUpgrade, CreateTenant, CreateToken, FleetSelector, FleetState, FleetUpgradeAction,
+    FleetUpgradeDetail, FleetUpgradeList, FleetUpgrades, IssueKubeconfig, KubeconfigIssued,
+    KubeconfigList, MaintenanceWindow, Phase, ProblemBody, RestoreState, RestoreTenant,
+    RestoreView, Role, SnapshotList, SnapshotState, SnapshotView, TenantList, TenantView,
+    TokenCreated, TokenList, UpgradeState, UpgradeTenant, UsageSamples, VersionList,
 };
 use crate::{Error, Result};
 use output::Format;
@@ -90,6 +91,124 @@ pub enum TenantCommand {
     /// Upgrade a tenant's control plane to another minor (and with --wait, follow it until
     /// it is done or rolled back).
     Upgrade(TenantUpgrade),
+    /// Change a tenant's fleet upgrade settings: its maintenance window, whether fleet
+    /// upgrades may move it.
+    Update(TenantUpdate),
+}
+
+/// `--fleet-upgrades`: whether fleet upgrades may move a tenant.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum FleetUpgradesArg {
+    /// Fleet upgrades whose selector matches move it.
+    Include,
+    /// Only an expired version moves it (one minor per fleet upgrade).
+    Exclude,
+}
+
+impl From<FleetUpgradesArg> for FleetUpgrades {
+    fn from(a: FleetUpgradesArg) -> FleetUpgrades {
+        match a {
+            FleetUpgradesArg::Include => FleetUpgrades::Include,
+            FleetUpgradesArg::Exclude => FleetUpgrades::Exclude,
+        }
+    }
+}
+
+fn window(s: &str) -> Result<MaintenanceWindow, String> {
+    s.parse()
+        .map_err(|e: crate::upgrade::fleet::WindowError| e.to_string())
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TenantUpdate {
+    /// Tenant name.
+    pub name: String,
+    /// When fleet upgrades may start the tenant, UTC: `DAYS HH:MM DURATION`, e.g.
+    /// `sat,sun 02:00 4h` (days: mon..sun, daily, weekdays, weekends; duration up to 24h).
+    #[arg(long, env = "VCP_MAINTENANCE_WINDOW", value_parser = window, conflicts_with = "no_maintenance_window")]
+    pub maintenance_window: Option<MaintenanceWindow>,
+    /// Remove the tenant's own window (its plan's applies again).
+    #[arg(long, env = "VCP_NO_MAINTENANCE_WINDOW")]
+    pub no_maintenance_window: bool,
+    /// Whether fleet upgrades may move the tenant.
+    #[arg(long, env = "VCP_FLEET_UPGRADES", value_enum)]
+    pub fleet_upgrades: Option<FleetUpgradesArg>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `vcp upgrade ...`: fleet upgrades (admins only).
+#[derive(Debug, clap::Subcommand)]
+pub enum UpgradeCommand {
+    /// Start a fleet upgrade (and with --wait, follow it wave by wave until it ends).
+    Create(UpgradeCreate),
+    /// List fleet upgrades, newest first.
+    List(OutputArgs),
+    /// Show a fleet upgrade with every tenant's state.
+    Get {
+        /// Fleet upgrade id.
+        id: i64,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Hold a fleet upgrade: no tenant starts; those moving finish.
+    Pause(UpgradeActionArgs),
+    /// Resume a paused fleet upgrade.
+    Resume(UpgradeActionArgs),
+    /// Cancel a fleet upgrade: tenants not started are skipped.
+    Cancel(UpgradeActionArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpgradeActionArgs {
+    /// Fleet upgrade id.
+    pub id: i64,
+    /// Why, for the audit trail.
+    #[arg(long, env = "VCP_UPGRADE_REASON")]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpgradeCreate {
+    /// The minor to move tenants to (`vcp version list`).
+    #[arg(long, env = "VCP_UPGRADE_TO")]
+    pub to: String,
+    /// Only tenants with these labels: `key=value,key2=value2`.
+    #[arg(long, env = "VCP_UPGRADE_SELECTOR")]
+    pub selector: Option<String>,
+    /// Only these tenants (comma-separated names).
+    #[arg(long, env = "VCP_UPGRADE_NAMES", value_delimiter = ',')]
+    pub names: Vec<String>,
+    /// Only tenants on this version.
+    #[arg(long, env = "VCP_UPGRADE_FROM_VERSION")]
+    pub from_version: Option<String>,
+    /// Tenants more than one minor behind go through every minor between.
+    #[arg(long, env = "VCP_UPGRADE_CHAIN")]
+    pub chain: bool,
+    /// Allow a `preview` target.
+    #[arg(long, env = "VCP_ALLOW_PREVIEW")]
+    pub allow_preview: bool,
+    /// Tenants in the first wave; each wave after is twice the one before.
+    #[arg(long, env = "VCP_UPGRADE_CANARY", default_value_t = 1)]
+    pub canary: u32,
+    /// At most this many tenants moving at once.
+    #[arg(long, env = "VCP_UPGRADE_MAX_PARALLEL", default_value_t = 10)]
+    pub max_parallel: u32,
+    /// Stop when more tenants of one wave fail than this.
+    #[arg(long, env = "VCP_UPGRADE_FAILURE_BUDGET", default_value_t = 0)]
+    pub failure_budget: u32,
+    /// Seconds to wait after a wave before the next one.
+    #[arg(long, env = "VCP_UPGRADE_SOAK_SECONDS", default_value_t = 60)]
+    pub soak_seconds: u32,
+    /// Start tenants at any time, not only inside their maintenance windows.
+    #[arg(long, env = "VCP_UPGRADE_IGNORE_WINDOWS")]
+    pub ignore_maintenance_windows: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -142,6 +261,13 @@ pub struct TenantCreate {
     /// Label as KEY=VALUE (repeatable).
     #[arg(long = "label", env = "VCP_LABELS", value_delimiter = ',')]
     pub labels: Vec<String>,
+    /// When fleet upgrades may start the tenant, UTC: `DAYS HH:MM DURATION`, e.g.
+    /// `sat,sun 02:00 4h`; absent: its plan's window, or any time.
+    #[arg(long, env = "VCP_MAINTENANCE_WINDOW", value_parser = window)]
+    pub maintenance_window: Option<MaintenanceWindow>,
+    /// Whether fleet upgrades may move the tenant (default include).
+    #[arg(long, env = "VCP_FLEET_UPGRADES", value_enum)]
+    pub fleet_upgrades: Option<FleetUpgradesArg>,
     #[command(flatten)]
     pub wait: WaitArgs,
     #[command(flatten)]
@@ -476,6 +602,8 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 labels: labels(&a.labels)?,
                 plan: a.plan,
                 allow_preview: a.allow_preview,
+                maintenance_window: a.maintenance_window,
+                fleet_upgrades: a.fleet_upgrades.map(Into::into),
             };
             let mut t: TenantView = client.post("/v1/tenants", &req).await?;
             if a.wait.wait {
@@ -522,9 +650,10 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
         }
         TenantCommand::Upgrade(a) => {
             let req = UpgradeTenant {
-                version: a.to.clone(),
+                version: Some(a.to.clone()),
                 chain: a.chain,
                 allow_preview: a.allow_preview,
+                ..Default::default()
             };
             let path = format!("/v1/tenants/{}", name(&a.name)?);
             let mut t: TenantView = client
@@ -558,6 +687,26 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
             }
             match a.output.output {
                 Format::Table => print(&output::tenants_table(&[t], now(), width)),
+                f => print(&output::structured(&t, f)),
+            }
+        }
+        TenantCommand::Update(a) => {
+            let req = UpgradeTenant {
+                maintenance_window: if a.no_maintenance_window {
+                    Some(None)
+                } else {
+                    a.maintenance_window.map(Some)
+                },
+                fleet_upgrades: a.fleet_upgrades.map(Into::into),
+                ..Default::default()
+            };
+            let path = format!("/v1/tenants/{}", name(&a.name)?);
+            let t: TenantView = client
+                .call(reqwest::Method::PATCH, &path, Some(&req))
+                .await?
+                .ok_or_else(|| Error::Client(format!("empty answer from {path}")))?;
+            match a.output.output {
+                Format::Table => print(&output::tenant_detail(&t, now(), width)),
                 f => print(&output::structured(&t, f)),
             }
         }
@@ -843,6 +992,119 @@ pub async fn snapshot(conn: &Connection, cmd: SnapshotCommand) -> Result<()> {
                 f => print(&output::structured(&r, f)),
             }
         }
+    }
+}
+
+/// `vcp upgrade ...`
+pub async fn upgrade(conn: &Connection, cmd: UpgradeCommand) -> Result<()> {
+    let client = Client::new(conn)?;
+    let width = output::terminal_width();
+    let show = |d: &FleetUpgradeDetail, f: Format| match f {
+        Format::Table => print(&output::fleet_detail(d, now(), width)),
+        f => print(&output::structured(d, f)),
+    };
+    match cmd {
+        UpgradeCommand::Create(a) => {
+            let req = CreateFleetUpgrade {
+                target: a.to.clone(),
+                selector: FleetSelector {
+                    labels: a.selector,
+                    names: (!a.names.is_empty()).then_some(a.names),
+                    version: a.from_version,
+                },
+                chain: a.chain,
+                allow_preview: a.allow_preview,
+                canary: a.canary,
+                max_parallel: a.max_parallel,
+                failure_budget: a.failure_budget,
+                soak_seconds: a.soak_seconds,
+                respect_maintenance_windows: !a.ignore_maintenance_windows,
+            };
+            let mut d: FleetUpgradeDetail = client.post("/v1/upgrades", &req).await?;
+            if a.wait.wait {
+                progress(&format!(
+                    "fleet upgrade {} to {}: {} tenants in {} waves; waiting until done",
+                    d.upgrade.id, d.upgrade.target, d.upgrade.progress.total, d.upgrade.waves
+                ));
+                d = follow_fleet(&client, d.upgrade.id, &a.wait).await?;
+                if d.upgrade.state != FleetState::Succeeded {
+                    show(&d, a.output.output)?;
+                    return Err(Error::Client(format!(
+                        "fleet upgrade {} ended {}: {}",
+                        d.upgrade.id,
+                        d.upgrade.state,
+                        d.upgrade.reason.as_deref().unwrap_or("no reason recorded")
+                    )));
+                }
+            }
+            show(&d, a.output.output)
+        }
+        UpgradeCommand::List(o) => {
+            let list: FleetUpgradeList = client.get("/v1/upgrades").await?;
+            match o.output {
+                Format::Table => print(&output::fleets_table(&list.items, now(), width)),
+                f => print(&output::structured(&list, f)),
+            }
+        }
+        UpgradeCommand::Get { id, output: o } => {
+            let d: FleetUpgradeDetail = client.get(&format!("/v1/upgrades/{id}")).await?;
+            show(&d, o.output)
+        }
+        UpgradeCommand::Pause(a) => fleet_action(&client, "pause", a, show).await,
+        UpgradeCommand::Resume(a) => fleet_action(&client, "resume", a, show).await,
+        UpgradeCommand::Cancel(a) => fleet_action(&client, "cancel", a, show).await,
+    }
+}
+
+async fn fleet_action(
+    client: &Client,
+    action: &str,
+    a: UpgradeActionArgs,
+    show: impl Fn(&FleetUpgradeDetail, Format) -> Result<()>,
+) -> Result<()> {
+    let d: FleetUpgradeDetail = client
+        .post(
+            &format!("/v1/upgrades/{}/{action}", a.id),
+            &FleetUpgradeAction { reason: a.reason },
+        )
+        .await?;
+    show(&d, a.output.output)
+}
+
+/// Polls a fleet upgrade until it is finished with nothing moving, printing a progress line
+/// whenever it changes (waves, done, failed, remaining, ETA).
+async fn follow_fleet(client: &Client, id: i64, wait: &WaitArgs) -> Result<FleetUpgradeDetail> {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        let d: FleetUpgradeDetail = client.get(&format!("/v1/upgrades/{id}")).await?;
+        let line = output::fleet_progress(&d.upgrade);
+        if line != last {
+            progress(&format!("{:>6.1}s  {line}", start.elapsed().as_secs_f64()));
+            for f in &d.failures {
+                if !last.is_empty() || d.upgrade.state.finished() {
+                    progress(&format!(
+                        "          failed: {} ({} -> {}): {}",
+                        f.name,
+                        f.from,
+                        f.target,
+                        f.reason.as_deref().unwrap_or("-")
+                    ));
+                }
+            }
+            last = line;
+        }
+        if d.upgrade.state.finished() && d.upgrade.progress.running == 0 {
+            return Ok(d);
+        }
+        if start.elapsed() > wait.timeout {
+            return Err(Error::Client(format!(
+                "fleet upgrade {id} is still {} after {}s",
+                d.upgrade.state,
+                wait.timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 

@@ -2,8 +2,8 @@
 //! progress lines of `--wait`. Pure functions of the API's answers.
 
 use crate::api::{
-    Hard, KubeconfigView, Phase, RestoreView, SnapshotView, TenantView, TokenView, Usage,
-    UsageSamples, VersionList,
+    FleetUpgradeDetail, FleetUpgradeView, Hard, KubeconfigView, Phase, RestoreView, SnapshotView,
+    TenantView, TokenView, Usage, UsageSamples, VersionList,
 };
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -172,6 +172,13 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
                     .join(",")
             },
         ),
+        (
+            "Window",
+            t.maintenance_window
+                .as_ref()
+                .map_or_else(|| "- (the plan's, or any time)".into(), |w| w.to_string()),
+        ),
+        ("Fleet", t.fleet_upgrades.as_str().to_owned()),
         ("Age", age(t.created_at, now)),
     ];
     for (k, v) in fields {
@@ -500,6 +507,101 @@ pub fn versions_table(v: &VersionList, width: usize) -> String {
     table(&["MINOR", "KUBERNETES", "CLASS", "DEFAULT"], &rows, width)
 }
 
+/// A duration as people read it: `45s`, `3m20s`, `1h05m`.
+pub fn span(secs: u64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// One line of a fleet upgrade's progress, as `vcp upgrade create --wait` prints it.
+pub fn fleet_progress(f: &FleetUpgradeView) -> String {
+    let p = &f.progress;
+    let done = p.succeeded + p.failed + p.skipped;
+    let mut line = format!(
+        "{} wave {}/{}  done {}/{} (failed {}, skipped {})  running {}  remaining {}",
+        f.state,
+        (f.current_wave + 1).min(f.waves.max(1)),
+        f.waves,
+        done,
+        p.total,
+        p.failed,
+        p.skipped,
+        p.running,
+        p.pending + p.running
+    );
+    if let Some(until) = f.soak_until {
+        let _ = write!(line, "  soaking until {}", until.time());
+    }
+    if let Some(eta) = p.eta_seconds.filter(|_| !f.state.finished()) {
+        let _ = write!(line, "  eta {}", span(eta));
+    }
+    if let Some(r) = f.reason.as_deref().filter(|_| f.state.finished()) {
+        let _ = write!(line, "  ({r})");
+    }
+    line
+}
+
+pub fn fleets_table(items: &[FleetUpgradeView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|f| {
+            let p = &f.progress;
+            vec![
+                f.id.to_string(),
+                f.target.clone(),
+                f.state.as_str().to_owned(),
+                format!("{}/{}", (f.current_wave + 1).min(f.waves.max(1)), f.waves),
+                format!("{}/{}", p.succeeded, p.total),
+                p.failed.to_string(),
+                age(f.created_at, now),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "TARGET", "STATE", "WAVE", "DONE", "FAILED", "AGE"],
+        &rows,
+        width,
+    )
+}
+
+/// A fleet upgrade and its tenants.
+pub fn fleet_detail(d: &FleetUpgradeDetail, now: OffsetDateTime, width: usize) -> String {
+    let f = &d.upgrade;
+    let mut out = format!(
+        "fleet upgrade {} to {} (created by {}, {} ago)\n{}\n\n",
+        f.id,
+        f.target,
+        f.created_by,
+        age(f.created_at, now),
+        fleet_progress(f)
+    );
+    let rows: Vec<Vec<String>> = d
+        .tenants
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.wave.to_string(),
+                format!("{} -> {}", t.from, t.target),
+                t.state.as_str().to_owned(),
+                t.reason
+                    .clone()
+                    .or_else(|| t.forced.clone())
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["TENANT", "WAVE", "VERSION", "STATE", "REASON"],
+        &rows,
+        width,
+    ));
+    out
+}
+
 /// Follows a tenant while `--wait` polls it: remembers what was already reported so each
 /// step is printed once, when it becomes ready.
 #[derive(Debug, Default)]
@@ -596,7 +698,67 @@ mod tests {
             created_at: at(0),
             usage: None,
             upgrade: None,
+            maintenance_window: None,
+            fleet_upgrades: crate::api::FleetUpgrades::Include,
         }
+    }
+
+    #[test]
+    fn fleet_progress_shows_waves_counts_and_eta_and_the_table_fits() {
+        use crate::api::{FleetEntryState, FleetProgress, FleetState, FleetTenantView};
+        let f = FleetUpgradeView {
+            id: 7,
+            target: "1.37".into(),
+            state: FleetState::Running,
+            selector: Default::default(),
+            chain: false,
+            canary: 1,
+            max_parallel: 10,
+            failure_budget: 0,
+            soak_seconds: 60,
+            respect_maintenance_windows: true,
+            current_wave: 1,
+            waves: 3,
+            soak_until: None,
+            reason: None,
+            created_by: "admin".into(),
+            created_at: at(0),
+            finished_at: None,
+            progress: FleetProgress {
+                total: 7,
+                pending: 4,
+                running: 2,
+                succeeded: 1,
+                failed: 0,
+                skipped: 0,
+                eta_seconds: Some(200),
+            },
+        };
+        assert_eq!(
+            fleet_progress(&f),
+            "Running wave 2/3  done 1/7 (failed 0, skipped 0)  running 2  remaining 6  eta 3m20s"
+        );
+        let t = FleetTenantView {
+            name: "a".repeat(40),
+            wave: 2,
+            from: "1.36".into(),
+            target: "1.37".into(),
+            state: FleetEntryState::Failed,
+            upgrade_id: Some(3),
+            upgrade_state: None,
+            forced: None,
+            reason: Some("hop 1.36 -> 1.37 not healthy after 300s: ".repeat(3)),
+            started_at: None,
+            finished_at: None,
+        };
+        let d = FleetUpgradeDetail {
+            upgrade: f.clone(),
+            tenants: vec![t.clone()],
+            failures: vec![t],
+        };
+        let out = fleet_detail(&d, at(100), 80);
+        assert!(max_line(&out) <= 100, "{out}");
+        assert!(max_line(&fleets_table(&[f], at(100), 80)) <= 80);
     }
 
     fn max_line(s: &str) -> usize {

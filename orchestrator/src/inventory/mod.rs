@@ -6,12 +6,18 @@
 //! that creates work sends `NOTIFY vcp_tenants` so idle replicas wake at once instead of at
 //! their next poll.
 //!
+//! Fleet upgrades (many tenants moved in waves) are in [`fleet`]; they start each tenant's
+//! upgrade through the same transaction a `PATCH /v1/tenants/{name}` uses.
+//!
 //! The lifecycle columns are typed ([`crate::lifecycle`]): `desired` and `phase` decode through
 //! checked mappings and `conditions` through serde, so a value the code does not know fails the
 //! read instead of turning into a default.
 
+pub mod fleet;
+
 use crate::pki::CertInfo;
 use crate::render::Catalog;
+use crate::upgrade::fleet::MaintenanceWindow;
 use crate::upgrade::{Active, HopSnapshot, Transition};
 use crate::{Error, Result};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
@@ -19,17 +25,13 @@ use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_core::lifecycle::{Condition, Desired, Phase, SnapshotState, UpgradeState};
+use vcp_core::lifecycle::{Condition, Desired, FleetUpgrades, Phase, SnapshotState, UpgradeState};
 use vcp_core::naming::TenantKey;
 use vcp_policy::quota::Usage;
 
 pub mod snapshots;
 
 pub use snapshots::{NewRestore, RestoreRow, SnapshotRow};
-
-/// The `tenant_upgrades.state` values of an upgrade still moving (`UpgradeState::active`), for
-/// SQL.
-const ACTIVE_UPGRADE: &str = "('Snapshotting', 'Running', 'RollingBack')";
 
 /// Channel that wakes reconcile workers.
 pub const CHANNEL: &str = "vcp_tenants";
@@ -56,6 +58,10 @@ pub struct Tenant {
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
     pub deleted_at: Option<OffsetDateTime>,
+    /// When fleet upgrades may start it (`None`: its plan's window, or any time).
+    pub maintenance_window: Option<Json<MaintenanceWindow>>,
+    /// Whether fleet upgrades may move it (an expired version moves it regardless).
+    pub fleet_upgrades: FleetUpgrades,
 }
 
 /// A tenant to create.
@@ -67,6 +73,23 @@ pub struct NewTenant {
     pub labels: BTreeMap<String, String>,
     pub version: String,
     pub plan: String,
+    pub maintenance_window: Option<MaintenanceWindow>,
+    pub fleet_upgrades: FleetUpgrades,
+}
+
+/// What an owner may change of a tenant besides its version (`PATCH /v1/tenants/{name}`);
+/// `None` leaves a setting as it is.
+#[derive(Debug, Clone, Default)]
+pub struct TenantSettings {
+    /// `Some(None)` removes the tenant's own window (its plan's applies again).
+    pub maintenance_window: Option<Option<MaintenanceWindow>>,
+    pub fleet_upgrades: Option<FleetUpgrades>,
+}
+
+impl TenantSettings {
+    pub fn is_empty(&self) -> bool {
+        self.maintenance_window.is_none() && self.fleet_upgrades.is_none()
+    }
 }
 
 /// What one reconcile pass leaves behind.
@@ -218,7 +241,8 @@ pub struct CertificateRow {
 }
 
 const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
-     phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at";
+     phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
+     maintenance_window, fleet_upgrades";
 
 fn unique_violation(e: &sqlx::Error) -> Option<String> {
     match e {
@@ -289,8 +313,9 @@ impl Inventory {
     pub async fn create_tenant(&self, t: &NewTenant, actor: &str) -> Result<Tenant> {
         let mut tx = self.pool.begin().await?;
         let row: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO tenants (name, key, owner, labels, version, plan)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {TENANT_COLUMNS}"
+            "INSERT INTO tenants (name, key, owner, labels, version, plan, maintenance_window,
+               fleet_upgrades)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {TENANT_COLUMNS}"
         )))
         .bind(&t.name)
         .bind(t.key.as_str())
@@ -298,6 +323,8 @@ impl Inventory {
         .bind(Json(&t.labels))
         .bind(&t.version)
         .bind(&t.plan)
+        .bind(t.maintenance_window.as_ref().map(Json))
+        .bind(t.fleet_upgrades)
         .fetch_one(&mut *tx)
         .await
         .map_err(|e| match unique_violation(&e).as_deref() {
@@ -310,7 +337,8 @@ impl Inventory {
             actor,
             "tenant.create",
             Some(row.id),
-            serde_json::json!({"name": t.name, "key": t.key, "version": t.version, "plan": t.plan}),
+            serde_json::json!({"name": t.name, "key": t.key, "version": t.version, "plan": t.plan,
+                "maintenance_window": t.maintenance_window, "fleet_upgrades": t.fleet_upgrades}),
         )
         .await?;
         notify(&mut tx).await?;
@@ -401,70 +429,63 @@ impl Inventory {
         actor: &str,
     ) -> Result<Option<(Tenant, UpgradeRow)>> {
         let mut tx = self.pool.begin().await?;
-        // The phase check and the phase switch are one statement, so two requests racing for
-        // one tenant cannot both pass it; the unique index catches what else could. The
-        // version stays until the hop's snapshot is taken.
+        let started = start_upgrade_in(&mut tx, t.id, &t.version, owner, u, actor, actor).await?;
+        if started.is_some() {
+            tx.commit().await?;
+        }
+        Ok(started)
+    }
+
+    /// Changes a live tenant's settings (for `owner`'s own only, if given) and audits it;
+    /// `None` if there is no such tenant.
+    pub async fn update_tenant_settings(
+        &self,
+        t: &Tenant,
+        owner: Option<&str>,
+        s: &TenantSettings,
+        actor: &str,
+    ) -> Result<Option<Tenant>> {
+        let mut tx = self.pool.begin().await?;
         let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE tenants SET phase = $4, generation = generation + 1,
-               next_reconcile_at = now(), updated_at = now()
-             WHERE id = $1 AND deleted_at IS NULL AND desired = $5 AND phase = $6
-               AND version = $3 AND ($2::text IS NULL OR owner = $2)
-               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
-                               WHERE tenant_id = $1 AND state IN {ACTIVE_UPGRADE})
-               AND NOT EXISTS (SELECT 1 FROM etcd_restores
-                               WHERE tenant_id = $1 AND state = 'Running')
+            "UPDATE tenants SET
+               maintenance_window = CASE WHEN $3 THEN $4 ELSE maintenance_window END,
+               fleet_upgrades = COALESCE($5, fleet_upgrades), updated_at = now()
+             WHERE id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR owner = $2)
              RETURNING {TENANT_COLUMNS}"
         )))
         .bind(t.id)
         .bind(owner)
-        .bind(&t.version)
-        .bind(Phase::Upgrading)
-        .bind(Desired::Present)
-        .bind(Phase::Ready)
+        .bind(s.maintenance_window.is_some())
+        .bind(s.maintenance_window.clone().flatten().map(Json))
+        .bind(s.fleet_upgrades)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let up: UpgradeRow = sqlx::query_as(
-            "INSERT INTO tenant_upgrades
-               (tenant_id, from_version, target_version, chain, hop_from, hop_to, state,
-                requested_by)
-             VALUES ($1, $2, $3, $4, $2, $5, $6, $7)
-             RETURNING *",
-        )
-        .bind(t.id)
-        .bind(&t.version)
-        .bind(&u.target)
-        .bind(u.chain)
-        .bind(&u.first_hop)
-        .bind(UpgradeState::Snapshotting)
-        .bind(actor)
-        .fetch_one(&mut *tx)
-        .await?;
-        let up = snapshots::snapshot_hop(&mut tx, &row, up.id, actor).await?;
-        audit_in(
-            &mut tx,
-            actor,
-            "tenant.upgrade.start",
-            Some(t.id),
-            serde_json::json!({"upgrade": up.id, "from": t.version, "to": u.target,
-                "chain": u.chain, "hop": u.first_hop, "snapshot": up.snapshot_id}),
-        )
-        .await?;
-        notify(&mut tx).await?;
+        if let Some(row) = &row {
+            audit_in(
+                &mut tx,
+                actor,
+                "tenant.settings",
+                Some(row.id),
+                serde_json::json!({"maintenance_window": row.maintenance_window,
+                    "fleet_upgrades": row.fleet_upgrades}),
+            )
+            .await?;
+        }
         tx.commit().await?;
-        Ok(Some((row, up)))
+        Ok(row)
     }
 
     /// The upgrade moving a tenant now, if any.
     pub async fn active_upgrade(&self, tenant_id: i64) -> Result<Option<UpgradeRow>> {
-        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT * FROM tenant_upgrades WHERE tenant_id = $1 AND state IN {ACTIVE_UPGRADE}"
-        )))
-        .bind(tenant_id)
-        .fetch_optional(&self.pool)
-        .await?)
+        Ok(
+            sqlx::query_as(
+                "SELECT * FROM tenant_upgrades WHERE tenant_id = $1 AND state = ANY($2)",
+            )
+            .bind(tenant_id)
+            .bind(UpgradeState::active_names())
+            .fetch_optional(&self.pool)
+            .await?,
+        )
     }
 
     /// The latest upgrade of each of these tenants that had one.
@@ -940,6 +961,75 @@ impl Inventory {
     }
 }
 
+/// Starts an upgrade inside `tx` (see [`Inventory::start_upgrade`]): the tenant `tenant_id`
+/// must be live, Ready, on `from`, (`owner`'s, if given) and not moved by another upgrade.
+/// `requested_by` is what the upgrade shows as its origin; `actor` is the audit's.
+async fn start_upgrade_in(
+    tx: &mut sqlx::PgConnection,
+    tenant_id: i64,
+    from: &str,
+    owner: Option<&str>,
+    u: &NewUpgrade,
+    requested_by: &str,
+    actor: &str,
+) -> Result<Option<(Tenant, UpgradeRow)>> {
+    // The phase check and the phase switch are one statement, so two requests racing for
+    // one tenant cannot both pass it; the unique index catches what else could. The version
+    // stays until the hop's snapshot is taken.
+    let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE tenants SET phase = $4, generation = generation + 1,
+           next_reconcile_at = now(), updated_at = now()
+         WHERE id = $1 AND deleted_at IS NULL AND desired = $5 AND phase = $6
+           AND version = $3 AND ($2::text IS NULL OR owner = $2)
+           AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
+                           WHERE tenant_id = $1 AND state = ANY($7))
+           AND NOT EXISTS (SELECT 1 FROM etcd_restores
+                           WHERE tenant_id = $1 AND state = 'Running')
+         RETURNING {TENANT_COLUMNS}"
+    )))
+    .bind(tenant_id)
+    .bind(owner)
+    .bind(from)
+    .bind(Phase::Upgrading)
+    .bind(Desired::Present)
+    .bind(Phase::Ready)
+    .bind(UpgradeState::active_names())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let up: UpgradeRow = sqlx::query_as(
+        "INSERT INTO tenant_upgrades
+           (tenant_id, from_version, target_version, chain, hop_from, hop_to, state,
+            requested_by)
+         VALUES ($1, $2, $3, $4, $2, $5, $6, $7)
+         RETURNING *",
+    )
+    .bind(tenant_id)
+    .bind(from)
+    .bind(&u.target)
+    .bind(u.chain)
+    .bind(&u.first_hop)
+    .bind(UpgradeState::Snapshotting)
+    .bind(requested_by)
+    .fetch_one(&mut *tx)
+    .await?;
+    let up = snapshots::snapshot_hop(&mut *tx, &row, up.id, actor).await?;
+    audit_in(
+        &mut *tx,
+        actor,
+        "tenant.upgrade.start",
+        Some(tenant_id),
+        serde_json::json!({"upgrade": up.id, "from": from, "to": u.target,
+            "chain": u.chain, "hop": u.first_hop, "requested_by": requested_by,
+            "snapshot": up.snapshot_id}),
+    )
+    .await?;
+    notify(&mut *tx).await?;
+    Ok(Some((row, up)))
+}
+
 async fn notify(tx: &mut sqlx::PgConnection) -> Result<()> {
     sqlx::query("SELECT pg_notify($1, '')")
         .bind(CHANNEL)
@@ -967,7 +1057,7 @@ async fn apply_transition(
         Transition::RollBack(why) => (UpgradeState::RollingBack, Some(why), None),
         Transition::RolledBack => (UpgradeState::RolledBack, None, None),
     };
-    let row: Option<UpgradeRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let row: Option<UpgradeRow> = sqlx::query_as(
         "UPDATE tenant_upgrades SET state = $3,
            reason = COALESCE($4, reason),
            hop_from = CASE WHEN $5::text IS NULL THEN hop_from ELSE hop_to END,
@@ -975,14 +1065,15 @@ async fn apply_transition(
            hop_started_at = CASE WHEN $5::text IS NULL AND $3 <> 'Running' THEN hop_started_at
              ELSE now() END,
            finished_at = CASE WHEN $3 IN ('Succeeded', 'RolledBack') THEN now() END
-         WHERE id = $1 AND tenant_id = $2 AND state IN {ACTIVE_UPGRADE}
-         RETURNING *"
-    )))
+         WHERE id = $1 AND tenant_id = $2 AND state = ANY($6)
+         RETURNING *",
+    )
     .bind(upgrade)
     .bind(tenant)
     .bind(state)
     .bind(reason)
     .bind(hop)
+    .bind(UpgradeState::active_names())
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {

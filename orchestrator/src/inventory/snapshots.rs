@@ -2,7 +2,7 @@
 //! by the API or by an upgrade before each hop, recorded by the tenant's reconcile pass with
 //! what the snapshot Job reported; restores started by admins and advanced by the pass.
 
-use super::{ACTIVE_UPGRADE, Inventory, TENANT_COLUMNS, Tenant, UpgradeRow, audit_in, notify};
+use super::{Inventory, TENANT_COLUMNS, Tenant, UpgradeRow, audit_in, notify};
 use crate::Result;
 use crate::snapshot::{self, Report};
 use time::OffsetDateTime;
@@ -217,19 +217,20 @@ impl Inventory {
         actor: &str,
     ) -> Result<Option<RestoreRow>> {
         let mut tx = self.pool.begin().await?;
-        let moved = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let moved = sqlx::query(
             "UPDATE tenants SET phase = $2, generation = generation + 1,
                next_reconcile_at = now(), updated_at = now()
              WHERE id = $1 AND deleted_at IS NULL AND desired = $3 AND phase = $4
                AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
-                               WHERE tenant_id = $1 AND state IN {ACTIVE_UPGRADE})
+                               WHERE tenant_id = $1 AND state = ANY($5))
                AND NOT EXISTS (SELECT 1 FROM etcd_restores
-                               WHERE tenant_id = $1 AND state = 'Running')"
-        )))
+                               WHERE tenant_id = $1 AND state = 'Running')",
+        )
         .bind(t.id)
         .bind(Phase::Restoring)
         .bind(Desired::Present)
         .bind(Phase::Ready)
+        .bind(vcp_core::lifecycle::UpgradeState::active_names())
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -12,8 +12,14 @@
 //! start. The worker writes that [`Transition`] in the same transaction as the pass's outcome,
 //! so a replica killed anywhere leaves an upgrade another replica continues from.
 //!
-//! Pure: no client, no pool.
+//! [`fleet`] plans fleet upgrades (many tenants, in waves) on top of this, and its
+//! [`runner`] starts each tenant's upgrade through the same inventory path.
+//!
+//! Pure: no client, no pool; except [`runner`], the fleet worker, which owns the I/O of
+//! fleet upgrades (the inventory) and asks [`fleet::step`] what to do.
 
+pub mod fleet;
+pub mod runner;
 pub mod skew;
 
 use crate::provision::steps::{REQUEUE_WAITING, Step, StepResult, Verdict};
