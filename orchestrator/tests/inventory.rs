@@ -660,15 +660,16 @@ async fn a_fleet_tenant_starts_once_and_only_under_the_fleets_lease() -> anyhow:
     assert_eq!(started, 1);
     let ups = upgrades_of(&inv, ids[0]).await?;
     assert_eq!(ups.len(), 1, "{ups:?}");
+    // Started like any upgrade: its first hop snapshots the tenant before the version moves.
     assert_eq!(
         ups[0],
-        ("Running".to_owned(), format!("fleet-upgrade/{}", f.id))
+        ("Snapshotting".to_owned(), format!("fleet-upgrade/{}", f.id))
     );
     let t = inv.tenant_by_id(ids[0]).await?.unwrap();
-    assert_eq!((t.version.as_str(), t.phase), ("1.37", Phase::Upgrading));
+    assert_eq!((t.version.as_str(), t.phase), ("1.36", Phase::Upgrading));
     let entries = inv.fleet_entries(f.id).await?;
     assert_eq!(entries[0].state, FleetEntryState::Running);
-    assert_eq!(entries[0].upgrade_state, Some(UpgradeState::Running));
+    assert_eq!(entries[0].upgrade_state, Some(UpgradeState::Snapshotting));
 
     // The holder's lease runs out: another worker takes over, the old one writes nothing.
     sqlx::query(

@@ -96,6 +96,20 @@ impl Provisioner {
         let ns = control_plane_namespace(&t.key);
         let job = snapshot::snapshot_job(s.id);
         let actor = "vcp-orchestrator";
+        if self.config.simulate {
+            // Simulated control planes have no etcd to stream from: the snapshot is recorded
+            // as such (storage version `simulated`), so upgrades measure vcp's own work.
+            let r = Report {
+                revision: 1,
+                size: 1,
+                sha256: "0".repeat(64),
+                storage_version: "simulated".into(),
+            };
+            self.inventory
+                .finish_snapshot(t.id, s.id, Ok(&r), actor)
+                .await?;
+            return Ok(SnapshotState::Succeeded);
+        }
         match self.job_state(&ns, &job).await? {
             JobState::Absent => {
                 let objects = self.config.renderer.render_job(

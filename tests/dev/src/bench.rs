@@ -522,3 +522,132 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
     drop(orch);
     Ok(())
 }
+
+/// `bench upgrade` settings.
+#[derive(Debug, Clone)]
+pub struct UpgradeBench {
+    pub tenants: usize,
+    pub simulate: bool,
+    pub workers: u16,
+    pub max_parallel: u32,
+}
+
+/// N tenants on 1.36 moved to 1.37 by one fleet upgrade (canary 1, no soak) through a real
+/// `vcp serve`: the fleet's wall time, each tenant's upgrade time (from its fleet entry's start
+/// to its end), failures, and vcp's RSS and CPU over the upgrade.
+pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
+    use vcp_dev::platform::{self, ApiClient, ServeOptions};
+    let cluster = DevCluster::start().await?;
+    let token = platform::new_token();
+    let orch = platform::start_orchestrator(
+        &cluster,
+        &cluster.state_dir().join("vcp"),
+        &ServeOptions {
+            database_url: cluster.database_url().to_owned(),
+            admin_token: token.clone(),
+            replica_id: "vcp-bench".into(),
+            workers: b.workers,
+            port: None,
+            simulate: b.simulate,
+            extra_env: vec![],
+        },
+        Supervision::Attached,
+    )
+    .await?;
+    let api = ApiClient::new(&orch.url, &token);
+    for i in 0..b.tenants {
+        let (s, t) = api
+            .raw(
+                reqwest::Method::POST,
+                "/v1/tenants",
+                Some(&serde_json::json!({"name": format!("u{i}"), "version": "1.36"})),
+            )
+            .await?;
+        anyhow::ensure!(s == 201, "create u{i}: {s} {t}");
+    }
+    let deadline = Duration::from_secs(600 + 2 * b.tenants as u64);
+    let start = Instant::now();
+    loop {
+        let (_, list) = api.raw(reqwest::Method::GET, "/v1/tenants", None).await?;
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let ready = items.iter().filter(|t| t["phase"] == "Ready").count();
+        if ready == b.tenants {
+            break;
+        }
+        anyhow::ensure!(
+            start.elapsed() < deadline,
+            "{ready} of {} tenants Ready after {deadline:?}",
+            b.tenants
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "bench upgrade: {} tenants Ready on 1.36 after {:.1}s; upgrading",
+        b.tenants,
+        start.elapsed().as_secs_f64()
+    );
+
+    let (rss_before, cpu_before) = proc_usage(orch.proc.pid);
+    let start = Instant::now();
+    let (s, f) = api
+        .raw(
+            reqwest::Method::POST,
+            "/v1/upgrades",
+            Some(&serde_json::json!({
+                "target": "1.37",
+                "canary": 1,
+                "max_parallel": b.max_parallel,
+                "failure_budget": b.tenants,
+                "soak_seconds": 0,
+                "respect_maintenance_windows": false,
+            })),
+        )
+        .await?;
+    anyhow::ensure!(s == 201, "fleet upgrade: {s} {f}");
+    let id = f["id"].as_i64().or_else(|| f["upgrade"]["id"].as_i64());
+    let id = id.ok_or_else(|| anyhow::anyhow!("no id in {f}"))?;
+    let mut peak_rss = rss_before;
+    let detail = loop {
+        let (_, d) = api
+            .raw(reqwest::Method::GET, &format!("/v1/upgrades/{id}"), None)
+            .await?;
+        peak_rss = peak_rss.max(proc_usage(orch.proc.pid).0);
+        let u = &d["upgrade"];
+        let finished =
+            ["Succeeded", "Failed", "Cancelled"].contains(&u["state"].as_str().unwrap_or(""));
+        if finished && u["progress"]["running"] == 0 {
+            break d;
+        }
+        anyhow::ensure!(
+            start.elapsed() < deadline,
+            "fleet upgrade {id} not finished after {deadline:?}: {u}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let total_s = start.elapsed().as_secs_f64();
+    let (_, cpu_after) = proc_usage(orch.proc.pid);
+    let parse = |v: &serde_json::Value| {
+        v.as_str().and_then(|s| {
+            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+        })
+    };
+    let tenants = detail["tenants"].as_array().cloned().unwrap_or_default();
+    let took: Vec<f64> = tenants
+        .iter()
+        .filter_map(|t| {
+            Some((parse(&t["finished_at"])? - parse(&t["started_at"])?).as_seconds_f64())
+        })
+        .collect();
+    let failed = tenants.iter().filter(|t| t["state"] != "Succeeded").count();
+    println!(
+        "bench-upgrade tenants={} simulate={} max_parallel={} total_s={total_s:.1} per_tenant_p50_s={:.1} per_tenant_p99_s={:.1} failed={failed} vcp_rss_mib={peak_rss:.1} vcp_cpu_s={:.1}",
+        b.tenants,
+        b.simulate,
+        b.max_parallel,
+        percentile(took.clone(), 0.5),
+        percentile(took, 0.99),
+        cpu_after - cpu_before,
+    );
+    drop(orch);
+    Ok(())
+}

@@ -103,6 +103,22 @@ enum Bench {
         #[arg(long, env = "VCP_BENCH_IDLE_SECONDS", default_value_t = 60)]
         idle_seconds: u64,
     },
+    /// Tenants on 1.36 moved to 1.37 by one fleet upgrade through `vcp serve`: wall time,
+    /// per-tenant time, failures, vcp's RSS and CPU.
+    Upgrade {
+        /// Tenants to create and upgrade.
+        #[arg(long, env = "VCP_BENCH_TENANTS", default_value_t = 3)]
+        tenants: usize,
+        /// Control planes on kwok nodes, Ready pods counting as serving (vcp's own overhead).
+        #[arg(long, env = "VCP_BENCH_SIMULATE")]
+        simulate: bool,
+        /// Reconcile workers of vcp serve.
+        #[arg(long, env = "VCP_BENCH_WORKERS", default_value_t = 8)]
+        workers: u16,
+        /// Tenants upgrading at once.
+        #[arg(long, env = "VCP_BENCH_MAX_PARALLEL", default_value_t = 50)]
+        max_parallel: u32,
+    },
     /// Start and stop fresh clusters (new state dir each time) and report startup times.
     Startup {
         /// How many clusters to start, one after the other.
@@ -285,6 +301,21 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 simulate,
                 workers,
                 idle_seconds,
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Upgrade {
+            tenants,
+            simulate,
+            workers,
+            max_parallel,
+        }) => {
+            bench::upgrade(bench::UpgradeBench {
+                tenants,
+                simulate,
+                workers,
+                max_parallel,
             })
             .await?;
             Ok(ExitCode::SUCCESS)
