@@ -604,15 +604,17 @@ pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
         )
         .await?;
     anyhow::ensure!(s == 201, "fleet upgrade: {s} {f}");
-    let id = f["id"].as_i64().or_else(|| f["upgrade"]["id"].as_i64());
-    let id = id.ok_or_else(|| anyhow::anyhow!("no id in {f}"))?;
+    // The detail is the fleet upgrade's fields with its `tenants` beside them.
+    let id = f["id"]
+        .as_i64()
+        .ok_or_else(|| anyhow::anyhow!("no id in {f}"))?;
     let mut peak_rss = rss_before;
     let detail = loop {
         let (_, d) = api
             .raw(reqwest::Method::GET, &format!("/v1/upgrades/{id}"), None)
             .await?;
         peak_rss = peak_rss.max(proc_usage(orch.proc.pid).0);
-        let u = &d["upgrade"];
+        let u = &d;
         let finished =
             ["Succeeded", "Failed", "Cancelled"].contains(&u["state"].as_str().unwrap_or(""));
         if finished && u["progress"]["running"] == 0 {
@@ -620,7 +622,9 @@ pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
         }
         anyhow::ensure!(
             start.elapsed() < deadline,
-            "fleet upgrade {id} not finished after {deadline:?}: {u}"
+            "fleet upgrade {id} not finished after {deadline:?}: {} {}",
+            u["state"],
+            u["progress"]
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
