@@ -436,6 +436,38 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A fresh cluster in a temporary directory (gone when the benchmark ends) with a real
+/// `vcp serve` on its Postgres, and an admin client of it.
+async fn bench_platform(
+    simulate: bool,
+    workers: u16,
+) -> anyhow::Result<(
+    DevCluster,
+    vcp_dev::platform::Orchestrator,
+    vcp_dev::platform::ApiClient,
+)> {
+    use vcp_dev::platform::{self, ApiClient, ServeOptions};
+    let cluster = DevCluster::start().await?;
+    let token = platform::new_token();
+    let orch = platform::start_orchestrator(
+        &cluster,
+        &cluster.state_dir().join("vcp"),
+        &ServeOptions {
+            database_url: cluster.database_url().to_owned(),
+            admin_token: token.clone(),
+            replica_id: "vcp-bench".into(),
+            workers,
+            port: None,
+            simulate,
+            extra_env: vec![],
+        },
+        Supervision::Attached,
+    )
+    .await?;
+    let api = ApiClient::new(&orch.url, &token);
+    Ok((cluster, orch, api))
+}
+
 /// `bench provision` settings.
 #[derive(Debug, Clone)]
 pub struct ProvisionBench {
@@ -448,26 +480,7 @@ pub struct ProvisionBench {
 /// Creates N tenants at once through a real `vcp serve` and reports how long each took to
 /// become Ready, and what vcp itself costs: RSS and CPU, in total and per idle tenant.
 pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
-    use vcp_dev::platform::{self, ApiClient, ServeOptions};
-    // A fresh cluster in a temporary directory, gone when the benchmark ends.
-    let cluster = DevCluster::start().await?;
-    let token = platform::new_token();
-    let orch = platform::start_orchestrator(
-        &cluster,
-        &cluster.state_dir().join("vcp"),
-        &ServeOptions {
-            database_url: cluster.database_url().to_owned(),
-            admin_token: token.clone(),
-            replica_id: "vcp-bench".into(),
-            workers: b.workers,
-            port: None,
-            simulate: b.simulate,
-            extra_env: vec![],
-        },
-        Supervision::Attached,
-    )
-    .await?;
-    let api = ApiClient::new(&orch.url, &token);
+    let (_cluster, orch, api) = bench_platform(b.simulate, b.workers).await?;
     let (base_rss, base_cpu) = proc_usage(orch.proc.pid);
     let start = Instant::now();
     let mut created = Vec::new();
@@ -536,25 +549,7 @@ pub struct UpgradeBench {
 /// `vcp serve`: the fleet's wall time, each tenant's upgrade time (from its fleet entry's start
 /// to its end), failures, and vcp's RSS and CPU over the upgrade.
 pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
-    use vcp_dev::platform::{self, ApiClient, ServeOptions};
-    let cluster = DevCluster::start().await?;
-    let token = platform::new_token();
-    let orch = platform::start_orchestrator(
-        &cluster,
-        &cluster.state_dir().join("vcp"),
-        &ServeOptions {
-            database_url: cluster.database_url().to_owned(),
-            admin_token: token.clone(),
-            replica_id: "vcp-bench".into(),
-            workers: b.workers,
-            port: None,
-            simulate: b.simulate,
-            extra_env: vec![],
-        },
-        Supervision::Attached,
-    )
-    .await?;
-    let api = ApiClient::new(&orch.url, &token);
+    let (_cluster, orch, api) = bench_platform(b.simulate, b.workers).await?;
     for i in 0..b.tenants {
         let (s, t) = api
             .raw(
