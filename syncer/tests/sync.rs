@@ -1733,3 +1733,111 @@ async fn gc_never_deletes_look_alikes_outside_the_host_namespaces_it_owns() -> R
     }
     Ok(())
 }
+
+/// The host side of a restarted syncer whose credentials cannot list pods in a host namespace
+/// yet (a RoleBinding not in force, say): its fan-in counts that namespace as listed empty, so
+/// the cache is complete without the host pod. A running tenant pod must not be taken for one
+/// whose host pod vanished (that deleted it, as after a node loss), only kept until the host
+/// answers. The syncer here acts as a user of its own (impersonated), granted everything it
+/// uses except pods until the test grants those.
+#[tokio::test]
+async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_pods() -> Res {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    const USER: &str = "e2el-lagging-syncer";
+    let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
+    let cp = TenantControlPlane::start("e2el").await?;
+    let syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace_for_pods(&tenant, "apps").await?;
+    create::<Pod>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    let before = eventually("the tenant pod running", Duration::from_secs(120), || async {
+        let p = pods.get("p").await?;
+        Ok(running(&p).then_some(p))
+    })
+    .await?;
+    drop(syncer);
+
+    // Everything the syncer touches on the host, pods aside; RBAC cannot subtract, so the
+    // core kinds are named and the other groups are whole.
+    let core = [
+        "namespaces", "configmaps", "secrets", "services", "endpoints", "events",
+        "serviceaccounts", "serviceaccounts/token", "persistentvolumeclaims",
+        "persistentvolumes", "nodes", "resourcequotas", "limitranges",
+    ];
+    let role = |name: &str, rules: serde_json::Value| -> Res<ClusterRole> {
+        Ok(serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name}, "rules": rules}),
+        )?)
+    };
+    let binding = |name: &str| -> Res<ClusterRoleBinding> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
+        }))?)
+    };
+    let roles: Api<ClusterRole> = Api::all(host.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(host.clone());
+    let pp = PostParams::default();
+    roles
+        .create(&pp, &role("e2el-no-pods", serde_json::json!([
+            {"apiGroups": [""], "resources": core, "verbs": ["*"]},
+            {"apiGroups": ["discovery.k8s.io", "networking.k8s.io", "storage.k8s.io",
+                "rbac.authorization.k8s.io", "events.k8s.io", "coordination.k8s.io",
+                "admissionregistration.k8s.io"], "resources": ["*"], "verbs": ["*"]},
+        ]))?)
+        .await?;
+    bindings.create(&pp, &binding("e2el-no-pods")?).await?;
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path())?;
+    for user in &mut kubeconfig.auth_infos {
+        if let Some(info) = user.auth_info.as_mut() {
+            info.impersonate = Some(USER.into());
+        }
+    }
+    let dir = tempfile::tempdir()?;
+    let lagging = dir.path().join("lagging.kubeconfig");
+    std::fs::write(&lagging, serde_yaml::to_string(&kubeconfig)?)?;
+
+    let _syncer = cp.start_syncer_as(&lagging, &vcp_dev::tenant::syncer_binary()?, &[])?;
+    // Long enough for the restarted syncer to list, find the pod missing from its cache and
+    // retry a few times.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let kept = pods.get_opt("p").await?;
+    anyhow::ensure!(
+        kept.as_ref().is_some_and(|p| p.uid() == before.uid()
+            && p.metadata.deletion_timestamp.is_none()),
+        "the running tenant pod was deleted while its host pod could not be listed: {:?}",
+        kept.map(|p| (p.uid(), p.metadata.deletion_timestamp))
+    );
+
+    // Pods granted: the same pod, still running, still mirrored.
+    roles
+        .create(&pp, &role("e2el-pods", serde_json::json!([
+            {"apiGroups": [""], "resources": ["pods", "pods/status", "pods/binding"], "verbs": ["*"]},
+        ]))?)
+        .await?;
+    bindings.create(&pp, &binding("e2el-pods")?).await?;
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2el-apps");
+    eventually("the pod mirrored after the grant", Duration::from_secs(120), || async {
+        let (t, h) = (pods.get_opt("p").await?, host_pods.get_opt("p").await?);
+        Ok(t.zip(h).and_then(|(t, h)| {
+            let same = t.uid() == before.uid()
+                && h.annotations().get(vcp_core::naming::ANN_UID) == before.uid().as_ref();
+            (same && running(&t)).then_some(())
+        }))
+    })
+    .await?;
+    for name in ["e2el-no-pods", "e2el-pods"] {
+        bindings.delete(name, &DeleteParams::default()).await?;
+        roles.delete(name, &DeleteParams::default()).await?;
+    }
+    Ok(())
+}

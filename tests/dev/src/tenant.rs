@@ -209,11 +209,22 @@ impl TenantControlPlane {
         binary: &std::path::Path,
         extra: &[&str],
     ) -> Result<Spawned> {
+        self.start_syncer_as(host.kubeconfig_path(), binary, extra)
+    }
+
+    /// [`Self::start_syncer_binary`] with host credentials of the caller's choosing
+    /// (`host_kubeconfig`, a restricted or impersonating one, say).
+    pub fn start_syncer_as(
+        &self,
+        host_kubeconfig: &std::path::Path,
+        binary: &std::path::Path,
+        extra: &[&str],
+    ) -> Result<Spawned> {
         // Port 0: nobody probes it here, and a port picked in advance can be taken by another
         // test's process before the syncer binds it (the syncer would exit at once).
         let mut spec = ProcSpec::new("vcp-syncer", binary.to_path_buf()).args([
             format!("--tenant-kubeconfig={}", p(&self.kubeconfig)),
-            format!("--host-kubeconfig={}", p(host.kubeconfig_path())),
+            format!("--host-kubeconfig={}", p(host_kubeconfig)),
             format!("--tenant-key={}", self.key),
             "--listen=127.0.0.1:0".to_owned(),
         ]);
@@ -229,6 +240,11 @@ impl TenantControlPlane {
         let path = self.dir.path().join("policy.yaml");
         std::fs::write(&path, yaml).map_err(crate::Error::io(&path))?;
         Ok(format!("--policy={}", p(&path)))
+    }
+
+    /// A PEM file of this control plane's PKI (`ca.crt`, `admin.crt`, `kubelet-client.key`, ...).
+    pub fn pki_file(&self, name: &str) -> PathBuf {
+        self.dir.path().join("pki").join(name)
     }
 
     /// Where the syncer logs.

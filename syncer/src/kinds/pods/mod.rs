@@ -43,9 +43,30 @@ async fn remove_tenant_pod(e: &Engine, t: &Pod) -> Result<()> {
     delete_exact(&api, t, Some(0), "tenant pod").await
 }
 
+/// Whether the host apiserver itself (not the cache) has no pod of `desired`'s name. Asked
+/// before anything is done because a host pod is missing from the cache: a cache can be
+/// complete and still lack it (after a restart, a host namespace whose first list failed
+/// counts as listed empty, see [`crate::engine::fanin`]), and acting on that would delete a
+/// running tenant pod. An error (the list failed for a reason, say) is returned, not taken
+/// for absence. Only on this path, so it costs nothing in steady state.
+async fn host_pod_gone(e: &Engine, desired: &Pod) -> Result<bool> {
+    let ns = desired.namespace().unwrap_or_default();
+    let name = desired.name_any();
+    let found = Api::<Pod>::namespaced(e.host.clone(), &ns)
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!("get host pod {ns}/{name}")))?;
+    Ok(found.is_none())
+}
+
 /// Down-reconcile of a tenant pod.
 pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     let e = &side.engine;
+    // Until the host cache holds its first list every host pod looks absent; nothing is
+    // decided on that (a requeue frees the worker, see `cache_ready`).
+    if !crate::engine::cache_ready(&side.host) {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
     let mut desired = to_host(&t, &e.ctx, &e.pod_env);
     // Which tenant NetworkPolicies isolate it (see `kinds::netpols`).
     desired
@@ -61,7 +82,12 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 delete_host(e, h.as_ref(), t.metadata.deletion_grace_period_seconds).await?;
             }
             HostSide::Ours { .. } => {} // the host pod is terminating; wait for it
-            HostSide::Absent | HostSide::Foreign(_) => remove_tenant_pod(e, &t).await?,
+            HostSide::Foreign(_) => remove_tenant_pod(e, &t).await?,
+            HostSide::Absent => {
+                if host_pod_gone(e, &desired).await? {
+                    remove_tenant_pod(e, &t).await?;
+                }
+            }
         }
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
@@ -71,6 +97,9 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             let bound = t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
             let ran = t.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some();
             if bound && ran {
+                if !host_pod_gone(e, &desired).await? {
+                    return Ok(Action::requeue(Duration::from_secs(1)));
+                }
                 tracing::info!(ns = ?t.namespace(), pod = %t.name_any(), "host pod vanished; removing the tenant pod so its owner replaces it");
                 remove_tenant_pod(e, &t).await?;
                 return Ok(Action::await_change());
