@@ -12,11 +12,16 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # Debian packages: the Postgres server (ephemeral databases), setpriv (util-linux: runs
 # postgres unprivileged and ties test processes to their parent), iproute2 (network
-# namespaces for the process-running node) and Python with venv (schemathesis, below).
+# namespaces for the process-running node), Python with venv (schemathesis, below), curl and
+# script.
 missing=()
 [[ -x /usr/lib/postgresql/15/bin/postgres ]] || missing+=(postgresql-15)
 command -v setpriv >/dev/null || missing+=(util-linux)
 command -v ip >/dev/null || missing+=(iproute2)
+# curl (the kubelet endpoint test knocks with and without certificates) and script (util-linux,
+# a pty for an interactive kubectl exec).
+command -v curl >/dev/null || missing+=(curl)
+command -v script >/dev/null || missing+=(bsdutils)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3 python3-venv)
 if ((${#missing[@]})); then
   sudo=""

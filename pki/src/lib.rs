@@ -18,6 +18,11 @@ use sha2::{Digest, Sha256};
 use std::net::IpAddr;
 use time::{Duration, OffsetDateTime};
 
+/// The user a kube-apiserver calls kubelets as (`--kubelet-client-certificate`): the only
+/// client a tenant's kubelet endpoint (its syncer) admits, and the host apiserver's own in the
+/// dev cluster.
+pub const KUBELET_CLIENT_USER: &str = "vcp:apiserver-kubelet-client";
+
 /// Errors of certificate handling.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {

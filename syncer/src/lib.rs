@@ -19,10 +19,13 @@
 //! - `vcp_core::naming` (keys, host names, markers) and `vcp_policy` (what the tenant's plan
 //!   allows) are the pure rules both; [`naming`] holds the names of objects only the syncer
 //!   makes.
+//! - [`kubelet`]: the kubelet endpoint the tenant apiserver calls for `kubectl logs`, `exec`,
+//!   `attach` and `port-forward`, passed on to the host pod's subresources.
 //! - [`metrics`] counts what is served on `/metrics`.
 
 pub mod engine;
 pub mod kinds;
+pub mod kubelet;
 pub mod metrics;
 pub mod naming;
 
@@ -73,6 +76,8 @@ pub enum Error {
         #[source]
         source: vcp_policy::Error,
     },
+    #[error("kubelet endpoint: {0}")]
+    Kubelet(String),
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
         addr: String,
@@ -93,6 +98,7 @@ impl Error {
             Error::NotReady(_) => "not_ready",
             Error::PolicyFile { .. } | Error::Policy { .. } => "policy",
             Error::Serve { .. } => "serve",
+            Error::Kubelet(_) => "kubelet",
         }
     }
 }
@@ -186,6 +192,31 @@ pub struct Args {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "VCP_SYNCER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Address of the kubelet endpoint the tenant apiserver calls for logs, exec, attach and
+    /// port-forward (see docs/syncer.md); without it there is none, and virtual nodes carry
+    /// the host node's internal addresses.
+    #[arg(long, env = "VCP_KUBELET_LISTEN", requires_all = ["kubelet_tls_cert", "kubelet_tls_key", "kubelet_client_ca"])]
+    pub kubelet_listen: Option<String>,
+    /// The host name or IP address virtual nodes give for the endpoint (the syncer's Service
+    /// name, which its serving certificate names); by default the listen address's host.
+    #[arg(long, env = "VCP_KUBELET_ADDRESS", requires = "kubelet_listen")]
+    pub kubelet_address: Option<String>,
+    /// The port virtual nodes give for the endpoint (a Service's port); by default the port it
+    /// listens on.
+    #[arg(long, env = "VCP_KUBELET_PORT", requires = "kubelet_listen")]
+    pub kubelet_port: Option<u16>,
+    /// The endpoint's serving certificate (PEM).
+    #[arg(long, env = "VCP_KUBELET_TLS_CERT")]
+    pub kubelet_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "VCP_KUBELET_TLS_KEY")]
+    pub kubelet_tls_key: Option<PathBuf>,
+    /// The CA client certificates must be signed by: the tenant CA.
+    #[arg(long, env = "VCP_KUBELET_CLIENT_CA")]
+    pub kubelet_client_ca: Option<PathBuf>,
+    /// The only client certificate common name admitted: the tenant apiserver's kubelet client.
+    #[arg(long, env = "VCP_KUBELET_CLIENT_NAME", default_value = kubelet::APISERVER_CLIENT)]
+    pub kubelet_client_name: String,
     /// Log format: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, env = "VCP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -266,6 +297,10 @@ pub async fn run(args: Args) -> Result<()> {
             .await
             .map_err(|e| Error::InCluster(kube::Error::InferConfig(e)))?,
     };
+    // The kubelet endpoint's calls stream for as long as a `logs -f` or a shell lasts.
+    let mut stream_cfg = host_cfg.clone();
+    stream_cfg.read_timeout = None;
+    stream_cfg.write_timeout = None;
     let host = counted_client(host_cfg, metrics.api_requests("host"))?;
     let env = pod_env(&host, &args).await;
     tracing::info!(tenant = %key, apiserver = ?env.apiserver, dns = ?env.dns, pod_security = %policy.pod_security, "starting");
@@ -282,6 +317,48 @@ pub async fn run(args: Args) -> Result<()> {
                 role,
                 service_account: (ns, args.host_service_account.clone()),
             });
+    let kubelet = match &args.kubelet_listen {
+        Some(listen) => {
+            let files = kubelet::TlsFiles {
+                cert: args.kubelet_tls_cert.clone().unwrap_or_default(),
+                key: args.kubelet_tls_key.clone().unwrap_or_default(),
+                client_ca: args.kubelet_client_ca.clone().unwrap_or_default(),
+            };
+            let tls = kubelet::tls_config(&files)?;
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|source| Error::Serve {
+                    addr: listen.clone(),
+                    source,
+                })?;
+            let bound = listener.local_addr().map_err(|source| Error::Serve {
+                addr: listen.clone(),
+                source,
+            })?;
+            let endpoint = kinds::pods::nodes::KubeletEndpoint {
+                address: args
+                    .kubelet_address
+                    .clone()
+                    .unwrap_or_else(|| bound.ip().to_string()),
+                port: args.kubelet_port.unwrap_or(bound.port()),
+            };
+            tracing::info!(listen = %bound, address = %endpoint.address, port = endpoint.port, "kubelet endpoint");
+            engine.kubelet_endpoint = Some(endpoint);
+            let client = kube::client::ClientBuilder::try_from(stream_cfg)
+                .map_err(kube_err("build a client".into()))?
+                .build();
+            Some((
+                listener,
+                tls,
+                Arc::new(kubelet::Endpoint {
+                    key: key.clone(),
+                    host: client,
+                    client_name: args.kubelet_client_name.clone(),
+                }),
+            ))
+        }
+        None => None,
+    };
     let engine = Arc::new(engine);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
@@ -428,6 +505,11 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             Duration::from_secs(args.node_sync_seconds.max(1))
         )),
+        async move {
+            if let Some((listener, tls, endpoint)) = kubelet {
+                kubelet::serve(listener, tls, endpoint).await;
+            }
+        },
         async move {
             if let Err(e) = axum::serve(listener, health).await {
                 tracing::error!(error = %e, "health and metrics endpoints stopped");

@@ -1758,19 +1758,33 @@ async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_
     )
     .await?;
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
-    let before = eventually("the tenant pod running", Duration::from_secs(120), || async {
-        let p = pods.get("p").await?;
-        Ok(running(&p).then_some(p))
-    })
+    let before = eventually(
+        "the tenant pod running",
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get("p").await?;
+            Ok(running(&p).then_some(p))
+        },
+    )
     .await?;
     drop(syncer);
 
     // Everything the syncer touches on the host, pods aside; RBAC cannot subtract, so the
     // core kinds are named and the other groups are whole.
     let core = [
-        "namespaces", "configmaps", "secrets", "services", "endpoints", "events",
-        "serviceaccounts", "serviceaccounts/token", "persistentvolumeclaims",
-        "persistentvolumes", "nodes", "resourcequotas", "limitranges",
+        "namespaces",
+        "configmaps",
+        "secrets",
+        "services",
+        "endpoints",
+        "events",
+        "serviceaccounts",
+        "serviceaccounts/token",
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "nodes",
+        "resourcequotas",
+        "limitranges",
     ];
     let role = |name: &str, rules: serde_json::Value| -> Res<ClusterRole> {
         Ok(serde_json::from_value(
@@ -1788,12 +1802,18 @@ async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_
     let bindings: Api<ClusterRoleBinding> = Api::all(host.clone());
     let pp = PostParams::default();
     roles
-        .create(&pp, &role("e2el-no-pods", serde_json::json!([
-            {"apiGroups": [""], "resources": core, "verbs": ["*"]},
-            {"apiGroups": ["discovery.k8s.io", "networking.k8s.io", "storage.k8s.io",
-                "rbac.authorization.k8s.io", "events.k8s.io", "coordination.k8s.io",
-                "admissionregistration.k8s.io"], "resources": ["*"], "verbs": ["*"]},
-        ]))?)
+        .create(
+            &pp,
+            &role(
+                "e2el-no-pods",
+                serde_json::json!([
+                    {"apiGroups": [""], "resources": core, "verbs": ["*"]},
+                    {"apiGroups": ["discovery.k8s.io", "networking.k8s.io", "storage.k8s.io",
+                        "rbac.authorization.k8s.io", "events.k8s.io", "coordination.k8s.io",
+                        "admissionregistration.k8s.io"], "resources": ["*"], "verbs": ["*"]},
+                ]),
+            )?,
+        )
         .await?;
     bindings.create(&pp, &binding("e2el-no-pods")?).await?;
     let mut kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path())?;
@@ -1812,8 +1832,8 @@ async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_
     tokio::time::sleep(Duration::from_secs(15)).await;
     let kept = pods.get_opt("p").await?;
     anyhow::ensure!(
-        kept.as_ref().is_some_and(|p| p.uid() == before.uid()
-            && p.metadata.deletion_timestamp.is_none()),
+        kept.as_ref()
+            .is_some_and(|p| p.uid() == before.uid() && p.metadata.deletion_timestamp.is_none()),
         "the running tenant pod was deleted while its host pod could not be listed: {:?}",
         kept.map(|p| (p.uid(), p.metadata.deletion_timestamp))
     );
@@ -1826,14 +1846,18 @@ async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_
         .await?;
     bindings.create(&pp, &binding("e2el-pods")?).await?;
     let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2el-apps");
-    eventually("the pod mirrored after the grant", Duration::from_secs(120), || async {
-        let (t, h) = (pods.get_opt("p").await?, host_pods.get_opt("p").await?);
-        Ok(t.zip(h).and_then(|(t, h)| {
-            let same = t.uid() == before.uid()
-                && h.annotations().get(vcp_core::naming::ANN_UID) == before.uid().as_ref();
-            (same && running(&t)).then_some(())
-        }))
-    })
+    eventually(
+        "the pod mirrored after the grant",
+        Duration::from_secs(120),
+        || async {
+            let (t, h) = (pods.get_opt("p").await?, host_pods.get_opt("p").await?);
+            Ok(t.zip(h).and_then(|(t, h)| {
+                let same = t.uid() == before.uid()
+                    && h.annotations().get(vcp_core::naming::ANN_UID) == before.uid().as_ref();
+                (same && running(&t)).then_some(())
+            }))
+        },
+    )
     .await?;
     for name in ["e2el-no-pods", "e2el-pods"] {
         bindings.delete(name, &DeleteParams::default()).await?;

@@ -120,6 +120,19 @@ pub fn plan(n: &ApiNames) -> Vec<LeafPlan> {
             ca: "ca",
             spec: LeafSpec::client(SYNCER_USER, &["system:masters"]),
         },
+        // The apiserver's client towards kubelets: the syncer's kubelet endpoint admits only
+        // this name, and the endpoint's serving certificate names the syncer's Service, which
+        // virtual nodes give as their address (the apiserver verifies it with the tenant CA).
+        LeafPlan {
+            name: "apiserver-kubelet-client",
+            ca: "ca",
+            spec: LeafSpec::client(KUBELET_CLIENT_USER, &[]),
+        },
+        LeafPlan {
+            name: "syncer-kubelet",
+            ca: "ca",
+            spec: LeafSpec::server("vcp-syncer", svc_names("vcp-syncer"), vec![loopback]),
+        },
         LeafPlan {
             name: "coredns",
             ca: "ca",
@@ -205,5 +218,34 @@ mod tests {
                 .dns_names
                 .contains(&"etcd-2.etcd.vcp-demoabc123.svc".to_owned())
         );
+    }
+
+    #[test]
+    fn the_kubelet_pair_is_the_apiservers_client_and_the_syncers_service() {
+        let plan = plan(&names());
+        let client = plan
+            .iter()
+            .find(|p| p.name == "apiserver-kubelet-client")
+            .unwrap();
+        assert_eq!(
+            (client.ca, client.spec.client, client.spec.server),
+            ("ca", true, false)
+        );
+        assert_eq!(client.spec.common_name, KUBELET_CLIENT_USER);
+        let serving = plan.iter().find(|p| p.name == "syncer-kubelet").unwrap();
+        assert_eq!(
+            (serving.ca, serving.spec.server, serving.spec.client),
+            ("ca", true, false)
+        );
+        assert!(
+            serving
+                .spec
+                .dns_names
+                .contains(&"vcp-syncer.vcp-demoabc123.svc".to_owned()),
+            "virtual nodes name the syncer by its Service: {:?}",
+            serving.spec.dns_names
+        );
+        let names: std::collections::BTreeSet<_> = plan.iter().map(|p| p.name).collect();
+        assert_eq!(names.len(), plan.len(), "one Secret per leaf");
     }
 }

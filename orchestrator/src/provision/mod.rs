@@ -709,14 +709,19 @@ impl Provisioner {
             ("etcd".to_owned(), digest(&["etcd"])),
             (
                 "apiserver".to_owned(),
-                digest(&["apiserver", "apiserver-etcd-client", "front-proxy-client"]),
+                digest(&[
+                    "apiserver",
+                    "apiserver-etcd-client",
+                    "front-proxy-client",
+                    "apiserver-kubelet-client",
+                ]),
             ),
             (
                 "controller_manager".to_owned(),
                 digest(&["controller-manager"]),
             ),
             ("coredns".to_owned(), digest(&["coredns"])),
-            ("syncer".to_owned(), digest(&["syncer"])),
+            ("syncer".to_owned(), digest(&["syncer", "syncer-kubelet"])),
         ]))
     }
 

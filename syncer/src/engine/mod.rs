@@ -102,6 +102,9 @@ pub struct Engine {
     /// How the syncer grants itself access to each host namespace it creates (`--host-role`);
     /// `None` when its host credentials already reach them.
     pub host_access: Option<access::HostAccess>,
+    /// Where the tenant apiserver reaches the syncer's kubelet endpoint, if it serves one
+    /// (virtual nodes carry it).
+    pub kubelet_endpoint: Option<pods::nodes::KubeletEndpoint>,
 }
 
 impl Engine {
@@ -145,6 +148,7 @@ impl Engine {
             control_plane_namespace: None,
             host_namespace_set: tokio::sync::watch::channel(None).0,
             host_access: None,
+            kubelet_endpoint: None,
         }
     }
 

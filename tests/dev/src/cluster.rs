@@ -478,7 +478,7 @@ impl Layout {
 fn ensure_pki(l: &Layout) -> Result<()> {
     let dir = l.dir.join("pki");
     if dir.join("ca.crt").exists() {
-        return Ok(());
+        return top_up_pki(&dir);
     }
     std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
     let ips: Vec<IpAddr> = vec![
@@ -492,6 +492,39 @@ fn ensure_pki(l: &Layout) -> Result<()> {
     files.sort_by_key(|(name, _)| name == "ca.crt");
     for (name, pem) in files {
         write_private(&dir.join(name), pem)?;
+    }
+    Ok(())
+}
+
+/// Issues, from the existing CA, the kubelet certificates a state directory made before they
+/// existed lacks (the rest of its PKI, and what was signed with it, stays valid).
+fn top_up_pki(dir: &Path) -> Result<()> {
+    if dir.join("kubelet-serving.crt").exists() {
+        return Ok(());
+    }
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).map_err(Error::io(dir.join(n)));
+    let ca = pki::Ca::load(&pki::CertKey {
+        cert_pem: read("ca.crt")?,
+        key_pem: read("ca.key")?,
+    })?;
+    let now = time::OffsetDateTime::now_utc();
+    let client = ca.issue(
+        &pki::LeafSpec::client(vcp_pki::KUBELET_CLIENT_USER, &[]),
+        now,
+        pki::LEAF_VALIDITY,
+    )?;
+    let serving = ca.issue(
+        &pki::LeafSpec::server(
+            "kubelet",
+            vec!["localhost".to_owned()],
+            vec![[127, 0, 0, 1].into()],
+        ),
+        now,
+        pki::LEAF_VALIDITY,
+    )?;
+    for (name, pair) in [("kubelet-client", &client), ("kubelet-serving", &serving)] {
+        write_private(&dir.join(format!("{name}.key")), &pair.key_pem)?;
+        write_private(&dir.join(format!("{name}.crt")), &pair.cert_pem)?;
     }
     Ok(())
 }
@@ -629,6 +662,16 @@ async fn boot(opts: Options) -> Result<DevCluster> {
                 l.pki("front-proxy-client.key")
             ),
             "--profiling=false".to_owned(),
+            // Kubelet calls (logs, exec, attach, port-forward) reach kwok's kubelet API on the
+            // loopback: simulated workers name it `localhost` (InternalDNS), which its
+            // certificate names, verified as a kubelet's is.
+            format!(
+                "--kubelet-client-certificate={}",
+                l.pki("kubelet-client.crt")
+            ),
+            format!("--kubelet-client-key={}", l.pki("kubelet-client.key")),
+            format!("--kubelet-certificate-authority={}", l.pki("ca.crt")),
+            "--kubelet-preferred-address-types=InternalDNS,InternalIP,Hostname".to_owned(),
         ]);
         let mut apiserver = process::spawn(&apiserver, mode, &l.log("kube-apiserver"))?;
         let api_health = format!("{api_url}/readyz");
@@ -695,13 +738,20 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             "--profiling=false".to_owned(),
         ]);
         let kwok_config = l.file("kwok.yaml");
-        write_atomic(&kwok_config, KWOK_STAGES)?;
+        let kwok_dir = dir.join(crate::kwok::DIR);
+        std::fs::create_dir_all(&kwok_dir).map_err(Error::io(&kwok_dir))?;
+        write_atomic(
+            &kwok_config,
+            &format!("{KWOK_STAGES}---\n{}", crate::kwok::debugging(&kwok_dir)?),
+        )?;
         let kwok = ProcSpec::new("kwok", &kwok_bin).args([
             format!("--kubeconfig={}", p(&admin_kc)),
             format!("--config={}", p(&kwok_config)),
             "--manage-all-nodes=false".to_owned(),
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".to_owned(),
             format!("--server-address=127.0.0.1:{kwok_port}"),
+            format!("--tls-cert-file={}", l.pki("kubelet-serving.crt")),
+            format!("--tls-private-key-file={}", l.pki("kubelet-serving.key")),
             "--node-lease-duration-seconds=40".to_owned(),
         ]);
         let mut devnode = ProcSpec::new("devnode", &devnode_bin).args([
@@ -734,7 +784,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
                 )
             }
         };
-        apply_cluster_objects(&client, opts.workers, version).await?;
+        apply_cluster_objects(&client, opts.workers, version, kwok_port).await?;
 
         let kcm_health = format!("https://127.0.0.1:{kcm_port}/healthz");
         let sched_health = format!("https://127.0.0.1:{sched_port}/healthz");
@@ -848,7 +898,12 @@ fn link(target: &Path, at: &Path) -> Result<()> {
 
 /// Worker Nodes (for kwok) and the default StorageClass, applied server-side so a restart
 /// re-applies them harmlessly.
-async fn apply_cluster_objects(client: &Client, workers: u32, version: &str) -> Result<()> {
+async fn apply_cluster_objects(
+    client: &Client,
+    workers: u32,
+    version: &str,
+    kwok_port: u16,
+) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     for i in 0..workers {
@@ -880,11 +935,14 @@ async fn apply_cluster_objects(client: &Client, workers: u32, version: &str) -> 
             "apiVersion": "v1",
             "kind": "Node",
             "status": {
-                // Simulated addresses: data for the API, never dialled.
+                // Simulated addresses: data for the API, never dialled. The kubelet API is
+                // kwok's, at `localhost` (the host apiserver prefers InternalDNS).
                 "addresses": [
+                    {"type": "InternalDNS", "address": "localhost"},
                     {"type": "InternalIP", "address": format!("10.250.0.{}", i + 1)},
                     {"type": "Hostname", "address": name},
                 ],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": kwok_port}},
                 "capacity": capacity,
                 "allocatable": capacity,
                 "nodeInfo": {"kubeletVersion": version, "architecture": "amd64", "operatingSystem": "linux",

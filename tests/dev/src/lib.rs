@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod devnet;
 mod error;
 pub mod kubeconfig;
+pub mod kwok;
 pub mod pki;
 pub mod platform;
 pub mod postgres;

@@ -27,6 +27,11 @@ pub struct ClusterPki {
     pub controller_manager_serving: CertKey,
     pub scheduler: CertKey,
     pub scheduler_serving: CertKey,
+    /// The apiserver's client certificate towards kubelets ([`vcp_pki::KUBELET_CLIENT_USER`]).
+    pub kubelet_client: CertKey,
+    /// A kubelet API's serving certificate on the loopback: kwok's in the host cluster, the
+    /// syncer's kubelet endpoint in a tenant.
+    pub kubelet_serving: CertKey,
     pub service_account_key_pem: String,
     pub service_account_pub_pem: String,
 }
@@ -72,6 +77,11 @@ impl ClusterPki {
                 &ca,
                 LeafSpec::server("kube-scheduler", localhost(), vec![loopback]),
             )?,
+            kubelet_client: leaf(&ca, LeafSpec::client(vcp_pki::KUBELET_CLIENT_USER, &[]))?,
+            kubelet_serving: leaf(
+                &ca,
+                LeafSpec::server("kubelet", localhost(), vec![loopback]),
+            )?,
             apiserver,
             service_account_key_pem: sa_key,
             service_account_pub_pem: sa_pub,
@@ -96,6 +106,8 @@ impl ClusterPki {
             ),
             ("scheduler", &self.scheduler),
             ("scheduler-serving", &self.scheduler_serving),
+            ("kubelet-client", &self.kubelet_client),
+            ("kubelet-serving", &self.kubelet_serving),
         ] {
             files.push((format!("{name}.crt"), pair.cert_pem.as_str()));
             files.push((format!("{name}.key"), pair.key_pem.as_str()));
@@ -200,7 +212,7 @@ mod tests {
         let pki = ClusterPki::generate(&[[127, 0, 0, 1].into()], now()).unwrap();
         assert_ne!(pki.ca.cert_pem, pki.front_proxy_ca.cert_pem);
         let files = pki.files();
-        assert_eq!(files.len(), 20);
+        assert_eq!(files.len(), 24);
         assert!(
             files
                 .iter()

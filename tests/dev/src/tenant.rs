@@ -122,6 +122,11 @@ impl TenantControlPlane {
                 format!("--service-account-signing-key-file={}", f("sa.key")),
                 "--authorization-mode=RBAC".to_owned(),
                 "--profiling=false".to_owned(),
+                // Kubelet calls go to the syncer's endpoint, verified as a kubelet is.
+                format!("--kubelet-client-certificate={}", f("kubelet-client.crt")),
+                format!("--kubelet-client-key={}", f("kubelet-client.key")),
+                format!("--kubelet-certificate-authority={}", f("ca.crt")),
+                "--kubelet-preferred-address-types=Hostname,InternalIP".to_owned(),
             ]),
             Supervision::Attached,
             &log("kube-apiserver"),
@@ -227,6 +232,19 @@ impl TenantControlPlane {
             format!("--host-kubeconfig={}", p(host_kubeconfig)),
             format!("--tenant-key={}", self.key),
             "--listen=127.0.0.1:0".to_owned(),
+            // The kubelet endpoint on a port of its own, named `localhost` on virtual nodes
+            // (its certificate's name).
+            "--kubelet-listen=127.0.0.1:0".to_owned(),
+            "--kubelet-address=localhost".to_owned(),
+            format!(
+                "--kubelet-tls-cert={}",
+                p(&self.pki_file("kubelet-serving.crt"))
+            ),
+            format!(
+                "--kubelet-tls-key={}",
+                p(&self.pki_file("kubelet-serving.key"))
+            ),
+            format!("--kubelet-client-ca={}", p(&self.pki_file("ca.crt"))),
         ]);
         spec = spec.args(extra.iter().map(|s| (*s).to_owned()));
         spec.env

@@ -2,6 +2,10 @@
 //! the virtual node named after its host pod's node ([`super::up`]); the node is created then
 //! (`ensure_virtual_node`), its status mirrored from the host node every period, and it is
 //! removed once no tenant pod is bound to it ([`virtual_nodes`]).
+//!
+//! With a kubelet endpoint ([`crate::kubelet`]), every virtual node carries that endpoint's
+//! address and port instead of the host node's, so the tenant apiserver's `logs`, `exec`,
+//! `attach` and `port-forward` go to the syncer, never to a host node.
 
 use crate::engine::{Engine, FIELD_MANAGER, shared::Cache};
 use crate::{Result, kube_err};
@@ -16,10 +20,34 @@ use std::time::Duration;
 /// Label on virtual nodes the syncer created in the tenant.
 pub const VIRTUAL_NODE_LABEL: &str = "vcp.dev/virtual-node";
 
+/// Where the tenant apiserver reaches the syncer's kubelet endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletEndpoint {
+    /// A host name (`vcp-syncer.<ns>.svc`) or an IP address.
+    pub address: String,
+    pub port: u16,
+}
+
+impl KubeletEndpoint {
+    /// The node address naming the endpoint: `InternalIP` for an IP, `Hostname` otherwise.
+    fn node_address(&self) -> k8s_openapi::api::core::v1::NodeAddress {
+        let type_ = if self.address.parse::<std::net::IpAddr>().is_ok() {
+            "InternalIP"
+        } else {
+            "Hostname"
+        };
+        k8s_openapi::api::core::v1::NodeAddress {
+            type_: type_.into(),
+            address: self.address.clone(),
+        }
+    }
+}
+
 /// The tenant view of a host node: its name, non-reserved labels, Ready condition, capacity
 /// and internal addresses; nothing that would let a tenant address the host (no taints,
-/// no external addresses, no daemon endpoints).
-pub fn virtual_node(host: &Node) -> Node {
+/// no external addresses, no daemon endpoints). With a kubelet endpoint, its address and port
+/// replace the host node's.
+pub fn virtual_node(host: &Node, kubelet: Option<&KubeletEndpoint>) -> Node {
     let name = host.name_any();
     let mut labels: std::collections::BTreeMap<String, String> = host
         .labels()
@@ -47,6 +75,17 @@ pub fn virtual_node(host: &Node) -> Node {
             node_info: s.node_info,
             phase: s.phase,
             ..Default::default()
+        })
+        .map(|mut s| {
+            if let Some(k) = kubelet {
+                s.addresses = Some(vec![k.node_address()]);
+                s.daemon_endpoints = Some(k8s_openapi::api::core::v1::NodeDaemonEndpoints {
+                    kubelet_endpoint: Some(k8s_openapi::api::core::v1::DaemonEndpoint {
+                        port: i32::from(k.port),
+                    }),
+                });
+            }
+            s
         });
     Node {
         metadata: kube::api::ObjectMeta {
@@ -85,7 +124,7 @@ pub(super) async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
         .get(name)
         .await
         .map_err(kube_err(format!("get host node {name}")))?;
-    let node = virtual_node(&host);
+    let node = virtual_node(&host, e.kubelet_endpoint.as_ref());
     match tenant_nodes
         .create(
             &PostParams {
@@ -160,7 +199,7 @@ async fn virtual_nodes_once(e: &Engine, tenant_pods: &Store<Pod>) -> Result<()> 
             .await
             .map_err(kube_err(format!("get host node {name}")))?
         {
-            refresh_virtual_node(e, &virtual_node(&host)).await?;
+            refresh_virtual_node(e, &virtual_node(&host, e.kubelet_endpoint.as_ref())).await?;
         }
     }
     Ok(())
@@ -183,7 +222,7 @@ mod tests {
             },
         }))
         .unwrap();
-        let v = virtual_node(&host);
+        let v = virtual_node(&host, None);
         assert_eq!(v.name_any(), "kwok-node-1");
         assert!(v.spec.is_none(), "no taints or pod CIDR of the host");
         let labels = v.labels();
@@ -197,5 +236,26 @@ mod tests {
         assert_eq!(status.addresses.unwrap().len(), 1);
         assert!(status.daemon_endpoints.is_none());
         assert_eq!(status.conditions.unwrap()[0].status, "True");
+
+        // With a kubelet endpoint: its address and port only.
+        for (address, type_) in [
+            ("vcp-syncer.vcp-demo.svc", "Hostname"),
+            ("127.0.0.1", "InternalIP"),
+        ] {
+            let k = KubeletEndpoint {
+                address: address.into(),
+                port: 10250,
+            };
+            let s = virtual_node(&host, Some(&k)).status.unwrap();
+            let a = s.addresses.unwrap();
+            assert_eq!(
+                (a.len(), a[0].type_.as_str(), a[0].address.as_str()),
+                (1, type_, address)
+            );
+            assert_eq!(
+                s.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port,
+                10250
+            );
+        }
     }
 }

@@ -1,0 +1,305 @@
+//! The tenant's kubelet endpoint: `kubectl logs`, `exec`, `attach`, `port-forward` and `cp`
+//! inside a tenant.
+//!
+//! Data flow: a tenant's virtual nodes carry this endpoint's address and port instead of the
+//! host node's ([`crate::kinds::pods::nodes`]), so the tenant apiserver sends its kubelet
+//! calls here. [`serve`] accepts TLS connections and admits only a client certificate signed
+//! by the tenant CA whose common name is the tenant apiserver's kubelet client; anything else
+//! is refused at the handshake (no certificate, another CA) or with 403 (another name). Each
+//! request is read by [`route::parse`] into a call on one tenant pod, the pod's host copy is
+//! checked to carry this tenant's markers for that very pod (so no name, however crafted,
+//! reaches another tenant's pod or one the syncer does not own), and the call is made on the
+//! host apiserver as the pod's `log`, `exec`, `attach` or `portforward` subresource with the
+//! syncer's host credentials. A streaming call (SPDY or WebSocket, whatever the tenant
+//! apiserver speaks) is passed through byte for byte once the host answers `101 Switching
+//! Protocols`; a log is streamed as its body. The host apiserver then reaches the host node's
+//! kubelet as it would for any client, so this works on any host whose own `kubectl exec`
+//! works, and with the host's authorization: the syncer's role grants these subresources in
+//! its own host namespaces only.
+//!
+//! Nothing of a call's query (commands, say) is logged: it may hold what the tenant considers
+//! secret.
+
+pub mod route;
+
+use crate::{Error, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use kube::ResourceExt;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tracing::Instrument;
+use vcp_core::naming::{self, TenantKey};
+
+/// The common name of the tenant apiserver's kubelet client certificate, the only client the
+/// endpoint serves by default.
+pub const APISERVER_CLIENT: &str = vcp_pki::KUBELET_CLIENT_USER;
+
+/// Default port of the endpoint, the kubelet's own.
+pub const DEFAULT_PORT: u16 = 10250;
+
+/// Request headers passed on to the host: what the streaming protocols negotiate with.
+const PASSED_HEADERS: [&str; 8] = [
+    "connection",
+    "upgrade",
+    "x-stream-protocol-version",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "content-type",
+];
+
+/// Where the endpoint's certificates are.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The endpoint's serving certificate (PEM, the chain).
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CA a client certificate must be signed by: the tenant's.
+    pub client_ca: PathBuf,
+}
+
+/// The endpoint's TLS setup: its serving certificate, and client certificates required and
+/// verified against the tenant CA.
+pub fn tls_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>> {
+    let bad = |path: &Path, what: String| Error::Kubelet(format!("{}: {what}", path.display()));
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(|i| i.collect())
+        .map_err(|e| bad(&files.cert, e.to_string()))?;
+    let key =
+        PrivateKeyDer::from_pem_file(&files.key).map_err(|e| bad(&files.key, e.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(&files.client_ca)
+        .map_err(|e| bad(&files.client_ca, e.to_string()))?
+    {
+        let ca = ca.map_err(|e| bad(&files.client_ca, e.to_string()))?;
+        roots
+            .add(ca)
+            .map_err(|e| bad(&files.client_ca, e.to_string()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| bad(&files.client_ca, e.to_string()))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Kubelet(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| bad(&files.cert, e.to_string()))?;
+    // HTTP/1.1 only: the streaming protocols are upgrades of an HTTP/1.1 request.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// What a connection needs to serve calls.
+pub struct Endpoint {
+    pub key: TenantKey,
+    /// Host client for the calls: no read or write timeout, a stream may be idle for long.
+    pub host: kube::Client,
+    /// The client certificate name admitted ([`APISERVER_CLIENT`]).
+    pub client_name: String,
+}
+
+/// Serves the endpoint on `listener` until the future is dropped.
+pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, endpoint: Arc<Endpoint>) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "kubelet endpoint: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (acceptor, endpoint) = (acceptor.clone(), endpoint.clone());
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::info!(%peer, error = %e, "kubelet endpoint: handshake refused");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+            let client = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| common_name(c.as_ref()));
+            let admitted = client.as_deref() == Some(endpoint.client_name.as_str());
+            if !admitted {
+                tracing::info!(%peer, client = ?client, "kubelet endpoint: client not admitted");
+            }
+            let service = hyper::service::service_fn(move |req| {
+                let endpoint = endpoint.clone();
+                async move {
+                    let res = if admitted {
+                        endpoint.handle(req).await
+                    } else {
+                        text(
+                            StatusCode::FORBIDDEN,
+                            "only the tenant apiserver may call this endpoint",
+                        )
+                    };
+                    Ok::<_, std::convert::Infallible>(res)
+                }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .with_upgrades();
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "kubelet endpoint: connection ended");
+            }
+        });
+    }
+}
+
+/// The subject common name of a DER certificate.
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
+}
+
+type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
+    let mut res = Response::new(
+        Full::new(Bytes::from(msg.into() + "\n"))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *res.status_mut() = status;
+    res
+}
+
+impl Endpoint {
+    /// Serves one request: parse, check the pod is ours, call the host, pass the answer on.
+    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let call = match route::parse(req.uri().path(), req.uri().query()) {
+            Ok(c) => c,
+            Err(e @ route::Refused::NotFound(_)) => {
+                return text(StatusCode::NOT_FOUND, e.to_string());
+            }
+            Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+        };
+        let span = tracing::info_span!("kubelet", kind = %call.kind, ns = %call.namespace, pod = %call.pod);
+        self.forward(call, req, span.clone()).instrument(span).await
+    }
+
+    /// [`Self::handle`] once the request is a call; `span` follows a stream it starts.
+    async fn forward(
+        &self,
+        call: route::Call,
+        mut req: Request<Incoming>,
+        span: tracing::Span,
+    ) -> Response<Body> {
+        match self.owns(&call).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!("kubelet call refused: no host pod of this tenant for it");
+                return text(
+                    StatusCode::NOT_FOUND,
+                    format!("pod {}/{} not found", call.namespace, call.pod),
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::chain(&e), "kubelet call: host pod lookup failed");
+                return text(StatusCode::BAD_GATEWAY, "the host did not answer");
+            }
+        }
+        let mut host_req = Request::builder()
+            .method(req.method().clone())
+            .uri(call.host_uri(&self.key));
+        for name in PASSED_HEADERS {
+            for v in req.headers().get_all(name) {
+                host_req = host_req.header(name, v.clone());
+            }
+        }
+        let host_req = match host_req.body(kube::client::Body::empty()) {
+            Ok(r) => r,
+            Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+        };
+        let tenant_upgrade = call.kind.upgrades().then(|| hyper::upgrade::on(&mut req));
+        let mut res = match self.host.send(host_req).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %crate::chain(&e), "kubelet call: host request failed");
+                return text(StatusCode::BAD_GATEWAY, "the host did not answer");
+            }
+        };
+        tracing::info!(status = res.status().as_u16(), "kubelet call");
+        let mut out = Response::builder().status(res.status());
+        for (k, v) in res.headers() {
+            out = out.header(k, v);
+        }
+        if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(tenant_upgrade) = tenant_upgrade else {
+                return text(
+                    StatusCode::BAD_GATEWAY,
+                    "the host switched protocols unasked",
+                );
+            };
+            let host_upgrade = hyper::upgrade::on(&mut res);
+            tokio::spawn(
+                async move {
+                    let (tenant, host) = match tokio::try_join!(tenant_upgrade, host_upgrade) {
+                        Ok(both) => both,
+                        Err(e) => {
+                            tracing::info!(error = %e, "kubelet stream: upgrade failed");
+                            return;
+                        }
+                    };
+                    let (mut tenant, mut host) = (TokioIo::new(tenant), TokioIo::new(host));
+                    match tokio::io::copy_bidirectional(&mut tenant, &mut host).await {
+                        Ok((up, down)) => tracing::debug!(up, down, "kubelet stream ended"),
+                        Err(e) => tracing::info!(error = %e, "kubelet stream broken"),
+                    }
+                }
+                .instrument(span),
+            );
+            return out
+                .body(
+                    Full::new(Bytes::new())
+                        .map_err(|never| match never {})
+                        .boxed_unsync(),
+                )
+                .unwrap_or_else(|e| text(StatusCode::BAD_GATEWAY, e.to_string()));
+        }
+        let body = res.into_body().map_err(|e| Box::new(e) as _).boxed_unsync();
+        out.body(body)
+            .unwrap_or_else(|e| text(StatusCode::BAD_GATEWAY, e.to_string()))
+    }
+
+    /// Whether the host pod of `call` is this tenant's copy of exactly that tenant pod (and of
+    /// that UID, when the call names one).
+    async fn owns(&self, call: &route::Call) -> Result<bool> {
+        let ns = call.host_namespace(&self.key);
+        let pod = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.host.clone(), &ns)
+            .get_opt(&call.pod)
+            .await
+            .map_err(crate::kube_err(format!("get host pod {ns}/{}", call.pod)))?;
+        let Some(pod) = pod else { return Ok(false) };
+        let Some(r) = naming::tenant_ref(&self.key, pod.labels(), pod.annotations()) else {
+            return Ok(false);
+        };
+        Ok(r.namespace.as_deref() == Some(call.namespace.as_str())
+            && r.name == call.pod
+            && call.uid.as_ref().is_none_or(|u| r.uid.as_ref() == Some(u)))
+    }
+}
