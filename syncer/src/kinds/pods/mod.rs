@@ -44,6 +44,7 @@ async fn remove_tenant_pod(e: &Engine, t: &Pod) -> Result<()> {
 }
 
 /// Down-reconcile of a tenant pod.
+#[tracing::instrument(skip_all, fields(kind = "Pod", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     let e = &side.engine;
     let mut desired = to_host(&t, &e.ctx, &e.pod_env);
