@@ -14,7 +14,8 @@
 
 use super::{Inventory, NewUpgrade, Tenant, audit_in, notify, start_upgrade_in};
 use crate::Result;
-use crate::upgrade::fleet::{Counts, MaintenanceWindow, Planned, Progress, Step};
+use crate::upgrade::fleet::{Counts, Planned, Progress, Step};
+use crate::window::MaintenanceWindow;
 use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;

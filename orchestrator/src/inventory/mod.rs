@@ -17,8 +17,8 @@ pub mod fleet;
 
 use crate::pki::CertInfo;
 use crate::render::Catalog;
-use crate::upgrade::fleet::MaintenanceWindow;
 use crate::upgrade::{Active, HopSnapshot, Transition};
+use crate::window::MaintenanceWindow;
 use crate::{Error, Result};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::types::Json;
