@@ -400,18 +400,6 @@ impl Inventory {
         .await?)
     }
 
-    /// Drops the fleet leases a replica held before it restarted (same replica id).
-    pub async fn release_fleet_leases_of(&self, replica: &str) -> Result<u64> {
-        let r = sqlx::query(
-            "UPDATE fleet_upgrades SET lease_owner = NULL, lease_until = NULL
-             WHERE lease_owner LIKE $1 || '/%'",
-        )
-        .bind(replica)
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected())
-    }
-
     /// Writes what a step decided of entries and of the fleet upgrade itself (not the starts:
     /// [`Inventory::start_fleet_tenant`] does each), if `worker` still holds the lease.
     /// Returns false if it does not (another worker owns the fleet upgrade now).

@@ -53,6 +53,33 @@ pub async fn tenant_namespaces(host: &Client, key: &str) -> anyhow::Result<Vec<S
         .collect())
 }
 
+/// Starts `vcp serve` as replica `replica` over database `db` (which several replicas may
+/// share), with two reconcile workers, its files and log in `dir`: for tests that run more
+/// than one replica, or restart one, over one inventory.
+pub async fn replica(
+    cluster: &crate::cluster::DevCluster,
+    dir: &std::path::Path,
+    db: &str,
+    token: &str,
+    replica: &str,
+) -> anyhow::Result<crate::platform::Orchestrator> {
+    Ok(crate::platform::start_orchestrator(
+        cluster,
+        dir,
+        &crate::platform::ServeOptions {
+            database_url: db.to_owned(),
+            admin_token: token.to_owned(),
+            replica_id: replica.to_owned(),
+            workers: 2,
+            port: None,
+            simulate: false,
+            extra_env: vec![],
+        },
+        crate::process::Supervision::Attached,
+    )
+    .await?)
+}
+
 /// A `vcp serve` of one test: its own Postgres, database and directory, gone with it.
 pub struct TestPlatform {
     // Fields drop in order: the server stops before its database.
