@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use vcp_dev::cluster::DevCluster;
 use vcp_dev::platform::{self, ApiClient};
 use vcp_dev::postgres::EphemeralPostgres;
-use vcp_dev::testing::{eventually, replica};
+use vcp_dev::testing::{eventually, replica, templates_with};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const FLEET_TIMEOUT: Duration = Duration::from_secs(900);
@@ -28,23 +28,6 @@ async fn tenant_client(api: &ApiClient, name: &str) -> anyhow::Result<Client> {
     let kc = kube::config::Kubeconfig::from_yaml(&kc)?;
     let cfg = kube::config::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     Ok(Client::try_from(cfg)?)
-}
-
-/// The built-in templates with the catalog changed by `edit`.
-fn templates_with(dir: &Path, edit: impl Fn(&str) -> String) -> anyhow::Result<()> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
-    std::fs::create_dir_all(dir)?;
-    for f in std::fs::read_dir(&src)? {
-        let f = f?;
-        let text = std::fs::read_to_string(f.path())?;
-        let text = if f.file_name() == "versions.yaml" {
-            edit(&text)
-        } else {
-            text
-        };
-        std::fs::write(dir.join(f.file_name()), text)?;
-    }
-    Ok(())
 }
 
 /// The built-in templates with 1.35 expired in the catalog: a server that refuses it as a
