@@ -4,7 +4,7 @@
 //!
 //! One definition for every layer. The inventory reads and writes these through checked sqlx
 //! mappings (`tenants.desired` and `tenants.phase` are TEXT columns whose CHECK constraints in
-//! `migrations/0001_inventory.sql` list exactly these names; conditions are JSONB, through
+//! `migrations/` (the latest of each: 0001, 0004) list exactly these names; conditions are JSONB, through
 //! serde); the provisioning steps and the workers match on them; the API serializes them, and
 //! its OpenAPI document is derived from them. A name the code does not know is an error
 //! wherever it is read, never a default: a row whose phase reads `Redy` fails to load, loudly,

@@ -30,6 +30,7 @@ pub mod serve;
 pub mod snapshot;
 pub mod upgrade;
 pub mod usage;
+pub mod window;
 
 use clap::{Parser, Subcommand};
 

@@ -3,7 +3,7 @@
 
 use crate::api::auth::{new_token, token_hash};
 use crate::api::{self, AppState};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, Released};
 use crate::metrics::{Metrics, PassKind};
 use crate::provision::{Config, Provisioner, TenantAccess};
 use crate::render::{self, Catalog, Expose, Renderer, Settings};
@@ -205,19 +205,12 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| format!("vcp-{}", std::process::id()));
     let released = inv.release_leases_of(&replica).await?;
-    if released > 0 {
+    if released != Released::default() {
         tracing::info!(
             replica,
-            released,
+            tenants = released.tenants,
+            fleet_upgrades = released.fleet_upgrades,
             "took back leases of this replica's previous run"
-        );
-    }
-    let released = inv.release_fleet_leases_of(&replica).await?;
-    if released > 0 {
-        tracing::info!(
-            replica,
-            released,
-            "took back fleet upgrade leases of this replica's previous run"
         );
     }
     let prov = Provisioner {

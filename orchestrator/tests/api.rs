@@ -841,3 +841,88 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
     );
     Ok(())
 }
+
+/// New tenants and the catalog's classes: an `expired` version is refused (422, `version`),
+/// a `preview` one only without `allow_preview` (docs/upgrades.md, "Versions and their
+/// classes"); `GET /v1/versions` says which is which.
+#[tokio::test]
+async fn new_tenants_may_not_pick_an_expired_version_and_a_preview_one_only_when_asked()
+-> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let templates = tempfile::tempdir()?;
+    // 1.35 (deprecated) expired, 1.36 (the second entry marked supported) a preview; 1.37
+    // stays the supported default.
+    vcp_dev::testing::templates_with(templates.path(), |v| {
+        let (first, rest) = v.split_at(v.find("class: supported").unwrap() + 1);
+        format!(
+            "{first}{}",
+            rest.replacen("class: supported", "class: preview", 1)
+        )
+        .replace("class: deprecated", "class: expired")
+    })?;
+    let p = vcp_dev::testing::platform_with(
+        cluster,
+        "vcp-api-classes",
+        0,
+        vec![(
+            "VCP_TEMPLATES".into(),
+            templates.path().display().to_string(),
+        )],
+    )
+    .await?;
+    let api = &p.admin;
+    let (s, versions) = api.raw(Method::GET, "/v1/versions", None).await?;
+    assert_eq!(s, 200, "{versions}");
+    let classes: Vec<(&str, &str)> = versions["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["minor"].as_str().unwrap(), v["class"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            ("1.37", "supported"),
+            ("1.36", "preview"),
+            ("1.35", "expired")
+        ]
+    );
+
+    for (body, why) in [
+        (json!({"name": "old", "version": "1.35"}), "expired"),
+        (
+            json!({"name": "old", "version": "1.35", "allow_preview": true}),
+            "expired",
+        ),
+        (json!({"name": "new", "version": "1.36"}), "allow_preview"),
+        (
+            json!({"name": "new", "version": "1.36", "allow_preview": false}),
+            "allow_preview",
+        ),
+    ] {
+        let (s, got) = api.raw(Method::POST, "/v1/tenants", Some(&body)).await?;
+        assert_problem(s, &got, 422, Some("version"));
+        assert!(
+            got["detail"].as_str().is_some_and(|d| d.contains(why)),
+            "{body}: {got}"
+        );
+    }
+    let (s, listed) = api.raw(Method::GET, "/v1/tenants", None).await?;
+    assert_eq!(s, 200);
+    assert_eq!(listed["items"], json!([]), "nothing was created: {listed}");
+
+    // Asked for explicitly, a preview is fine; the default needs no asking.
+    let (s, t) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": "new", "version": "1.36", "allow_preview": true})),
+        )
+        .await?;
+    assert_eq!((s, t["version"].as_str()), (201, Some("1.36")), "{t}");
+    let (s, t) = api
+        .raw(Method::POST, "/v1/tenants", Some(&json!({"name": "plain"})))
+        .await?;
+    assert_eq!((s, t["version"].as_str()), (201, Some("1.37")), "{t}");
+    Ok(())
+}

@@ -392,3 +392,213 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
     .await?;
     Ok(())
 }
+
+/// The first line of a table `out` whose cells include every one of `cells`.
+fn row<'a>(out: &'a str, cells: &[&str]) -> Option<&'a str> {
+    out.lines().find(|l| {
+        let have: Vec<&str> = l.split_whitespace().collect();
+        cells.iter().all(|c| have.contains(c))
+    })
+}
+
+/// A `--maintenance-window` that is closed now and for the next two days.
+fn closed_window() -> String {
+    let day = (time::OffsetDateTime::now_utc() + time::Duration::days(3)).weekday();
+    format!("{} 00:00 1h", &day.to_string()[..3].to_lowercase())
+}
+
+/// The admin's commands over one tenant, in the order a day of operations might run them:
+/// snapshots (create, list, restore), a fleet upgrade held by a maintenance window and
+/// paused, resumed and cancelled, then the tenant's own upgrade, followed to its end.
+#[tokio::test]
+async fn an_admin_snapshots_restores_and_upgrades_a_tenant_and_steers_fleet_upgrades_with_the_cli()
+-> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-cli-ops", 2).await?;
+    let (url, admin, dir) = (p.orchestrator.url.clone(), p.admin_token.clone(), &p.dir);
+    let name = "ops";
+    let run = |args: &'static [&'static str]| vcp(&url, &admin, args);
+    vcp(
+        &url,
+        &admin,
+        &[
+            "tenant",
+            "create",
+            name,
+            "--kubernetes-version",
+            "1.36",
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+    )
+    .await?
+    .ok();
+    let kc = dir.path().join("ops.kubeconfig");
+    vcp(
+        &url,
+        &admin,
+        &[
+            "kubeconfig",
+            name,
+            "--user",
+            "alice",
+            "--group",
+            "admin",
+            "-o",
+            kc.to_str().unwrap(),
+        ],
+    )
+    .await?
+    .ok();
+    kubectl_ok(
+        cluster,
+        &kc,
+        &["create", "configmap", "kept", "--from-literal=k=v"],
+    );
+
+    // A snapshot, waited for: printed once taken.
+    let r = run(&["snapshot", "create", "ops", "--wait", "-o", "json"])
+        .await?
+        .ok();
+    let snap: Value = serde_json::from_str(&r.stdout)?;
+    assert_eq!(
+        (snap["state"].as_str(), snap["version"].as_str()),
+        (Some("Succeeded"), Some("1.36")),
+        "{r:#?}"
+    );
+    let id = snap["id"].as_i64().unwrap().to_string();
+    let r = run(&["snapshot", "list", "ops"]).await?.ok();
+    assert!(r.stdout.starts_with("ID"), "{r:#?}");
+    assert!(
+        row(&r.stdout, &[&id, "Succeeded", "1.36"]).is_some(),
+        "{r:#?}"
+    );
+
+    // What is deleted after the snapshot is back after the restore.
+    kubectl_ok(cluster, &kc, &["delete", "configmap", "kept"]);
+    let r = vcp(
+        &url,
+        &admin,
+        &[
+            "snapshot",
+            "restore",
+            "ops",
+            "--snapshot",
+            &id,
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+    )
+    .await?
+    .ok();
+    assert!(row(&r.stdout, &[&id, "Succeeded"]).is_some(), "{r:#?}");
+    let kept =
+        vcp_dev::testing::eventually("the restored apiserver", Duration::from_secs(60), || {
+            let (ok, out, _) = kubectl(
+                cluster,
+                &kc,
+                &["get", "configmap", "kept", "-o", "jsonpath={.data.k}"],
+            );
+            async move { Ok(ok.then_some(out)) }
+        })
+        .await?;
+    assert_eq!(kept, "v");
+    let r = run(&["snapshot", "list", "ops", "-o", "json"]).await?.ok();
+    let listed: Value = serde_json::from_str(&r.stdout)?;
+    assert_eq!(listed["restores"][0]["state"], "Succeeded", "{r:#?}");
+
+    // A fleet upgrade that must wait for the tenant's window: paused, resumed, cancelled;
+    // the tenant never moves.
+    let window = closed_window();
+    vcp(
+        &url,
+        &admin,
+        &["tenant", "update", "ops", "--maintenance-window", &window],
+    )
+    .await?
+    .ok();
+    let r = run(&[
+        "upgrade",
+        "create",
+        "--to",
+        "1.37",
+        "--names",
+        "ops",
+        "--soak-seconds",
+        "0",
+        "-o",
+        "json",
+    ])
+    .await?
+    .ok();
+    let fleet: Value = serde_json::from_str(&r.stdout)?;
+    assert_eq!(fleet["state"], "Running", "{r:#?}");
+    let fid = fleet["id"].as_i64().unwrap().to_string();
+    let act = |action: &'static str, extra: &'static [&'static str]| {
+        let mut args = vec!["upgrade", action, fid.as_str()];
+        args.extend(extra);
+        let (url, admin) = (url.clone(), admin.clone());
+        async move { vcp(&url, &admin, &args).await }
+    };
+    let r = act("pause", &["--reason", "change freeze", "-o", "json"])
+        .await?
+        .ok();
+    let d: Value = serde_json::from_str(&r.stdout)?;
+    assert_eq!(d["state"], "Paused", "{r:#?}");
+    let r = act("resume", &[]).await?.ok();
+    assert!(
+        r.stdout
+            .starts_with(&format!("fleet upgrade {fid} to 1.37")),
+        "{r:#?}"
+    );
+    assert!(r.stdout.contains("Running wave 1/1"), "{r:#?}");
+    assert!(
+        row(&r.stdout, &["ops", "1.36", "->", "1.37", "Pending"]).is_some(),
+        "{r:#?}"
+    );
+    let r = act("cancel", &["--reason", "not this week"]).await?.ok();
+    assert!(r.stdout.contains("Cancelled"), "{r:#?}");
+    let skipped = row(&r.stdout, &["ops", "Skipped"]).unwrap_or_else(|| panic!("{r:#?}"));
+    assert!(skipped.contains("not this week"), "{r:#?}");
+    act("resume", &[]).await?.failed_with("HTTP 409");
+    act("cancel", &[]).await?.failed_with("HTTP 409");
+    let r = run(&["tenant", "get", "ops", "-o", "json"]).await?.ok();
+    let t: Value = serde_json::from_str(&r.stdout)?;
+    assert_eq!(
+        (t["version"].as_str(), t["phase"].as_str()),
+        (Some("1.36"), Some("Ready")),
+        "{r:#?}"
+    );
+
+    // The tenant's own upgrade, followed until it ends.
+    let r = run(&[
+        "tenant",
+        "upgrade",
+        "ops",
+        "--to",
+        "1.37",
+        "--wait",
+        "--timeout",
+        "5m",
+    ])
+    .await?
+    .ok();
+    assert!(
+        r.stderr
+            .contains("tenant ops upgrading to 1.37; waiting until done"),
+        "{r:#?}"
+    );
+    // The listing shows the release the tenant runs now.
+    let listed = row(&r.stdout, &["ops", "Ready"]).unwrap_or_else(|| panic!("{r:#?}"));
+    assert!(listed.contains(" v1.37."), "{r:#?}");
+    let r = run(&["tenant", "get", "ops", "-o", "json"]).await?.ok();
+    let t: Value = serde_json::from_str(&r.stdout)?;
+    assert_eq!(t["upgrade"]["state"], "Succeeded", "{r:#?}");
+    // A finished tenant upgrade cannot be asked for again to the same minor.
+    run(&["tenant", "upgrade", "ops", "--to", "1.37"])
+        .await?
+        .failed_with("HTTP 422");
+    Ok(())
+}

@@ -16,10 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::{self, ApiClient, Orchestrator, ServeOptions};
+use vcp_dev::platform::{self, ApiClient};
 use vcp_dev::postgres::EphemeralPostgres;
-use vcp_dev::process::Supervision;
-use vcp_dev::testing::eventually;
+use vcp_dev::testing::{eventually, replica, templates_with};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const FLEET_TIMEOUT: Duration = Duration::from_secs(900);
@@ -29,23 +28,6 @@ async fn tenant_client(api: &ApiClient, name: &str) -> anyhow::Result<Client> {
     let kc = kube::config::Kubeconfig::from_yaml(&kc)?;
     let cfg = kube::config::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     Ok(Client::try_from(cfg)?)
-}
-
-/// The built-in templates with the catalog changed by `edit`.
-fn templates_with(dir: &Path, edit: impl Fn(&str) -> String) -> anyhow::Result<()> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
-    std::fs::create_dir_all(dir)?;
-    for f in std::fs::read_dir(&src)? {
-        let f = f?;
-        let text = std::fs::read_to_string(f.path())?;
-        let text = if f.file_name() == "versions.yaml" {
-            edit(&text)
-        } else {
-            text
-        };
-        std::fs::write(dir.join(f.file_name()), text)?;
-    }
-    Ok(())
 }
 
 /// The built-in templates with 1.35 expired in the catalog: a server that refuses it as a
@@ -504,30 +486,6 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
     Ok(())
 }
 
-async fn serve(
-    cluster: &DevCluster,
-    dir: &Path,
-    db: &str,
-    token: &str,
-    replica: &str,
-) -> anyhow::Result<Orchestrator> {
-    Ok(platform::start_orchestrator(
-        cluster,
-        dir,
-        &ServeOptions {
-            database_url: db.to_owned(),
-            admin_token: token.to_owned(),
-            replica_id: replica.to_owned(),
-            workers: 2,
-            port: None,
-            simulate: false,
-            extra_env: vec![],
-        },
-        Supervision::Attached,
-    )
-    .await?)
-}
-
 #[tokio::test]
 async fn a_replica_killed_mid_wave_leaves_the_rest_to_another_and_no_tenant_upgraded_twice()
 -> anyhow::Result<()> {
@@ -538,7 +496,7 @@ async fn a_replica_killed_mid_wave_leaves_the_rest_to_another_and_no_tenant_upgr
     let token = platform::new_token();
     let mut replicas = BTreeMap::new();
     for r in ["ra", "rb"] {
-        replicas.insert(r, serve(cluster, dir.path(), &db, &token, r).await?);
+        replicas.insert(r, replica(cluster, dir.path(), &db, &token, r).await?);
     }
     let api_a = ApiClient::new(&replicas["ra"].url, &token);
     let names = ["kill-a", "kill-b"];

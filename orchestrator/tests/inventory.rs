@@ -881,3 +881,50 @@ async fn an_expired_tenant_that_opted_out_is_moved_one_minor_and_told_why() -> a
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_restarted_replica_takes_back_its_own_tenant_and_fleet_leases_only() -> anyhow::Result<()>
+{
+    use vcp_orchestrator::inventory::Released;
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "release").await?;
+    let catalog = Catalog::builtin();
+    let ids = ready_tenants(&inv, "1.36", &["ra", "rb", "rc"]).await?;
+    let f = new_fleet(&inv, &catalog, "1.37", 1).await?;
+    // r1's old run held two tenants and the fleet upgrade; r10 (a prefix of it by name) one.
+    let lease = |table: &'static str, owner: &'static str, id: i64| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET lease_owner = $1, lease_until = now() + interval '1 h' WHERE id = $2"
+        )))
+        .bind(owner)
+        .bind(id)
+    };
+    lease("tenants", "r1/0", ids[0]).execute(inv.pool()).await?;
+    lease("tenants", "r1/1", ids[1]).execute(inv.pool()).await?;
+    lease("tenants", "r10/0", ids[2])
+        .execute(inv.pool())
+        .await?;
+    lease("fleet_upgrades", "r1/fleet", f.id)
+        .execute(inv.pool())
+        .await?;
+
+    assert_eq!(
+        inv.release_leases_of("r1").await?,
+        Released {
+            tenants: 2,
+            fleet_upgrades: 1
+        }
+    );
+    let owners: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT lease_owner FROM tenants ORDER BY id")
+            .fetch_all(inv.pool())
+            .await?;
+    assert_eq!(owners, [None, None, Some("r10/0".to_owned())]);
+    assert!(
+        inv.claim_fleet("r1/fleet", Duration::from_secs(30))
+            .await?
+            .is_some(),
+        "the fleet upgrade is free at once"
+    );
+    Ok(())
+}

@@ -4,39 +4,13 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ListParams};
-use std::path::Path;
 use std::time::Duration;
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::{self, ApiClient, Orchestrator, ServeOptions};
+use vcp_dev::platform::{self, ApiClient};
 use vcp_dev::postgres::EphemeralPostgres;
-use vcp_dev::process::Supervision;
-use vcp_dev::testing::eventually;
+use vcp_dev::testing::{eventually, replica};
 
 const READY: Duration = Duration::from_secs(240);
-
-async fn serve(
-    cluster: &DevCluster,
-    dir: &Path,
-    db: &str,
-    token: &str,
-    replica: &str,
-) -> anyhow::Result<Orchestrator> {
-    Ok(platform::start_orchestrator(
-        cluster,
-        dir,
-        &ServeOptions {
-            database_url: db.to_owned(),
-            admin_token: token.to_owned(),
-            replica_id: replica.to_owned(),
-            workers: 2,
-            port: None,
-            simulate: false,
-            extra_env: vec![],
-        },
-        Supervision::Attached,
-    )
-    .await?)
-}
 
 /// Certificates recorded per (tenant, purpose): each exactly once.
 async fn certificate_counts(db: &str) -> anyhow::Result<Vec<(String, String, i64)>> {
@@ -74,7 +48,7 @@ async fn a_replica_killed_during_provisioning_and_deletion_converges_without_dup
     let db = pg.create_database("crash").await?;
     let dir = tempfile::tempdir()?;
     let token = platform::new_token();
-    let mut orch = serve(cluster, dir.path(), &db, &token, "r1").await?;
+    let mut orch = replica(cluster, dir.path(), &db, &token, "r1").await?;
     let mut api = ApiClient::new(&orch.url, &token);
     api.create_tenant("gamma").await?;
 
@@ -90,7 +64,7 @@ async fn a_replica_killed_during_provisioning_and_deletion_converges_without_dup
         .await?;
         orch.proc.stop(Duration::ZERO);
         kills += 1;
-        orch = serve(cluster, dir.path(), &db, &token, "r1").await?;
+        orch = replica(cluster, dir.path(), &db, &token, "r1").await?;
         api = ApiClient::new(&orch.url, &token);
     }
     let t = api.wait_ready("gamma", READY).await?;
@@ -113,7 +87,7 @@ async fn a_replica_killed_during_provisioning_and_deletion_converges_without_dup
         "deletion finished before the kill"
     );
     orch.proc.stop(Duration::ZERO);
-    let orch = serve(cluster, dir.path(), &db, &token, "r1").await?;
+    let orch = replica(cluster, dir.path(), &db, &token, "r1").await?;
     let api = ApiClient::new(&orch.url, &token);
     eventually("gamma gone", READY, || async {
         Ok(api.get_tenant("gamma").await?.is_none().then_some(()))
@@ -133,8 +107,8 @@ async fn two_replicas_provision_each_tenant_once_and_survive_a_database_restart(
     let db = pg.create_database("pair").await?;
     let dir = tempfile::tempdir()?;
     let token = platform::new_token();
-    let r1 = serve(cluster, dir.path(), &db, &token, "ra").await?;
-    let r2 = serve(cluster, dir.path(), &db, &token, "rb").await?;
+    let r1 = replica(cluster, dir.path(), &db, &token, "ra").await?;
+    let r2 = replica(cluster, dir.path(), &db, &token, "rb").await?;
     let api1 = ApiClient::new(&r1.url, &token);
     let api2 = ApiClient::new(&r2.url, &token);
     api1.create_tenant("delta").await?;
@@ -194,7 +168,7 @@ async fn a_reissued_certificate_rolls_the_apiserver_while_it_keeps_answering() -
     let db = pg.create_database("renew").await?;
     let dir = tempfile::tempdir()?;
     let token = platform::new_token();
-    let orch = serve(cluster, dir.path(), &db, &token, "rr").await?;
+    let orch = replica(cluster, dir.path(), &db, &token, "rr").await?;
     let api = ApiClient::new(&orch.url, &token);
     api.create_tenant("zeta").await?;
     let t = api.wait_ready("zeta", READY).await?;

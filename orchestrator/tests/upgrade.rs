@@ -251,23 +251,16 @@ async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::
 /// is in the API and in `vcp tenant get`.
 #[tokio::test]
 async fn a_hop_whose_apiserver_cannot_start_is_rolled_back() -> anyhow::Result<()> {
-    use vcp_orchestrator::render::{JOB_TEMPLATES, TEMPLATES};
     let cluster = DevCluster::shared().await?;
     let templates = tempfile::tempdir()?;
-    for (name, text) in TEMPLATES
-        .iter()
-        .map(|(_, n, t)| (n, t))
-        .chain(JOB_TEMPLATES.iter().map(|(_, n, t)| (n, t)))
-    {
-        std::fs::write(templates.path().join(name), text)?;
-    }
     // The first entry is 1.37.
-    let versions = include_str!("../../templates/versions.yaml").replacen(
-        "apiserver_flags: []",
-        "apiserver_flags: [--no-such-flag=broken]",
-        1,
-    );
-    std::fs::write(templates.path().join("versions.yaml"), versions)?;
+    vcp_dev::testing::templates_with(templates.path(), |v| {
+        v.replacen(
+            "apiserver_flags: []",
+            "apiserver_flags: [--no-such-flag=broken]",
+            1,
+        )
+    })?;
     let p = vcp_dev::testing::platform_with(
         cluster,
         "vcp-upgrade-fail",

@@ -7,7 +7,7 @@
 
 use crate::inventory::{KubeconfigRow, Tenant, Token, UsageSample};
 use crate::names;
-pub use crate::upgrade::fleet::{Day, MaintenanceWindow, RawWindow};
+pub use crate::window::{Day, MaintenanceWindow, RawWindow};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -588,26 +588,26 @@ pub struct CreateFleetUpgrade {
     /// Tenants in the first wave, 1 to 1000; each wave after is twice the one before.
     #[serde(
         default = "default_canary",
-        deserialize_with = "crate::upgrade::fleet::whole_number"
+        deserialize_with = "crate::window::whole_number"
     )]
     #[schema(minimum = 1, maximum = 1000, default = 1)]
     pub canary: u32,
     /// At most this many tenants moving at once, 1 to 1000.
     #[serde(
         default = "default_max_parallel",
-        deserialize_with = "crate::upgrade::fleet::whole_number"
+        deserialize_with = "crate::window::whole_number"
     )]
     #[schema(minimum = 1, maximum = 1000, default = 10)]
     pub max_parallel: u32,
     /// The fleet upgrade stops (state `Failed`, later waves skipped) when more tenants of
     /// one wave fail than this, 0 to 100000.
-    #[serde(default, deserialize_with = "crate::upgrade::fleet::whole_number")]
+    #[serde(default, deserialize_with = "crate::window::whole_number")]
     #[schema(minimum = 0, maximum = 100000, default = 0)]
     pub failure_budget: u32,
     /// Seconds to wait after a wave before the next one starts, 0 to 604800.
     #[serde(
         default = "default_soak",
-        deserialize_with = "crate::upgrade::fleet::whole_number"
+        deserialize_with = "crate::window::whole_number"
     )]
     #[schema(minimum = 0, maximum = 604800, default = 60)]
     pub soak_seconds: u32,

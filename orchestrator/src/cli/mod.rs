@@ -116,7 +116,7 @@ impl From<FleetUpgradesArg> for FleetUpgrades {
 
 fn window(s: &str) -> Result<MaintenanceWindow, String> {
     s.parse()
-        .map_err(|e: crate::upgrade::fleet::WindowError| e.to_string())
+        .map_err(|e: crate::window::WindowError| e.to_string())
 }
 
 #[derive(Debug, clap::Args)]

@@ -14,7 +14,8 @@
 
 use super::{Inventory, NewUpgrade, Tenant, audit_in, notify, start_upgrade_in};
 use crate::Result;
-use crate::upgrade::fleet::{Counts, MaintenanceWindow, Planned, Progress, Step};
+use crate::upgrade::fleet::{Counts, Planned, Progress, Step};
+use crate::window::MaintenanceWindow;
 use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -397,18 +398,6 @@ impl Inventory {
         .bind(FleetEntryState::Running)
         .fetch_optional(&self.pool)
         .await?)
-    }
-
-    /// Drops the fleet leases a replica held before it restarted (same replica id).
-    pub async fn release_fleet_leases_of(&self, replica: &str) -> Result<u64> {
-        let r = sqlx::query(
-            "UPDATE fleet_upgrades SET lease_owner = NULL, lease_until = NULL
-             WHERE lease_owner LIKE $1 || '/%'",
-        )
-        .bind(replica)
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected())
     }
 
     /// Writes what a step decided of entries and of the fleet upgrade itself (not the starts:

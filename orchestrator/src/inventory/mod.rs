@@ -17,8 +17,8 @@ pub mod fleet;
 
 use crate::pki::CertInfo;
 use crate::render::Catalog;
-use crate::upgrade::fleet::MaintenanceWindow;
 use crate::upgrade::{Active, HopSnapshot, Transition};
+use crate::window::MaintenanceWindow;
 use crate::{Error, Result};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::types::Json;
@@ -90,6 +90,13 @@ impl TenantSettings {
     pub fn is_empty(&self) -> bool {
         self.maintenance_window.is_none() && self.fleet_upgrades.is_none()
     }
+}
+
+/// The leases [`Inventory::release_leases_of`] dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Released {
+    pub tenants: u64,
+    pub fleet_upgrades: u64,
 }
 
 /// What one reconcile pass leaves behind.
@@ -528,17 +535,32 @@ impl Inventory {
         .await?)
     }
 
-    /// Drops the leases a replica held before it restarted (same replica id): its old workers
-    /// are gone, so their tenants need not wait for the leases to run out.
-    pub async fn release_leases_of(&self, replica: &str) -> Result<u64> {
-        let r = sqlx::query(
+    /// Drops the leases a replica held before it restarted (same replica id), of tenants and
+    /// of fleet upgrades alike: its old workers are gone, so what they held need not wait for
+    /// the leases to run out. One transaction; returns how many of each it released.
+    pub async fn release_leases_of(&self, replica: &str) -> Result<Released> {
+        let mut tx = self.pool.begin().await?;
+        let tenants = sqlx::query(
             "UPDATE tenants SET lease_owner = NULL, lease_until = NULL
              WHERE lease_owner LIKE $1 || '/%'",
         )
         .bind(replica)
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let fleet_upgrades = sqlx::query(
+            "UPDATE fleet_upgrades SET lease_owner = NULL, lease_until = NULL
+             WHERE lease_owner LIKE $1 || '/%'",
+        )
+        .bind(replica)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(Released {
+            tenants,
+            fleet_upgrades,
+        })
     }
 
     /// Extends a held lease; false if the lease was lost (another worker took over).

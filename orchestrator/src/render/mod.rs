@@ -192,7 +192,7 @@ pub struct Plan {
     /// When fleet upgrades may start the plan's tenants (a tenant's own window wins), e.g.
     /// `{days: [sat, sun], start: "02:00", duration_minutes: 240}` (UTC). Absent: any time.
     #[serde(default)]
-    pub maintenance_window: Option<crate::upgrade::fleet::MaintenanceWindow>,
+    pub maintenance_window: Option<crate::window::MaintenanceWindow>,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that

@@ -27,6 +27,8 @@ pub mod decide;
 pub mod fanin;
 pub mod quota;
 pub mod shared;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use crate::kinds::namespaces::access;
 use crate::kinds::{Ctx, pods};
@@ -312,6 +314,7 @@ pub fn cached_host<K: Synced>(side: &Side<K>, desired: &K) -> Option<Arc<K>> {
 }
 
 /// Down-reconcile of a plain kind (ConfigMap, Secret).
+#[tracing::instrument(skip_all, fields(kind = K::kind(&()).as_ref(), namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub(crate) async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     let Some(desired) = K::to_host(&t, &side.engine) else {
         return Ok(Action::await_change());
@@ -357,6 +360,7 @@ pub(crate) async fn down_to<K: Synced>(
 }
 
 /// GC of a host object whose tenant object is gone. Generic over every synced kind.
+#[tracing::instrument(skip_all, fields(kind = K::kind(&()).as_ref(), namespace = h.namespace().as_deref(), name = %h.name_any()))]
 pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     let e = &side.engine;
     let Some(r) = naming::tenant_ref(e.key(), h.labels(), h.annotations()) else {
@@ -646,5 +650,38 @@ mod tests {
         assert_eq!(gc_trigger(&key, &tenant, &cm("u0")), host, "replaced by u1");
         let empty = cache::<k8s_openapi::api::core::v1::ConfigMap>(&[]);
         assert_eq!(gc_trigger(&key, &empty, &cm("u1")), host, "deleted");
+    }
+
+    #[tokio::test]
+    async fn down_and_gc_run_in_spans_naming_the_kind_and_object() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use testing::{fields, obj, offline_engine, side, span, spans_of};
+        let e = offline_engine();
+        let t = obj::<ConfigMap>(serde_json::json!({
+            "metadata": {"name": "cfg", "namespace": "apps", "uid": "u1"}
+        }));
+        let spans = spans_of(down(t, side(&e))).await;
+        assert_eq!(
+            span(&spans, "down"),
+            Some(&fields(&[
+                ("kind", "ConfigMap"),
+                ("namespace", "apps"),
+                ("name", "cfg")
+            ])),
+            "{spans:?}"
+        );
+        let h = obj::<ConfigMap>(serde_json::json!({
+            "metadata": {"name": "cfg", "namespace": "demo-apps"}
+        }));
+        let spans = spans_of(gc(h, side(&e))).await;
+        assert_eq!(
+            span(&spans, "gc"),
+            Some(&fields(&[
+                ("kind", "ConfigMap"),
+                ("namespace", "demo-apps"),
+                ("name", "cfg")
+            ])),
+            "{spans:?}"
+        );
     }
 }

@@ -60,3 +60,41 @@ pub(crate) mod fixtures {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::testing::{fields, obj, offline_engine, side, span, spans_of};
+    use serde_json::json;
+
+    /// What a namespaced reconcile's span carries: its kind, namespace and name.
+    fn tagged(kind: &str) -> std::collections::BTreeMap<String, String> {
+        fields(&[("kind", kind), ("namespace", "apps"), ("name", "web")])
+    }
+
+    #[tokio::test]
+    async fn every_kinds_down_reconcile_runs_in_a_span_naming_its_object() {
+        let e = offline_engine();
+        let meta = json!({"metadata": {"name": "web", "namespace": "apps", "uid": "u1"}});
+        macro_rules! check {
+            ($down:path, $kind:literal) => {
+                let spans = spans_of($down(obj(meta.clone()), side(&e))).await;
+                assert_eq!(
+                    span(
+                        &spans,
+                        stringify!($down).rsplit("::").next().unwrap().trim()
+                    ),
+                    Some(&tagged($kind)),
+                    "{}: {spans:?}",
+                    stringify!($down)
+                );
+            };
+        }
+        check!(super::configmaps::down, "ConfigMap");
+        check!(super::endpoints::down_endpoints, "Endpoints");
+        check!(super::endpoints::down_slice, "EndpointSlice");
+        check!(super::pods::down, "Pod");
+        check!(super::pvcs::down, "PersistentVolumeClaim");
+        check!(super::services::down, "Service");
+        check!(super::netpols::down, "NetworkPolicy");
+    }
+}

@@ -35,6 +35,7 @@ impl crate::engine::Synced for NetworkPolicy {
 }
 
 /// Down-reconcile of a tenant NetworkPolicy.
+#[tracing::instrument(skip_all, fields(kind = "NetworkPolicy", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(t: Arc<NetworkPolicy>, side: Arc<Side<NetworkPolicy>>) -> Result<Action> {
     let e = &side.engine;
     let ns = t.namespace().unwrap_or_default();

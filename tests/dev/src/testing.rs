@@ -53,6 +53,52 @@ pub async fn tenant_namespaces(host: &Client, key: &str) -> anyhow::Result<Vec<S
         .collect())
 }
 
+/// Writes the repository's `templates/` into `dir`, with the versions catalog
+/// (`versions.yaml`) changed by `edit`: for a `vcp serve` whose catalog differs from the
+/// built-in one (`VCP_TEMPLATES`), say with a minor expired or a flag that breaks it.
+pub fn templates_with(dir: &std::path::Path, edit: impl Fn(&str) -> String) -> anyhow::Result<()> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates");
+    std::fs::create_dir_all(dir)?;
+    for f in std::fs::read_dir(&src)? {
+        let f = f?;
+        let text = std::fs::read_to_string(f.path())?;
+        let text = if f.file_name() == "versions.yaml" {
+            edit(&text)
+        } else {
+            text
+        };
+        std::fs::write(dir.join(f.file_name()), text)?;
+    }
+    Ok(())
+}
+
+/// Starts `vcp serve` as replica `replica` over database `db` (which several replicas may
+/// share), with two reconcile workers, its files and log in `dir`: for tests that run more
+/// than one replica, or restart one, over one inventory.
+pub async fn replica(
+    cluster: &crate::cluster::DevCluster,
+    dir: &std::path::Path,
+    db: &str,
+    token: &str,
+    replica: &str,
+) -> anyhow::Result<crate::platform::Orchestrator> {
+    Ok(crate::platform::start_orchestrator(
+        cluster,
+        dir,
+        &crate::platform::ServeOptions {
+            database_url: db.to_owned(),
+            admin_token: token.to_owned(),
+            replica_id: replica.to_owned(),
+            workers: 2,
+            port: None,
+            simulate: false,
+            extra_env: vec![],
+        },
+        crate::process::Supervision::Attached,
+    )
+    .await?)
+}
+
 /// A `vcp serve` of one test: its own Postgres, database and directory, gone with it.
 pub struct TestPlatform {
     // Fields drop in order: the server stops before its database.

@@ -41,6 +41,7 @@ pub fn canary_mark(tenant: &ConfigMap, host: Option<&ConfigMap>) -> Option<Strin
 }
 
 /// Down-reconcile of a ConfigMap, then the canary's mark.
+#[tracing::instrument(skip_all, fields(kind = "ConfigMap", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(t: Arc<ConfigMap>, side: Arc<Side<ConfigMap>>) -> Result<Action> {
     let action = engine::down(t.clone(), side.clone()).await?;
     let (Some(ns), name) = (t.namespace(), t.name_any()) else {

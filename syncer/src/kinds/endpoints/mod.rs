@@ -161,12 +161,14 @@ async fn release<K: Synced>(side: &Side<K>, t: &K) -> Result<()> {
 }
 
 /// Down-reconcile of tenant Endpoints.
+#[tracing::instrument(skip_all, fields(kind = "Endpoints", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down_endpoints(t: Arc<Endpoints>, side: Arc<Side<Endpoints>>) -> Result<Action> {
     let service = t.name_any();
     down_copy(t, side, &service, endpoints_to_host).await
 }
 
 /// Down-reconcile of a tenant EndpointSlice.
+#[tracing::instrument(skip_all, fields(kind = "EndpointSlice", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down_slice(t: Arc<EndpointSlice>, side: Arc<Side<EndpointSlice>>) -> Result<Action> {
     if controller_managed(&t) {
         return Ok(Action::await_change());

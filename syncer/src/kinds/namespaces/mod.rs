@@ -27,6 +27,7 @@ struct Ns {
     tenant: Store<Namespace>,
 }
 
+#[tracing::instrument(skip_all, fields(kind = "Namespace", name = %t.name_any()))]
 async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
     if t.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -117,6 +118,7 @@ fn drifted(desired: &Namespace, current: &Namespace) -> bool {
         || missing(desired.annotations(), current.annotations())
 }
 
+#[tracing::instrument(skip_all, fields(kind = "Namespace", name = %h.name_any()))]
 async fn gc(h: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
     let e = &cx.engine;
     let Some(r) = naming::tenant_ref(e.key(), h.labels(), h.annotations()) else {
@@ -239,5 +241,32 @@ async fn publish_set(
         if touched.next().await.is_none() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::testing::{fields, obj, offline_engine, span, spans_of};
+
+    #[tokio::test]
+    async fn down_and_gc_run_in_spans_naming_the_namespace() {
+        let cx = Arc::new(Ns {
+            engine: offline_engine(),
+            tenant: Shared::<Namespace>::new().store(),
+        });
+        let ns = |name: &str| obj::<Namespace>(serde_json::json!({"metadata": {"name": name}}));
+        let spans = spans_of(down(ns("apps"), cx.clone())).await;
+        assert_eq!(
+            span(&spans, "down"),
+            Some(&fields(&[("kind", "Namespace"), ("name", "apps")])),
+            "{spans:?}"
+        );
+        let spans = spans_of(gc(ns("demo-apps"), cx)).await;
+        assert_eq!(
+            span(&spans, "gc"),
+            Some(&fields(&[("kind", "Namespace"), ("name", "demo-apps")])),
+            "{spans:?}"
+        );
     }
 }

@@ -60,6 +60,7 @@ async fn host_pod_gone(e: &Engine, desired: &Pod) -> Result<bool> {
 }
 
 /// Down-reconcile of a tenant pod.
+#[tracing::instrument(skip_all, fields(kind = "Pod", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     let e = &side.engine;
     // Until the host cache holds its first list every host pod looks absent; nothing is

@@ -19,6 +19,7 @@ use translate::{MIRROR_LABEL, bound_volume, mirror_volume, to_host};
 use vcp_core::naming::host_cluster_name;
 
 /// Down-reconcile of a tenant claim.
+#[tracing::instrument(skip_all, fields(kind = "PersistentVolumeClaim", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(
     t: Arc<PersistentVolumeClaim>,
     side: Arc<Side<PersistentVolumeClaim>>,

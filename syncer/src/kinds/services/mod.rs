@@ -18,6 +18,7 @@ use std::time::Duration;
 use vcp_policy::{self as policy, Refusal};
 
 /// Down-reconcile of a tenant Service.
+#[tracing::instrument(skip_all, fields(kind = "Service", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     let e = &side.engine;
     if vcp_policy::services::is_apiserver_service(&t) {

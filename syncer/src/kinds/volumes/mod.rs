@@ -50,6 +50,7 @@ fn drifted(desired: &PersistentVolume, host: &PersistentVolume) -> bool {
         || spec(desired) != spec(host)
 }
 
+#[tracing::instrument(skip_all, fields(kind = "PersistentVolume", name = %t.name_any()))]
 async fn down(t: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     if !synced(&t) {
         return Ok(Action::await_change());
@@ -134,6 +135,7 @@ async fn down(t: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     Ok(Action::requeue(e.resync))
 }
 
+#[tracing::instrument(skip_all, fields(kind = "PersistentVolume", name = %h.name_any()))]
 async fn gc(h: Arc<PersistentVolume>, e: Arc<Engine>) -> Result<Action> {
     let Some(r) = naming::tenant_ref(e.key(), h.labels(), h.annotations()) else {
         return Ok(Action::await_change());
@@ -230,5 +232,17 @@ mod tests {
             .unwrap()
             .name = Some("other".into());
         assert!(drifted(&to_host(&moved, &ctx(), Some(&host)), &host));
+    }
+
+    #[tokio::test]
+    async fn down_and_gc_run_in_spans_naming_the_volume() {
+        use crate::engine::testing::{fields, obj, offline_engine, span, spans_of};
+        let e = offline_engine();
+        let pv = || obj::<PersistentVolume>(serde_json::json!({"metadata": {"name": "fast"}}));
+        let want = fields(&[("kind", "PersistentVolume"), ("name", "fast")]);
+        let spans = spans_of(down(pv(), e.clone())).await;
+        assert_eq!(span(&spans, "down"), Some(&want), "{spans:?}");
+        let spans = spans_of(gc(pv(), e)).await;
+        assert_eq!(span(&spans, "gc"), Some(&want), "{spans:?}");
     }
 }
