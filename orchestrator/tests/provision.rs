@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, Service, ServiceAccount};
 use kube::Client;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
@@ -185,6 +186,37 @@ async fn provisioned_tenant_runs_workloads(
             .items
             .len(),
         2
+    );
+
+    // kubectl logs and exec reach a tenant pod through the syncer's kubelet endpoint (the
+    // tenant apiserver dials the syncer's Service by name and verifies it with the tenant CA).
+    let pod = tenant_pods
+        .list(&ListParams::default().labels("app=web"))
+        .await?
+        .items[0]
+        .name_any();
+    let kubectl = |args: &[&str]| -> anyhow::Result<String> {
+        let out = std::process::Command::new(cluster.kubectl())
+            .arg("--kubeconfig")
+            .arg(&path)
+            .args(["--request-timeout=60s", "-n", "default"])
+            .args(args)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let logs = kubectl(&["logs", &pod, "--tail=2"])?;
+    assert_eq!(
+        logs.lines().collect::<Vec<_>>(),
+        vcp_dev::kwok::APP_LINES[3..]
+    );
+    assert_eq!(
+        kubectl(&["exec", &pod, "--", "sh", "-c", "echo $((6*7))"])?,
+        "42\n"
     );
     let ip = eventually(
         &format!("{name}: tenant Service has the host ClusterIP"),

@@ -650,3 +650,124 @@ pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
     drop(orch);
     Ok(())
 }
+
+pub struct KubeletBench {
+    /// Size of the container log read whole, in MiB.
+    pub log_mib: usize,
+    /// `kubectl exec` round trips per side.
+    pub execs: usize,
+}
+
+/// `vcp-dev bench kubelet`: the kubelet API through a tenant (its apiserver, the syncer's
+/// kubelet endpoint, the host apiserver, kwok) against the same calls made on the host pod
+/// directly (host apiserver, kwok). Log throughput: a `log_mib` MiB container log read whole
+/// through each, three times alternating, the median. Exec: `kubectl exec -- true` round trips
+/// (kubectl's own start included on both sides), p50 and p99. Ratios are tenant over host.
+pub async fn kubelet(b: KubeletBench) -> anyhow::Result<()> {
+    let cluster = DevCluster::start().await?;
+    let host = cluster.connect().await?;
+    // kwok serves this file as the log of any container not named `side` or `follow`.
+    let log = cluster.state_dir().join(vcp_dev::kwok::DIR).join("app.log");
+    let line = format!(
+        "{} stdout F {}\n",
+        k8s_openapi::jiff::Timestamp::now(),
+        "x".repeat(200)
+    );
+    let lines = (b.log_mib << 20) / line.len();
+    std::fs::write(&log, line.repeat(lines))?;
+
+    let cp = TenantControlPlane::start("bench").await?;
+    let _syncer = cp.start_syncer(&cluster, &[])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "kubelet").await?;
+    let sas: Api<ServiceAccount> = Api::namespaced(tenant.clone(), "kubelet");
+    while sas.get_opt("default").await?.is_none() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let tenant_pods: Api<Pod> = Api::namespaced(tenant.clone(), "kubelet");
+    tenant_pods
+        .create(&PostParams::default(), &pod("web", "web", false))
+        .await?;
+    let start = Instant::now();
+    while !tenant_pods.get("web").await.is_ok_and(|p| running(&p)) {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(120),
+            "the tenant pod never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "bench-kubelet");
+    let container = pod("web", "web", false).spec.unwrap().containers[0]
+        .name
+        .clone();
+    let params = kube::api::LogParams {
+        container: Some(container.clone()),
+        ..Default::default()
+    };
+
+    let expected = lines * line.len();
+    let read = |api: Api<Pod>| {
+        let params = params.clone();
+        async move {
+            let t = Instant::now();
+            let text = api.logs("web", &params).await?;
+            let secs = t.elapsed().as_secs_f64();
+            anyhow::ensure!(
+                text.len() + 4096 >= expected,
+                "short log: {} bytes",
+                text.len()
+            );
+            anyhow::Ok(text.len() as f64 / (1 << 20) as f64 / secs)
+        }
+    };
+    let (mut host_mib_s, mut tenant_mib_s) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        host_mib_s.push(read(host_pods.clone()).await?);
+        tenant_mib_s.push(read(tenant_pods.clone()).await?);
+    }
+    let (host_mib_s, tenant_mib_s) = (percentile(host_mib_s, 0.5), percentile(tenant_mib_s, 0.5));
+    eprintln!("log: host {host_mib_s:.1} MiB/s, tenant {tenant_mib_s:.1} MiB/s");
+
+    let exec = |kubeconfig: std::path::PathBuf, ns: &'static str| {
+        let kubectl = cluster.kubectl();
+        let container = container.clone();
+        move || -> anyhow::Result<f64> {
+            let t = Instant::now();
+            let out = std::process::Command::new(&kubectl)
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .args(["-n", ns, "exec", "web", "-c", &container, "--", "true"])
+                .output()?;
+            anyhow::ensure!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(t.elapsed().as_secs_f64() * 1000.0)
+        }
+    };
+    let host_exec = exec(cluster.kubeconfig_path().to_owned(), "bench-kubelet");
+    let tenant_exec = exec(cp.kubeconfig.clone(), "kubelet");
+    let (mut host_ms, mut tenant_ms) = (Vec::new(), Vec::new());
+    for _ in 0..b.execs {
+        host_ms.push(host_exec()?);
+        tenant_ms.push(tenant_exec()?);
+    }
+    let p = |v: &Vec<f64>, q| percentile(v.clone(), q);
+    let (h50, h99, t50, t99) = (
+        p(&host_ms, 0.5),
+        p(&host_ms, 0.99),
+        p(&tenant_ms, 0.5),
+        p(&tenant_ms, 0.99),
+    );
+    println!(
+        "bench-kubelet log_mib={} host_log_mib_s={host_mib_s:.1} tenant_log_mib_s={tenant_mib_s:.1} \
+         log_ratio={:.2} execs={} host_exec_p50_ms={h50:.0} tenant_exec_p50_ms={t50:.0} \
+         exec_p50_ratio={:.2} host_exec_p99_ms={h99:.0} tenant_exec_p99_ms={t99:.0} exec_p99_ratio={:.2}",
+        b.log_mib,
+        tenant_mib_s / host_mib_s,
+        b.execs,
+        t50 / h50,
+        t99 / h99,
+    );
+    Ok(())
+}

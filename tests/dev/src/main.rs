@@ -88,6 +88,16 @@ enum Bench {
         #[arg(long, env = "VCP_BENCH_SYNCER")]
         syncer: Option<std::path::PathBuf>,
     },
+    /// The kubelet API (logs, exec) through a tenant's syncer against the host pod directly
+    /// (one summary line, ratios tenant over host).
+    Kubelet {
+        /// Size of the container log read whole, in MiB.
+        #[arg(long, env = "VCP_BENCH_LOG_MIB", default_value_t = 64)]
+        log_mib: usize,
+        /// `kubectl exec` round trips per side.
+        #[arg(long, env = "VCP_BENCH_EXECS", default_value_t = 50)]
+        execs: usize,
+    },
     /// Tenants created at once through `vcp serve`: time to Ready, vcp's RSS and CPU.
     Provision {
         /// Tenants to create.
@@ -288,6 +298,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 syncer,
             })
             .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Kubelet { log_mib, execs }) => {
+            bench::kubelet(bench::KubeletBench { log_mib, execs }).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(Bench::Provision {
