@@ -51,6 +51,7 @@ pub(super) async fn upgrade_tenant(
     let settings = TenantSettings {
         maintenance_window: req.maintenance_window.clone(),
         fleet_upgrades: req.fleet_upgrades,
+        auto_update: req.auto_update,
     };
     let Some(version) = &req.version else {
         if settings.is_empty() {
@@ -92,6 +93,8 @@ pub(super) async fn upgrade_tenant(
         target: target.minor.clone(),
         chain: req.chain,
         first_hop: hops[0].minor.clone(),
+        to_release: Some(hops[0].kubernetes.clone()),
+        expect_release: None,
     };
     let started = s
         .inventory
