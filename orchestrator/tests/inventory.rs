@@ -946,12 +946,10 @@ async fn a_patch_update_starts_once_however_many_replicas_race_for_it() -> anyho
 
     // The hop starts: the tenant runs the new release; rolled back: the old one again.
     // (Only this tenant is due, so the claims below take it.)
-    sqlx::query(
-        "UPDATE tenants SET next_reconcile_at = now() + interval '1 hour' WHERE id <> $1",
-    )
-    .bind(ids[0])
-    .execute(inv.pool())
-    .await?;
+    sqlx::query("UPDATE tenants SET next_reconcile_at = now() + interval '1 hour' WHERE id <> $1")
+        .bind(ids[0])
+        .execute(inv.pool())
+        .await?;
     let release = |inv: Inventory, id: i64| async move {
         let t = inv.tenant_by_id(id).await?.unwrap();
         anyhow::Ok(t.release)
