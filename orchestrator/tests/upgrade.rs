@@ -596,5 +596,34 @@ async fn an_opted_in_tenant_moves_to_the_newest_patch_in_its_window() -> anyhow:
                 .any(|l| l.starts_with("Auto:") && l.contains("patch")),
         "{text}"
     );
+
+    // The CLI sets it: its own `off`, then back to the plan's; a value it does not know is
+    // refused, naming the field.
+    for (arg, own) in [("off", json!("off")), ("plan", Value::Null)] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+            .args([
+                "tenant",
+                "update",
+                "auto",
+                "--auto-update",
+                arg,
+                "-o",
+                "json",
+            ])
+            .env("VCP_API_URL", &p.orchestrator.url)
+            .env("VCP_TOKEN", &p.admin_token)
+            .output()
+            .await?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        let t: Value = serde_json::from_str(&text)?;
+        assert_eq!(
+            (&t["auto_update"], t["auto_update_effective"].as_str()),
+            (&own, Some("off")),
+            "{t}"
+        );
+    }
+    let (s, b) = patch(api, "auto", json!({"auto_update": "weekly"})).await?;
+    assert_eq!(s, 422, "{b}");
     Ok(())
 }
