@@ -45,10 +45,13 @@ pub(super) async fn views(s: &AppState, tenants: Vec<Tenant>) -> Result<Vec<Tena
     Ok(tenants
         .into_iter()
         .map(|t| {
-            let kubernetes = t
-                .release
-                .clone()
-                .or_else(|| config.catalog.get(&t.version).map(|v| v.kubernetes.clone()));
+            // The release its control plane is rendered from: its own, or the minor's when
+            // this replica's catalog no longer lists it.
+            let kubernetes = config
+                .catalog
+                .at_release(&t.version, t.release.as_deref())
+                .map(|v| v.kubernetes)
+                .or_else(|| t.release.clone());
             let auto = crate::upgrade::auto::effective(
                 t.auto_update,
                 config.plans.get(&t.plan).and_then(|p| p.auto_update),
