@@ -257,6 +257,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         config.clone(),
         format!("{replica}/auto-update"),
         Duration::from_secs(a.auto_update_interval_seconds),
+        metrics.clone(),
     ));
     tokio::spawn(
         crate::usage::Sampler::new(inv.clone(), prov.host.clone(), &config.plans).run(

@@ -29,6 +29,7 @@
 use super::skew;
 use crate::Result;
 use crate::inventory::Inventory;
+use crate::metrics::Metrics;
 use crate::provision::Config;
 use crate::render::Catalog;
 use crate::render::catalog::{Class, patch_number};
@@ -125,13 +126,24 @@ pub fn decide(c: &Candidate, catalog: &Catalog, now: OffsetDateTime) -> Result<S
 }
 
 /// Sweeps for patch updates every `interval` until the process ends.
-pub async fn run(inv: Inventory, config: Arc<Config>, id: String, interval: Duration) {
+pub async fn run(
+    inv: Inventory,
+    config: Arc<Config>,
+    id: String,
+    interval: Duration,
+    metrics: Arc<Metrics>,
+) {
     let actor = format!("auto-update/{id}");
     loop {
         match sweep(&inv, &config, &actor, OffsetDateTime::now_utc()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(worker = %id, started = n, "patch updates started"),
+            Ok(n) => {
+                metrics.patch_sweep(n, None);
+                if n > 0 {
+                    tracing::info!(worker = %id, started = n, "patch updates started");
+                }
+            }
             Err(e) => {
+                metrics.patch_sweep(0, Some(e.variant()));
                 tracing::warn!(worker = %id, error = %e.public(), "patch update sweep failed")
             }
         }
