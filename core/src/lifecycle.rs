@@ -339,6 +339,19 @@ named_enum! {
 }
 
 named_enum! {
+    /// Whether vcp moves a tenant to newer releases by itself (a tenant's own setting, or its
+    /// plan's): `patch` moves it, in its maintenance window, to the newest release of its minor
+    /// the catalog offers; `off` leaves it where it is.
+    #[cfg_attr(feature = "openapi", derive(ToSchema), serde(rename_all = "lowercase"))]
+    pub enum AutoUpdate ("auto update setting") {
+        /// No automatic updates (the default).
+        Off = "off",
+        /// Patch releases of the tenant's minor, in its maintenance window.
+        Patch = "patch",
+    }
+}
+
+named_enum! {
     /// Whether a condition holds, as in Kubernetes.
     #[cfg_attr(feature = "openapi", derive(ToSchema))]
     pub enum ConditionStatus ("condition status") {
@@ -481,6 +494,14 @@ mod tests {
             UpgradeState::active_names(),
             ["Snapshotting", "Running", "RollingBack"]
         );
+        let auto = include_str!("../../migrations/0007_auto_update.sql");
+        let marker = "CHECK (auto_update IN (";
+        let start = auto.find(marker).expect("auto_update has a CHECK") + marker.len();
+        let listed: Vec<String> = auto[start..start + auto[start..].find(')').unwrap()]
+            .split(',')
+            .map(|s| s.trim().trim_matches('\'').to_owned())
+            .collect();
+        assert_eq!(listed, names(AutoUpdate::ALL, AutoUpdate::as_str));
     }
 
     #[test]
@@ -508,6 +529,7 @@ mod tests {
         round_trip(FleetState::ALL, FleetState::as_str);
         round_trip(FleetEntryState::ALL, FleetEntryState::as_str);
         round_trip(FleetUpgrades::ALL, FleetUpgrades::as_str);
+        round_trip(AutoUpdate::ALL, AutoUpdate::as_str);
         round_trip(ConditionType::ALL, ConditionType::as_str);
         round_trip(ConditionStatus::ALL, ConditionStatus::as_str);
         round_trip(ConditionReason::ALL, ConditionReason::as_str);

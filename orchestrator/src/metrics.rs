@@ -2,7 +2,8 @@
 //! syncer's), served as OpenMetrics text on `/metrics` (see docs/orchestrator.md).
 //!
 //! The reconcile workers report every pass ([`Metrics::pass`]), the fleet worker every step
-//! ([`Metrics::fleet_step`]), the usage sampler every round ([`Metrics::usage_round`]), the API's middleware every request ([`Metrics::request`]); the
+//! ([`Metrics::fleet_step`]), the patch update sweep every sweep ([`Metrics::patch_sweep`]),
+//! the usage sampler every round ([`Metrics::usage_round`]), the API's middleware every request ([`Metrics::request`]); the
 //! `/metrics` handler sets the tenant counts it reads from the inventory ([`Metrics::tenants`])
 //! and encodes the lot ([`Metrics::encode`]).
 //!
@@ -19,6 +20,8 @@
 //! - `vcp_fleet_steps_total` (fleet upgrade steps this replica ran),
 //!   `vcp_fleet_tenant_starts_total` (tenant upgrades they started),
 //!   `vcp_fleet_step_errors_total{error}` (steps stopped by an error, by variant).
+//! - `vcp_patch_update_sweeps_total`, `vcp_patch_updates_started_total`,
+//!   `vcp_patch_update_sweep_errors_total{error}`: the automatic patch update sweep.
 //! - `vcp_tenants{phase}`: live tenants per phase, every live phase listed (0 when none).
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -102,6 +105,9 @@ pub struct Metrics {
     fleet_steps: Counter,
     fleet_starts: Counter,
     fleet_errors: Family<ErrorLabels, Counter>,
+    patch_sweeps: Counter,
+    patch_starts: Counter,
+    patch_errors: Family<ErrorLabels, Counter>,
     tenants: Family<PhaseLabels, Gauge>,
 }
 
@@ -150,6 +156,9 @@ impl Metrics {
             fleet_steps: Counter::default(),
             fleet_starts: Counter::default(),
             fleet_errors: Family::default(),
+            patch_sweeps: Counter::default(),
+            patch_starts: Counter::default(),
+            patch_errors: Family::default(),
             tenants: Family::default(),
             registry: Registry::default(),
         };
@@ -224,6 +233,21 @@ impl Metrics {
             "Errors that stopped fleet upgrade steps, by error variant",
             m.fleet_errors.clone(),
         );
+        r.register(
+            "vcp_patch_update_sweeps",
+            "Automatic patch update sweeps this replica ran",
+            m.patch_sweeps.clone(),
+        );
+        r.register(
+            "vcp_patch_updates_started",
+            "Patch updates (tenant upgrades inside a minor) this replica started",
+            m.patch_starts.clone(),
+        );
+        r.register(
+            "vcp_patch_update_sweep_errors",
+            "Errors that stopped patch update sweeps, by error variant",
+            m.patch_errors.clone(),
+        );
         r.register("vcp_tenants", "Live tenants by phase", m.tenants.clone());
         // Both kinds of pass from the start, so rates and quantiles have a series before the
         // first pass of each kind.
@@ -280,6 +304,18 @@ impl Metrics {
         self.fleet_starts.inc_by(started as u64);
         if let Some(error) = error {
             self.fleet_errors
+                .get_or_create(&ErrorLabels { error })
+                .inc();
+        }
+    }
+
+    /// A patch update sweep: the updates it started, and the variant of the error that stopped
+    /// it.
+    pub fn patch_sweep(&self, started: usize, error: Option<&'static str>) {
+        self.patch_sweeps.inc();
+        self.patch_starts.inc_by(started as u64);
+        if let Some(error) = error {
+            self.patch_errors
                 .get_or_create(&ErrorLabels { error })
                 .inc();
         }
@@ -407,6 +443,21 @@ mod tests {
         assert!(!text.contains("Deleted"), "{text}");
         m.tenants(None);
         assert!(!m.encode().contains("vcp_tenants{"));
+    }
+
+    #[test]
+    fn patch_update_sweeps_count_starts_and_errors_by_variant() {
+        let m = Metrics::new();
+        m.patch_sweep(2, None);
+        m.patch_sweep(0, Some("database"));
+        has(
+            &m.encode(),
+            &[
+                "vcp_patch_update_sweeps_total 2",
+                "vcp_patch_updates_started_total 2",
+                r#"vcp_patch_update_sweep_errors_total{error="database"} 1"#,
+            ],
+        );
     }
 
     #[test]

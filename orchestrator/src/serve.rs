@@ -1,5 +1,5 @@
 //! `vcp serve`: migrations, the admin token, reconcile workers, the fleet upgrade worker, the
-//! usage sampler and the HTTP API in one process.
+//! patch update sweep, the usage sampler and the HTTP API in one process.
 
 use crate::api::auth::{new_token, token_hash};
 use crate::api::{self, AppState};
@@ -107,6 +107,11 @@ pub struct ServeArgs {
     #[arg(long, env = "VCP_UPGRADE_HOP_TIMEOUT_SECONDS", default_value_t = 300,
           value_parser = clap::value_parser!(u64).range(30..=3600))]
     pub upgrade_hop_timeout_seconds: u64,
+    /// How often each replica looks for tenants to move to a newer patch release
+    /// (`auto_update: patch`, in their maintenance window), in seconds (5 to 3600).
+    #[arg(long, env = "VCP_AUTO_UPDATE_INTERVAL_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(5..=3600))]
+    pub auto_update_interval_seconds: u64,
 }
 
 /// How long a claimed tenant stays ours without renewal.
@@ -236,6 +241,15 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         config.clone(),
         format!("{replica}/fleet"),
         wake.clone(),
+        metrics.clone(),
+    ));
+    // One patch update sweep per replica: a start re-checks the tenant in one conditional
+    // statement, so sweeps of several replicas never start one tenant twice.
+    tokio::spawn(crate::upgrade::auto::run(
+        inv.clone(),
+        config.clone(),
+        format!("{replica}/auto-update"),
+        Duration::from_secs(a.auto_update_interval_seconds),
         metrics.clone(),
     ));
     tokio::spawn(

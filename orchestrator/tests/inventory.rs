@@ -29,6 +29,8 @@ fn tenant(name: &str, key: &str, owner: &str) -> NewTenant {
         plan: "default".into(),
         maintenance_window: None,
         fleet_upgrades: vcp_core::lifecycle::FleetUpgrades::Include,
+        auto_update: None,
+        release: "v1.37.1".into(),
     }
 }
 
@@ -537,6 +539,7 @@ async fn ready_tenants(inv: &Inventory, version: &str, names: &[&str]) -> anyhow
     for n in names {
         let mut t = tenant(n, &format!("{n}xxxxxx"), "o");
         t.version = version.into();
+        t.release = Catalog::builtin().get(version).unwrap().kubernetes.clone();
         let row = inv.create_tenant(&t, "o").await?;
         ids.push(row.id);
     }
@@ -925,6 +928,106 @@ async fn a_restarted_replica_takes_back_its_own_tenant_and_fleet_leases_only() -
             .await?
             .is_some(),
         "the fleet upgrade is free at once"
+    );
+    Ok(())
+}
+
+/// Patch updates: the sweep's candidates are the Ready tenants nothing moves that did not opt
+/// out on their own; a start is one conditional transaction, so replicas racing for one tenant
+/// start it once, and a start decided on a release the tenant no longer runs starts nothing.
+/// The update is a hop inside the minor that records both releases, and the tenant runs the
+/// new release once the hop starts (and the old one again if it is rolled back).
+#[tokio::test]
+async fn a_patch_update_starts_once_however_many_replicas_race_for_it() -> anyhow::Result<()> {
+    use vcp_core::lifecycle::AutoUpdate;
+    use vcp_orchestrator::upgrade::Transition;
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "patch_updates").await?;
+    let ids = ready_tenants(&inv, "1.37", &["opted", "plan", "out", "busy"]).await?;
+    for (id, setting) in [
+        (ids[0], Some(AutoUpdate::Patch)),
+        (ids[2], Some(AutoUpdate::Off)),
+    ] {
+        sqlx::query("UPDATE tenants SET auto_update = $2 WHERE id = $1")
+            .bind(id)
+            .bind(setting)
+            .execute(inv.pool())
+            .await?;
+    }
+    sqlx::query("UPDATE tenants SET phase = 'Provisioning' WHERE id = $1")
+        .bind(ids[3])
+        .execute(inv.pool())
+        .await?;
+    let names = |c: &[(vcp_orchestrator::inventory::Tenant, Vec<String>)]| {
+        c.iter().map(|(t, _)| t.name.clone()).collect::<Vec<_>>()
+    };
+    let candidates = inv.patch_update_candidates().await?;
+    assert_eq!(names(&candidates), ["opted", "plan"]);
+    let opted = candidates[0].0.clone();
+    assert_eq!(opted.release.as_deref(), Some("v1.37.1"));
+
+    // Eight replicas decide on the same tenant at once: one start.
+    let starts = futures::future::join_all((0..8).map(|i| {
+        let (inv, t) = (inv.clone(), opted.clone());
+        async move {
+            inv.start_patch_update(&t, "v1.37.2", "auto-update: test", &format!("r{i}"))
+                .await
+        }
+    }))
+    .await;
+    let started: Vec<i64> = starts
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(upgrades_of(&inv, ids[0]).await?.len(), 1);
+    assert_eq!(names(&inv.patch_update_candidates().await?), ["plan"]);
+    let u = inv.active_upgrade(ids[0]).await?.unwrap();
+    assert_eq!((u.hop_from.as_str(), u.hop_to.as_str()), ("1.37", "1.37"));
+    assert_eq!(
+        (u.hop_from_release.as_deref(), u.hop_to_release.as_deref()),
+        (Some("v1.37.1"), Some("v1.37.2"))
+    );
+
+    // The hop starts: the tenant runs the new release; rolled back: the old one again.
+    // (Only this tenant is due, so the claims below take it.)
+    sqlx::query("UPDATE tenants SET next_reconcile_at = now() + interval '1 hour' WHERE id <> $1")
+        .bind(ids[0])
+        .execute(inv.pool())
+        .await?;
+    let release = |inv: Inventory, id: i64| async move {
+        let t = inv.tenant_by_id(id).await?.unwrap();
+        anyhow::Ok(t.release)
+    };
+    let pass = |tr: Transition| Outcome {
+        upgrade: Some((u.id, tr)),
+        ..outcome("Upgrading", 2)
+    };
+    for (tr, want) in [
+        (Transition::StartHop, "v1.37.2"),
+        (
+            Transition::RollBack {
+                reason: "gate".into(),
+                restore: None,
+            },
+            "v1.37.1",
+        ),
+    ] {
+        let t = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+        assert_eq!(t.id, ids[0]);
+        assert!(inv.finish(&t, "w", &pass(tr), "w").await?);
+        assert_eq!(release(inv.clone(), ids[0]).await?.as_deref(), Some(want));
+    }
+
+    // A start decided on a release the tenant no longer runs starts nothing.
+    let mut stale = candidates[1].0.clone();
+    stale.release = Some("v1.37.0".into());
+    assert_eq!(
+        inv.start_patch_update(&stale, "v1.37.2", "auto-update: test", "r")
+            .await?,
+        None
     );
     Ok(())
 }

@@ -63,6 +63,32 @@ async fn wait_upgraded(api: &ApiClient, name: &str) -> anyhow::Result<Value> {
     }
 }
 
+/// A templates folder for a serve of its own: the built-in templates with this catalog.
+fn templates_with(versions: &str) -> anyhow::Result<tempfile::TempDir> {
+    let templates = tempfile::tempdir()?;
+    vcp_dev::testing::templates_with(templates.path(), |_| versions.to_owned())?;
+    Ok(templates)
+}
+
+/// The built-in catalog with a 1.37 whose apiserver cannot start (an unknown flag), marked
+/// as a storage change if asked.
+fn broken_137(storage_change: bool) -> String {
+    // The first entry is 1.37.
+    let mut versions = include_str!("../../templates/versions.yaml").replacen(
+        "apiserver_flags: []",
+        "apiserver_flags: [--no-such-flag=broken]",
+        1,
+    );
+    if storage_change {
+        versions = versions.replacen(
+            "controller_manager_flags: []",
+            "controller_manager_flags: []\n    storage_change: true",
+            1,
+        );
+    }
+    versions
+}
+
 /// One tenant on 1.35 with a ConfigMap and a pod, upgraded by a chain of two hops to 1.37:
 /// the refusals first, then the upgrade with a client polling the tenant apiserver throughout.
 #[tokio::test]
@@ -252,15 +278,7 @@ async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::
 #[tokio::test]
 async fn a_hop_whose_apiserver_cannot_start_is_rolled_back() -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
-    let templates = tempfile::tempdir()?;
-    // The first entry is 1.37.
-    vcp_dev::testing::templates_with(templates.path(), |v| {
-        v.replacen(
-            "apiserver_flags: []",
-            "apiserver_flags: [--no-such-flag=broken]",
-            1,
-        )
-    })?;
+    let templates = templates_with(&broken_137(false))?;
     let p = vcp_dev::testing::platform_with(
         cluster,
         "vcp-upgrade-fail",
@@ -330,5 +348,274 @@ async fn a_hop_whose_apiserver_cannot_start_is_rolled_back() -> anyhow::Result<(
         text.contains("RolledBack") && text.contains("not healthy after 30s"),
         "{text}"
     );
+    Ok(())
+}
+
+/// The same broken 1.37, marked `storage_change` in the catalog: the rollback restores the
+/// snapshot taken before the hop, so a ConfigMap created during the hop (through the old
+/// apiserver, which keeps serving while the new one cannot start) is gone afterwards, the
+/// ones from before are there, and the tenant is Ready on 1.36; the upgrade shows the restore.
+#[tokio::test]
+async fn a_rollback_of_a_storage_changing_hop_restores_its_snapshot() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let templates = templates_with(&broken_137(true))?;
+    let p = vcp_dev::testing::platform_with(
+        cluster,
+        "vcp-upgrade-restore",
+        2,
+        vec![
+            (
+                "VCP_TEMPLATES".into(),
+                templates.path().display().to_string(),
+            ),
+            ("VCP_UPGRADE_HOP_TIMEOUT_SECONDS".into(), "30".into()),
+        ],
+    )
+    .await?;
+    let api = &p.admin;
+    let name = "storage";
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": name, "version": "1.36"})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{b}");
+    api.wait_ready(name, READY_TIMEOUT).await?;
+    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
+    let cm = |n: &str| -> anyhow::Result<ConfigMap> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": n}, "data": {"k": "v"}
+        }))?)
+    };
+    cms.create(&PostParams::default(), &cm("keep")?).await?;
+
+    let (s, b) = patch(api, name, json!({"version": "1.37"})).await?;
+    assert_eq!(s, 202, "{b}");
+    // Once the hop runs, its snapshot is taken: what is written now is not in it.
+    eventually("the hop started", UPGRADE_TIMEOUT, || async {
+        let t = api.get_tenant(name).await?.unwrap_or_default();
+        Ok((t["upgrade"]["state"] == "Running").then_some(()))
+    })
+    .await?;
+    eventually(
+        "a ConfigMap written during the hop",
+        Duration::from_secs(60),
+        || async {
+            match cms.create(&PostParams::default(), &cm("during")?).await {
+                Ok(_) => Ok(Some(())),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(())),
+                Err(e) => {
+                    eprintln!("writing during the hop: {e}");
+                    Ok(None)
+                }
+            }
+        },
+    )
+    .await?;
+
+    let t = wait_upgraded(api, name).await?;
+    let u = &t["upgrade"];
+    assert_eq!(u["state"], "RolledBack", "{t}");
+    assert_eq!(
+        (t["phase"].as_str(), t["version"].as_str()),
+        (Some("Ready"), Some("1.36")),
+        "{t}"
+    );
+    // The data is the snapshot's: what the hop wrote is gone, what was there before is not.
+    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
+    assert_eq!(tenant.apiserver_version().await?.git_version, "v1.36.4");
+    let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
+    assert_eq!(cms.get("keep").await?.data.unwrap()["k"], "v");
+    assert!(
+        cms.get_opt("during").await?.is_none(),
+        "the ConfigMap written during the hop survived the rollback: the snapshot was not restored"
+    );
+    assert_eq!(u["restore_state"], "Succeeded", "{t}");
+    // The restore is the hop's snapshot's, started by the rollback.
+    let (s, l) = api
+        .raw(Method::GET, &format!("/v1/tenants/{name}/snapshots"), None)
+        .await?;
+    assert_eq!(s, 200, "{l}");
+    let restore = l["restores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == u["restore_id"])
+        .cloned()
+        .unwrap_or_else(|| panic!("no restore {} in {l}", u["restore_id"]));
+    let snapshot = &l["snapshots"][0];
+    assert_eq!(snapshot["upgrade"], u["id"], "{l}");
+    assert_eq!(restore["snapshot"], snapshot["id"], "{l}");
+    assert!(
+        restore["requested_by"]
+            .as_str()
+            .unwrap()
+            .contains("storage_change"),
+        "{restore}"
+    );
+    Ok(())
+}
+
+/// A catalog whose 1.37 has a newer patch, v1.37.2 (on the same built binaries as v1.37.1,
+/// which stays listed as an older patch), and two tenants on v1.37.1 with a maintenance window
+/// open now: the one that opted into `auto_update: patch` is moved to v1.37.2 by the patch
+/// update sweep through an ordinary upgrade (snapshot, gates) and ends Ready; the one that did
+/// not stays on v1.37.1.
+#[tokio::test]
+async fn an_opted_in_tenant_moves_to_the_newest_patch_in_its_window() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    // The first entry is 1.37.
+    let versions = include_str!("../../templates/versions.yaml")
+        .replacen("kubernetes: v1.37.1", "kubernetes: v1.37.2", 1)
+        .replacen(
+            "controller_manager_flags: []",
+            "controller_manager_flags: []\n    patches:\n      - kubernetes: v1.37.1",
+            1,
+        );
+    let templates = templates_with(&versions)?;
+    let p = vcp_dev::testing::platform_with(
+        cluster,
+        "vcp-auto-update",
+        2,
+        vec![
+            (
+                "VCP_TEMPLATES".into(),
+                templates.path().display().to_string(),
+            ),
+            ("VCP_AUTO_UPDATE_INTERVAL_SECONDS".into(), "5".into()),
+        ],
+    )
+    .await?;
+    let api = &p.admin;
+    // A window open now: every day, from a few minutes ago, for two hours.
+    let now = time::OffsetDateTime::now_utc() - time::Duration::minutes(5);
+    let window = json!({
+        "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+        "start": format!("{:02}:{:02}", now.hour(), now.minute()),
+        "duration_minutes": 120,
+    });
+    for (name, auto) in [("auto", Some("patch")), ("manual", None)] {
+        let mut body = json!({"name": name, "version": "v1.37.1", "maintenance_window": window});
+        if let Some(a) = auto {
+            body["auto_update"] = json!(a);
+        }
+        let (s, b) = api.raw(Method::POST, "/v1/tenants", Some(&body)).await?;
+        assert_eq!(s, 201, "{b}");
+        assert_eq!(b["kubernetes_version"], "v1.37.1", "{b}");
+    }
+    for name in ["auto", "manual"] {
+        api.wait_ready(name, READY_TIMEOUT).await?;
+    }
+
+    // The sweep starts the update; it ends like any upgrade.
+    eventually("the patch update started", UPGRADE_TIMEOUT, || async {
+        let t = api.get_tenant("auto").await?.unwrap_or_default();
+        Ok((!t["upgrade"].is_null()).then_some(()))
+    })
+    .await?;
+    let t = wait_upgraded(api, "auto").await?;
+    let u = &t["upgrade"];
+    assert_eq!(u["state"], "Succeeded", "{t}");
+    assert_eq!(
+        (u["hop_from"].as_str(), u["hop_to"].as_str()),
+        (Some("1.37"), Some("1.37"))
+    );
+    assert_eq!(
+        (u["hop_from_release"].as_str(), u["hop_to_release"].as_str()),
+        (Some("v1.37.1"), Some("v1.37.2")),
+        "{t}"
+    );
+    assert!(
+        u["requested_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("auto-update: patch v1.37.1 -> v1.37.2"),
+        "{t}"
+    );
+    assert_eq!(
+        (
+            t["phase"].as_str(),
+            t["version"].as_str(),
+            t["kubernetes_version"].as_str()
+        ),
+        (Some("Ready"), Some("1.37"), Some("v1.37.2")),
+        "{t}"
+    );
+    // Snapshotted before the hop, like any upgrade.
+    let (s, l) = api
+        .raw(Method::GET, "/v1/tenants/auto/snapshots", None)
+        .await?;
+    assert_eq!(s, 200, "{l}");
+    assert_eq!(l["snapshots"][0]["upgrade"], u["id"], "{l}");
+    assert_eq!(l["snapshots"][0]["state"], "Succeeded", "{l}");
+    // Its control plane answers.
+    let tenant = tenant_client(&api.kubeconfig("auto", "alice", &["admin"], "1h").await?).await?;
+    tenant.apiserver_version().await?;
+
+    // The tenant that did not opt in was left alone, through several sweeps since.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let m = api.get_tenant("manual").await?.unwrap();
+    assert_eq!(m["upgrade"], Value::Null, "{m}");
+    assert_eq!(
+        (
+            m["kubernetes_version"].as_str(),
+            m["auto_update"].as_str(),
+            m["auto_update_effective"].as_str()
+        ),
+        (Some("v1.37.1"), None, Some("off")),
+        "{m}"
+    );
+    // Nothing newer is left for the updated one: no second update.
+    let again = api.get_tenant("auto").await?.unwrap();
+    assert_eq!(again["upgrade"]["id"], u["id"], "{again}");
+
+    // The CLI shows the setting.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+        .args(["tenant", "get", "auto"])
+        .env("VCP_API_URL", &p.orchestrator.url)
+        .env("VCP_TOKEN", &p.admin_token)
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("v1.37.2")
+            && text
+                .lines()
+                .any(|l| l.starts_with("Auto:") && l.contains("patch")),
+        "{text}"
+    );
+
+    // The CLI sets it: its own `off`, then back to the plan's; a value it does not know is
+    // refused, naming the field.
+    for (arg, own) in [("off", json!("off")), ("plan", Value::Null)] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+            .args([
+                "tenant",
+                "update",
+                "auto",
+                "--auto-update",
+                arg,
+                "-o",
+                "json",
+            ])
+            .env("VCP_API_URL", &p.orchestrator.url)
+            .env("VCP_TOKEN", &p.admin_token)
+            .output()
+            .await?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        let t: Value = serde_json::from_str(&text)?;
+        assert_eq!(
+            (&t["auto_update"], t["auto_update_effective"].as_str()),
+            (&own, Some("off")),
+            "{t}"
+        );
+    }
+    let (s, b) = patch(api, "auto", json!({"auto_update": "weekly"})).await?;
+    assert_eq!(s, 422, "{b}");
     Ok(())
 }

@@ -45,14 +45,24 @@ pub(super) async fn views(s: &AppState, tenants: Vec<Tenant>) -> Result<Vec<Tena
     Ok(tenants
         .into_iter()
         .map(|t| {
-            let kubernetes = config.catalog.get(&t.version).map(|v| v.kubernetes.clone());
+            // The release its control plane is rendered from: its own, or the minor's when
+            // this replica's catalog no longer lists it.
+            let kubernetes = config
+                .catalog
+                .at_release(&t.version, t.release.as_deref())
+                .map(|v| v.kubernetes)
+                .or_else(|| t.release.clone());
+            let auto = crate::upgrade::auto::effective(
+                t.auto_update,
+                config.plans.get(&t.plan).and_then(|p| p.auto_update),
+            );
             let usage = latest.remove(&t.id).map(|u| TenantUsage {
                 sampled_at: u.sampled_at,
                 used: u.used,
                 limits: crate::usage::limits(&config.plans, &t.plan),
             });
             let upgrade = upgrades.remove(&t.id).map(Into::into);
-            TenantView::new(t, kubernetes, usage, upgrade)
+            TenantView::new(t, kubernetes, usage, upgrade, auto)
         })
         .collect())
 }
@@ -104,7 +114,7 @@ pub(super) async fn create_tenant(
         TenantName::parse(&req.name).map_err(|e| Problem::invalid("name", &e.to_string()))?;
     tracing::Span::current().record("tenant", name.to_string());
     let config = &s.provisioner.config;
-    let version = config
+    let (version, release) = config
         .catalog
         .resolve_new(req.version.as_deref(), req.allow_preview)
         .map_err(|e| Problem::invalid("version", &e.to_string()))?;
@@ -130,6 +140,8 @@ pub(super) async fn create_tenant(
             plan: plan.clone(),
             maintenance_window: req.maintenance_window.clone(),
             fleet_upgrades: req.fleet_upgrades.unwrap_or(FleetUpgrades::Include),
+            auto_update: req.auto_update,
+            release: release.to_owned(),
         };
         match s.inventory.create_tenant(&new, &caller.0.name).await {
             Ok(t) => return Ok((StatusCode::CREATED, Json(view(&s, t).await?))),

@@ -16,8 +16,8 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 pub use vcp_core::lifecycle::{
-    Condition, FleetEntryState, FleetState, FleetUpgrades, Phase, RestoreState, SnapshotState,
-    UpgradeState,
+    AutoUpdate, Condition, FleetEntryState, FleetState, FleetUpgrades, Phase, RestoreState,
+    SnapshotState, UpgradeState,
 };
 pub use vcp_policy::quota::{Hard, Usage};
 
@@ -52,6 +52,11 @@ pub struct CreateTenant {
     /// `exclude`: only an `expired` version moves it (one minor per fleet upgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_upgrades: Option<FleetUpgrades>,
+    /// `patch`: in its maintenance window, move the tenant to the newest `supported` or
+    /// `deprecated` release of its minor (through an upgrade: snapshot, gates, rollback);
+    /// `off`: never. Absent or null: its plan's setting (off when the plan has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_update: Option<AutoUpdate>,
 }
 
 /// A tenant.
@@ -88,6 +93,10 @@ pub struct TenantView {
     pub maintenance_window: Option<MaintenanceWindow>,
     /// Whether fleet upgrades may move it (`exclude`: only off an expired version).
     pub fleet_upgrades: FleetUpgrades,
+    /// The tenant's own automatic update setting; null: its plan's.
+    pub auto_update: Option<AutoUpdate>,
+    /// The setting in effect: the tenant's own, else its plan's, else `off`.
+    pub auto_update_effective: AutoUpdate,
 }
 
 /// One upgrade of a tenant's control plane.
@@ -99,11 +108,22 @@ pub struct UpgradeView {
     /// The minor it should end on.
     pub target: String,
     /// The hop in progress (or the last one): its start is where a rollback returns to.
+    /// A patch update is one hop inside a minor (`hop_from` = `hop_to`).
     pub hop_from: String,
     pub hop_to: String,
+    /// The releases of that hop: the tenant's when it started, and where it goes (null: the
+    /// catalog's release of `hop_to`).
+    pub hop_from_release: Option<String>,
+    pub hop_to_release: Option<String>,
     pub state: UpgradeState,
     /// Why it was rolled back.
     pub reason: Option<String>,
+    /// The restore of the failed hop's etcd snapshot its rollback started, when the old
+    /// version may not read what the new one wrote (the hop moved etcd, or the catalog marks
+    /// the new minor `storage_change`); null when the rollback only returned to the old images.
+    pub restore_id: Option<i64>,
+    /// That restore's state: `Succeeded` once the tenant's data is the snapshot's again.
+    pub restore_state: Option<RestoreState>,
     /// The token that asked for it, or `fleet-upgrade/<id>` (with why, when the tenant's
     /// version expired and the fleet upgrade moved it without being asked).
     pub requested_by: String,
@@ -123,8 +143,12 @@ impl From<crate::inventory::UpgradeRow> for UpgradeView {
             target: u.target_version,
             hop_from: u.hop_from,
             hop_to: u.hop_to,
+            hop_from_release: u.hop_from_release,
+            hop_to_release: u.hop_to_release,
             state: u.state,
             reason: u.reason,
+            restore_id: u.restore_id,
+            restore_state: u.restore_state,
             requested_by: u.requested_by,
             started_at: u.created_at,
             finished_at: u.finished_at,
@@ -155,6 +179,15 @@ pub struct UpgradeTenant {
     /// regardless); absent leaves it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_upgrades: Option<FleetUpgrades>,
+    /// `patch` or `off` (automatic patch updates in the maintenance window); `null` removes
+    /// the tenant's own setting (its plan's applies again); absent leaves it.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<AutoUpdate>)]
+    pub auto_update: Option<Option<AutoUpdate>>,
     /// Go through every minor between, one hop each, each gated (`1.35` -> `1.37` is two
     /// hops). Without it, a request that skips a minor is refused (rule `one-minor-per-hop`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -289,8 +322,11 @@ impl TenantView {
         kubernetes_version: Option<String>,
         usage: Option<TenantUsage>,
         upgrade: Option<UpgradeView>,
+        auto_update_effective: AutoUpdate,
     ) -> TenantView {
         TenantView {
+            auto_update_effective,
+            auto_update: t.auto_update,
             usage,
             upgrade,
             kubernetes_version,

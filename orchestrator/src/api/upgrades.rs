@@ -1,5 +1,5 @@
-//! Upgrades of one tenant's control plane, and its fleet upgrade settings (maintenance
-//! window, opt-out): `PATCH /v1/tenants/{name}` checks the request
+//! Upgrades of one tenant's control plane, and its upgrade settings (maintenance window,
+//! fleet upgrade opt-out, automatic patch updates): `PATCH /v1/tenants/{name}` checks the request
 //! against the skew rules (`crate::upgrade::skew`) and records the upgrade with its first hop;
 //! the reconcile workers roll it, gate it and, if a gate fails, roll it back (poll the tenant's
 //! `phase` and `upgrade`).
@@ -20,8 +20,8 @@ use tracing::field::Empty;
 use vcp_core::lifecycle::Phase;
 
 /// Upgrades a tenant's control plane to another minor (`version`), one hop per minor, and/or
-/// changes its fleet upgrade settings (`maintenance_window`, `fleet_upgrades`); a body with
-/// neither changes nothing. An upgrade is refused with 422 when the skew rules forbid it (the detail names the
+/// changes its upgrade settings (`maintenance_window`, `fleet_upgrades`, `auto_update`); a
+/// body with neither changes nothing. An upgrade is refused with 422 when the skew rules forbid it (the detail names the
 /// rule: `no-downgrade`, `one-minor-per-hop`, `no-expired-target`, `preview-on-request`,
 /// `chain-through-catalog`, `unchanged`, `apiserver-first`, `etcd-one-minor`); 409 unless the
 /// tenant is Ready with no upgrade moving it. Each hop is gated (every component rolled out
@@ -37,7 +37,7 @@ use vcp_core::lifecycle::Phase;
     Unauthorized,
     NoSuchTenant,
     (status = 409, description = "the tenant is not Ready, or an upgrade already moves it", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 422, description = "unknown version, or a skew rule refuses it (`field` is `version` and the detail names the rule); a malformed `maintenance_window` or `fleet_upgrades`", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "unknown version, or a skew rule refuses it (`field` is `version` and the detail names the rule); a malformed `maintenance_window`, `fleet_upgrades` or `auto_update`", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn upgrade_tenant(
@@ -51,6 +51,7 @@ pub(super) async fn upgrade_tenant(
     let settings = TenantSettings {
         maintenance_window: req.maintenance_window.clone(),
         fleet_upgrades: req.fleet_upgrades,
+        auto_update: req.auto_update,
     };
     let Some(version) = &req.version else {
         if settings.is_empty() {
@@ -92,6 +93,8 @@ pub(super) async fn upgrade_tenant(
         target: target.minor.clone(),
         chain: req.chain,
         first_hop: hops[0].minor.clone(),
+        to_release: Some(hops[0].kubernetes.clone()),
+        expect_release: None,
     };
     let started = s
         .inventory

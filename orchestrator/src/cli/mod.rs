@@ -7,11 +7,11 @@
 pub mod output;
 
 use crate::api::{
-    CreateFleetUpgrade, CreateTenant, CreateToken, FleetSelector, FleetState, FleetUpgradeAction,
-    FleetUpgradeDetail, FleetUpgradeList, FleetUpgrades, IssueKubeconfig, KubeconfigIssued,
-    KubeconfigList, MaintenanceWindow, Phase, ProblemBody, RestoreState, RestoreTenant,
-    RestoreView, Role, SnapshotList, SnapshotState, SnapshotView, TenantList, TenantView,
-    TokenCreated, TokenList, UpgradeState, UpgradeTenant, UsageSamples, VersionList,
+    AutoUpdate, CreateFleetUpgrade, CreateTenant, CreateToken, FleetSelector, FleetState,
+    FleetUpgradeAction, FleetUpgradeDetail, FleetUpgradeList, FleetUpgrades, IssueKubeconfig,
+    KubeconfigIssued, KubeconfigList, MaintenanceWindow, Phase, ProblemBody, RestoreState,
+    RestoreTenant, RestoreView, Role, SnapshotList, SnapshotState, SnapshotView, TenantList,
+    TenantView, TokenCreated, TokenList, UpgradeState, UpgradeTenant, UsageSamples, VersionList,
 };
 use crate::{Error, Result};
 use output::Format;
@@ -114,6 +114,28 @@ impl From<FleetUpgradesArg> for FleetUpgrades {
     }
 }
 
+/// `--auto-update`: whether vcp moves a tenant to newer patch releases by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AutoUpdateArg {
+    /// In its maintenance window, to the newest release of its minor.
+    Patch,
+    /// Never.
+    Off,
+    /// Whatever its plan says (removes the tenant's own setting).
+    Plan,
+}
+
+impl AutoUpdateArg {
+    /// The tenant's own setting this asks for (`None`: its plan's).
+    fn setting(self) -> Option<AutoUpdate> {
+        match self {
+            AutoUpdateArg::Patch => Some(AutoUpdate::Patch),
+            AutoUpdateArg::Off => Some(AutoUpdate::Off),
+            AutoUpdateArg::Plan => None,
+        }
+    }
+}
+
 fn window(s: &str) -> Result<MaintenanceWindow, String> {
     s.parse()
         .map_err(|e: crate::window::WindowError| e.to_string())
@@ -133,6 +155,10 @@ pub struct TenantUpdate {
     /// Whether fleet upgrades may move the tenant.
     #[arg(long, env = "VCP_FLEET_UPGRADES", value_enum)]
     pub fleet_upgrades: Option<FleetUpgradesArg>,
+    /// Automatic patch updates in the maintenance window: `patch`, `off`, or `plan` (the
+    /// plan's setting).
+    #[arg(long, env = "VCP_AUTO_UPDATE", value_enum)]
+    pub auto_update: Option<AutoUpdateArg>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -268,6 +294,10 @@ pub struct TenantCreate {
     /// Whether fleet upgrades may move the tenant (default include).
     #[arg(long, env = "VCP_FLEET_UPGRADES", value_enum)]
     pub fleet_upgrades: Option<FleetUpgradesArg>,
+    /// Automatic patch updates in the maintenance window: `patch`, `off`, or `plan` (the
+    /// default: the plan's setting).
+    #[arg(long, env = "VCP_AUTO_UPDATE", value_enum)]
+    pub auto_update: Option<AutoUpdateArg>,
     #[command(flatten)]
     pub wait: WaitArgs,
     #[command(flatten)]
@@ -604,6 +634,7 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 allow_preview: a.allow_preview,
                 maintenance_window: a.maintenance_window,
                 fleet_upgrades: a.fleet_upgrades.map(Into::into),
+                auto_update: a.auto_update.and_then(AutoUpdateArg::setting),
             };
             let mut t: TenantView = client.post("/v1/tenants", &req).await?;
             if a.wait.wait {
@@ -698,6 +729,7 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                     a.maintenance_window.map(Some)
                 },
                 fleet_upgrades: a.fleet_upgrades.map(Into::into),
+                auto_update: a.auto_update.map(AutoUpdateArg::setting),
                 ..Default::default()
             };
             let path = format!("/v1/tenants/{}", name(&a.name)?);

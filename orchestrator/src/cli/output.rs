@@ -179,6 +179,18 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
                 .map_or_else(|| "- (the plan's, or any time)".into(), |w| w.to_string()),
         ),
         ("Fleet", t.fleet_upgrades.as_str().to_owned()),
+        (
+            "Auto",
+            format!(
+                "{}{}",
+                t.auto_update_effective,
+                if t.auto_update.is_none() {
+                    " (the plan's)"
+                } else {
+                    ""
+                }
+            ),
+        ),
         ("Age", age(t.created_at, now)),
     ];
     for (k, v) in fields {
@@ -203,6 +215,13 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
         );
         if let Some(why) = &u.reason {
             let _ = writeln!(out, "Reason:   {}", cut(why, width.saturating_sub(10)));
+        }
+        if let Some(id) = u.restore_id {
+            let state = u.restore_state.map_or("unknown", |s| s.as_str());
+            let _ = writeln!(
+                out,
+                "Restore:  {id} {state} (the rollback restored the snapshot before the hop)"
+            );
         }
     }
     out.push_str("\nUsage:");
@@ -700,6 +719,8 @@ mod tests {
             upgrade: None,
             maintenance_window: None,
             fleet_upgrades: crate::api::FleetUpgrades::Include,
+            auto_update: None,
+            auto_update_effective: crate::api::AutoUpdate::Off,
         }
     }
 
@@ -800,6 +821,40 @@ mod tests {
             let out = tenant_detail(&t, at(10), width);
             assert!(max_line(&out) <= width, "{width}: {out}");
         }
+    }
+
+    #[test]
+    fn a_tenant_shows_its_auto_update_setting_and_a_rollbacks_restore() {
+        use crate::api::{AutoUpdate, RestoreState, UpgradeState, UpgradeView};
+        let mut t = tenant("a", "o", vec![]);
+        t.auto_update_effective = AutoUpdate::Patch;
+        let auto = |t: &TenantView| {
+            tenant_detail(t, at(10), 80)
+                .lines()
+                .find(|l| l.starts_with("Auto:"))
+                .map(|l| l["Auto:".len()..].trim().to_owned())
+        };
+        assert_eq!(auto(&t).as_deref(), Some("patch (the plan's)"));
+        t.auto_update = Some(AutoUpdate::Patch);
+        assert_eq!(auto(&t).as_deref(), Some("patch"));
+        t.upgrade = Some(UpgradeView {
+            id: 3,
+            from: "1.36".into(),
+            target: "1.37".into(),
+            hop_from: "1.36".into(),
+            hop_to: "1.37".into(),
+            hop_from_release: Some("v1.36.4".into()),
+            hop_to_release: Some("v1.37.1".into()),
+            state: UpgradeState::RolledBack,
+            reason: Some("hop 1.36 -> 1.37 not healthy after 30s".into()),
+            restore_id: Some(5),
+            restore_state: Some(RestoreState::Succeeded),
+            requested_by: "admin".into(),
+            started_at: at(0),
+            finished_at: Some(at(5)),
+        });
+        let out = tenant_detail(&t, at(10), 80);
+        assert!(out.contains("Restore:  5 Succeeded"), "{out}");
     }
 
     #[test]

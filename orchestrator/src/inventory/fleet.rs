@@ -527,6 +527,9 @@ impl Inventory {
             target: e.target_version.clone(),
             chain: e.chain,
             first_hop: first_hop.to_owned(),
+            // The catalog's release of that minor (the versions table this replica wrote).
+            to_release: None,
+            expect_release: None,
         };
         let started = start_upgrade_in(
             &mut tx,

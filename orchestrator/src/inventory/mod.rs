@@ -25,7 +25,9 @@ use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_core::lifecycle::{Condition, Desired, FleetUpgrades, Phase, SnapshotState, UpgradeState};
+use vcp_core::lifecycle::{
+    AutoUpdate, Condition, Desired, FleetUpgrades, Phase, SnapshotState, UpgradeState,
+};
 use vcp_core::naming::TenantKey;
 use vcp_policy::quota::Usage;
 
@@ -62,6 +64,11 @@ pub struct Tenant {
     pub maintenance_window: Option<Json<MaintenanceWindow>>,
     /// Whether fleet upgrades may move it (an expired version moves it regardless).
     pub fleet_upgrades: FleetUpgrades,
+    /// Its own automatic update setting (`None`: its plan's).
+    pub auto_update: Option<AutoUpdate>,
+    /// The release of `version` its control plane runs (`v1.37.1`); `None` only for rows from
+    /// before migration 0007 that it could not place (they run the catalog's release).
+    pub release: Option<String>,
 }
 
 /// A tenant to create.
@@ -75,6 +82,9 @@ pub struct NewTenant {
     pub plan: String,
     pub maintenance_window: Option<MaintenanceWindow>,
     pub fleet_upgrades: FleetUpgrades,
+    pub auto_update: Option<AutoUpdate>,
+    /// The release of `version` it starts on.
+    pub release: String,
 }
 
 /// What an owner may change of a tenant besides its version (`PATCH /v1/tenants/{name}`);
@@ -84,11 +94,15 @@ pub struct TenantSettings {
     /// `Some(None)` removes the tenant's own window (its plan's applies again).
     pub maintenance_window: Option<Option<MaintenanceWindow>>,
     pub fleet_upgrades: Option<FleetUpgrades>,
+    /// `Some(None)` removes the tenant's own setting (its plan's applies again).
+    pub auto_update: Option<Option<AutoUpdate>>,
 }
 
 impl TenantSettings {
     pub fn is_empty(&self) -> bool {
-        self.maintenance_window.is_none() && self.fleet_upgrades.is_none()
+        self.maintenance_window.is_none()
+            && self.fleet_upgrades.is_none()
+            && self.auto_update.is_none()
     }
 }
 
@@ -134,6 +148,16 @@ pub struct UpgradeRow {
     pub finished_at: Option<OffsetDateTime>,
     /// The snapshot taken before the current hop.
     pub snapshot_id: Option<i64>,
+    /// The releases of the current hop (migration 0007): the tenant's when it started, and
+    /// where it goes (`None`: the catalog's release of `hop_to`).
+    pub hop_from_release: Option<String>,
+    pub hop_to_release: Option<String>,
+    /// The restore of that snapshot a rollback started (migration 0006), if it needed one.
+    pub restore_id: Option<i64>,
+    /// That restore's state; read by [`Inventory::latest_upgrades`] and
+    /// [`Inventory::latest_upgrade`] only (`None` elsewhere).
+    #[sqlx(default)]
+    pub restore_state: Option<vcp_core::lifecycle::RestoreState>,
 }
 
 impl UpgradeRow {
@@ -151,6 +175,8 @@ impl UpgradeRow {
             chain: self.chain,
             hop_from: self.hop_from.clone(),
             hop_to: self.hop_to.clone(),
+            hop_from_release: self.hop_from_release.clone(),
+            hop_to_release: self.hop_to_release.clone(),
             hop_started_at: self.hop_started_at,
             state: self.state,
         }
@@ -164,6 +190,11 @@ pub struct NewUpgrade {
     pub chain: bool,
     /// The first hop's end.
     pub first_hop: String,
+    /// The release the first hop goes to; `None`: the catalog's release of `first_hop`. A
+    /// patch update names it (and its hop stays inside the tenant's minor).
+    pub to_release: Option<String>,
+    /// Start only if the tenant still runs this release (a patch update decided on it).
+    pub expect_release: Option<String>,
 }
 
 /// An API token (the hash only).
@@ -249,7 +280,7 @@ pub struct CertificateRow {
 
 const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
      phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
-     maintenance_window, fleet_upgrades";
+     maintenance_window, fleet_upgrades, auto_update, release";
 
 fn unique_violation(e: &sqlx::Error) -> Option<String> {
     match e {
@@ -321,8 +352,8 @@ impl Inventory {
         let mut tx = self.pool.begin().await?;
         let row: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO tenants (name, key, owner, labels, version, plan, maintenance_window,
-               fleet_upgrades)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {TENANT_COLUMNS}"
+               fleet_upgrades, auto_update, release)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {TENANT_COLUMNS}"
         )))
         .bind(&t.name)
         .bind(t.key.as_str())
@@ -332,6 +363,8 @@ impl Inventory {
         .bind(&t.plan)
         .bind(t.maintenance_window.as_ref().map(Json))
         .bind(t.fleet_upgrades)
+        .bind(t.auto_update)
+        .bind(&t.release)
         .fetch_one(&mut *tx)
         .await
         .map_err(|e| match unique_violation(&e).as_deref() {
@@ -345,7 +378,8 @@ impl Inventory {
             "tenant.create",
             Some(row.id),
             serde_json::json!({"name": t.name, "key": t.key, "version": t.version, "plan": t.plan,
-                "maintenance_window": t.maintenance_window, "fleet_upgrades": t.fleet_upgrades}),
+                "release": t.release, "maintenance_window": t.maintenance_window,
+                "fleet_upgrades": t.fleet_upgrades, "auto_update": t.auto_update}),
         )
         .await?;
         notify(&mut tx).await?;
@@ -456,7 +490,8 @@ impl Inventory {
         let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE tenants SET
                maintenance_window = CASE WHEN $3 THEN $4 ELSE maintenance_window END,
-               fleet_upgrades = COALESCE($5, fleet_upgrades), updated_at = now()
+               fleet_upgrades = COALESCE($5, fleet_upgrades),
+               auto_update = CASE WHEN $6 THEN $7 ELSE auto_update END, updated_at = now()
              WHERE id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR owner = $2)
              RETURNING {TENANT_COLUMNS}"
         )))
@@ -465,6 +500,8 @@ impl Inventory {
         .bind(s.maintenance_window.is_some())
         .bind(s.maintenance_window.clone().flatten().map(Json))
         .bind(s.fleet_upgrades)
+        .bind(s.auto_update.is_some())
+        .bind(s.auto_update.flatten())
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(row) = &row {
@@ -474,12 +511,84 @@ impl Inventory {
                 "tenant.settings",
                 Some(row.id),
                 serde_json::json!({"maintenance_window": row.maintenance_window,
-                    "fleet_upgrades": row.fleet_upgrades}),
+                    "fleet_upgrades": row.fleet_upgrades, "auto_update": row.auto_update}),
             )
             .await?;
         }
         tx.commit().await?;
         Ok(row)
+    }
+
+    /// Tenants a patch update may start for (`crate::upgrade::auto`): live, present, Ready,
+    /// with no upgrade or restore moving them, and not opted out on their own (a tenant with
+    /// no setting follows its plan, which the caller knows); each with the releases its patch
+    /// updates were rolled back from.
+    pub async fn patch_update_candidates(&self) -> Result<Vec<(Tenant, Vec<String>)>> {
+        let tenants: Vec<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants t
+             WHERE deleted_at IS NULL AND desired = $1 AND phase = $2
+               AND (auto_update IS NULL OR auto_update = $3)
+               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
+                               WHERE tenant_id = t.id AND state = ANY($4))
+               AND NOT EXISTS (SELECT 1 FROM etcd_restores
+                               WHERE tenant_id = t.id AND state = 'Running')
+             ORDER BY name"
+        )))
+        .bind(Desired::Present)
+        .bind(Phase::Ready)
+        .bind(AutoUpdate::Patch)
+        .bind(UpgradeState::active_names())
+        .fetch_all(&self.pool)
+        .await?;
+        let ids: Vec<i64> = tenants.iter().map(|t| t.id).collect();
+        let failed: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT tenant_id, hop_to_release FROM tenant_upgrades
+             WHERE tenant_id = ANY($1) AND state = $2 AND hop_from = hop_to
+               AND hop_to_release IS NOT NULL",
+        )
+        .bind(&ids)
+        .bind(UpgradeState::RolledBack)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_tenant: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+        for (id, r) in failed {
+            by_tenant.entry(id).or_default().push(r);
+        }
+        Ok(tenants
+            .into_iter()
+            .map(|t| {
+                let f = by_tenant.remove(&t.id).unwrap_or_default();
+                (t, f)
+            })
+            .collect())
+    }
+
+    /// Starts a patch update of a tenant to `to` (a release of its minor) through the same
+    /// transaction as any upgrade: one hop inside its minor, snapshot first. Only if the tenant
+    /// is still Ready on the release it was decided on, with nothing moving it; the upgrade's
+    /// id, or `None` when that no longer holds (another replica started it, say).
+    pub async fn start_patch_update(
+        &self,
+        t: &Tenant,
+        to: &str,
+        requested_by: &str,
+        actor: &str,
+    ) -> Result<Option<i64>> {
+        let new = NewUpgrade {
+            target: t.version.clone(),
+            chain: false,
+            first_hop: t.version.clone(),
+            to_release: Some(to.to_owned()),
+            expect_release: t.release.clone(),
+        };
+        let mut tx = self.pool.begin().await?;
+        let started =
+            start_upgrade_in(&mut tx, t.id, &t.version, None, &new, requested_by, actor).await?;
+        let Some((_, up)) = started else {
+            return Ok(None);
+        };
+        tx.commit().await?;
+        Ok(Some(up.id))
     }
 
     /// The upgrade moving a tenant now, if any.
@@ -498,8 +607,9 @@ impl Inventory {
     /// The latest upgrade of each of these tenants that had one.
     pub async fn latest_upgrades(&self, ids: &[i64]) -> Result<BTreeMap<i64, UpgradeRow>> {
         let rows: Vec<UpgradeRow> = sqlx::query_as(
-            "SELECT DISTINCT ON (tenant_id) * FROM tenant_upgrades
-             WHERE tenant_id = ANY($1) ORDER BY tenant_id, id DESC",
+            "SELECT DISTINCT ON (u.tenant_id) u.*, r.state AS restore_state
+             FROM tenant_upgrades u LEFT JOIN etcd_restores r ON r.id = u.restore_id
+             WHERE u.tenant_id = ANY($1) ORDER BY u.tenant_id, u.id DESC",
         )
         .bind(ids)
         .fetch_all(&self.pool)
@@ -510,7 +620,9 @@ impl Inventory {
     /// A tenant's latest upgrade, active or finished.
     pub async fn latest_upgrade(&self, tenant_id: i64) -> Result<Option<UpgradeRow>> {
         Ok(sqlx::query_as(
-            "SELECT * FROM tenant_upgrades WHERE tenant_id = $1 ORDER BY id DESC LIMIT 1",
+            "SELECT u.*, r.state AS restore_state
+             FROM tenant_upgrades u LEFT JOIN etcd_restores r ON r.id = u.restore_id
+             WHERE u.tenant_id = $1 ORDER BY u.id DESC LIMIT 1",
         )
         .bind(tenant_id)
         .fetch_optional(&self.pool)
@@ -1003,6 +1115,7 @@ async fn start_upgrade_in(
            next_reconcile_at = now(), updated_at = now()
          WHERE id = $1 AND deleted_at IS NULL AND desired = $5 AND phase = $6
            AND version = $3 AND ($2::text IS NULL OR owner = $2)
+           AND ($8::text IS NULL OR release = $8)
            AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
                            WHERE tenant_id = $1 AND state = ANY($7))
            AND NOT EXISTS (SELECT 1 FROM etcd_restores
@@ -1016,6 +1129,7 @@ async fn start_upgrade_in(
     .bind(Desired::Present)
     .bind(Phase::Ready)
     .bind(UpgradeState::active_names())
+    .bind(&u.expect_release)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {
@@ -1024,8 +1138,8 @@ async fn start_upgrade_in(
     let up: UpgradeRow = sqlx::query_as(
         "INSERT INTO tenant_upgrades
            (tenant_id, from_version, target_version, chain, hop_from, hop_to, state,
-            requested_by)
-         VALUES ($1, $2, $3, $4, $2, $5, $6, $7)
+            requested_by, hop_from_release, hop_to_release)
+         VALUES ($1, $2, $3, $4, $2, $5, $6, $7, $8, $9)
          RETURNING *",
     )
     .bind(tenant_id)
@@ -1035,6 +1149,8 @@ async fn start_upgrade_in(
     .bind(&u.first_hop)
     .bind(UpgradeState::Snapshotting)
     .bind(requested_by)
+    .bind(&row.release)
+    .bind(&u.to_release)
     .fetch_one(&mut *tx)
     .await?;
     let up = snapshots::snapshot_hop(&mut *tx, &row, up.id, actor).await?;
@@ -1045,6 +1161,7 @@ async fn start_upgrade_in(
         Some(tenant_id),
         serde_json::json!({"upgrade": up.id, "from": from, "to": u.target,
             "chain": u.chain, "hop": u.first_hop, "requested_by": requested_by,
+            "from_release": row.release, "to_release": u.to_release,
             "snapshot": up.snapshot_id}),
     )
     .await?;
@@ -1076,7 +1193,7 @@ async fn apply_transition(
         Transition::Abort(why) => (UpgradeState::RolledBack, Some(why), None),
         Transition::NextHop { to, .. } => (UpgradeState::Snapshotting, None, Some(to)),
         Transition::Succeeded => (UpgradeState::Succeeded, None, None),
-        Transition::RollBack(why) => (UpgradeState::RollingBack, Some(why), None),
+        Transition::RollBack { reason, .. } => (UpgradeState::RollingBack, Some(reason), None),
         Transition::RolledBack => (UpgradeState::RolledBack, None, None),
     };
     let row: Option<UpgradeRow> = sqlx::query_as(
@@ -1084,6 +1201,9 @@ async fn apply_transition(
            reason = COALESCE($4, reason),
            hop_from = CASE WHEN $5::text IS NULL THEN hop_from ELSE hop_to END,
            hop_to = COALESCE($5, hop_to),
+           hop_from_release = CASE WHEN $5::text IS NULL THEN hop_from_release
+             ELSE (SELECT release FROM tenants WHERE id = $2) END,
+           hop_to_release = CASE WHEN $5::text IS NULL THEN hop_to_release END,
            hop_started_at = CASE WHEN $5::text IS NULL AND $3 <> 'Running' THEN hop_started_at
              ELSE now() END,
            finished_at = CASE WHEN $3 IN ('Succeeded', 'RolledBack') THEN now() END
@@ -1111,28 +1231,42 @@ async fn apply_transition(
         .await?;
         snapshots::snapshot_hop(&mut *tx, &t, row.id, actor).await?;
     }
-    // The version the control plane runs next: the started hop's end, or the rollback's target.
+    // The version the control plane runs next: the started hop's end, or the rollback's
+    // target, each with its release (a hop between minors goes to the release the catalog
+    // this replica serves names for the new minor).
     let version = match tr {
-        Transition::StartHop => Some(row.hop_to.as_str()),
-        Transition::RollBack(_) => Some(row.hop_from.as_str()),
+        Transition::StartHop => Some((row.hop_to.as_str(), row.hop_to_release.as_deref())),
+        Transition::RollBack { .. } => {
+            Some((row.hop_from.as_str(), row.hop_from_release.as_deref()))
+        }
         _ => None,
     };
-    if let Some(v) = version {
+    if let Some((v, release)) = version {
         sqlx::query(
-            "UPDATE tenants SET version = $2, next_reconcile_at = now(), updated_at = now()
+            "UPDATE tenants SET version = $2,
+               release = COALESCE($3, (SELECT kubernetes FROM versions WHERE minor = $2)),
+               next_reconcile_at = now(), updated_at = now()
              WHERE id = $1",
         )
         .bind(tenant)
         .bind(v)
+        .bind(release)
         .execute(&mut *tx)
         .await?;
+    }
+    if let Transition::RollBack {
+        restore: Some((snapshot, why)),
+        ..
+    } = tr
+    {
+        snapshots::restore_for_rollback(&mut *tx, tenant, &row, *snapshot, why, actor).await?;
     }
     let action = match tr {
         Transition::StartHop => "tenant.upgrade.hop-started",
         Transition::Abort(_) => "tenant.upgrade.aborted",
         Transition::NextHop { .. } => "tenant.upgrade.hop",
         Transition::Succeeded => "tenant.upgrade.succeeded",
-        Transition::RollBack(_) => "tenant.upgrade.rollback",
+        Transition::RollBack { .. } => "tenant.upgrade.rollback",
         _ => "tenant.upgrade.rolled-back",
     };
     audit_in(

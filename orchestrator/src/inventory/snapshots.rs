@@ -284,6 +284,54 @@ impl Inventory {
     }
 }
 
+/// Starts the restore of a rolled-back hop's snapshot, in the transaction that starts the
+/// rollback (the tenant's version is already the hop's start), and links it to the upgrade.
+/// The tenant's next pass stops its control plane, restores every member and starts it again
+/// on the old version, as for a restore an admin asked for; the upgrade ends `RolledBack`
+/// once the control plane is healthy on it. Nothing else can be restoring the tenant: a
+/// restore and an upgrade never run at once.
+pub(super) async fn restore_for_rollback(
+    tx: &mut sqlx::PgConnection,
+    tenant: i64,
+    upgrade: &UpgradeRow,
+    snapshot: i64,
+    why: &str,
+    actor: &str,
+) -> Result<()> {
+    if upgrade.restore_id.is_some() {
+        // Started already: a hop is rolled back once.
+        return Ok(());
+    }
+    let requested_by = format!(
+        "tenant-upgrade/{}: rollback of hop {} -> {}: {why}",
+        upgrade.id, upgrade.hop_from, upgrade.hop_to
+    );
+    let row: RestoreRow = sqlx::query_as(
+        "INSERT INTO etcd_restores (tenant_id, snapshot_id, state, requested_by)
+         VALUES ($1, $2, $3, $4) RETURNING *",
+    )
+    .bind(tenant)
+    .bind(snapshot)
+    .bind(RestoreState::Running)
+    .bind(&requested_by)
+    .fetch_one(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE tenant_upgrades SET restore_id = $2 WHERE id = $1")
+        .bind(upgrade.id)
+        .bind(row.id)
+        .execute(&mut *tx)
+        .await?;
+    audit_in(
+        tx,
+        actor,
+        "tenant.restore.start",
+        Some(tenant),
+        serde_json::json!({"restore": row.id, "snapshot": snapshot, "upgrade": upgrade.id,
+            "requested_by": requested_by}),
+    )
+    .await
+}
+
 /// Writes what a pass means for a restore, in the pass's transaction.
 pub(super) async fn apply_restore(
     tx: &mut sqlx::PgConnection,

@@ -213,7 +213,8 @@ impl Provisioner {
 
         // Snapshots are taken from a control plane that is up.
         let mut taken = BTreeMap::new();
-        if all_ready && let Some(input) = self.job_input(t) {
+        let version = self.version_of(t);
+        if all_ready && let Some(input) = self.job_input(t, version.as_ref()) {
             for s in &pending {
                 match self.take_snapshot(t, &input, s).await {
                     Ok(state) => {
@@ -333,10 +334,22 @@ impl Provisioner {
 
     /// The input of a Job's template: the tenant's version and plan (Jobs mount no
     /// certificates that roll); `None` if either is not configured (the bring-up says so).
-    fn job_input<'a>(&'a self, t: &'a Tenant) -> Option<Input<'a>> {
-        let version = self.config.catalog.get(&t.version)?;
+    fn job_input<'a>(
+        &'a self,
+        t: &'a Tenant,
+        version: Option<&'a render::Version>,
+    ) -> Option<Input<'a>> {
+        let version = version?;
         let plan = self.config.plans.get(&t.plan)?;
         Some(self.input(t, version, plan, BTreeMap::new()))
+    }
+
+    /// The catalog's entry for the tenant's minor as its release runs it; `None` if this
+    /// replica's catalog does not have the minor.
+    fn version_of(&self, t: &Tenant) -> Option<render::Version> {
+        self.config
+            .catalog
+            .at_release(&t.version, t.release.as_deref())
     }
 
     /// A pass while a restore has members left to restore: the control plane stays stopped.
@@ -350,7 +363,8 @@ impl Provisioner {
             requeue_after: steps::REQUEUE_WAITING,
         };
         let mut error = None;
-        let result = match self.job_input(t) {
+        let version = self.version_of(t);
+        let result = match self.job_input(t, version.as_ref()) {
             None => Ok((
                 Some(NewRestore::Failed(format!(
                     "version {} or plan {} is not configured",
@@ -440,7 +454,7 @@ impl Provisioner {
     ) -> Vec<(Step, StepResult)> {
         let mut out = Vec::new();
         let cfg = &self.config;
-        let Some(version) = cfg.catalog.get(&t.version) else {
+        let Some(version) = self.version_of(t) else {
             out.push((
                 Step::Namespace,
                 StepResult::Fatal(format!(
@@ -450,6 +464,7 @@ impl Provisioner {
             ));
             return out;
         };
+        let version = &version;
         let Some(plan) = cfg.plans.get(&t.plan) else {
             out.push((
                 Step::Namespace,

@@ -24,6 +24,67 @@ pub struct Version {
     /// Extra kube-controller-manager flags for this minor.
     #[serde(default)]
     pub controller_manager_flags: Vec<String>,
+    /// This minor's apiserver stores some resource in a way the minor before it cannot read
+    /// (a new storage version, an encoding change): rolling back a hop into it restores the
+    /// etcd snapshot taken before the hop (`crate::upgrade::rollback_restore`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub storage_change: bool,
+    /// Other releases of this minor than `kubernetes`: older ones tenants still run, newer
+    /// ones being tried out (`class: preview`). Automatic patch updates move a tenant to the
+    /// newest release of its minor that is `supported` or `deprecated`
+    /// (`crate::upgrade::auto`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<Patch>,
+}
+
+/// Another release of a minor: what differs from the minor's entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Patch {
+    /// `"v1.37.0"`: a release of the entry's minor.
+    pub kubernetes: String,
+    /// Its class; the minor's when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<Class>,
+    /// The images that differ from the minor's (component -> image).
+    #[serde(default)]
+    pub images: BTreeMap<String, String>,
+}
+
+impl Version {
+    /// Every release of this minor with its class: `kubernetes` first, then the patches.
+    pub fn releases(&self) -> impl Iterator<Item = (&str, Class)> {
+        std::iter::once((self.kubernetes.as_str(), self.class)).chain(
+            self.patches
+                .iter()
+                .map(|p| (p.kubernetes.as_str(), p.class.unwrap_or(self.class))),
+        )
+    }
+
+    /// This minor's entry as one of its releases runs it: that release's images (the minor's
+    /// for a component the patch does not name). `None` for a release this minor does not list.
+    pub fn at_release(&self, release: &str) -> Option<Version> {
+        if release == self.kubernetes {
+            return Some(self.clone());
+        }
+        let p = self.patches.iter().find(|p| p.kubernetes == release)?;
+        let mut v = self.clone();
+        v.kubernetes = p.kubernetes.clone();
+        v.class = p.class.unwrap_or(self.class);
+        v.images
+            .extend(p.images.iter().map(|(k, i)| (k.clone(), i.clone())));
+        Some(v)
+    }
+}
+
+/// The patch number of a release (`"v1.37.2"`: 2); `None` for anything else.
+pub fn patch_number(release: &str) -> Option<u32> {
+    let mut parts = release.strip_prefix("v1.")?.split('.');
+    let (_minor, patch) = (parts.next()?, parts.next()?);
+    if parts.next().is_some() || patch.is_empty() || !patch.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    patch.parse().ok()
 }
 
 /// Where a minor is in its life, as the platform offers it.
@@ -79,7 +140,7 @@ pub enum CatalogError {
     Mismatch { minor: String, kubernetes: String },
     #[error("versions catalog: default {0:?} is not one of its versions")]
     BadDefault(String),
-    #[error("versions catalog: minor {0:?} is listed twice")]
+    #[error("versions catalog: {0:?} is listed twice")]
     Duplicate(String),
     #[error(
         "versions catalog: the default {minor:?} is {class}; the default must be supported or deprecated"
@@ -127,6 +188,22 @@ impl Catalog {
                     kubernetes: v.kubernetes.clone(),
                 });
             }
+            let mut releases = std::collections::BTreeSet::new();
+            for (r, _) in v.releases() {
+                let ok = r
+                    .strip_prefix('v')
+                    .is_some_and(|r| r.starts_with(&format!("{}.", v.minor)))
+                    && patch_number(r).is_some();
+                if !ok {
+                    return Err(CatalogError::Mismatch {
+                        minor: v.minor.clone(),
+                        kubernetes: r.to_owned(),
+                    });
+                }
+                if !releases.insert(r) {
+                    return Err(CatalogError::Duplicate(r.to_owned()));
+                }
+            }
             if let Some(c) = COMPONENTS.iter().find(|c| !v.images.contains_key(**c)) {
                 return Err(CatalogError::MissingImage {
                     minor: v.minor.clone(),
@@ -147,23 +224,31 @@ impl Catalog {
         Ok(c)
     }
 
-    /// The version a new tenant gets: [`Catalog::resolve`], then its class: never `expired`,
-    /// and `preview` only with `allow_preview`.
+    /// The version a new tenant gets, and its release: [`Catalog::resolve_release`], then the
+    /// release's class: never `expired`, and `preview` only with `allow_preview`.
     pub fn resolve_new(
         &self,
         requested: Option<&str>,
         allow_preview: bool,
-    ) -> Result<&Version, CatalogError> {
-        let v = self.resolve(requested)?;
-        match v.class {
+    ) -> Result<(&Version, &str), CatalogError> {
+        let (v, release) = self.resolve_release(requested)?;
+        let class = v
+            .releases()
+            .find(|(r, _)| *r == release)
+            .map_or(v.class, |(_, c)| c);
+        // The minor's own release is named by its minor; another patch by itself.
+        let named = if release == v.kubernetes {
+            v.minor.clone()
+        } else {
+            release[1..].to_owned()
+        };
+        match class {
             Class::Expired => Err(CatalogError::Expired {
-                minor: v.minor.clone(),
+                minor: named,
                 supported: self.listed(|v| !matches!(v.class, Class::Expired | Class::Preview)),
             }),
-            Class::Preview if !allow_preview => Err(CatalogError::Preview {
-                minor: v.minor.clone(),
-            }),
-            _ => Ok(v),
+            Class::Preview if !allow_preview => Err(CatalogError::Preview { minor: named }),
+            _ => Ok((v, release)),
         }
     }
 
@@ -177,20 +262,37 @@ impl Catalog {
             .join(", ")
     }
 
-    /// The version a request names: a minor (`1.37`, `v1.37`), its exact release
-    /// (`v1.37.1`), or nothing for the default.
+    /// The version a request names: a minor (`1.37`, `v1.37`), one of its releases
+    /// (`v1.37.1`, `1.37.1`, also a patch the entry lists), or nothing for the default.
     pub fn resolve(&self, requested: Option<&str>) -> Result<&Version, CatalogError> {
+        self.resolve_release(requested).map(|(v, _)| v)
+    }
+
+    /// [`Catalog::resolve`], with the release the request names (a minor names its entry's
+    /// `kubernetes`).
+    pub fn resolve_release(
+        &self,
+        requested: Option<&str>,
+    ) -> Result<(&Version, &str), CatalogError> {
         let Some(req) = requested else {
-            return Ok(self
+            let v = self
                 .versions
                 .iter()
                 .find(|v| v.minor == self.default)
-                .expect("checked by parse"));
+                .expect("checked by parse");
+            return Ok((v, v.kubernetes.as_str()));
         };
         let bare = req.strip_prefix('v').unwrap_or(req);
         self.versions
             .iter()
-            .find(|v| v.minor == bare || v.kubernetes == req || v.kubernetes[1..] == *bare)
+            .find_map(|v| {
+                if v.minor == bare {
+                    return Some((v, v.kubernetes.as_str()));
+                }
+                v.releases()
+                    .find(|(r, _)| *r == req || r[1..] == *bare)
+                    .map(|(r, _)| (v, r))
+            })
             .ok_or_else(|| CatalogError::Unknown {
                 requested: req.to_owned(),
                 supported: self.listed(|_| true),
@@ -198,19 +300,32 @@ impl Catalog {
     }
 
     /// Every spelling [`Catalog::resolve`] takes, version by version: the minor (`1.37`), the
-    /// minor with a `v`, the release (`v1.37.1`) and the release without its `v`.
+    /// minor with a `v`, each release (`v1.37.1`) and each release without its `v`.
     pub fn spellings(&self) -> Vec<String> {
         self.versions
             .iter()
             .flat_map(|v| {
-                [
-                    v.minor.clone(),
-                    format!("v{}", v.minor),
-                    v.kubernetes.clone(),
-                    v.kubernetes[1..].to_owned(),
-                ]
+                [v.minor.clone(), format!("v{}", v.minor)]
+                    .into_iter()
+                    .chain(
+                        v.releases()
+                            .flat_map(|(r, _)| [r.to_owned(), r[1..].to_owned()]),
+                    )
+                    .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// The entry of a minor as a tenant's release runs it ([`Version::at_release`]); the
+    /// minor's own release when the tenant has none recorded, or one the catalog no longer
+    /// lists (nothing else of that minor can be rendered).
+    pub fn at_release(&self, minor: &str, release: Option<&str>) -> Option<Version> {
+        let v = self.get(minor)?;
+        Some(
+            release
+                .and_then(|r| v.at_release(r))
+                .unwrap_or_else(|| v.clone()),
+        )
     }
 
     /// The entry for a stored minor.
@@ -311,10 +426,10 @@ mod tests {
                 minor: "1.36".into()
             }
         );
-        assert_eq!(c.resolve_new(Some("1.36"), true).unwrap().minor, "1.36");
-        assert_eq!(c.resolve_new(None, false).unwrap().minor, "1.37");
+        assert_eq!(c.resolve_new(Some("1.36"), true).unwrap().0.minor, "1.36");
+        assert_eq!(c.resolve_new(None, false).unwrap().0.minor, "1.37");
         assert_eq!(
-            c.resolve_new(Some("1.35"), false).unwrap().class,
+            c.resolve_new(Some("1.35"), false).unwrap().0.class,
             Class::Deprecated
         );
         // The default can be neither.
@@ -379,5 +494,94 @@ mod tests {
             Catalog::parse(&ok.replace("minor: \"1.36\"", "minor: \"1.37\"")).unwrap_err(),
             CatalogError::Duplicate("1.37".into())
         );
+    }
+
+    /// The built-in catalog with a patch list on 1.37: an older release and a newer preview.
+    pub(crate) fn with_patches() -> Catalog {
+        let ok = include_str!("../../../templates/versions.yaml");
+        Catalog::parse(&ok.replacen(
+            "controller_manager_flags: []",
+            "controller_manager_flags: []
+    patches:
+      - kubernetes: v1.37.0
+        images:
+          kube-apiserver: registry.k8s.io/kube-apiserver:v1.37.0
+      - kubernetes: v1.37.2
+        class: preview",
+            1,
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_minor_lists_other_releases_and_renders_each_with_its_images() {
+        let c = with_patches();
+        let v = c.get("1.37").unwrap();
+        assert_eq!(
+            v.releases().collect::<Vec<_>>(),
+            [
+                ("v1.37.1", Class::Supported),
+                ("v1.37.0", Class::Supported),
+                ("v1.37.2", Class::Preview)
+            ]
+        );
+        let old = c.at_release("1.37", Some("v1.37.0")).unwrap();
+        assert_eq!(old.kubernetes, "v1.37.0");
+        assert_eq!(
+            old.images["kube-apiserver"],
+            "registry.k8s.io/kube-apiserver:v1.37.0"
+        );
+        assert_eq!(
+            old.images["kube-controller-manager"],
+            "registry.k8s.io/kube-controller-manager:v1.37.1",
+            "a component the patch does not name keeps the minor's image"
+        );
+        // No release, or one the catalog dropped: the minor's own.
+        assert_eq!(c.at_release("1.37", None).unwrap().kubernetes, "v1.37.1");
+        assert_eq!(
+            c.at_release("1.37", Some("v1.37.9")).unwrap().kubernetes,
+            "v1.37.1"
+        );
+        assert!(c.at_release("1.12", None).is_none());
+        // New tenants may ask for a listed release; a preview one only with allow_preview.
+        let (v, r) = c.resolve_new(Some("1.37.0"), false).unwrap();
+        assert_eq!((v.minor.as_str(), r), ("1.37", "v1.37.0"));
+        assert_eq!(
+            c.resolve_new(Some("v1.37.2"), false).unwrap_err(),
+            CatalogError::Preview {
+                minor: "1.37.2".into()
+            }
+        );
+        assert_eq!(c.resolve_new(Some("v1.37.2"), true).unwrap().1, "v1.37.2");
+        assert_eq!(c.resolve_new(Some("1.37"), false).unwrap().1, "v1.37.1");
+        for s in c.spellings() {
+            assert!(c.resolve(Some(&s)).is_ok(), "{s}");
+        }
+        assert!(c.spellings().contains(&"1.37.0".to_owned()));
+        // A patch of another minor, a release listed twice, a field the catalog does not know.
+        let ok = include_str!("../../../templates/versions.yaml");
+        let patched = |p: &str| {
+            Catalog::parse(&ok.replacen(
+                "controller_manager_flags: []",
+                &format!("controller_manager_flags: []\n    patches:\n{p}"),
+                1,
+            ))
+        };
+        assert!(matches!(
+            patched("      - kubernetes: v1.36.9").unwrap_err(),
+            CatalogError::Mismatch { .. }
+        ));
+        assert_eq!(
+            patched("      - kubernetes: v1.37.1").unwrap_err(),
+            CatalogError::Duplicate("v1.37.1".into())
+        );
+        assert!(matches!(
+            patched("      - kubernetes: v1.37.3\n        flags: []").unwrap_err(),
+            CatalogError::Yaml(_)
+        ));
+        assert_eq!(patch_number("v1.37.12"), Some(12));
+        for bad in ["1.37.1", "v1.37", "v1.37.x", "v1.37.1.1", "v2.37.1"] {
+            assert_eq!(patch_number(bad), None, "{bad}");
+        }
     }
 }

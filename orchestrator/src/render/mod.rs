@@ -193,6 +193,10 @@ pub struct Plan {
     /// `{days: [sat, sun], start: "02:00", duration_minutes: 240}` (UTC). Absent: any time.
     #[serde(default)]
     pub maintenance_window: Option<crate::window::MaintenanceWindow>,
+    /// `auto_update: patch`: the plan's tenants move to the newest release of their minor in
+    /// their maintenance window (a tenant's own setting wins). Absent: off.
+    #[serde(default)]
+    pub auto_update: Option<vcp_core::lifecycle::AutoUpdate>,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that

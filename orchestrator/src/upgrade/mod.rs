@@ -18,6 +18,7 @@
 //! Pure: no client, no pool; except [`runner`], the fleet worker, which owns the I/O of
 //! fleet upgrades (the inventory) and asks [`fleet::step`] what to do.
 
+pub mod auto;
 pub mod fleet;
 pub mod runner;
 pub mod skew;
@@ -38,6 +39,10 @@ pub struct Active {
     pub chain: bool,
     pub hop_from: String,
     pub hop_to: String,
+    /// The hop's releases (`None`: the catalog's release of the minor); a patch update is a
+    /// hop inside one minor, from one release to another.
+    pub hop_from_release: Option<String>,
+    pub hop_to_release: Option<String>,
     pub hop_started_at: OffsetDateTime,
     pub state: UpgradeState,
     /// The snapshot taken before the current hop, as far as it got.
@@ -65,8 +70,14 @@ pub enum Transition {
     NextHop { from: String, to: String },
     /// The last hop passed its gates.
     Succeeded,
-    /// A gate failed: roll back to the hop's start (`tenants.version` becomes it).
-    RollBack(String),
+    /// A gate failed: roll back to the hop's start (`tenants.version` becomes it), and restore
+    /// the snapshot taken before the hop when [`rollback_restore`] says the old version may
+    /// not read what the new one wrote.
+    RollBack {
+        reason: String,
+        /// The hop's snapshot to restore, with why.
+        restore: Option<(i64, String)>,
+    },
     /// The rollback is complete: the control plane is healthy on the hop's start again.
     RolledBack,
 }
@@ -144,12 +155,16 @@ pub fn advance(
                 .iter()
                 .find(|(_, r)| matches!(r, StepResult::Fatal(_)))
             {
-                return Transition::RollBack(format!(
-                    "hop {} -> {}: {:?} cannot succeed: {m}",
-                    a.hop_from,
-                    a.hop_to,
-                    s.condition_type()
-                ));
+                return roll_back(
+                    a,
+                    catalog,
+                    format!(
+                        "hop {} -> {}: {:?} cannot succeed: {m}",
+                        a.hop_from,
+                        a.hop_to,
+                        s.condition_type()
+                    ),
+                );
             }
             if healthy {
                 if a.hop_to == a.target {
@@ -166,19 +181,27 @@ pub fn advance(
                     },
                     // The catalog changed under the upgrade: stop where the tenant is
                     // healthy rather than guess.
-                    Err(e) => Transition::RollBack(format!(
-                        "the next hop from {} to {} is no longer allowed: {e}",
-                        a.hop_to, a.target
-                    )),
+                    Err(e) => roll_back(
+                        a,
+                        catalog,
+                        format!(
+                            "the next hop from {} to {} is no longer allowed: {e}",
+                            a.hop_to, a.target
+                        ),
+                    ),
                 };
             }
             if elapsed > hop_timeout {
-                return Transition::RollBack(format!(
-                    "hop {} -> {} not healthy after {}s: {waiting}",
-                    a.hop_from,
-                    a.hop_to,
-                    hop_timeout.as_secs()
-                ));
+                return roll_back(
+                    a,
+                    catalog,
+                    format!(
+                        "hop {} -> {} not healthy after {}s: {waiting}",
+                        a.hop_from,
+                        a.hop_to,
+                        hop_timeout.as_secs()
+                    ),
+                );
             }
             Transition::Wait(format!("hop {} -> {}: {waiting}", a.hop_from, a.hop_to))
         }
@@ -192,6 +215,61 @@ pub fn advance(
         // Finished upgrades are not passed here; nothing to do.
         UpgradeState::Succeeded | UpgradeState::RolledBack => Transition::Wait(String::new()),
     }
+}
+
+/// Why rolling back a hop must also restore the etcd snapshot taken before it, or `None` when
+/// returning to the old images is enough. `from` and `to` are the hop's ends as (minor,
+/// release; `None`: the catalog's release of the minor). The old version may not read what
+/// the new one wrote when the hop moved etcd (its data files are the new release's), or when
+/// the hop enters a minor the catalog marks `storage_change` (its apiserver stores some
+/// resource in a version the old one cannot decode; a patch update inside that minor does not
+/// enter it). A minor the catalog no longer knows counts as a change: nothing says the old
+/// version can read its data, and a restore only loses the writes of the failed hop.
+pub fn rollback_restore(
+    catalog: &Catalog,
+    from: (&str, Option<&str>),
+    to: (&str, Option<&str>),
+) -> Option<String> {
+    let (Some(f), Some(t)) = (
+        catalog.at_release(from.0, from.1),
+        catalog.at_release(to.0, to.1),
+    ) else {
+        return Some(format!(
+            "the catalog no longer describes the hop {} -> {}",
+            from.0, to.0
+        ));
+    };
+    if skew::rollout(&f, &t).contains(&crate::render::Component::Etcd) {
+        let image = |v: &crate::render::Version| v.images.get("etcd").cloned().unwrap_or_default();
+        return Some(format!(
+            "the hop moved etcd from {} to {}",
+            image(&f),
+            image(&t)
+        ));
+    }
+    (t.storage_change && f.minor != t.minor).then(|| {
+        format!(
+            "{} changes how the apiserver stores data (catalog: storage_change)",
+            t.minor
+        )
+    })
+}
+
+/// The rollback of the current hop, with its snapshot restored when [`rollback_restore`]
+/// says so and the snapshot was taken (a hop only runs once it was).
+fn roll_back(a: &Active, catalog: &Catalog, reason: String) -> Transition {
+    let restore = match (
+        &a.snapshot,
+        rollback_restore(
+            catalog,
+            (&a.hop_from, a.hop_from_release.as_deref()),
+            (&a.hop_to, a.hop_to_release.as_deref()),
+        ),
+    ) {
+        (Some(HopSnapshot::Taken(id)), Some(why)) => Some((*id, why)),
+        _ => None,
+    };
+    Transition::RollBack { reason, restore }
 }
 
 /// What a transition makes of a pass's verdict: the phase is `Upgrading` while the upgrade is
@@ -214,7 +292,16 @@ pub fn verdict(v: &mut Verdict, tr: &Transition, prev: &[Condition], now: Offset
             format!("{from} passed its gates; snapshotting before {to}"),
         ),
         Transition::Succeeded => (S::True, R::Ready, "upgraded".to_owned()),
-        Transition::RollBack(m) => (S::False, R::Error, format!("rolling back: {m}")),
+        Transition::RollBack { reason, restore } => (
+            S::False,
+            R::Error,
+            match restore {
+                None => format!("rolling back: {reason}"),
+                Some((id, why)) => {
+                    format!("rolling back and restoring snapshot {id} ({why}): {reason}")
+                }
+            },
+        ),
         Transition::RolledBack => (
             S::False,
             R::Failed,
@@ -265,6 +352,8 @@ mod tests {
             chain: true,
             hop_from: from.into(),
             hop_to: to.into(),
+            hop_from_release: None,
+            hop_to_release: None,
             hop_started_at: at("2026-01-01T00:00:00Z"),
             state,
             snapshot: Some(HopSnapshot::Taken(9)),
@@ -329,14 +418,14 @@ mod tests {
         );
         let t = advance(&a, &c, &stuck, None, late, T);
         assert!(
-            matches!(&t, Transition::RollBack(m) if m.contains("1.36 -> 1.37") && m.contains("0/1 ready")),
+            matches!(&t, Transition::RollBack { reason: m, restore: None } if m.contains("1.36 -> 1.37") && m.contains("0/1 ready")),
             "{t:?}"
         );
         // A step that cannot succeed rolls back at once.
         let fatal = stuck_at(Step::Etcd, StepResult::Fatal("bad template".into()));
         let t = advance(&a, &c, &fatal, None, early, T);
         assert!(
-            matches!(&t, Transition::RollBack(m) if m.contains("bad template")),
+            matches!(&t, Transition::RollBack { reason: m, .. } if m.contains("bad template")),
             "{t:?}"
         );
     }
@@ -364,7 +453,15 @@ mod tests {
         assert!(v.requeue_after <= REQUEUE_WAITING);
         assert_eq!(upgraded(&v).status, ConditionStatus::False);
         let mut v = base.clone();
-        verdict(&mut v, &Transition::RollBack("gate".into()), &[], now);
+        verdict(
+            &mut v,
+            &Transition::RollBack {
+                reason: "gate".into(),
+                restore: None,
+            },
+            &[],
+            now,
+        );
         assert_eq!(
             (v.phase, v.requeue_after),
             (Phase::Upgrading, Duration::ZERO)
@@ -466,5 +563,88 @@ mod tests {
             advance(&a, &c, &all_ready(), Some(&StepResult::Ready), now, T),
             Transition::Succeeded
         );
+    }
+
+    #[test]
+    fn a_rollback_restores_the_snapshot_only_when_the_old_version_may_not_read_the_data() {
+        let ok = include_str!("../../../templates/versions.yaml");
+        // Every built-in hop keeps etcd and its storage: the old images are enough.
+        let c = Catalog::builtin();
+        assert_eq!(rollback_restore(&c, ("1.36", None), ("1.37", None)), None);
+        assert_eq!(rollback_restore(&c, ("1.35", None), ("1.36", None)), None);
+        // The catalog marks 1.37 as a storage change.
+        let marked = Catalog::parse(&ok.replacen(
+            "controller_manager_flags: []",
+            "controller_manager_flags: []\n    storage_change: true",
+            1,
+        ))
+        .unwrap();
+        assert!(marked.get("1.37").unwrap().storage_change);
+        let why = rollback_restore(&marked, ("1.36", None), ("1.37", None)).unwrap();
+        assert!(why.contains("storage_change"), "{why}");
+        assert_eq!(
+            rollback_restore(&marked, ("1.35", None), ("1.36", None)),
+            None,
+            "only the hop into the marked minor"
+        );
+        assert_eq!(
+            rollback_restore(
+                &marked,
+                ("1.37", Some("v1.37.0")),
+                ("1.37", Some("v1.37.1"))
+            ),
+            None,
+            "a patch update inside the marked minor does not enter it"
+        );
+        // A hop that moves etcd.
+        let moved = Catalog::parse(&ok.replacen("etcd:3.6.16-0", "etcd:3.7.0-0", 1)).unwrap();
+        let why = rollback_restore(&moved, ("1.36", None), ("1.37", None)).unwrap();
+        assert!(why.contains("3.6.16-0") && why.contains("3.7.0-0"), "{why}");
+        // A hop the catalog no longer describes.
+        assert!(rollback_restore(&c, ("1.34", None), ("1.35", None)).is_some());
+
+        // The rollback carries the hop's snapshot when it must restore it, whatever failed.
+        let now = at("2026-01-01T00:01:00Z");
+        let late = at("2026-01-01T00:05:01Z");
+        let a = active("1.36", "1.37", "1.37", UpgradeState::Running);
+        let stuck = stuck_at(Step::Apiserver, StepResult::Waiting("0/1 ready".into()));
+        let fatal = stuck_at(Step::Etcd, StepResult::Fatal("bad template".into()));
+        for (results, at) in [(&stuck, late), (&fatal, now)] {
+            match advance(&a, &marked, results, None, at, T) {
+                Transition::RollBack {
+                    restore: Some((9, why)),
+                    ..
+                } => assert!(why.contains("storage_change")),
+                t => panic!("{t:?}"),
+            }
+            assert!(matches!(
+                advance(&a, &c, results, None, at, T),
+                Transition::RollBack { restore: None, .. }
+            ));
+        }
+        // Without a taken snapshot there is nothing to restore (a hop never runs without one).
+        let mut a = a;
+        a.snapshot = None;
+        assert!(matches!(
+            advance(&a, &marked, &fatal, None, now, T),
+            Transition::RollBack { restore: None, .. }
+        ));
+        // The condition says it restores.
+        let mut v = crate::provision::steps::bring_up(&all_ready(), &[], now);
+        verdict(
+            &mut v,
+            &Transition::RollBack {
+                reason: "gate".into(),
+                restore: Some((9, "why".into())),
+            },
+            &[],
+            now,
+        );
+        let c = v
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Upgraded)
+            .unwrap();
+        assert!(c.message.contains("restoring snapshot 9"), "{}", c.message);
     }
 }

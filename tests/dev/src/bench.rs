@@ -705,7 +705,8 @@ pub async fn kubelet(b: KubeletBench) -> anyhow::Result<()> {
         ..Default::default()
     };
 
-    let expected = lines * line.len();
+    // What the log serves of each line: its content and a newline, not the CRI prefix.
+    let expected = lines * 201;
     let read = |api: Api<Pod>| {
         let params = params.clone();
         async move {
