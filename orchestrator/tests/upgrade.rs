@@ -89,6 +89,45 @@ fn broken_137(storage_change: bool) -> String {
     versions
 }
 
+/// A platform over the shared cluster (database `db`) whose catalog has [`broken_137`], with
+/// hops that give up after 30 s; the templates folder lives as long as the guard.
+async fn broken_platform(
+    db: &str,
+    storage_change: bool,
+) -> anyhow::Result<(vcp_dev::testing::TestPlatform, tempfile::TempDir)> {
+    let cluster = DevCluster::shared().await?;
+    let templates = templates_with(&broken_137(storage_change))?;
+    let p = vcp_dev::testing::platform_with(
+        cluster,
+        db,
+        2,
+        vec![
+            (
+                "VCP_TEMPLATES".into(),
+                templates.path().display().to_string(),
+            ),
+            ("VCP_UPGRADE_HOP_TIMEOUT_SECONDS".into(), "30".into()),
+        ],
+    )
+    .await?;
+    Ok((p, templates))
+}
+
+/// Tenant `name` on 1.36 created and Ready; its `default` ConfigMaps, as its admin.
+async fn ready_tenant(api: &ApiClient, name: &str) -> anyhow::Result<Api<ConfigMap>> {
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": name, "version": "1.36"})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{b}");
+    api.wait_ready(name, READY_TIMEOUT).await?;
+    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
+    Ok(Api::namespaced(tenant, "default"))
+}
+
 /// One tenant on 1.35 with a ConfigMap and a pod, upgraded by a chain of two hops to 1.37:
 /// the refusals first, then the upgrade with a client polling the tenant apiserver throughout.
 #[tokio::test]
@@ -277,34 +316,10 @@ async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::
 /// is in the API and in `vcp tenant get`.
 #[tokio::test]
 async fn a_hop_whose_apiserver_cannot_start_is_rolled_back() -> anyhow::Result<()> {
-    let cluster = DevCluster::shared().await?;
-    let templates = templates_with(&broken_137(false))?;
-    let p = vcp_dev::testing::platform_with(
-        cluster,
-        "vcp-upgrade-fail",
-        2,
-        vec![
-            (
-                "VCP_TEMPLATES".into(),
-                templates.path().display().to_string(),
-            ),
-            ("VCP_UPGRADE_HOP_TIMEOUT_SECONDS".into(), "30".into()),
-        ],
-    )
-    .await?;
+    let (p, _templates) = broken_platform("vcp-upgrade-fail", false).await?;
     let api = &p.admin;
     let name = "broken";
-    let (s, b) = api
-        .raw(
-            Method::POST,
-            "/v1/tenants",
-            Some(&json!({"name": name, "version": "1.36"})),
-        )
-        .await?;
-    assert_eq!(s, 201, "{b}");
-    api.wait_ready(name, READY_TIMEOUT).await?;
-    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
-    let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
+    let cms = ready_tenant(api, name).await?;
     let keep: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "keep"}, "data": {"k": "v"}
     }))?;
@@ -357,34 +372,10 @@ async fn a_hop_whose_apiserver_cannot_start_is_rolled_back() -> anyhow::Result<(
 /// ones from before are there, and the tenant is Ready on 1.36; the upgrade shows the restore.
 #[tokio::test]
 async fn a_rollback_of_a_storage_changing_hop_restores_its_snapshot() -> anyhow::Result<()> {
-    let cluster = DevCluster::shared().await?;
-    let templates = templates_with(&broken_137(true))?;
-    let p = vcp_dev::testing::platform_with(
-        cluster,
-        "vcp-upgrade-restore",
-        2,
-        vec![
-            (
-                "VCP_TEMPLATES".into(),
-                templates.path().display().to_string(),
-            ),
-            ("VCP_UPGRADE_HOP_TIMEOUT_SECONDS".into(), "30".into()),
-        ],
-    )
-    .await?;
+    let (p, _templates) = broken_platform("vcp-upgrade-restore", true).await?;
     let api = &p.admin;
     let name = "storage";
-    let (s, b) = api
-        .raw(
-            Method::POST,
-            "/v1/tenants",
-            Some(&json!({"name": name, "version": "1.36"})),
-        )
-        .await?;
-    assert_eq!(s, 201, "{b}");
-    api.wait_ready(name, READY_TIMEOUT).await?;
-    let tenant = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
-    let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
+    let cms = ready_tenant(api, name).await?;
     let cm = |n: &str| -> anyhow::Result<ConfigMap> {
         Ok(serde_json::from_value(json!({
             "metadata": {"name": n}, "data": {"k": "v"}

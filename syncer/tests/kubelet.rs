@@ -52,6 +52,23 @@ async fn web_pod(tenant: &Client, ns: &str) -> Res<Pod> {
     .await
 }
 
+/// A tenant `key` with its syncer on the shared cluster and [`web_pod`] running in `apps`.
+async fn tenant_with_web(
+    key: &str,
+) -> Res<(
+    &'static DevCluster,
+    TenantControlPlane,
+    vcp_dev::process::Spawned,
+    Client,
+)> {
+    let cluster = DevCluster::shared().await?;
+    let cp = TenantControlPlane::start(key).await?;
+    let syncer = cp.start_syncer(cluster, &[])?;
+    let tenant = cp.connect().await?;
+    web_pod(&tenant, "apps").await?;
+    Ok((cluster, cp, syncer, tenant))
+}
+
 /// kubectl of the host's version against `kubeconfig`.
 fn kubectl(cluster: &DevCluster, kubeconfig: &Path) -> Command {
     let mut c = Command::new(cluster.kubectl());
@@ -109,11 +126,7 @@ fn read_until(
 
 #[tokio::test]
 async fn logs_exec_attach_port_forward_and_cp_work_inside_a_tenant() -> Res {
-    let cluster = DevCluster::shared().await?;
-    let cp = TenantControlPlane::start("e2ek").await?;
-    let _syncer = cp.start_syncer(cluster, &[])?;
-    let tenant = cp.connect().await?;
-    web_pod(&tenant, "apps").await?;
+    let (cluster, cp, _syncer, tenant) = tenant_with_web("e2ek").await?;
     let kc = cp.kubeconfig.clone();
     let k = || {
         let mut c = kubectl(cluster, &kc);
@@ -452,11 +465,7 @@ async fn the_kubelet_endpoint_admits_only_its_apiserver_and_reaches_only_its_ten
 
 #[tokio::test]
 async fn streams_broken_by_a_syncer_restart_end_instead_of_hanging_and_the_next_ones_work() -> Res {
-    let cluster = DevCluster::shared().await?;
-    let cp = TenantControlPlane::start("e2ekr").await?;
-    let syncer = cp.start_syncer(cluster, &[])?;
-    let tenant = cp.connect().await?;
-    web_pod(&tenant, "apps").await?;
+    let (cluster, cp, syncer, _tenant) = tenant_with_web("e2ekr").await?;
     let kc = cp.kubeconfig.clone();
     let mut follow = kubectl(cluster, &kc)
         .args([
