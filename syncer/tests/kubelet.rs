@@ -349,6 +349,68 @@ async fn logs_exec_attach_port_forward_and_cp_work_inside_a_tenant() -> Res {
     Ok(())
 }
 
+/// The kubectl of every supported minor, over both of its streaming protocols (WebSocket, its
+/// default, and SPDY, which it falls back to), reads logs, execs and forwards a port through
+/// the tenant.
+#[tokio::test]
+async fn kubectl_of_every_supported_minor_over_websocket_and_spdy_works_through_a_tenant() -> Res {
+    let (_cluster, cp, _syncer, _tenant) = tenant_with_web("e2ekv").await?;
+    for version in vcp_dev::bins::supported_kubernetes_versions() {
+        let bin = vcp_dev::bins::binary("kubectl", version)?;
+        for websockets in ["true", "false"] {
+            let what = format!("kubectl {version} websockets={websockets}");
+            let k = || {
+                let mut c = Command::new(&bin);
+                c.arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+                    .args(["--request-timeout=60s", "-n", "apps"])
+                    .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", websockets)
+                    .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets);
+                c
+            };
+            let logs = ok(k().args(["logs", "web", "-c", "app", "--tail=1"]))?;
+            assert_eq!(logs.trim_end(), kwok::APP_LINES[4], "{what}");
+            let out = ok(k().args([
+                "exec",
+                "web",
+                "-c",
+                "app",
+                "--",
+                "sh",
+                "-c",
+                "echo $((6*7))",
+            ]))?;
+            assert_eq!(out, "42\n", "{what}");
+            let mut pf = k()
+                .args(["port-forward", "pod/web", ":8080"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            // Kept open while the connection runs: kubectl writes a line per connection.
+            let mut stdout = BufReader::new(pf.stdout.take().expect("piped"));
+            let mut first = String::new();
+            stdout.read_line(&mut first)?;
+            let echoed = (|| -> Res<String> {
+                let port: u16 = first
+                    .split("127.0.0.1:")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|p| p.parse().ok())
+                    .ok_or_else(|| anyhow::anyhow!("no local port in {first:?}"))?;
+                let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+                conn.set_read_timeout(Some(Duration::from_secs(20)))?;
+                conn.write_all(b"ping\n")?;
+                let mut buf = [0; 5];
+                conn.read_exact(&mut buf)?;
+                Ok(String::from_utf8_lossy(&buf).into_owned())
+            })();
+            let _ = pf.kill();
+            let _ = pf.wait();
+            assert_eq!(echoed?, "ping\n", "{what}");
+        }
+    }
+    Ok(())
+}
+
 /// `curl` against a kubelet endpoint on the loopback: (HTTP status, body), or `None` when the
 /// TLS handshake is refused.
 fn curl(

@@ -24,8 +24,8 @@ groups=(
   "etcd|go.etcd.io/etcd/server/v3|etcd=go.etcd.io/etcd/server/v3 etcdctl=go.etcd.io/etcd/etcdctl/v3 etcdutl=go.etcd.io/etcd/etcdutl/v3"
   "kwok|sigs.k8s.io/kwok|kwok=sigs.k8s.io/kwok/cmd/kwok"
   "k8s-v1.37|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl"
-  "k8s-v1.36|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager"
-  "k8s-v1.35|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager"
+  "k8s-v1.36|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl"
+  "k8s-v1.35|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl"
   "coredns|github.com/coredns/coredns|coredns=github.com/coredns/coredns"
   "helm|helm.sh/helm/v4|helm=helm.sh/helm/v4/cmd/helm"
 )

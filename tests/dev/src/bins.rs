@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 const K8S_NEWEST_GOMOD: &str = include_str!("../../kube-bin/k8s-v1.37/go.mod");
 const K8S_PREVIOUS_GOMOD: &str = include_str!("../../kube-bin/k8s-v1.36/go.mod");
+const K8S_OLDEST_GOMOD: &str = include_str!("../../kube-bin/k8s-v1.35/go.mod");
 const ETCD_GOMOD: &str = include_str!("../../kube-bin/etcd/go.mod");
 const KWOK_GOMOD: &str = include_str!("../../kube-bin/kwok/go.mod");
 const COREDNS_GOMOD: &str = include_str!("../../kube-bin/coredns/go.mod");
@@ -35,6 +36,17 @@ pub fn kubernetes_versions() -> [&'static str; 2] {
     [
         pinned(K8S_NEWEST_GOMOD, "k8s.io/kubernetes"),
         pinned(K8S_PREVIOUS_GOMOD, "k8s.io/kubernetes"),
+    ]
+}
+
+/// Every Kubernetes release built for vcp, newest first: the catalog's three minors, whose
+/// kubectl each is tested against tenants.
+pub fn supported_kubernetes_versions() -> [&'static str; 3] {
+    let [newest, previous] = kubernetes_versions();
+    [
+        newest,
+        previous,
+        pinned(K8S_OLDEST_GOMOD, "k8s.io/kubernetes"),
     ]
 }
 
@@ -107,6 +119,13 @@ mod tests {
         let minor = |v: &str| v.split('.').nth(1).unwrap().parse::<u32>().unwrap();
         assert!(newest.starts_with("v1.") && previous.starts_with("v1."));
         assert_eq!(minor(newest), minor(previous) + 1);
+    }
+
+    #[test]
+    fn the_supported_releases_are_three_consecutive_minors_newest_first() {
+        let minor = |v: &str| v.split('.').nth(1).unwrap().parse::<u32>().unwrap();
+        let [a, b, c] = supported_kubernetes_versions();
+        assert_eq!((minor(a), minor(b)), (minor(b) + 1, minor(c) + 1));
     }
 
     #[test]
