@@ -45,6 +45,28 @@ pub const ANN_UID: &str = "vcp.dev/tenant-uid";
 /// On host objects the syncer generates itself (token Secrets): what they were made for. A
 /// tenant object never adopts a host object carrying it.
 pub const ANN_GENERATED: &str = "vcp.dev/generated-for";
+/// On a host Service the syncer keeps while it recreates the tenant Service with the host's
+/// ClusterIP (a ClusterIP cannot change in place): when it started (RFC 3339). Garbage
+/// collection leaves such a host object alone for [`RECREATING_GRACE_SECONDS`], so the
+/// recreated tenant Service adopts it instead of a new host Service getting another address.
+pub const ANN_RECREATING: &str = "vcp.dev/recreating";
+/// How long [`ANN_RECREATING`] holds off garbage collection.
+pub const RECREATING_GRACE_SECONDS: i64 = 60;
+
+/// Whether a host object's [`ANN_RECREATING`] mark, if any, still holds at `now`.
+pub fn recreating(
+    annotations: &BTreeMap<String, String>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> bool {
+    annotations
+        .get(ANN_RECREATING)
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .is_some_and(|since| {
+            let age = now.as_second() - since.as_second();
+            (0..RECREATING_GRACE_SECONDS).contains(&age)
+        })
+}
+
 /// The upgrade canary: a ConfigMap in the tenant's `default` namespace that the orchestrator
 /// stamps at each upgrade gate (data key [`CANARY_KEY`]) and the syncer always copies to the
 /// host, whatever pods use, then marks with [`ANN_CANARY_SEEN`] once the host copy carries the
@@ -585,5 +607,22 @@ mod tests {
                 prop_assert_ne!(key_to_host(&a), key_to_host(&b));
             }
         }
+    }
+
+    #[test]
+    fn a_recreating_mark_holds_for_its_grace_only() {
+        let t = |s: &str| s.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+        let marked =
+            BTreeMap::from([(ANN_RECREATING.to_owned(), "2026-11-25T10:00:00Z".to_owned())]);
+        assert!(recreating(&marked, t("2026-11-25T10:00:00Z")));
+        assert!(recreating(&marked, t("2026-11-25T10:00:59Z")));
+        assert!(!recreating(&marked, t("2026-11-25T10:01:00Z")), "stale");
+        assert!(
+            !recreating(&marked, t("2026-11-25T09:59:00Z")),
+            "from the future"
+        );
+        assert!(!recreating(&BTreeMap::new(), t("2026-11-25T10:00:00Z")));
+        let junk = BTreeMap::from([(ANN_RECREATING.to_owned(), "soon".to_owned())]);
+        assert!(!recreating(&junk, t("2026-11-25T10:00:00Z")));
     }
 }

@@ -1743,10 +1743,10 @@ async fn gc_never_deletes_look_alikes_outside_the_host_namespaces_it_owns() -> R
 #[tokio::test]
 async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_pods() -> Res {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    const USER: &str = "e2el-lagging-syncer";
+    const USER: &str = "e2et-lagging-syncer";
     let cluster = DevCluster::shared().await?;
     let host = cluster.connect().await?;
-    let cp = TenantControlPlane::start("e2el").await?;
+    let cp = TenantControlPlane::start("e2et").await?;
     let syncer = cp.start_syncer(cluster, &[])?;
     let tenant = cp.connect().await?;
     namespace_for_pods(&tenant, "apps").await?;
@@ -1805,7 +1805,7 @@ async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_
         .create(
             &pp,
             &role(
-                "e2el-no-pods",
+                "e2et-no-pods",
                 serde_json::json!([
                     {"apiGroups": [""], "resources": core, "verbs": ["*"]},
                     {"apiGroups": ["discovery.k8s.io", "networking.k8s.io", "storage.k8s.io",
@@ -1815,7 +1815,7 @@ async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_
             )?,
         )
         .await?;
-    bindings.create(&pp, &binding("e2el-no-pods")?).await?;
+    bindings.create(&pp, &binding("e2et-no-pods")?).await?;
     let mut kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path())?;
     for user in &mut kubeconfig.auth_infos {
         if let Some(info) = user.auth_info.as_mut() {
@@ -1840,12 +1840,12 @@ async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_
 
     // Pods granted: the same pod, still running, still mirrored.
     roles
-        .create(&pp, &role("e2el-pods", serde_json::json!([
+        .create(&pp, &role("e2et-pods", serde_json::json!([
             {"apiGroups": [""], "resources": ["pods", "pods/status", "pods/binding"], "verbs": ["*"]},
         ]))?)
         .await?;
-    bindings.create(&pp, &binding("e2el-pods")?).await?;
-    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2el-apps");
+    bindings.create(&pp, &binding("e2et-pods")?).await?;
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2et-apps");
     eventually(
         "the pod mirrored after the grant",
         Duration::from_secs(120),
@@ -1859,9 +1859,84 @@ async fn a_restarted_syncer_that_cannot_list_host_pods_yet_keeps_running_tenant_
         },
     )
     .await?;
-    for name in ["e2el-no-pods", "e2el-pods"] {
+    for name in ["e2et-no-pods", "e2et-pods"] {
         bindings.delete(name, &DeleteParams::default()).await?;
         roles.delete(name, &DeleteParams::default()).await?;
     }
+    Ok(())
+}
+
+/// Tenant Services asking for addresses the plan reserves get the host's instead: the syncer
+/// recreates each tenant Service with its host Service's ClusterIP. Many at once, so that
+/// garbage collection sees tenant Services gone or replaced in the middle of it: none may be
+/// lost, each must end with its host Service's address, and it must stay that way.
+#[tokio::test]
+async fn services_recreated_with_the_hosts_addresses_all_settle_on_them() -> Res {
+    let Synced {
+        host,
+        tenant,
+        _syncer,
+        cp: _cp,
+        ..
+    } = synced_with_policy("e2es", "services: {reserved_cluster_ips: [10.96.0.0/24]}").await?;
+    namespace(&tenant, "apps").await?;
+    let names: Vec<String> = (0..8).map(|i| format!("svc-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        create::<Service>(
+            &tenant,
+            "apps",
+            serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"clusterIP": format!("10.96.0.{}", 20 + i), "ports": [{"port": 80}]},
+            }),
+        )
+        .await?;
+    }
+    let tenant_svcs: Api<Service> = Api::namespaced(tenant.clone(), "apps");
+    let host_svcs: Api<Service> = Api::namespaced(host.clone(), "e2es-apps");
+    // The host Services as first created: the tenant ones must come to them, not the other way
+    // round (a host Service deleted and made again gets another address).
+    let created = eventually("every host Service", Duration::from_secs(60), || async {
+        let mut uids = Vec::new();
+        for name in &names {
+            let Some(h) = host_svcs.get_opt(name).await? else {
+                return Ok(None);
+            };
+            uids.push(h.uid());
+        }
+        Ok(Some(uids))
+    })
+    .await?;
+    let settled = || async {
+        let ip = |s: &Service| s.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+        let mut out = Vec::new();
+        for name in &names {
+            let (t, h) = (
+                tenant_svcs.get_opt(name).await?,
+                host_svcs.get_opt(name).await?,
+            );
+            let pair = (t.as_ref().and_then(ip), h.as_ref().and_then(ip));
+            if pair.0.is_none() || pair.0 != pair.1 {
+                return anyhow::Ok(None);
+            }
+            out.push((name.clone(), pair.0, t.and_then(|t| t.uid())));
+        }
+        Ok(Some(out))
+    };
+    let first = eventually(
+        "every tenant Service on its host Service's address",
+        Duration::from_secs(120),
+        settled,
+    )
+    .await?;
+    // Settled for good: the same objects and addresses a while later.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let again = settled().await?;
+    assert_eq!(again.as_ref(), Some(&first), "the Services moved again");
+    let mut now = Vec::new();
+    for name in &names {
+        now.push(host_svcs.get(name).await?.uid());
+    }
+    assert_eq!(now, created, "a host Service was deleted and made again");
     Ok(())
 }

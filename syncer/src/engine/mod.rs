@@ -383,12 +383,30 @@ pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
     if !wanted && tenant_still_has::<K>(e, ns, &r.name, r.uid.as_deref()).await? {
         return Ok(Action::requeue(e.resync));
     }
+    // The syncer itself is recreating the tenant object (a Service taking the host's
+    // ClusterIP): the new one adopts this host object.
+    if !wanted && naming::recreating(h.annotations(), k8s_openapi::jiff::Timestamp::now()) {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     if !wanted {
         // Only in host namespaces this syncer made: a namespace someone else created under a
         // name that happens to start with our key is theirs, whatever its objects say.
         if !host_namespace_is_ours(e, &naming::host_namespace(e.key(), ns)).await? {
             tracing::warn!(kind = K::kind(&()).as_ref(), ns = %ns, name = %r.name, "host object with this tenant's markers in a namespace the syncer does not own; left alone");
             return Ok(Action::await_change());
+        }
+        // The cache's copy may be behind the host: a mark set just now, or the object adopted
+        // by the tenant object that replaced its own. Deleted only as it was decided on.
+        let host_ns = h.namespace().unwrap_or_default();
+        let fresh = host_api::<K>(e, &host_ns)
+            .get_opt(&h.name_any())
+            .await
+            .map_err(kube_err(format!("get host {host_ns}/{}", h.name_any())))?;
+        let Some(fresh) = fresh else {
+            return Ok(Action::await_change());
+        };
+        if fresh.resource_version() != h.resource_version() {
+            return Ok(Action::requeue(Duration::from_secs(1)));
         }
         tracing::info!(kind = K::kind(&()).as_ref(), ns = %ns, name = %r.name, "tenant object gone; deleting host object");
         delete_host(e, h.as_ref(), None).await?;

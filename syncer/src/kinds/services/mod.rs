@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::naming;
 use vcp_policy::{self as policy, Refusal};
 
 /// Down-reconcile of a tenant Service.
@@ -57,6 +58,18 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
         // The tenant Service was recreated to carry the host's address: same IP, same Service.
         Decision::Replace(h) if !translate::ip_mismatch(&h, &t) => {
             apply(e, &translate::to_host(&t, &e.ctx, false, host_ports)).await?;
+            if h.annotations().contains_key(naming::ANN_RECREATING) {
+                // Adopted: garbage collection may see to it again.
+                let unmark = serde_json::json!({"metadata": {"annotations": {naming::ANN_RECREATING: null}}});
+                Api::<Service>::namespaced(e.host.clone(), &h.namespace().unwrap_or_default())
+                    .patch(
+                        &h.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&unmark),
+                    )
+                    .await
+                    .map_err(kube_err(format!("unmark host service {}", h.name_any())))?;
+            }
         }
         Decision::Replace(h) => {
             delete_host(e, h.as_ref(), None).await?;
@@ -202,6 +215,17 @@ async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result
         spec.cluster_ips = ip.map(|i| vec![i]);
     }
     tracing::info!(ns = %ns, service = %name, "recreating tenant service with the host's cluster IP");
+    // Garbage collection would see the tenant Service gone (or replaced) and delete the host
+    // one, whose address the new tenant Service asks for; the host would then give the next
+    // host Service another address, and the two would chase each other. The mark holds it off
+    // until the new tenant Service adopts the host one.
+    let mark = serde_json::json!({"metadata": {"annotations": {
+        naming::ANN_RECREATING: k8s_openapi::jiff::Timestamp::now().to_string(),
+    }}});
+    Api::<Service>::namespaced(e.host.clone(), &h.namespace().unwrap_or_default())
+        .patch(&h.name_any(), &PatchParams::default(), &Patch::Merge(&mark))
+        .await
+        .map_err(kube_err(format!("mark host service {}", h.name_any())))?;
     api.delete(&name, &DeleteParams::default())
         .await
         .map_err(kube_err(format!("delete tenant service {ns}/{name}")))?;
@@ -209,10 +233,25 @@ async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    api.create(&pp, &fresh)
-        .await
-        .map_err(kube_err(format!("recreate tenant service {ns}/{name}")))?;
-    Ok(())
+    // Nothing else would bring the tenant Service back once it is deleted: try a few times
+    // before giving up (a slow apiserver, the address not released yet).
+    let mut tries = 0;
+    loop {
+        match api.create(&pp, &fresh).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(ae)) if ae.code == 409 => return Ok(()),
+            Err(err) if tries < 5 => {
+                tries += 1;
+                tracing::warn!(ns = %ns, service = %name, error = %err, "recreating tenant service failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(err) => {
+                return Err(kube_err(format!("recreate tenant service {ns}/{name}"))(
+                    err,
+                ));
+            }
+        }
+    }
 }
 
 impl Synced for Service {
