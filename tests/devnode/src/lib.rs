@@ -14,6 +14,7 @@ pub mod container;
 pub mod dns;
 pub mod forward;
 pub mod images;
+pub mod kubelet;
 pub mod network;
 pub mod node;
 pub mod pod;
@@ -77,6 +78,16 @@ pub struct Config {
     pub images: images::ImageDirs,
     /// Version reported as the node's kubelet version.
     pub version: String,
+    /// The kubelet API for the host apiserver (`kubectl logs`); none without certificates.
+    pub kubelet: Option<KubeletConfig>,
+}
+
+/// Where the kubelet endpoint listens and its certificates.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    /// Port on 127.0.0.1; 0 picks a free one (published in the Node's status).
+    pub port: u16,
+    pub tls: kubelet::TlsFiles,
 }
 
 fn store_of<K>(
@@ -147,12 +158,30 @@ async fn serve(
             source,
         })?;
     let gateway_task = tokio::spawn(forward::serve(listener, move || Some(apiserver)));
-    node::register(&client, &cfg.node_name, &net.cidr(), &cfg.version)
-        .await
-        .map_err(|source| Error::Register {
-            node: cfg.node_name.clone(),
-            source,
-        })?;
+    let logs_dir = cfg.state_dir.join("logs");
+    let (kubelet_task, kubelet_port) = match &cfg.kubelet {
+        Some(k) => match start_kubelet(k, logs_dir.clone()).await {
+            Ok((task, port)) => (Some(task), Some(port)),
+            Err(e) => {
+                // Pods still run without it; only `kubectl logs` and friends fail.
+                tracing::warn!(error = %e, "kubelet endpoint not started");
+                (None, None)
+            }
+        },
+        None => (None, None),
+    };
+    node::register(
+        &client,
+        &cfg.node_name,
+        &net.cidr(),
+        &cfg.version,
+        kubelet_port,
+    )
+    .await
+    .map_err(|source| Error::Register {
+        node: cfg.node_name.clone(),
+        source,
+    })?;
 
     let (pods, pods_stream) = {
         let (reader, writer) = reflector::store::<Pod>();
@@ -192,6 +221,7 @@ async fn serve(
         client.clone(),
         cfg.node_name.clone(),
         cfg.version.clone(),
+        kubelet_port,
     ));
     for ready in [
         pods.0.wait_until_ready().await.is_ok(),
@@ -211,7 +241,7 @@ async fn serve(
         slots: Mutex::new(BTreeSet::new()),
         images: cfg.images.clone(),
         pods_dir: cfg.state_dir.join("pods"),
-        logs_dir: cfg.state_dir.join("logs"),
+        logs_dir,
         secrets,
         config_maps,
         services,
@@ -265,10 +295,25 @@ async fn serve(
         drop(tx); // closing the channel stops the worker without deleting the pod
         let _ = task.await;
     }
-    for t in [gateway_task, node_ports, heartbeat, watches] {
+    for t in [gateway_task, node_ports, heartbeat, watches]
+        .into_iter()
+        .chain(kubelet_task)
+    {
         t.abort();
     }
     Ok(())
+}
+
+/// Binds and serves the kubelet endpoint; returns its task and port.
+async fn start_kubelet(
+    k: &KubeletConfig,
+    logs_dir: PathBuf,
+) -> Result<(tokio::task::JoinHandle<()>, u16), Box<dyn std::error::Error>> {
+    let tls = kubelet::tls_config(&k.tls)?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", k.port)).await?;
+    let port = listener.local_addr()?.port();
+    tracing::info!(port, "kubelet endpoint listening");
+    Ok((tokio::spawn(kubelet::serve(listener, tls, logs_dir)), port))
 }
 
 /// The apiserver's `host:port` from a kubeconfig's current cluster.
