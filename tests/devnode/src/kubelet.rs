@@ -9,12 +9,20 @@
 //! the one before; `tailLines`, `limitBytes` and `follow` behave as a kubelet's (a followed log
 //! ends when the container starts again or the file goes away); `timestamps` is ignored, the
 //! file has none.
+//!
+//! `/exec/...` and `/portForward/...` need the SPDY (and WebSocket) streaming protocols, which
+//! only Go implements; they go to our helper `devnode-streams` (tests/kube-bin/devnode-streams,
+//! k8s.io/cri-streaming) on a Unix socket, byte for byte after the upgrade, with the headers
+//! `Vcp-Pid` (the container's process, from its status `containerID` `devnode://<pid>`) and
+//! `Vcp-Pod-Ip`. Without the helper those calls answer 503 and everything else still works.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{ObjectRef, Store};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
@@ -81,10 +89,20 @@ pub fn tls_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsErro
     Ok(Arc::new(config))
 }
 
-/// Serves the endpoint on `listener` until the future is dropped; logs come from `logs_dir`.
-pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, logs_dir: PathBuf) {
+/// What the endpoint serves from.
+pub struct Endpoint {
+    /// Container log files.
+    pub logs_dir: PathBuf,
+    /// The pods bound to this node (for a container's process and the pod's IP).
+    pub pods: Store<Pod>,
+    /// The `devnode-streams` helper's socket, when it runs.
+    pub streams: Option<PathBuf>,
+}
+
+/// Serves the endpoint on `listener` until the future is dropped.
+pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, endpoint: Endpoint) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let logs_dir = Arc::new(logs_dir);
+    let endpoint = Arc::new(endpoint);
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -94,7 +112,7 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, logs_d
                 continue;
             }
         };
-        let (acceptor, logs_dir) = (acceptor.clone(), logs_dir.clone());
+        let (acceptor, endpoint) = (acceptor.clone(), endpoint.clone());
         tokio::spawn(async move {
             let tls =
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
@@ -106,8 +124,8 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, logs_d
                     Err(_) => return,
                 };
             let service = hyper::service::service_fn(move |req| {
-                let logs_dir = logs_dir.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&logs_dir, req).await) }
+                let endpoint = endpoint.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&endpoint, req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), service)
@@ -225,7 +243,10 @@ pub fn tail(s: &[u8], n: usize) -> &[u8] {
     s
 }
 
-async fn handle(logs_dir: &Path, req: Request<Incoming>) -> Response<Body> {
+async fn handle(endpoint: &Endpoint, req: Request<Incoming>) -> Response<Body> {
+    if let Some(call) = parse_stream(req.uri().path()) {
+        return stream(endpoint, &call, req).await;
+    }
     if req.method() != http::Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served");
     }
@@ -235,7 +256,157 @@ async fn handle(logs_dir: &Path, req: Request<Incoming>) -> Response<Body> {
             format!("{} is not served by the devnode", req.uri().path()),
         );
     };
-    logs(logs_dir, &call).await
+    logs(&endpoint.logs_dir, &call).await
+}
+
+/// An exec or port-forward call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamCall {
+    pub exec: bool,
+    pub namespace: String,
+    pub pod: String,
+    /// The container (exec only).
+    pub container: Option<String>,
+}
+
+/// Parses `/exec/{ns}/{pod}[/{uid}]/{container}` and `/portForward/{ns}/{pod}[/{uid}]`.
+pub fn parse_stream(path: &str) -> Option<StreamCall> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (exec, rest) = parts.split_first()?;
+    let exec = match *exec {
+        "exec" => true,
+        "portForward" => false,
+        _ => return None,
+    };
+    let (ns, pod, container) = match (exec, rest) {
+        (true, [ns, pod, c] | [ns, pod, _, c]) => (ns, pod, Some((*c).to_owned())),
+        (false, [ns, pod] | [ns, pod, _]) => (ns, pod, None),
+        _ => return None,
+    };
+    Some(StreamCall {
+        exec,
+        namespace: (*ns).to_owned(),
+        pod: (*pod).to_owned(),
+        container,
+    })
+}
+
+/// The process of a running container: its status' `containerID`, `devnode://<pid>`.
+fn container_pid(pod: &Pod, container: &str) -> Option<u32> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container && c.state.as_ref().is_some_and(|s| s.running.is_some()))?
+        .container_id
+        .as_deref()?
+        .strip_prefix("devnode://")?
+        .parse()
+        .ok()
+}
+
+/// Passes an exec or port-forward call to the helper, and the upgraded connection through.
+async fn stream(endpoint: &Endpoint, call: &StreamCall, req: Request<Incoming>) -> Response<Body> {
+    let Some(socket) = endpoint.streams.clone() else {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the devnode runs without devnode-streams (tests/kube-bin/build.sh builds it): no exec or port-forward",
+        );
+    };
+    let Some(pod) = endpoint
+        .pods
+        .get(&ObjectRef::new(&call.pod).within(&call.namespace))
+    else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod {}/{} is not on this node", call.namespace, call.pod),
+        );
+    };
+    let extra = if let Some(c) = &call.container {
+        match container_pid(&pod, c) {
+            Some(pid) => ("vcp-pid", pid.to_string()),
+            None => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "container {c} of pod {}/{} is not running",
+                        call.namespace, call.pod
+                    ),
+                );
+            }
+        }
+    } else {
+        match pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+            Some(ip) => ("vcp-pod-ip", ip),
+            None => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("pod {}/{} has no IP yet", call.namespace, call.pod),
+                );
+            }
+        }
+    };
+    match proxy(&socket, extra, req).await {
+        Ok(res) => res,
+        Err(e) => {
+            tracing::warn!(error = %e, "kubelet endpoint: devnode-streams failed");
+            text(StatusCode::BAD_GATEWAY, format!("devnode-streams: {e}"))
+        }
+    }
+}
+
+async fn proxy(
+    socket: &Path,
+    (name, value): (&'static str, String),
+    mut req: Request<Incoming>,
+) -> Result<Response<Body>, Box<dyn std::error::Error + Send + Sync>> {
+    let conn = tokio::net::UnixStream::connect(socket).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(conn)).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "devnode-streams connection ended");
+        }
+    });
+    let mut out = Request::builder()
+        .method(req.method().clone())
+        .uri(req.uri().path_and_query().map_or("/", |p| p.as_str()));
+    for (k, v) in req.headers() {
+        if !k.as_str().starts_with("vcp-") {
+            out = out.header(k, v);
+        }
+    }
+    let out = out
+        .header(name, value)
+        .body(http_body_util::Empty::<Bytes>::new())?;
+    let client_side = hyper::upgrade::on(&mut req);
+    let res = sender.send_request(out).await?;
+    if res.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let (parts, body) = res.into_parts();
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(std::io::Error::other).boxed_unsync(),
+        ));
+    }
+    let mut back = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for (k, v) in res.headers() {
+        back = back.header(k, v);
+    }
+    let helper_side = hyper::upgrade::on(res);
+    tokio::spawn(async move {
+        match tokio::try_join!(client_side, helper_side) {
+            Ok((a, b)) => {
+                let (mut a, mut b) = (TokioIo::new(a), TokioIo::new(b));
+                let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "kubelet endpoint: upgrade failed"),
+        }
+    });
+    Ok(back.body(
+        http_body_util::Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    )?)
 }
 
 async fn logs(logs_dir: &Path, call: &LogsCall) -> Response<Body> {
@@ -413,6 +584,25 @@ mod tests {
             "/exec/ns/pod/c",
         ] {
             assert_eq!(parse_logs(bad, None), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn exec_and_port_forward_paths_with_and_without_a_uid() {
+        let exec = parse_stream("/exec/ns/pod/c").unwrap();
+        assert!(exec.exec);
+        assert_eq!(exec.container.as_deref(), Some("c"));
+        assert_eq!(parse_stream("/exec/ns/pod/uid-1/c"), Some(exec.clone()));
+        let pf = parse_stream("/portForward/ns/pod").unwrap();
+        assert!(!pf.exec && pf.container.is_none() && pf.pod == "pod");
+        assert_eq!(parse_stream("/portForward/ns/pod/uid"), Some(pf));
+        for bad in [
+            "/exec/ns/pod",
+            "/portForward/ns",
+            "/attach/ns/pod/c",
+            "/containerLogs/a/b/c",
+        ] {
+            assert_eq!(parse_stream(bad), None, "{bad}");
         }
     }
 }

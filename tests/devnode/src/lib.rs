@@ -159,9 +159,9 @@ async fn serve(
         })?;
     let gateway_task = tokio::spawn(forward::serve(listener, move || Some(apiserver)));
     let logs_dir = cfg.state_dir.join("logs");
-    let (kubelet_task, kubelet_port) = match &cfg.kubelet {
-        Some(k) => match start_kubelet(k, logs_dir.clone()).await {
-            Ok((task, port)) => (Some(task), Some(port)),
+    let (kubelet_listener, kubelet_port) = match &cfg.kubelet {
+        Some(k) => match bind_kubelet(k).await {
+            Ok((listener, tls, port)) => (Some((listener, tls)), Some(port)),
             Err(e) => {
                 // Pods still run without it; only `kubectl logs` and friends fail.
                 tracing::warn!(error = %e, "kubelet endpoint not started");
@@ -209,6 +209,19 @@ async fn serve(
     let (claims, s5) =
         store_of::<PersistentVolumeClaim>(client.clone(), watcher::Config::default());
     let (volumes, s6) = store_of::<PersistentVolume>(client.clone(), watcher::Config::default());
+    let mut streams = None;
+    let kubelet_task = kubelet_listener.map(|(listener, tls)| {
+        streams = start_streams(&cfg.images.bin_dir, &cfg.state_dir);
+        tokio::spawn(kubelet::serve(
+            listener,
+            tls,
+            kubelet::Endpoint {
+                logs_dir: logs_dir.clone(),
+                pods: pods.0.clone(),
+                streams: streams.as_ref().map(|(_, socket)| socket.clone()),
+            },
+        ))
+    });
     let watches = tokio::spawn(async move {
         futures::join!(pods_stream, s1, s2, s3, s4, s5, s6);
     });
@@ -301,19 +314,48 @@ async fn serve(
     {
         t.abort();
     }
+    if let Some((mut helper, _)) = streams {
+        helper.stop(Duration::from_secs(1));
+    }
     Ok(())
 }
 
-/// Binds and serves the kubelet endpoint; returns its task and port.
-async fn start_kubelet(
+/// Starts `devnode-streams` (exec and port-forward) on a socket in the state dir; `None`, with
+/// a warning, when it is not built: pods and logs do not need it.
+fn start_streams(
+    bin_dir: &std::path::Path,
+    state_dir: &std::path::Path,
+) -> Option<(vcp_dev::process::Spawned, PathBuf)> {
+    let bin = bin_dir.join("devnode-streams");
+    if !bin.is_file() {
+        tracing::warn!(path = %bin.display(), "devnode-streams is not built (tests/kube-bin/build.sh): no exec or port-forward");
+        return None;
+    }
+    let socket = state_dir.join("streams.sock");
+    let spec = vcp_dev::process::ProcSpec::new("devnode-streams", &bin)
+        .arg(format!("--socket={}", socket.display()));
+    match vcp_dev::process::spawn(
+        &spec,
+        vcp_dev::process::Supervision::Attached,
+        &state_dir.join("devnode-streams.log"),
+    ) {
+        Ok(p) => Some((p, socket)),
+        Err(e) => {
+            tracing::warn!(error = %e, "devnode-streams did not start: no exec or port-forward");
+            None
+        }
+    }
+}
+
+/// Binds the kubelet endpoint (served once the pods are watched); returns its port.
+async fn bind_kubelet(
     k: &KubeletConfig,
-    logs_dir: PathBuf,
-) -> Result<(tokio::task::JoinHandle<()>, u16), Box<dyn std::error::Error>> {
+) -> Result<(tokio::net::TcpListener, Arc<rustls::ServerConfig>, u16), Box<dyn std::error::Error>> {
     let tls = kubelet::tls_config(&k.tls)?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", k.port)).await?;
     let port = listener.local_addr()?.port();
     tracing::info!(port, "kubelet endpoint listening");
-    Ok((tokio::spawn(kubelet::serve(listener, tls, logs_dir)), port))
+    Ok((listener, tls, port))
 }
 
 /// The apiserver's `host:port` from a kubeconfig's current cluster.

@@ -1,5 +1,6 @@
 //! The devnode's kubelet API, called by the real host apiserver: `kubectl logs` of pods the
-//! devnode runs as processes show their real output.
+//! devnode runs as processes show their real output; `kubectl exec` runs in a container's
+//! environment with its exit code; `kubectl port-forward` reaches a pod's port.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -159,5 +160,154 @@ async fn kubectl_logs_through_the_host_apiserver_show_a_devnode_containers_real_
         String::from_utf8_lossy(&refused.stderr)
     );
     pods.delete("printer", &Default::default()).await?;
+    Ok(())
+}
+
+/// Creates `name` afresh (a previous run's pod is deleted first) and waits until it runs.
+async fn fresh_running_pod(pods: &Api<Pod>, pod: &Pod) -> Res {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let _ = pods.delete(&name, &Default::default()).await;
+    eventually(
+        &format!("old {name} gone"),
+        Duration::from_secs(30),
+        || async { Ok(pods.get_opt(&name).await?.is_none().then_some(())) },
+    )
+    .await?;
+    pods.create(&PostParams::default(), pod).await?;
+    eventually(
+        &format!("{name} Ready"),
+        Duration::from_secs(60),
+        || async {
+            let p = pods.get(&name).await?;
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            Ok(ready.then_some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn kubectl_exec_runs_in_the_containers_environment_with_its_exit_code_and_stdin() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "devnode-exec";
+    namespace(&client, ns).await?;
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let pod = devnode_pod(
+        ns,
+        "shell",
+        serde_json::json!([{"name": "main", "image": "vcp.dev/host:any",
+            "env": [{"name": "GREETING", "value": "hello from the pod"}],
+            "command": ["sleep", "3600"]}]),
+    )?;
+    fresh_running_pod(&pods, &pod).await?;
+    let ip = pods
+        .get("shell")
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .unwrap_or_default();
+
+    let out = kubectl(
+        cluster,
+        &["exec", "-n", ns, "shell", "--", "sh", "-c",
+          "echo \"$GREETING\"; ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1; echo oops >&2; exit 3"],
+    )
+    .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{stdout} / {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("hello from the pod"));
+    // The pod's network namespace: its only global address is the pod IP.
+    assert_eq!(lines.next(), Some(ip.as_str()), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("oops"));
+
+    let mut cat = kubectl(cluster, &["exec", "-i", "-n", ns, "shell", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write;
+        let mut stdin = cat.stdin.take().unwrap();
+        stdin.write_all(b"through stdin\n")?;
+    }
+    let out = cat.wait_with_output()?;
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout)?, "through stdin\n");
+    pods.delete("shell", &Default::default()).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_port_forward_reaches_a_devnode_pods_port() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "devnode-forward";
+    namespace(&client, ns).await?;
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let pod = devnode_pod(
+        ns,
+        "web",
+        serde_json::json!([{"name": "web", "image": "vcp.dev/host:any",
+            "command": ["python3", "-m", "http.server", "--bind", "$(POD_IP)", "8080"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]),
+    )?;
+    fresh_running_pod(&pods, &pod).await?;
+    let errors = cluster.state_dir().join("logs/kubectl-port-forward.log");
+    let mut pf = kubectl(cluster, &["port-forward", "-n", ns, "pod/web", ":8080"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&errors)?)
+        .spawn()?;
+    let stdout = pf.stdout.take().unwrap();
+    let (port_tx, port_rx) = tokio::sync::oneshot::channel();
+    // Reads kubectl's output to its end: a closed pipe would kill it at its next line.
+    std::thread::spawn(move || {
+        let mut port_tx = Some(port_tx);
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // "Forwarding from 127.0.0.1:41234 -> 8080"
+            let port = line
+                .split("127.0.0.1:")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|p| p.parse::<u16>().ok());
+            if let (Some(port), Some(tx)) = (port, port_tx.take()) {
+                let _ = tx.send(Some(port));
+            }
+        }
+    });
+    let port = tokio::time::timeout(Duration::from_secs(20), port_rx).await;
+    let result = async {
+        let port = port??.ok_or_else(|| anyhow::anyhow!("no port from kubectl port-forward"))?;
+        let get = move || -> std::io::Result<String> {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+            s.write_all(b"GET / HTTP/1.0\r\nHost: web\r\n\r\n")?;
+            let mut body = Vec::new();
+            s.read_to_end(&mut body)?;
+            Ok(String::from_utf8_lossy(&body).into_owned())
+        };
+        let body = tokio::task::spawn_blocking(get).await??;
+        anyhow::ensure!(body.starts_with("HTTP/1.0 200"), "{body}");
+        anyhow::ensure!(body.contains("Directory listing"), "{body}");
+        Ok(())
+    }
+    .await;
+    let _ = pf.kill();
+    let _ = pf.wait();
+    result.map_err(|e| {
+        let stderr = std::fs::read_to_string(&errors).unwrap_or_default();
+        anyhow::anyhow!("{e}; kubectl port-forward said: {stderr}")
+    })?;
+    pods.delete("web", &Default::default()).await?;
     Ok(())
 }
