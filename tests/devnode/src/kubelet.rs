@@ -7,7 +7,7 @@
 //! container's log file ([`crate::container::log_path`]): raw stdout and stderr, one run after
 //! each `--- vcp-devnode: starting` marker line. The current run is the last one, `previous`
 //! the one before; `tailLines`, `limitBytes` and `follow` behave as a kubelet's (a followed log
-//! ends when the container starts again or the file goes away); `timestamps` is ignored, the
+//! ends when the container stops or starts again, or the file goes away); `timestamps` is ignored, the
 //! file has none.
 //!
 //! `/exec/...` and `/portForward/...` need the SPDY (and WebSocket) streaming protocols, which
@@ -34,6 +34,9 @@ use tokio::net::TcpListener;
 pub const RUN_MARKER: &[u8] = b"--- vcp-devnode: starting ";
 /// How often a followed log is checked for more output.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
+/// A followed log ends after this many polls without output from a container that is not
+/// running (2 s).
+const STOPPED_POLLS: u32 = 10;
 
 /// Where the kubelet endpoint's certificates are.
 #[derive(Debug, Clone)]
@@ -256,7 +259,7 @@ async fn handle(endpoint: &Endpoint, req: Request<Incoming>) -> Response<Body> {
             format!("{} is not served by the devnode", req.uri().path()),
         );
     };
-    logs(&endpoint.logs_dir, &call).await
+    logs(endpoint, &call).await
 }
 
 /// An exec or port-forward call.
@@ -409,8 +412,13 @@ async fn proxy(
     )?)
 }
 
-async fn logs(logs_dir: &Path, call: &LogsCall) -> Response<Body> {
-    let path = crate::container::log_path(logs_dir, &call.namespace, &call.pod, &call.container);
+async fn logs(endpoint: &Endpoint, call: &LogsCall) -> Response<Body> {
+    let path = crate::container::log_path(
+        &endpoint.logs_dir,
+        &call.namespace,
+        &call.pod,
+        &call.container,
+    );
     let content = match tokio::fs::read(&path).await {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -458,6 +466,9 @@ async fn logs(logs_dir: &Path, call: &LogsCall) -> Response<Body> {
     }
     let state = Follow {
         path,
+        pods: endpoint.pods.clone(),
+        call: call.clone(),
+        stopped_polls: 0,
         offset: content.len() as u64,
         budget,
         first: Some(first),
@@ -474,7 +485,15 @@ async fn logs(logs_dir: &Path, call: &LogsCall) -> Response<Body> {
             tokio::time::sleep(FOLLOW_POLL).await;
             match s.more().await {
                 Ok(Some(b)) => return Some((Ok(Frame::data(b)), s)),
-                Ok(None) => {}
+                // Nothing new, and nothing more will come: a kubelet ends the stream too. The
+                // status lags the process by a tick or two, hence a grace before believing it.
+                Ok(None) if !s.running() => {
+                    s.stopped_polls += 1;
+                    if s.stopped_polls >= STOPPED_POLLS {
+                        return None;
+                    }
+                }
+                Ok(None) => s.stopped_polls = 0,
                 Err(e) => return Some((Err(e), s)),
             }
         }
@@ -485,6 +504,10 @@ async fn logs(logs_dir: &Path, call: &LogsCall) -> Response<Body> {
 /// A followed log: where it is read to, and how much more may be sent.
 struct Follow {
     path: PathBuf,
+    pods: Store<Pod>,
+    call: LogsCall,
+    /// Polls in a row that found the container not running.
+    stopped_polls: u32,
     offset: u64,
     budget: usize,
     first: Option<Bytes>,
@@ -492,6 +515,14 @@ struct Follow {
 }
 
 impl Follow {
+    /// Whether the followed container still runs (and so may write more).
+    fn running(&self) -> bool {
+        let c = &self.call;
+        self.pods
+            .get(&ObjectRef::new(&c.pod).within(&c.namespace))
+            .is_some_and(|p| container_pid(&p, &c.container).is_some())
+    }
+
     /// New output since the last read, up to the next run's marker (which ends the follow).
     async fn more(&mut self) -> std::io::Result<Option<Bytes>> {
         use tokio::io::{AsyncReadExt, AsyncSeekExt};

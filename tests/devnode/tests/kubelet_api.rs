@@ -148,6 +148,25 @@ async fn kubectl_logs_through_the_host_apiserver_show_a_devnode_containers_real_
         previous.starts_with("run-") && previous.lines().count() == 1,
         "{previous:?}"
     );
+    // A followed log ends when its container stops, as a kubelet's does.
+    let started = std::time::Instant::now();
+    let ending = kubectl(
+        cluster,
+        &["logs", "-n", ns, "printer", "-c", "restarts", "-f"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()?;
+    let ended = tokio::task::spawn_blocking(move || ending.wait_with_output());
+    let ended = tokio::time::timeout(Duration::from_secs(20), ended).await;
+    assert!(
+        matches!(&ended, Ok(Ok(Ok(o))) if o.status.success()),
+        "kubectl logs -f of a stopping container did not end: {ended:?}"
+    );
+    eprintln!(
+        "logs -f of a stopping container ended after {:?}",
+        started.elapsed()
+    );
     let refused = kubectl(
         cluster,
         &["logs", "-n", ns, "printer", "-c", "lines", "--previous"],
