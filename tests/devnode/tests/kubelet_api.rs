@@ -210,7 +210,8 @@ async fn fresh_running_pod(pods: &Api<Pod>, pod: &Pod) -> Res {
 }
 
 #[tokio::test]
-async fn kubectl_exec_runs_in_the_containers_environment_with_its_exit_code_and_stdin() -> Res {
+async fn kubectl_exec_runs_in_the_containers_environment_with_its_exit_code_stdin_and_a_tty() -> Res
+{
     let cluster = DevCluster::shared().await?;
     let client = cluster.connect().await?;
     let ns = "devnode-exec";
@@ -262,6 +263,34 @@ async fn kubectl_exec_runs_in_the_containers_environment_with_its_exit_code_and_
     let out = cat.wait_with_output()?;
     assert!(out.status.success());
     assert_eq!(String::from_utf8(out.stdout)?, "through stdin\n");
+
+    // An interactive session with a TTY, kubectl itself on a terminal (script(1) gives it one).
+    let kubeconfig = cluster.kubeconfig_path().display().to_string();
+    let session = format!(
+        "{} --kubeconfig={kubeconfig} exec -it -n {ns} shell -- sh",
+        cluster.kubectl().display()
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &session, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write;
+        let mut typed = script.stdin.take().unwrap();
+        // Typed once the shell is there; its input then waits in the terminal.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        typed.write_all(b"tty; stty size; exit 5\n")?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || script.wait_with_output()),
+    )
+    .await???;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{shown}");
+    assert!(shown.contains("/dev/pts/"), "{shown}");
     pods.delete("shell", &Default::default()).await?;
     Ok(())
 }

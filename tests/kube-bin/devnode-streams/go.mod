@@ -3,6 +3,7 @@ module vcp.dev/devnode-streams
 go 1.26.0
 
 require (
+	github.com/creack/pty v1.1.24
 	k8s.io/cri-streaming v0.36.1
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
 )

@@ -7,7 +7,7 @@
 //	            working directory and environment (nsenter), as `kubectl exec` enters a container
 //	Vcp-Pod-Ip  the pod's IP: port-forward dials it
 //
-// Without TTY support: a `kubectl exec -t` is refused with a clear error.
+// `kubectl exec -t` gets a pseudo-terminal (creack/pty) sized and resized as kubectl asks.
 package main
 
 import (
@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/creack/pty"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
@@ -39,9 +40,6 @@ const (
 type executor struct{ pid int }
 
 func (e executor) ExecInContainer(ctx context.Context, name, uid, container string, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, timeout time.Duration) error {
-	if tty {
-		return errors.New("the devnode does not give exec a TTY; run without -t")
-	}
 	if len(cmd) == 0 {
 		return errors.New("no command")
 	}
@@ -62,14 +60,51 @@ func (e executor) ExecInContainer(ctx context.Context, name, uid, container stri
 			c.Env = append(c.Env, kv)
 		}
 	}
-	if in != nil {
-		c.Stdin = in
+	if tty {
+		err = runWithTTY(c, in, out, resize)
+	} else {
+		if in != nil {
+			c.Stdin = in
+		}
+		c.Stdout, c.Stderr = out, errOut
+		err = c.Run()
 	}
-	c.Stdout, c.Stderr = out, errOut
-	err = c.Run()
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) && exitErr.Exited() {
 		return utilexec.CodeExitError{Err: err, Code: exitErr.ExitCode()}
+	}
+	return err
+}
+
+// runWithTTY runs c on a new pseudo-terminal: in is typed into it, what it shows goes to out
+// (a terminal has no separate stderr), and resize events set its size.
+func runWithTTY(c *exec.Cmd, in io.Reader, out io.WriteCloser, resize <-chan remotecommand.TerminalSize) error {
+	c.Env = append(c.Env, "TERM=xterm")
+	f, err := pty.Start(c)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	go func() {
+		for size := range resize {
+			if size.Width > 0 && size.Height > 0 {
+				_ = pty.Setsize(f, &pty.Winsize{Rows: size.Height, Cols: size.Width})
+			}
+		}
+	}()
+	if in != nil {
+		go func() { _, _ = io.Copy(f, in) }()
+	}
+	copied := make(chan struct{})
+	go func() {
+		// Ends with EIO once the process and its children have closed the terminal.
+		_, _ = io.Copy(out, f)
+		close(copied)
+	}()
+	err = c.Wait()
+	select {
+	case <-copied:
+	case <-time.After(time.Second):
 	}
 	return err
 }
