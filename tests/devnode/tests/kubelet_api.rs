@@ -210,7 +210,7 @@ async fn fresh_running_pod(pods: &Api<Pod>, pod: &Pod) -> Res {
 }
 
 #[tokio::test]
-async fn kubectl_exec_runs_in_the_containers_environment_with_its_exit_code_stdin_and_a_tty() -> Res
+async fn kubectl_exec_and_cp_run_in_the_containers_environment_with_exit_code_stdin_and_tty() -> Res
 {
     let cluster = DevCluster::shared().await?;
     let client = cluster.connect().await?;
@@ -291,6 +291,19 @@ async fn kubectl_exec_runs_in_the_containers_environment_with_its_exit_code_stdi
     let shown = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(5), "{shown}");
     assert!(shown.contains("/dev/pts/"), "{shown}");
+
+    // kubectl cp both ways: tar in the container, through exec.
+    let local = tempfile::tempdir()?;
+    std::fs::write(local.path().join("up.txt"), "copied up\n")?;
+    let remote = format!("/tmp/vcp-devnode-cp-{}", std::process::id());
+    let up = local.path().join("up.txt").display().to_string();
+    kubectl_out(cluster, &["cp", &up, &format!("{ns}/shell:{remote}")])?;
+    let seen = kubectl_out(cluster, &["exec", "-n", ns, "shell", "--", "cat", &remote])?;
+    assert_eq!(seen, "copied up\n");
+    let down = local.path().join("down.txt").display().to_string();
+    kubectl_out(cluster, &["cp", &format!("{ns}/shell:{remote}"), &down])?;
+    assert_eq!(std::fs::read_to_string(&down)?, "copied up\n");
+    kubectl_out(cluster, &["exec", "-n", ns, "shell", "--", "rm", &remote])?;
     pods.delete("shell", &Default::default()).await?;
     Ok(())
 }
