@@ -28,9 +28,16 @@ groups=(
   "k8s-v1.35|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl"
   "coredns|github.com/coredns/coredns|coredns=github.com/coredns/coredns"
   "helm|helm.sh/helm/v4|helm=helm.sh/helm/v4/cmd/helm"
+  # Our own module (module "local"): named by a hash of its source, and linked as
+  # <bin_dir>/devnode-streams, where the devnode looks for it.
+  "devnode-streams|local|devnode-streams=vcp.dev/devnode-streams"
 )
 
 module_version() { # dir module
+  if [[ $2 == local ]]; then
+    (cd "$here/$1" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-12 | sed 's/^/src-/')
+    return
+  fi
   (cd "$here/$1" && go list -m -f '{{.Version}}' "$2")
 }
 
@@ -106,11 +113,15 @@ for g in "${groups[@]}"; do
     fi
   done
   $list && continue
-  ((${#missing[@]})) || continue
+  # A local module's unversioned name points at the build of this checkout's source.
+  if ! ((${#missing[@]})); then
+    if [[ $module == local ]]; then ln -sfn "$dir-$version" "$bin_dir/$dir"; fi
+    continue
+  fi
 
   # Every binary is named by $module's version, so a group whose packages come from several
   # modules (etcd's server, etcdctl, etcdutl) must pin them all at that one release.
-  if stray=$(cd "$here/$dir" && go list -f '{{.ImportPath}} {{.Module.Path}}@{{.Module.Version}}' "${missing[@]}" |
+  if [[ $module != local ]] && stray=$(cd "$here/$dir" && go list -f '{{.ImportPath}} {{.Module.Path}}@{{.Module.Version}}' "${missing[@]}" |
     awk -v v="$version" '{ split($2, m, "@"); if (m[2] != v) print }') && [[ -n $stray ]]; then
     echo "error: tests/kube-bin/$dir pins these packages at another release than $module@$version:" >&2
     echo "$stray" >&2
@@ -139,6 +150,7 @@ for g in "${groups[@]}"; do
     built=$((built + 1))
   done
   rm -rf "$tmp"
+  if [[ $module == local ]]; then ln -sfn "$dir-$version" "$bin_dir/$dir"; fi
   echo "built    ${names[*]} $version in $((SECONDS - t0))s"
 done
 $list || echo "kube-bin: $total components in $bin_dir ($built built, $((total - built)) cached) in $((SECONDS - start_all))s"

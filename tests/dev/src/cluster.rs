@@ -759,6 +759,10 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             format!("--state-dir={}", p(&dir.join("devnode"))),
             format!("--node-name={DEVNODE_NAME}"),
             format!("--bin-dir={}", p(&bins::bin_dir())),
+            // Its kubelet endpoint (`kubectl logs`) on a free port it publishes in its Node.
+            format!("--tls-cert-file={}", l.pki("kubelet-serving.crt")),
+            format!("--tls-private-key-file={}", l.pki("kubelet-serving.key")),
+            format!("--client-ca-file={}", l.pki("ca.crt")),
         ]);
         // SIGTERM lets a devnode orphaned by its test process stop its pods and remove its
         // network; its containers still die with it (SIGKILL).

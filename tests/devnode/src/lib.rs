@@ -14,6 +14,7 @@ pub mod container;
 pub mod dns;
 pub mod forward;
 pub mod images;
+pub mod kubelet;
 pub mod network;
 pub mod node;
 pub mod pod;
@@ -77,6 +78,16 @@ pub struct Config {
     pub images: images::ImageDirs,
     /// Version reported as the node's kubelet version.
     pub version: String,
+    /// The kubelet API for the host apiserver (`kubectl logs`); none without certificates.
+    pub kubelet: Option<KubeletConfig>,
+}
+
+/// Where the kubelet endpoint listens and its certificates.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    /// Port on 127.0.0.1; 0 picks a free one (published in the Node's status).
+    pub port: u16,
+    pub tls: kubelet::TlsFiles,
 }
 
 fn store_of<K>(
@@ -147,12 +158,30 @@ async fn serve(
             source,
         })?;
     let gateway_task = tokio::spawn(forward::serve(listener, move || Some(apiserver)));
-    node::register(&client, &cfg.node_name, &net.cidr(), &cfg.version)
-        .await
-        .map_err(|source| Error::Register {
-            node: cfg.node_name.clone(),
-            source,
-        })?;
+    let logs_dir = cfg.state_dir.join("logs");
+    let (kubelet_listener, kubelet_port) = match &cfg.kubelet {
+        Some(k) => match bind_kubelet(k).await {
+            Ok((listener, tls, port)) => (Some((listener, tls)), Some(port)),
+            Err(e) => {
+                // Pods still run without it; only `kubectl logs` and friends fail.
+                tracing::warn!(error = %e, "kubelet endpoint not started");
+                (None, None)
+            }
+        },
+        None => (None, None),
+    };
+    node::register(
+        &client,
+        &cfg.node_name,
+        &net.cidr(),
+        &cfg.version,
+        kubelet_port,
+    )
+    .await
+    .map_err(|source| Error::Register {
+        node: cfg.node_name.clone(),
+        source,
+    })?;
 
     let (pods, pods_stream) = {
         let (reader, writer) = reflector::store::<Pod>();
@@ -180,6 +209,19 @@ async fn serve(
     let (claims, s5) =
         store_of::<PersistentVolumeClaim>(client.clone(), watcher::Config::default());
     let (volumes, s6) = store_of::<PersistentVolume>(client.clone(), watcher::Config::default());
+    let mut streams = None;
+    let kubelet_task = kubelet_listener.map(|(listener, tls)| {
+        streams = start_streams(&cfg.images.bin_dir, &cfg.state_dir);
+        tokio::spawn(kubelet::serve(
+            listener,
+            tls,
+            kubelet::Endpoint {
+                logs_dir: logs_dir.clone(),
+                pods: pods.0.clone(),
+                streams: streams.as_ref().map(|(_, socket)| socket.clone()),
+            },
+        ))
+    });
     let watches = tokio::spawn(async move {
         futures::join!(pods_stream, s1, s2, s3, s4, s5, s6);
     });
@@ -192,6 +234,7 @@ async fn serve(
         client.clone(),
         cfg.node_name.clone(),
         cfg.version.clone(),
+        kubelet_port,
     ));
     for ready in [
         pods.0.wait_until_ready().await.is_ok(),
@@ -211,7 +254,7 @@ async fn serve(
         slots: Mutex::new(BTreeSet::new()),
         images: cfg.images.clone(),
         pods_dir: cfg.state_dir.join("pods"),
-        logs_dir: cfg.state_dir.join("logs"),
+        logs_dir,
         secrets,
         config_maps,
         services,
@@ -265,10 +308,54 @@ async fn serve(
         drop(tx); // closing the channel stops the worker without deleting the pod
         let _ = task.await;
     }
-    for t in [gateway_task, node_ports, heartbeat, watches] {
+    for t in [gateway_task, node_ports, heartbeat, watches]
+        .into_iter()
+        .chain(kubelet_task)
+    {
         t.abort();
     }
+    if let Some((mut helper, _)) = streams {
+        helper.stop(Duration::from_secs(1));
+    }
     Ok(())
+}
+
+/// Starts `devnode-streams` (exec and port-forward) on a socket in the state dir; `None`, with
+/// a warning, when it is not built: pods and logs do not need it.
+fn start_streams(
+    bin_dir: &std::path::Path,
+    state_dir: &std::path::Path,
+) -> Option<(vcp_dev::process::Spawned, PathBuf)> {
+    let bin = bin_dir.join("devnode-streams");
+    if !bin.is_file() {
+        tracing::warn!(path = %bin.display(), "devnode-streams is not built (tests/kube-bin/build.sh): no exec or port-forward");
+        return None;
+    }
+    let socket = state_dir.join("streams.sock");
+    let spec = vcp_dev::process::ProcSpec::new("devnode-streams", &bin)
+        .arg(format!("--socket={}", socket.display()));
+    match vcp_dev::process::spawn(
+        &spec,
+        vcp_dev::process::Supervision::Attached,
+        &state_dir.join("devnode-streams.log"),
+    ) {
+        Ok(p) => Some((p, socket)),
+        Err(e) => {
+            tracing::warn!(error = %e, "devnode-streams did not start: no exec or port-forward");
+            None
+        }
+    }
+}
+
+/// Binds the kubelet endpoint (served once the pods are watched); returns its port.
+async fn bind_kubelet(
+    k: &KubeletConfig,
+) -> Result<(tokio::net::TcpListener, Arc<rustls::ServerConfig>, u16), Box<dyn std::error::Error>> {
+    let tls = kubelet::tls_config(&k.tls)?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", k.port)).await?;
+    let port = listener.local_addr()?.port();
+    tracing::info!(port, "kubelet endpoint listening");
+    Ok((listener, tls, port))
 }
 
 /// The apiserver's `host:port` from a kubeconfig's current cluster.

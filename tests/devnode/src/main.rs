@@ -23,6 +23,18 @@ struct Args {
     /// Kubelet version to report.
     #[arg(long, env = "VCP_DEVNODE_VERSION", default_value = vcp_dev::bins::host_kubernetes_version())]
     kubelet_version: String,
+    /// Serving certificate of the kubelet endpoint (`kubectl logs`); without it, none is served.
+    #[arg(long, env = "VCP_DEVNODE_TLS_CERT_FILE", requires_all = ["tls_private_key_file", "client_ca_file"])]
+    tls_cert_file: Option<PathBuf>,
+    /// Its key.
+    #[arg(long, env = "VCP_DEVNODE_TLS_PRIVATE_KEY_FILE")]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA that signs the clients admitted to the kubelet endpoint (the host apiserver's).
+    #[arg(long, env = "VCP_DEVNODE_CLIENT_CA_FILE")]
+    client_ca_file: Option<PathBuf>,
+    /// Port of the kubelet endpoint on 127.0.0.1; 0 picks a free one.
+    #[arg(long, env = "VCP_DEVNODE_KUBELET_PORT", default_value_t = 0)]
+    kubelet_port: u16,
     /// Log as JSON lines.
     #[arg(long, env = "VCP_LOG_JSON")]
     log_json: bool,
@@ -56,6 +68,21 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_default(),
         },
         version: args.kubelet_version,
+        kubelet: match (
+            args.tls_cert_file,
+            args.tls_private_key_file,
+            args.client_ca_file,
+        ) {
+            (Some(cert), Some(key), Some(client_ca)) => Some(vcp_devnode::KubeletConfig {
+                port: args.kubelet_port,
+                tls: vcp_devnode::kubelet::TlsFiles {
+                    cert,
+                    key,
+                    client_ca,
+                },
+            }),
+            _ => None,
+        },
     };
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

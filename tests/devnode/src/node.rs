@@ -3,8 +3,10 @@
 //! The Node carries the label `vcp.dev/runtime=process` and the taint
 //! `vcp.dev/runtime=process:NoSchedule`, so only pods that ask for it (the control-plane
 //! templates) land here; kwok never manages it (no kwok annotation). Its InternalIP is
-//! 127.0.0.1: that is where its NodePorts listen. Every 10 s the Lease in `kube-node-lease`
-//! is renewed and the Ready condition refreshed.
+//! 127.0.0.1: that is where its NodePorts listen. With a kubelet endpoint ([`crate::kubelet`])
+//! it also names `localhost` (InternalDNS, which the host apiserver prefers and the serving
+//! certificate names) and publishes the port in `daemonEndpoints`. Every 10 s the Lease in
+//! `kube-node-lease` is renewed and the Ready condition refreshed.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
@@ -26,6 +28,7 @@ pub async fn register(
     name: &str,
     pod_cidr: &str,
     version: &str,
+    kubelet_port: Option<u16>,
 ) -> kube::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(MANAGER).force();
@@ -46,11 +49,16 @@ pub async fn register(
         "spec": {"taints": [{"key": RUNTIME_KEY, "value": RUNTIME_VALUE, "effect": "NoSchedule"}]},
     });
     nodes.patch(name, &pp, &Patch::Apply(&node)).await?;
-    heartbeat(client, name, version).await
+    heartbeat(client, name, version, kubelet_port).await
 }
 
 /// Refreshes status (Ready) and the Lease.
-pub async fn heartbeat(client: &Client, name: &str, version: &str) -> kube::Result<()> {
+pub async fn heartbeat(
+    client: &Client,
+    name: &str,
+    version: &str,
+    kubelet_port: Option<u16>,
+) -> kube::Result<()> {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -60,11 +68,22 @@ pub async fn heartbeat(client: &Client, name: &str, version: &str) -> kube::Resu
         serde_json::json!({"type": type_, "status": status, "reason": reason, "message": "",
             "lastHeartbeatTime": now, "lastTransitionTime": now})
     };
+    let mut addresses = vec![
+        serde_json::json!({"type": "InternalIP", "address": "127.0.0.1"}),
+        serde_json::json!({"type": "Hostname", "address": name}),
+    ];
+    if kubelet_port.is_some() {
+        addresses.insert(
+            0,
+            serde_json::json!({"type": "InternalDNS", "address": "localhost"}),
+        );
+    }
     let status = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",
         "status": {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+            "addresses": addresses,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port.unwrap_or(0)}},
             "capacity": capacity,
             "allocatable": capacity,
             "conditions": [
@@ -111,10 +130,10 @@ pub async fn heartbeat(client: &Client, name: &str, version: &str) -> kube::Resu
 }
 
 /// Keeps the node alive until the future is dropped.
-pub async fn keep_alive(client: Client, name: String, version: String) {
+pub async fn keep_alive(client: Client, name: String, version: String, kubelet_port: Option<u16>) {
     loop {
         tokio::time::sleep(HEARTBEAT).await;
-        if let Err(e) = heartbeat(&client, &name, &version).await {
+        if let Err(e) = heartbeat(&client, &name, &version, kubelet_port).await {
             tracing::warn!(node = %name, error = %e, "heartbeat failed");
         }
     }
