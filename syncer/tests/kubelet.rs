@@ -77,6 +77,43 @@ fn kubectl(cluster: &DevCluster, kubeconfig: &Path) -> Command {
     c
 }
 
+/// Runs `kubectl port-forward pod/web :8080` (`k` is kubectl with its flags), sends `line`
+/// (newline-terminated) through the local port as a client and returns what comes back, up to
+/// the first newline (kwok answers every port with an echo).
+fn echo_through_port_forward(mut k: Command, line: &[u8]) -> Res<String> {
+    let mut pf = k
+        .args(["port-forward", "pod/web", ":8080"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Kept open while the connection runs: kubectl writes a line per connection.
+    let mut stdout = BufReader::new(pf.stdout.take().expect("piped"));
+    let echoed = (|| -> Res<String> {
+        let mut first = String::new();
+        stdout.read_line(&mut first)?;
+        let port: u16 = first
+            .split("127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no local port in {first:?}"))?;
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        conn.set_read_timeout(Some(Duration::from_secs(20)))?;
+        conn.write_all(line)?;
+        let mut buf = vec![0; 64];
+        let mut got = Vec::new();
+        while !got.ends_with(b"\n") {
+            let n = conn.read(&mut buf)?;
+            anyhow::ensure!(n > 0, "closed after {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        Ok(String::from_utf8(got)?)
+    })();
+    let _ = pf.kill();
+    let _ = pf.wait();
+    echoed
+}
+
 /// Runs `cmd` to its end: (exit code, stdout, stderr).
 fn run(cmd: &mut Command) -> Res<(i32, String, String)> {
     let out = cmd.stdin(Stdio::null()).output()?;
@@ -267,36 +304,8 @@ async fn logs_exec_attach_port_forward_and_cp_work_inside_a_tenant() -> Res {
     seen?;
 
     // Port-forward: a real client through it (kwok answers every port with an echo).
-    let mut pf = k()
-        .args(["port-forward", "pod/web", ":8080"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut out = BufReader::new(pf.stdout.take().expect("piped"));
-    let mut first = String::new();
-    out.read_line(&mut first)?;
-    let port: u16 = first
-        .split("127.0.0.1:")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no local port in {first:?}"))?;
-    let echoed = (|| -> Res<String> {
-        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        conn.set_read_timeout(Some(Duration::from_secs(20)))?;
-        conn.write_all(b"ping through the tenant\n")?;
-        let mut buf = vec![0; 64];
-        let mut got = Vec::new();
-        while !got.ends_with(b"\n") {
-            let n = conn.read(&mut buf)?;
-            anyhow::ensure!(n > 0, "closed after {got:?}");
-            got.extend_from_slice(&buf[..n]);
-        }
-        Ok(String::from_utf8(got)?)
-    })();
-    let _ = pf.kill();
-    let _ = pf.wait();
-    assert_eq!(echoed?, "ping through the tenant\n");
+    let echoed = echo_through_port_forward(k(), b"ping through the tenant\n")?;
+    assert_eq!(echoed, "ping through the tenant\n");
 
     // Stdin reaches the command (kwok never passes on its end, so the command reads what it
     // needs: `kubectl cp` into a kwok pod waits for an end of input that never comes, on the
@@ -380,32 +389,11 @@ async fn kubectl_of_every_supported_minor_over_websocket_and_spdy_works_through_
                 "echo $((6*7))",
             ]))?;
             assert_eq!(out, "42\n", "{what}");
-            let mut pf = k()
-                .args(["port-forward", "pod/web", ":8080"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()?;
-            // Kept open while the connection runs: kubectl writes a line per connection.
-            let mut stdout = BufReader::new(pf.stdout.take().expect("piped"));
-            let mut first = String::new();
-            stdout.read_line(&mut first)?;
-            let echoed = (|| -> Res<String> {
-                let port: u16 = first
-                    .split("127.0.0.1:")
-                    .nth(1)
-                    .and_then(|r| r.split_whitespace().next())
-                    .and_then(|p| p.parse().ok())
-                    .ok_or_else(|| anyhow::anyhow!("no local port in {first:?}"))?;
-                let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
-                conn.set_read_timeout(Some(Duration::from_secs(20)))?;
-                conn.write_all(b"ping\n")?;
-                let mut buf = [0; 5];
-                conn.read_exact(&mut buf)?;
-                Ok(String::from_utf8_lossy(&buf).into_owned())
-            })();
-            let _ = pf.kill();
-            let _ = pf.wait();
-            assert_eq!(echoed?, "ping\n", "{what}");
+            assert_eq!(
+                echo_through_port_forward(k(), b"ping\n")?,
+                "ping\n",
+                "{what}"
+            );
         }
     }
     Ok(())
