@@ -209,7 +209,15 @@ async fn provisioned_tenant_runs_workloads(
         );
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    let logs = kubectl(&["logs", &pod, "--tail=2"])?;
+    // Until the apiserver resolves the syncer's name: the devnode's hosts file gains it once the
+    // syncer's endpoint is ready, and Go rereads that file at most every 5 s (as cluster DNS
+    // caches a miss).
+    let logs = eventually(
+        &format!("{name}: kubectl logs through the syncer"),
+        Duration::from_secs(30),
+        || async { Ok(kubectl(&["logs", &pod, "--tail=2"]).ok()) },
+    )
+    .await?;
     assert_eq!(
         logs.lines().collect::<Vec<_>>(),
         vcp_dev::kwok::APP_LINES[3..]
@@ -218,6 +226,19 @@ async fn provisioned_tenant_runs_workloads(
         kubectl(&["exec", &pod, "--", "sh", "-c", "echo $((6*7))"])?,
         "42\n"
     );
+    // kubectl top: the tenant apiserver aggregates metrics.k8s.io to the same endpoint, by the
+    // tenant Service the syncer keeps, and the syncer answers from the host's metrics-server.
+    let top = eventually(
+        &format!("{name}: kubectl top pods in the tenant"),
+        Duration::from_secs(120),
+        || async {
+            Ok(kubectl(&["top", "pods", "-l", "app=web"])
+                .ok()
+                .filter(|out| out.lines().count() == 3))
+        },
+    )
+    .await?;
+    assert!(top.contains(&pod), "{top}");
     let ip = eventually(
         &format!("{name}: tenant Service has the host ClusterIP"),
         Duration::from_secs(60),

@@ -795,7 +795,7 @@ pub fn admitted(objects: &Objects<'_>, quota: &Quota) -> (Verdicts, Usage) {
 
     let mut services = BTreeMap::new();
     for s in in_order(&objects.services, &objects.placed) {
-        if crate::services::is_apiserver_service(s) {
+        if crate::services::is_local_service(s) {
             continue;
         }
         let k = key(s);

@@ -19,11 +19,19 @@ use kube_core::ResourceExt;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// Whether this is the tenant apiserver's own `default/kubernetes` Service, which is never
-/// synced (its endpoints are the tenant apiserver, and the tenant apiserver owns it) and never
-/// counted.
-pub fn is_apiserver_service(svc: &Service) -> bool {
-    svc.namespace().as_deref() == Some("default") && svc.name_any() == "kubernetes"
+/// Tenant Services the tenant's control plane serves itself, never synced to the host and
+/// never counted: the tenant apiserver's own `default/kubernetes` (its endpoints are the
+/// tenant apiserver, which owns it), and `kube-system/vcp-metrics`, which the syncer keeps to
+/// name its own metrics API for the tenant apiserver (a reserved name).
+pub const LOCAL_SERVICES: [(&str, &str); 2] = [("default", "kubernetes"), METRICS_SERVICE];
+
+/// The tenant Service (namespace, name) that names the syncer's metrics API.
+pub const METRICS_SERVICE: (&str, &str) = ("kube-system", "vcp-metrics");
+
+/// Whether `svc` is one of [`LOCAL_SERVICES`].
+pub fn is_local_service(svc: &Service) -> bool {
+    let (ns, name) = (svc.namespace().unwrap_or_default(), svc.name_any());
+    LOCAL_SERVICES.iter().any(|(n, m)| *n == ns && *m == name)
 }
 
 /// Told to a tenant whose Service had `externalIPs`.

@@ -21,6 +21,8 @@
 //!   makes.
 //! - [`kubelet`]: the kubelet endpoint the tenant apiserver calls for `kubectl logs`, `exec`,
 //!   `attach` and `port-forward`, passed on to the host pod's subresources.
+//! - [`top`]: the tenant's `metrics.k8s.io` (`kubectl top`), served on the kubelet endpoint
+//!   from the host's pod metrics.
 //! - [`metrics`] counts what is served on `/metrics`.
 
 pub mod engine;
@@ -28,6 +30,7 @@ pub mod kinds;
 pub mod kubelet;
 pub mod metrics;
 pub mod naming;
+pub mod top;
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::{
@@ -217,6 +220,14 @@ pub struct Args {
     /// The only client certificate common name admitted: the tenant apiserver's kubelet client.
     #[arg(long, env = "VCP_KUBELET_CLIENT_NAME", default_value = kubelet::APISERVER_CLIENT)]
     pub kubelet_client_name: String,
+    /// The CA of the tenant apiserver's front-proxy client certificate. With it, the kubelet
+    /// endpoint also serves the tenant's `metrics.k8s.io` (`kubectl top`) from the host's,
+    /// and the syncer registers that API in the tenant (see docs/syncer.md).
+    #[arg(long, env = "VCP_METRICS_API_CLIENT_CA", requires = "kubelet_listen")]
+    pub metrics_api_client_ca: Option<PathBuf>,
+    /// The only front-proxy client certificate common name the metrics API admits.
+    #[arg(long, env = "VCP_METRICS_API_CLIENT_NAME", default_value = top::DEFAULT_CLIENT)]
+    pub metrics_api_client_name: String,
     /// Log format: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, env = "VCP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -323,8 +334,9 @@ pub async fn run(args: Args) -> Result<()> {
                 cert: args.kubelet_tls_cert.clone().unwrap_or_default(),
                 key: args.kubelet_tls_key.clone().unwrap_or_default(),
                 client_ca: args.kubelet_client_ca.clone().unwrap_or_default(),
+                metrics_client_ca: args.metrics_api_client_ca.clone(),
             };
-            let tls = kubelet::tls_config(&files)?;
+            let (tls, authorities) = kubelet::tls_config(&files)?;
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|source| Error::Serve {
@@ -342,24 +354,65 @@ pub async fn run(args: Args) -> Result<()> {
                     .unwrap_or_else(|| bound.ip().to_string()),
                 port: args.kubelet_port.unwrap_or(bound.port()),
             };
-            tracing::info!(listen = %bound, address = %endpoint.address, port = endpoint.port, "kubelet endpoint");
+            tracing::info!(listen = %bound, address = %endpoint.address, port = endpoint.port, metrics_api = args.metrics_api_client_ca.is_some(), "kubelet endpoint");
             engine.kubelet_endpoint = Some(endpoint);
             let client = kube::client::ClientBuilder::try_from(stream_cfg)
                 .map_err(kube_err("build a client".into()))?
                 .build();
-            Some((
-                listener,
-                tls,
-                Arc::new(kubelet::Endpoint {
-                    key: key.clone(),
-                    host: client,
-                    client_name: args.kubelet_client_name.clone(),
-                }),
-            ))
+            Some((listener, tls, authorities, client))
         }
         None => None,
     };
     let engine = Arc::new(engine);
+    // The endpoint's APIService names its serving certificate's CA: the tenant CA, which also
+    // signs the kubelet client it admits.
+    let metrics_ca = match (&args.metrics_api_client_ca, &args.kubelet_client_ca) {
+        (Some(_), Some(ca)) => {
+            Some(std::fs::read(ca).map_err(|e| Error::Kubelet(format!("{}: {e}", ca.display())))?)
+        }
+        _ => None,
+    };
+    let kubelet = kubelet.map(|(listener, tls, authorities, client)| {
+        let metrics = metrics_ca.is_some().then(|| {
+            (
+                Arc::new(top::MetricsApi {
+                    engine: engine.clone(),
+                }),
+                args.metrics_api_client_name.clone(),
+            )
+        });
+        (
+            listener,
+            tls,
+            Arc::new(kubelet::Endpoint {
+                key: key.clone(),
+                host: client,
+                client_name: args.kubelet_client_name.clone(),
+                authorities,
+                metrics,
+            }),
+        )
+    });
+    let registration = {
+        let e = engine.clone();
+        let period = Duration::from_secs(args.resync_seconds);
+        async move {
+            let (Some(ca), Some(at)) = (metrics_ca, e.kubelet_endpoint.clone()) else {
+                return;
+            };
+            // Again every resync period: a tenant admin who deletes the APIService gets it back.
+            loop {
+                let wait = match top::register(&e.tenant, &at.address, at.port, &ca).await {
+                    Ok(()) => period,
+                    Err(err) => {
+                        tracing::warn!(error = %chain(&err), "registering metrics.k8s.io in the tenant failed; retrying");
+                        Duration::from_secs(5)
+                    }
+                };
+                tokio::time::sleep(wait).await;
+            }
+        }
+    };
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|source| Error::Serve {
@@ -505,6 +558,7 @@ pub async fn run(args: Args) -> Result<()> {
             engine.clone(),
             Duration::from_secs(args.node_sync_seconds.max(1))
         )),
+        engine::spawned(registration),
         async move {
             if let Some((listener, tls, endpoint)) = kubelet {
                 kubelet::serve(listener, tls, endpoint).await;

@@ -602,3 +602,221 @@ async fn streams_broken_by_a_syncer_restart_end_instead_of_hanging_and_the_next_
     .await?;
     Ok(())
 }
+
+/// Pods of `ns` whose containers kwok simulates as busy or idle: `busy` (containers `busy` and
+/// `app`) and `idle` (labelled `tier=back`, container `app`).
+async fn pods_with_usage(tenant: &Client, ns: &str) -> Res {
+    namespace(tenant, ns).await?;
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(tenant.clone(), ns);
+    eventually(
+        "the default service account",
+        Duration::from_secs(30),
+        || async { Ok(sas.get_opt("default").await?) },
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), ns);
+    for (name, labels, containers) in [
+        (
+            "busy",
+            serde_json::json!({"tier": "front"}),
+            vec![kwok::BUSY_CONTAINER, "app"],
+        ),
+        ("idle", serde_json::json!({"tier": "back"}), vec!["app"]),
+    ] {
+        let containers: Vec<_> = containers
+            .iter()
+            .map(|c| serde_json::json!({"name": c, "image": "registry.k8s.io/pause:3.10"}))
+            .collect();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": containers},
+        }))?;
+        pods.create(&Default::default(), &pod).await?;
+    }
+    Ok(())
+}
+
+/// Rows of `kubectl top` output (header dropped), split on whitespace.
+fn rows(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// Millicores of a `kubectl top` CPU column (`252m`, `1`).
+fn millicores(s: &str) -> Res<i64> {
+    Ok(match s.strip_suffix('m') {
+        Some(m) => m.parse()?,
+        None => s.parse::<i64>()? * 1000,
+    })
+}
+
+#[tokio::test]
+async fn kubectl_top_shows_a_tenants_own_pods_and_nodes_from_the_hosts_metrics() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let (a, b) = tokio::try_join!(
+        TenantControlPlane::start("e2ekt"),
+        TenantControlPlane::start("e2eku")
+    )?;
+    let _sa = a.start_syncer(cluster, &[])?;
+    let _sb = b.start_syncer(cluster, &[])?;
+    let (ta, tb) = (a.connect().await?, b.connect().await?);
+    // The same namespace and pod names in both tenants.
+    tokio::try_join!(pods_with_usage(&ta, "apps"), pods_with_usage(&tb, "apps"))?;
+    let k = || kubectl(cluster, &a.kubeconfig);
+    let (busy_cpu, busy_mem) = kwok::BUSY_USAGE;
+    let (idle_cpu, _) = kwok::IDLE_USAGE;
+    let (busy_m, idle_m) = (millicores(busy_cpu)?, millicores(idle_cpu)?);
+
+    // metrics-server needs two scrapes of a pod before it has a rate.
+    let containers = eventually(
+        "kubectl top of both pods' containers in the tenant",
+        Duration::from_secs(120),
+        || async {
+            let (code, out, _) = run(k().args(["top", "pods", "-n", "apps", "--containers"]))?;
+            let r = rows(&out);
+            Ok((code == 0 && r.len() == 3).then_some(r))
+        },
+    )
+    .await?;
+    let find = |pod: &str, c: &str| {
+        containers
+            .iter()
+            .find(|r| r[0] == pod && r[1] == c)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no {pod}/{c} in {containers:?}"))
+    };
+    let busy = find("busy", kwok::BUSY_CONTAINER)?;
+    assert!((millicores(&busy[2])? - busy_m).abs() <= 3, "{busy:?}");
+    assert_eq!(busy[3], busy_mem, "{busy:?}");
+    let app = find("busy", "app")?;
+    assert!((millicores(&app[2])? - idle_m).abs() <= 1, "{app:?}");
+    find("idle", "app")?;
+
+    // One pod by name, by label, and every namespace: this tenant's pods only (tenant B has
+    // the same names, and the host namespace of A's `apps` is not a tenant namespace).
+    let one = ok(k().args(["top", "pod", "busy", "-n", "apps"]))?;
+    let one = rows(&one);
+    assert_eq!(one.len(), 1, "{one:?}");
+    assert!(
+        (millicores(&one[0][1])? - (busy_m + idle_m)).abs() <= 4,
+        "{one:?}"
+    );
+    let back = rows(&ok(k().args([
+        "top",
+        "pods",
+        "-n",
+        "apps",
+        "-l",
+        "tier=back",
+    ]))?);
+    assert_eq!(
+        back.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(),
+        ["idle"]
+    );
+    let all = rows(&ok(k().args(["top", "pods", "-A"]))?);
+    assert_eq!(all.len(), 2, "only tenant A's two pods: {all:?}");
+    assert!(all.iter().all(|r| r[0] == "apps"), "{all:?}");
+    let (code, _, err) = run(k().args(["top", "pod", "missing", "-n", "apps"]))?;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("not found") || err.contains("not available"),
+        "{err}"
+    );
+
+    // Nodes: the sum of tenant A's own pods on each virtual node, never the host node's
+    // figure (which counts tenant B's busy pod and every other test's pods).
+    let nodes = rows(&ok(k().args(["top", "nodes"]))?);
+    anyhow::ensure!(!nodes.is_empty(), "no virtual node in kubectl top nodes");
+    let sum: i64 = nodes.iter().map(|r| millicores(&r[1])).sum::<Res<i64>>()?;
+    let want = busy_m + 2 * idle_m;
+    assert!(
+        (sum - want).abs() <= 6,
+        "node sum {sum}m, pods {want}m: {nodes:?}"
+    );
+    let virtual_nodes: Vec<String> = Api::<Node>::all(ta.clone())
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    assert!(
+        nodes.iter().all(|r| virtual_nodes.contains(&r[0])),
+        "{nodes:?} vs {virtual_nodes:?}"
+    );
+
+    // The objects carry the tenant's labels, not the host's markers.
+    let raw: serde_json::Value = ta
+        .request(
+            http::Request::get("/apis/metrics.k8s.io/v1beta1/namespaces/apps/pods/busy")
+                .body(Vec::new())?,
+        )
+        .await?;
+    assert_eq!(raw["kind"], "PodMetrics");
+    assert_eq!(
+        raw["metadata"]["labels"],
+        serde_json::json!({"tier": "front"})
+    );
+
+    // Tenant users read it as they read pods: `view` includes it.
+    ok(k().args([
+        "create",
+        "clusterrolebinding",
+        "jane-view",
+        "--clusterrole=view",
+        "--user=jane",
+    ]))?;
+    let can = eventually(
+        "view to include pod metrics",
+        Duration::from_secs(30),
+        || async {
+            let (_, out, _) =
+                run(k().args(["auth", "can-i", "list", "pods.metrics.k8s.io", "--as=jane"]))?;
+            Ok((out.trim() == "yes").then_some(()))
+        },
+    )
+    .await;
+    can?;
+
+    // At the endpoint: the front-proxy client of A's apiserver only, and only for
+    // metrics.k8s.io; the kubelet client may not read metrics.
+    let port = endpoint_port(&ta).await?;
+    let ca = a.pki_file("ca.crt");
+    let pair = |cp: &TenantControlPlane, n: &str| {
+        (
+            cp.pki_file(&format!("{n}.crt")),
+            cp.pki_file(&format!("{n}.key")),
+        )
+    };
+    let path = "/apis/metrics.k8s.io/v1beta1/namespaces/apps/pods";
+    let (fc, fk) = pair(&a, "front-proxy-client");
+    let (code, body) = curl(port, path, &ca, Some((&fc, &fk)))?
+        .ok_or_else(|| anyhow::anyhow!("handshake refused"))?;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"busy\""), "{body}");
+    let (code, _) = curl(port, "/containerLogs/apps/busy/app", &ca, Some((&fc, &fk)))?
+        .ok_or_else(|| anyhow::anyhow!("handshake refused"))?;
+    assert_eq!(
+        code, 403,
+        "the front-proxy client may not make kubelet calls"
+    );
+    let (kc, kk) = pair(&a, "kubelet-client");
+    let (code, _) = curl(port, path, &ca, Some((&kc, &kk)))?
+        .ok_or_else(|| anyhow::anyhow!("handshake refused"))?;
+    assert_eq!(code, 403, "the kubelet client may not read metrics");
+    let (bc, bk) = pair(&b, "front-proxy-client");
+    assert_eq!(
+        curl(port, path, &ca, Some((&bc, &bk)))?,
+        None,
+        "tenant B's front-proxy client at tenant A's endpoint"
+    );
+    assert_eq!(curl(port, path, &ca, None)?, None);
+    // Tenant B, by its tenant namespace name at its own endpoint, sees its own pods.
+    let b_pods = rows(&ok(
+        kubectl(cluster, &b.kubeconfig).args(["top", "pods", "-n", "apps"])
+    )?);
+    assert_eq!(b_pods.len(), 2, "{b_pods:?}");
+    Ok(())
+}

@@ -28,6 +28,8 @@ groups=(
   "k8s-v1.35|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl"
   "coredns|github.com/coredns/coredns|coredns=github.com/coredns/coredns"
   "helm|helm.sh/helm/v4|helm=helm.sh/helm/v4/cmd/helm"
+  # The host's resource metrics (kubectl top), which tenant syncers serve translated.
+  "metrics-server|sigs.k8s.io/metrics-server|metrics-server=sigs.k8s.io/metrics-server/cmd/metrics-server"
   # Our own module (module "local"): named by a hash of its source, and linked as
   # <bin_dir>/devnode-streams, where the devnode looks for it.
   "devnode-streams|local|devnode-streams=vcp.dev/devnode-streams"

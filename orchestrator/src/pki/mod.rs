@@ -131,7 +131,20 @@ pub fn plan(n: &ApiNames) -> Vec<LeafPlan> {
         LeafPlan {
             name: "syncer-kubelet",
             ca: "ca",
-            spec: LeafSpec::server("vcp-syncer", svc_names("vcp-syncer"), vec![loopback]),
+            // Also the name the tenant apiserver verifies when it passes on a metrics.k8s.io
+            // request (the tenant Service of its APIService, see the syncer's `top`).
+            spec: LeafSpec::server(
+                "vcp-syncer",
+                svc_names("vcp-syncer")
+                    .into_iter()
+                    .chain([format!(
+                        "{}.{}.svc",
+                        vcp_policy::services::METRICS_SERVICE.1,
+                        vcp_policy::services::METRICS_SERVICE.0
+                    )])
+                    .collect(),
+                vec![loopback],
+            ),
         },
         LeafPlan {
             name: "coredns",
@@ -243,6 +256,14 @@ mod tests {
                 .dns_names
                 .contains(&"vcp-syncer.vcp-demoabc123.svc".to_owned()),
             "virtual nodes name the syncer by its Service: {:?}",
+            serving.spec.dns_names
+        );
+        assert!(
+            serving
+                .spec
+                .dns_names
+                .contains(&"vcp-metrics.kube-system.svc".to_owned()),
+            "the tenant apiserver verifies the metrics API by its tenant Service: {:?}",
             serving.spec.dns_names
         );
         let names: std::collections::BTreeSet<_> = plan.iter().map(|p| p.name).collect();

@@ -736,7 +736,10 @@ impl Provisioner {
                 digest(&["controller-manager"]),
             ),
             ("coredns".to_owned(), digest(&["coredns"])),
-            ("syncer".to_owned(), digest(&["syncer", "syncer-kubelet"])),
+            (
+                "syncer".to_owned(),
+                digest(&["syncer", "syncer-kubelet", "front-proxy-client"]),
+            ),
         ]))
     }
 

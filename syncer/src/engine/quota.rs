@@ -206,7 +206,7 @@ pub fn pod(e: &Engine, t: &Pod) -> Verdict {
 pub fn service(e: &Engine, side: &super::Side<Service>, t: &Service) -> Verdict {
     let v = verdicts(e, Some((&side.tenant, &side.host)));
     let judged =
-        t.metadata.deletion_timestamp.is_none() && !vcp_policy::services::is_apiserver_service(t);
+        t.metadata.deletion_timestamp.is_none() && !vcp_policy::services::is_local_service(t);
     lookup(v.as_ref().map(|v| &v.services), &key(t), judged)
 }
 

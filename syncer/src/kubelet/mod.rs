@@ -65,11 +65,41 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// The CA a client certificate must be signed by: the tenant's.
     pub client_ca: PathBuf,
+    /// The CA of the tenant apiserver's front-proxy client, which calls the metrics API
+    /// ([`crate::top`]); without it, that API is not served.
+    pub metrics_client_ca: Option<PathBuf>,
+}
+
+/// Which CA signed a client certificate, by the CA's subject: the endpoint tells the tenant
+/// apiserver's kubelet client from its front-proxy client by their CAs, not only their names.
+#[derive(Debug, Clone, Default)]
+pub struct Authorities {
+    /// Subjects (DER) of the tenant CA certificates.
+    pub kubelet: Vec<Vec<u8>>,
+    /// Subjects (DER) of the front-proxy CA certificates.
+    pub metrics: Vec<Vec<u8>>,
+}
+
+/// Reads the CA certificates of `path` into `roots`, returning their subjects.
+fn add_roots(roots: &mut rustls::RootCertStore, path: &Path) -> Result<Vec<Vec<u8>>> {
+    let bad = |what: String| Error::Kubelet(format!("{}: {what}", path.display()));
+    let mut subjects = Vec::new();
+    for ca in CertificateDer::pem_file_iter(path).map_err(|e| bad(e.to_string()))? {
+        let ca = ca.map_err(|e| bad(e.to_string()))?;
+        let (_, parsed) =
+            x509_parser::parse_x509_certificate(ca.as_ref()).map_err(|e| bad(e.to_string()))?;
+        subjects.push(parsed.subject().as_raw().to_vec());
+        roots.add(ca).map_err(|e| bad(e.to_string()))?;
+    }
+    if subjects.is_empty() {
+        return Err(bad("no certificate".into()));
+    }
+    Ok(subjects)
 }
 
 /// The endpoint's TLS setup: its serving certificate, and client certificates required and
-/// verified against the tenant CA.
-pub fn tls_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>> {
+/// verified against the tenant CA (and the front-proxy CA, when the metrics API is served).
+pub fn tls_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, Authorities)> {
     let bad = |path: &Path, what: String| Error::Kubelet(format!("{}: {what}", path.display()));
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
         .and_then(|i| i.collect())
@@ -77,13 +107,24 @@ pub fn tls_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>> {
     let key =
         PrivateKeyDer::from_pem_file(&files.key).map_err(|e| bad(&files.key, e.to_string()))?;
     let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_file_iter(&files.client_ca)
-        .map_err(|e| bad(&files.client_ca, e.to_string()))?
-    {
-        let ca = ca.map_err(|e| bad(&files.client_ca, e.to_string()))?;
-        roots
-            .add(ca)
-            .map_err(|e| bad(&files.client_ca, e.to_string()))?;
+    let mut authorities = Authorities {
+        kubelet: add_roots(&mut roots, &files.client_ca)?,
+        metrics: Vec::new(),
+    };
+    if let Some(ca) = &files.metrics_client_ca {
+        authorities.metrics = add_roots(&mut roots, ca)?;
+        // Told apart by subject: two CAs of one name would make a front-proxy certificate
+        // pass for a kubelet client (or the reverse).
+        if authorities
+            .metrics
+            .iter()
+            .any(|s| authorities.kubelet.contains(s))
+        {
+            return Err(bad(
+                ca,
+                "the front-proxy CA has the tenant CA's subject; they must differ".into(),
+            ));
+        }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -100,7 +141,7 @@ pub fn tls_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>> {
         .map_err(|e| bad(&files.cert, e.to_string()))?;
     // HTTP/1.1 only: the streaming protocols are upgrades of an HTTP/1.1 request.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), authorities))
 }
 
 /// What a connection needs to serve calls.
@@ -110,6 +151,49 @@ pub struct Endpoint {
     pub host: kube::Client,
     /// The client certificate name admitted ([`APISERVER_CLIENT`]).
     pub client_name: String,
+    /// Which CA signed a client certificate.
+    pub authorities: Authorities,
+    /// The metrics API and the front-proxy client name it admits
+    /// ([`crate::top::DEFAULT_CLIENT`]), when served.
+    pub metrics: Option<(Arc<crate::top::MetricsApi>, String)>,
+}
+
+/// Who a connection's client certificate says it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// The tenant apiserver's kubelet client: kubelet calls.
+    Apiserver,
+    /// The tenant apiserver's front-proxy client: metrics.k8s.io.
+    Aggregator,
+    /// Anyone else with a certificate of one of those CAs.
+    Other,
+}
+
+impl Endpoint {
+    /// Who presents `cert` (DER): the admitted name signed by the admitted CA, or no one.
+    fn client(&self, cert: &[u8]) -> Client {
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(cert) else {
+            return Client::Other;
+        };
+        let issuer = cert.issuer().as_raw();
+        let cn = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|c| c.as_str().ok());
+        if self.authorities.kubelet.iter().any(|s| s == issuer)
+            && cn == Some(self.client_name.as_str())
+        {
+            return Client::Apiserver;
+        }
+        if let Some((_, name)) = &self.metrics
+            && self.authorities.metrics.iter().any(|s| s == issuer)
+            && cn == Some(name.as_str())
+        {
+            return Client::Aggregator;
+        }
+        Client::Other
+    }
 }
 
 /// Serves the endpoint on `listener` until the future is dropped.
@@ -135,26 +219,31 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, endpoi
                     }
                     Err(_) => return,
                 };
-            let client = tls
+            let cert = tls
                 .get_ref()
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .and_then(|c| common_name(c.as_ref()));
-            let admitted = client.as_deref() == Some(endpoint.client_name.as_str());
-            if !admitted {
-                tracing::info!(%peer, client = ?client, "kubelet endpoint: client not admitted");
+                .map(|c| c.as_ref().to_vec())
+                .unwrap_or_default();
+            let client = endpoint.client(&cert);
+            if client == Client::Other {
+                tracing::info!(%peer, name = ?common_name(&cert), "kubelet endpoint: client not admitted");
             }
-            let service = hyper::service::service_fn(move |req| {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let endpoint = endpoint.clone();
                 async move {
-                    let res = if admitted {
-                        endpoint.handle(req).await
-                    } else {
-                        text(
+                    let metrics = req.uri().path().starts_with("/apis");
+                    let res = match (client, &endpoint.metrics) {
+                        (Client::Aggregator, Some((api, _))) if metrics => api.handle(req).await,
+                        (Client::Apiserver, _) if !metrics => endpoint.handle(req).await,
+                        (Client::Apiserver | Client::Aggregator, _) => {
+                            text(StatusCode::FORBIDDEN, "this client may not call this path")
+                        }
+                        (Client::Other, _) => text(
                             StatusCode::FORBIDDEN,
                             "only the tenant apiserver may call this endpoint",
-                        )
+                        ),
                     };
                     Ok::<_, std::convert::Infallible>(res)
                 }
@@ -176,7 +265,7 @@ fn common_name(der: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_owned)
 }
 
-type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     let mut res = Response::new(

@@ -13,6 +13,7 @@ const ETCD_GOMOD: &str = include_str!("../../kube-bin/etcd/go.mod");
 const KWOK_GOMOD: &str = include_str!("../../kube-bin/kwok/go.mod");
 const COREDNS_GOMOD: &str = include_str!("../../kube-bin/coredns/go.mod");
 const HELM_GOMOD: &str = include_str!("../../kube-bin/helm/go.mod");
+const METRICS_SERVER_GOMOD: &str = include_str!("../../kube-bin/metrics-server/go.mod");
 
 /// The version a go.mod requires of `module` (a `require` line, single or in a block).
 pub fn required_version<'a>(gomod: &'a str, module: &str) -> Option<&'a str> {
@@ -55,13 +56,14 @@ pub fn host_kubernetes_version() -> &'static str {
     kubernetes_versions()[0]
 }
 
-/// The pinned version of a non-Kubernetes component (`etcd`, `kwok`, `coredns`, `helm`).
+/// The pinned version of a non-Kubernetes component (`etcd`, `kwok`, `coredns`, `helm`, `metrics-server`).
 pub fn tool_version(component: &str) -> Option<&'static str> {
     Some(match component {
         "etcd" => pinned(ETCD_GOMOD, "go.etcd.io/etcd/server/v3"),
         "kwok" => pinned(KWOK_GOMOD, "sigs.k8s.io/kwok"),
         "coredns" => pinned(COREDNS_GOMOD, "github.com/coredns/coredns"),
         "helm" => pinned(HELM_GOMOD, "helm.sh/helm/v4"),
+        "metrics-server" => pinned(METRICS_SERVER_GOMOD, "sigs.k8s.io/metrics-server"),
         _ => return None,
     })
 }
@@ -89,7 +91,7 @@ pub fn binary(component: &str, version: &str) -> Result<PathBuf> {
     }
 }
 
-/// A pinned tool's binary (`etcd`, `kwok`, `coredns`, `helm`).
+/// A pinned tool's binary (`etcd`, `kwok`, `coredns`, `helm`, `metrics-server`).
 pub fn tool(component: &str) -> Result<PathBuf> {
     let version = tool_version(component).unwrap_or("unknown");
     binary(component, version)

@@ -499,7 +499,7 @@ fn ensure_pki(l: &Layout) -> Result<()> {
 /// Issues, from the existing CA, the kubelet certificates a state directory made before they
 /// existed lacks (the rest of its PKI, and what was signed with it, stays valid).
 fn top_up_pki(dir: &Path) -> Result<()> {
-    if dir.join("kubelet-serving.crt").exists() {
+    if dir.join("metrics-serving.crt").exists() {
         return Ok(());
     }
     let read = |n: &str| std::fs::read_to_string(dir.join(n)).map_err(Error::io(dir.join(n)));
@@ -508,21 +508,16 @@ fn top_up_pki(dir: &Path) -> Result<()> {
         key_pem: read("ca.key")?,
     })?;
     let now = time::OffsetDateTime::now_utc();
-    let client = ca.issue(
-        &pki::LeafSpec::client(vcp_pki::KUBELET_CLIENT_USER, &[]),
-        now,
-        pki::LEAF_VALIDITY,
-    )?;
-    let serving = ca.issue(
-        &pki::LeafSpec::server(
-            "kubelet",
-            vec!["localhost".to_owned()],
-            vec![[127, 0, 0, 1].into()],
-        ),
-        now,
-        pki::LEAF_VALIDITY,
-    )?;
-    for (name, pair) in [("kubelet-client", &client), ("kubelet-serving", &serving)] {
+    let issue = |spec: &pki::LeafSpec| ca.issue(spec, now, pki::LEAF_VALIDITY);
+    let client = issue(&pki::LeafSpec::client(vcp_pki::KUBELET_CLIENT_USER, &[]))?;
+    // Reissued even where it exists: older ones lack the tenant metrics name.
+    let serving = issue(&pki::kubelet_serving_spec())?;
+    let metrics = issue(&pki::metrics_serving_spec())?;
+    for (name, pair) in [
+        ("kubelet-client", &client),
+        ("kubelet-serving", &serving),
+        ("metrics-serving", &metrics),
+    ] {
         write_private(&dir.join(format!("{name}.key")), &pair.key_pem)?;
         write_private(&dir.join(format!("{name}.crt")), &pair.cert_pem)?;
     }
@@ -577,6 +572,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
     let version = bins::host_kubernetes_version();
     let etcd_bin = bins::tool("etcd")?;
     let kwok_bin = bins::tool("kwok")?;
+    let metrics_server_bin = bins::tool("metrics-server")?;
     let apiserver_bin = bins::binary("kube-apiserver", version)?;
     let kcm_bin = bins::binary("kube-controller-manager", version)?;
     let scheduler_bin = bins::binary("kube-scheduler", version)?;
@@ -607,6 +603,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             kcm_port,
             sched_port,
             kwok_port,
+            metrics_port,
         ] = process::free_ports()?;
         let mut procs: Vec<(Spawned, Option<u16>, Option<String>)> = Vec::new();
 
@@ -742,7 +739,11 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         std::fs::create_dir_all(&kwok_dir).map_err(Error::io(&kwok_dir))?;
         write_atomic(
             &kwok_config,
-            &format!("{KWOK_STAGES}---\n{}", crate::kwok::debugging(&kwok_dir)?),
+            &format!(
+                "{KWOK_STAGES}---\n{}---\n{}",
+                crate::kwok::debugging(&kwok_dir)?,
+                crate::kwok::metrics()
+            ),
         )?;
         let kwok = ProcSpec::new("kwok", &kwok_bin).args([
             format!("--kubeconfig={}", p(&admin_kc)),
@@ -753,6 +754,31 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             format!("--tls-cert-file={}", l.pki("kubelet-serving.crt")),
             format!("--tls-private-key-file={}", l.pki("kubelet-serving.key")),
             "--node-lease-duration-seconds=40".to_owned(),
+        ]);
+        // The host's resource metrics (`kubectl top`, and what tenant syncers serve their
+        // tenants): scraped from kwok at `localhost` (InternalDNS) and the port nodes publish,
+        // verified as kubelets are, and aggregated by the host apiserver through an
+        // ExternalName Service `localhost` (see `apply_cluster_objects`).
+        let metrics_server = ProcSpec::new("metrics-server", &metrics_server_bin).args([
+            format!("--kubeconfig={}", p(&admin_kc)),
+            format!("--authentication-kubeconfig={}", p(&admin_kc)),
+            format!("--authorization-kubeconfig={}", p(&admin_kc)),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={metrics_port}"),
+            format!("--tls-cert-file={}", l.pki("metrics-serving.crt")),
+            format!("--tls-private-key-file={}", l.pki("metrics-serving.key")),
+            format!("--kubelet-certificate-authority={}", l.pki("ca.crt")),
+            format!(
+                "--kubelet-client-certificate={}",
+                l.pki("kubelet-client.crt")
+            ),
+            format!("--kubelet-client-key={}", l.pki("kubelet-client.key")),
+            "--kubelet-preferred-address-types=InternalDNS".to_owned(),
+            "--kubelet-use-node-status-port".to_owned(),
+            // Its shortest: tests wait two periods for a pod's first figures.
+            "--metric-resolution=10s".to_owned(),
+            // Below the resolution, as metrics-server requires; kwok answers on the loopback.
+            "--kubelet-request-timeout=5s".to_owned(),
         ]);
         let mut devnode = ProcSpec::new("devnode", &devnode_bin).args([
             format!("--kubeconfig={}", p(&admin_kc)),
@@ -770,6 +796,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         let mut kcm = process::spawn(&kcm, mode, &l.log("kube-controller-manager"))?;
         let mut scheduler = process::spawn(&scheduler, mode, &l.log("kube-scheduler"))?;
         let mut kwok = process::spawn(&kwok, mode, &l.log("kwok"))?;
+        let mut metrics_server = process::spawn(&metrics_server, mode, &l.log("metrics-server"))?;
         let devnode = process::spawn(&devnode, mode, &l.log("devnode"))?;
 
         let client = client_from(&admin_kc).await?;
@@ -788,7 +815,15 @@ async fn boot(opts: Options) -> Result<DevCluster> {
                 )
             }
         };
-        apply_cluster_objects(&client, opts.workers, version, kwok_port).await?;
+        apply_cluster_objects(
+            &client,
+            opts.workers,
+            version,
+            kwok_port,
+            metrics_port,
+            &ca_pem,
+        )
+        .await?;
 
         let kcm_health = format!("https://127.0.0.1:{kcm_port}/healthz");
         let sched_health = format!("https://127.0.0.1:{sched_port}/healthz");
@@ -796,9 +831,12 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         wait_healthy(&mut kcm, &kcm_health, &ca_pem).await?;
         wait_healthy(&mut scheduler, &sched_health, &ca_pem).await?;
         wait_healthy(&mut kwok, &kwok_health, &ca_pem).await?;
+        let metrics_health = format!("https://127.0.0.1:{metrics_port}/livez");
+        wait_healthy(&mut metrics_server, &metrics_health, &ca_pem).await?;
         procs.push((kcm, Some(kcm_port), Some(kcm_health)));
         procs.push((scheduler, Some(sched_port), Some(sched_health)));
         procs.push((kwok, Some(kwok_port), Some(kwok_health)));
+        procs.push((metrics_server, Some(metrics_port), Some(metrics_health)));
         procs.push((devnode, None, None));
         if let Some(p) = provisioner.1 {
             procs.push((p, None, None));
@@ -900,6 +938,39 @@ fn link(target: &Path, at: &Path) -> Result<()> {
     std::os::unix::fs::symlink(target, at).map_err(Error::io(at))
 }
 
+/// The host's `metrics.k8s.io`, served by metrics-server on the loopback: an ExternalName
+/// Service `localhost` (the aggregator dials an ExternalName as named, where it would dial a
+/// ClusterIP, which is data here) and the APIService, verified with the cluster CA.
+async fn apply_metrics_api(client: &Client, port: u16, ca_pem: &str) -> Result<()> {
+    use base64::Engine as _;
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let svc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "metrics-server", "namespace": "kube-system"},
+        "spec": {"type": "ExternalName", "externalName": "localhost",
+                 "ports": [{"name": "https", "port": port, "protocol": "TCP"}]},
+    });
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "kube-system")
+        .patch("metrics-server", &pp, &Patch::Apply(&svc))
+        .await
+        .map_err(Error::kube("apply the metrics-server Service"))?;
+    let gvk = kube::api::GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService");
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "apiservices");
+    let api_service = serde_json::json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1beta1.metrics.k8s.io"},
+        "spec": {"group": "metrics.k8s.io", "version": "v1beta1",
+                 "service": {"name": "metrics-server", "namespace": "kube-system", "port": port},
+                 "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+                 "groupPriorityMinimum": 100, "versionPriority": 100},
+    });
+    Api::<kube::api::DynamicObject>::all_with(client.clone(), &ar)
+        .patch("v1beta1.metrics.k8s.io", &pp, &Patch::Apply(&api_service))
+        .await
+        .map_err(Error::kube("apply the metrics.k8s.io APIService"))?;
+    Ok(())
+}
+
 /// Worker Nodes (for kwok) and the default StorageClass, applied server-side so a restart
 /// re-applies them harmlessly.
 async fn apply_cluster_objects(
@@ -907,6 +978,8 @@ async fn apply_cluster_objects(
     workers: u32,
     version: &str,
     kwok_port: u16,
+    metrics_port: u16,
+    ca_pem: &str,
 ) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -924,7 +997,12 @@ async fn apply_cluster_objects(
                     "kubernetes.io/arch": "amd64",
                     "node-role.kubernetes.io/worker": "",
                 },
-                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "annotations": {
+                    "kwok.x-k8s.io/node": "fake",
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    // metrics-server reads this node's figures where kwok serves them.
+                    "metrics.k8s.io/resource-metrics-path": crate::kwok::resource_metrics_path(&name),
+                },
             },
             // kwok hands out pod IPs from the node's podCIDR, so IPs are unique cluster-wide; a
             // /20 per node (up to 16 nodes in 10.244.0.0/16) leaves room for benchmarks.
@@ -959,6 +1037,7 @@ async fn apply_cluster_objects(
             .await
             .map_err(Error::kube(format!("apply status of node {name}")))?;
     }
+    apply_metrics_api(client, metrics_port, ca_pem).await?;
     let classes: Api<StorageClass> = Api::all(client.clone());
     let sc = serde_json::json!({
         "apiVersion": "storage.k8s.io/v1",

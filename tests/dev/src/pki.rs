@@ -30,10 +30,38 @@ pub struct ClusterPki {
     /// The apiserver's client certificate towards kubelets ([`vcp_pki::KUBELET_CLIENT_USER`]).
     pub kubelet_client: CertKey,
     /// A kubelet API's serving certificate on the loopback: kwok's in the host cluster, the
-    /// syncer's kubelet endpoint in a tenant.
+    /// syncer's kubelet endpoint in a tenant (which also serves the tenant's metrics.k8s.io
+    /// under its tenant Service's name, [`TENANT_METRICS_NAME`]).
     pub kubelet_serving: CertKey,
+    /// metrics-server's serving certificate, by the name the host apiserver verifies
+    /// ([`METRICS_SERVER_NAME`]).
+    pub metrics_serving: CertKey,
     pub service_account_key_pem: String,
     pub service_account_pub_pem: String,
+}
+
+/// The name the host apiserver verifies metrics-server's certificate by: its Service's.
+pub const METRICS_SERVER_NAME: &str = "metrics-server.kube-system.svc";
+/// The name a tenant apiserver verifies the syncer's metrics API by: the tenant Service
+/// `kube-system/vcp-metrics`.
+pub const TENANT_METRICS_NAME: &str = "vcp-metrics.kube-system.svc";
+
+/// The kubelet serving certificate's specification (also used to top up old state dirs).
+pub fn kubelet_serving_spec() -> LeafSpec {
+    LeafSpec::server(
+        "kubelet",
+        vec!["localhost".to_owned(), TENANT_METRICS_NAME.to_owned()],
+        vec![[127, 0, 0, 1].into()],
+    )
+}
+
+/// metrics-server's serving certificate's specification.
+pub fn metrics_serving_spec() -> LeafSpec {
+    LeafSpec::server(
+        "metrics-server",
+        vec!["localhost".to_owned(), METRICS_SERVER_NAME.to_owned()],
+        vec![[127, 0, 0, 1].into()],
+    )
 }
 
 /// Identities used by the host control plane's clients.
@@ -78,10 +106,8 @@ impl ClusterPki {
                 LeafSpec::server("kube-scheduler", localhost(), vec![loopback]),
             )?,
             kubelet_client: leaf(&ca, LeafSpec::client(vcp_pki::KUBELET_CLIENT_USER, &[]))?,
-            kubelet_serving: leaf(
-                &ca,
-                LeafSpec::server("kubelet", localhost(), vec![loopback]),
-            )?,
+            kubelet_serving: leaf(&ca, kubelet_serving_spec())?,
+            metrics_serving: leaf(&ca, metrics_serving_spec())?,
             apiserver,
             service_account_key_pem: sa_key,
             service_account_pub_pem: sa_pub,
@@ -108,6 +134,7 @@ impl ClusterPki {
             ("scheduler-serving", &self.scheduler_serving),
             ("kubelet-client", &self.kubelet_client),
             ("kubelet-serving", &self.kubelet_serving),
+            ("metrics-serving", &self.metrics_serving),
         ] {
             files.push((format!("{name}.crt"), pair.cert_pem.as_str()));
             files.push((format!("{name}.key"), pair.key_pem.as_str()));

@@ -127,6 +127,15 @@ impl TenantControlPlane {
                 format!("--kubelet-client-key={}", f("kubelet-client.key")),
                 format!("--kubelet-certificate-authority={}", f("ca.crt")),
                 "--kubelet-preferred-address-types=Hostname,InternalIP".to_owned(),
+                // Aggregated APIs (the syncer's metrics.k8s.io) get requests passed on with the
+                // front-proxy client certificate, as a provisioned tenant's apiserver does.
+                format!("--requestheader-client-ca-file={}", f("front-proxy-ca.crt")),
+                "--requestheader-allowed-names=front-proxy-client".to_owned(),
+                "--requestheader-username-headers=X-Remote-User".to_owned(),
+                "--requestheader-group-headers=X-Remote-Group".to_owned(),
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+                format!("--proxy-client-cert-file={}", f("front-proxy-client.crt")),
+                format!("--proxy-client-key-file={}", f("front-proxy-client.key")),
             ]),
             Supervision::Attached,
             &log("kube-apiserver"),
@@ -245,6 +254,11 @@ impl TenantControlPlane {
                 p(&self.pki_file("kubelet-serving.key"))
             ),
             format!("--kubelet-client-ca={}", p(&self.pki_file("ca.crt"))),
+            // `kubectl top`: the metrics API on the same endpoint, for the front-proxy client.
+            format!(
+                "--metrics-api-client-ca={}",
+                p(&self.pki_file("front-proxy-ca.crt"))
+            ),
         ]);
         spec = spec.args(extra.iter().map(|s| (*s).to_owned()));
         spec.env

@@ -13,6 +13,9 @@ use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+/// Every pod's resolv.conf: its own loopback, where nothing answers, once.
+pub const RESOLV_CONF: &str = "# Managed by vcp-devnode: names resolve through /etc/hosts only.\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n";
+
 /// The cluster domain the devnode serves names under.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
 

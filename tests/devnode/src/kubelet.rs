@@ -10,6 +10,9 @@
 //! ends when the container stops or starts again, or the file goes away); `timestamps` is ignored, the
 //! file has none.
 //!
+//! `/metrics/resource` is the usage of the containers' processes, as metrics-server reads a
+//! kubelet's ([`crate::usage`]).
+//!
 //! `/exec/...` and `/portForward/...` need the SPDY (and WebSocket) streaming protocols, which
 //! only Go implements; they go to our helper `devnode-streams` (tests/kube-bin/devnode-streams,
 //! k8s.io/cri-streaming) on a Unix socket, byte for byte after the upgrade, with the headers
@@ -253,6 +256,9 @@ async fn handle(endpoint: &Endpoint, req: Request<Incoming>) -> Response<Body> {
     if req.method() != http::Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served");
     }
+    if req.uri().path() == "/metrics/resource" {
+        return resource_metrics(endpoint);
+    }
     let Some(call) = parse_logs(req.uri().path(), req.uri().query()) else {
         return text(
             StatusCode::NOT_FOUND,
@@ -292,6 +298,49 @@ pub fn parse_stream(path: &str) -> Option<StreamCall> {
         pod: (*pod).to_owned(),
         container,
     })
+}
+
+/// `/metrics/resource`: the usage of every running container here ([`crate::usage`]).
+fn resource_metrics(endpoint: &Endpoint) -> Response<Body> {
+    use kube::ResourceExt;
+    let mut roots = Vec::new();
+    for pod in endpoint.pods.state() {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        for c in pod
+            .status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+        {
+            let started = c
+                .state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.as_ref())
+                .map_or(0.0, |t| t.0.as_millisecond() as f64 / 1000.0);
+            if let Some(pid) = container_pid(&pod, &c.name) {
+                roots.push((pid, (ns.clone(), name.clone(), c.name.clone(), started)));
+            }
+        }
+    }
+    let containers: Vec<_> = crate::usage::sample(&roots)
+        .into_iter()
+        .map(
+            |((namespace, pod, container, started), usage)| crate::usage::ContainerUsage {
+                namespace,
+                pod,
+                container,
+                started,
+                usage,
+            },
+        )
+        .collect();
+    let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+    let mut res = text(StatusCode::OK, crate::usage::render(&containers, now));
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    res
 }
 
 /// The process of a running container: its status' `containerID`, `devnode://<pid>`.

@@ -373,6 +373,15 @@ impl Worker {
         }
         let dir = PathBuf::from(format!("/etc/netns/{}", self.sh.net.netns(slot)));
         let _ = std::fs::create_dir_all(&dir);
+        // `ip netns exec` mounts this over /etc/resolv.conf too. There is no cluster DNS here
+        // and the machine's nameserver is out of a pod's reach: a name the hosts file lacks
+        // must fail at once (nothing answers on the pod's own loopback), not after a resolver
+        // timeout that Go shares with every concurrent lookup of that name, including ones
+        // made after the name appeared in the hosts file.
+        let resolv = dir.join("resolv.conf");
+        if !resolv.exists() {
+            let _ = std::fs::write(&resolv, dns::RESOLV_CONF);
+        }
         // In place, not by rename: running containers see this file through a bind mount of
         // its inode.
         if std::fs::write(dir.join("hosts"), &hosts).is_ok() {

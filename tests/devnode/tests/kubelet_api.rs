@@ -250,6 +250,13 @@ async fn kubectl_exec_and_cp_run_in_the_containers_environment_with_exit_code_st
     // The pod's network namespace: its only global address is the pod IP.
     assert_eq!(lines.next(), Some(ip.as_str()), "{stdout}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("oops"));
+    // Names missing from the hosts file fail at once: the pod's resolver asks its own loopback,
+    // not the machine's nameserver, which no pod reaches.
+    let resolv = kubectl_out(
+        cluster,
+        &["exec", "-n", ns, "shell", "--", "cat", "/etc/resolv.conf"],
+    )?;
+    assert!(resolv.contains("nameserver 127.0.0.1\n"), "{resolv}");
 
     let mut cat = kubectl(cluster, &["exec", "-i", "-n", ns, "shell", "--", "cat"])
         .stdin(Stdio::piped())
@@ -370,5 +377,65 @@ async fn kubectl_port_forward_reaches_a_devnode_pods_port() -> Res {
         anyhow::anyhow!("{e}; kubectl port-forward said: {stderr}")
     })?;
     pods.delete("web", &Default::default()).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_top_shows_the_real_usage_of_a_devnode_pods_processes() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "devnode-top";
+    namespace(&client, ns).await?;
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    // A shell that spins in a child process (the container's descendants count) beside one
+    // that sleeps.
+    let pod = devnode_pod(
+        ns,
+        "usage",
+        serde_json::json!([
+            {"name": "spin", "image": "vcp.dev/host:any",
+             "command": ["sh", "-c", "sh -c 'while :; do :; done' & wait"]},
+            {"name": "idle", "image": "vcp.dev/host:any", "command": ["sleep", "3600"]},
+        ]),
+    )?;
+    fresh_running_pod(&pods, &pod).await?;
+    // metrics-server scrapes every 10 s and needs two scrapes for a rate.
+    let rows = eventually(
+        "kubectl top of the devnode pod's containers",
+        Duration::from_secs(90),
+        || async {
+            let out =
+                kubectl(cluster, &["top", "pod", "usage", "-n", ns, "--containers"]).output()?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let rows: Vec<Vec<String>> = text
+                .lines()
+                .skip(1)
+                .map(|l| l.split_whitespace().map(str::to_owned).collect())
+                .collect();
+            Ok((out.status.success() && rows.len() == 2).then_some(rows))
+        },
+    )
+    .await?;
+    let millicores = |c: &str| -> Res<i64> {
+        let row = rows
+            .iter()
+            .find(|r| r[1] == c)
+            .ok_or_else(|| anyhow::anyhow!("no {c} in {rows:?}"))?;
+        Ok(row[2].trim_end_matches('m').parse()?)
+    };
+    // A spinning process gets a good share of a core even on a busy two-core machine.
+    assert!(millicores("spin")? >= 100, "{rows:?}");
+    assert!(millicores("idle")? <= 20, "{rows:?}");
+    let memory = rows.iter().find(|r| r[1] == "spin").map(|r| r[3].clone());
+    assert!(
+        memory
+            .as_deref()
+            .is_some_and(|m| m.ends_with("Mi") && m != "0Mi"),
+        "{rows:?}"
+    );
+    // The node as a whole: the devnode's own figure exists too.
+    let nodes = kubectl_out(cluster, &["top", "node", vcp_dev::cluster::DEVNODE_NAME])?;
+    assert!(nodes.contains(vcp_dev::cluster::DEVNODE_NAME), "{nodes}");
+    let _ = pods.delete("usage", &Default::default()).await;
     Ok(())
 }

@@ -55,7 +55,7 @@ pub fn kubernetes_endpoints(ip: &str, port: i32) -> Endpoints {
 
 /// Whether a tenant Service's endpoints are written by hand (no selector), so they go down.
 pub fn hand_managed(svc: &Service) -> bool {
-    !vcp_policy::services::is_apiserver_service(svc)
+    !vcp_policy::services::is_local_service(svc)
         && svc
             .spec
             .as_ref()

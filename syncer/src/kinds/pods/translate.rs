@@ -318,7 +318,7 @@ fn env_name(s: &str) -> String {
 pub fn service_links<'a>(services: impl IntoIterator<Item = &'a Service>) -> Vec<EnvVar> {
     let mut services: Vec<&Service> = services
         .into_iter()
-        .filter(|s| !vcp_policy::services::is_apiserver_service(s))
+        .filter(|s| !vcp_policy::services::is_local_service(s))
         .collect();
     services.sort_by_key(|s| s.metadata.name.clone());
     let var = |name: String, value: String| EnvVar {

@@ -22,7 +22,7 @@ use vcp_policy::{self as policy, Refusal};
 #[tracing::instrument(skip_all, fields(kind = "Service", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     let e = &side.engine;
-    if vcp_policy::services::is_apiserver_service(&t) {
+    if vcp_policy::services::is_local_service(&t) {
         return Ok(Action::await_change());
     }
     let (host_ports, refusals) = host_ports(e, &t);
@@ -257,7 +257,7 @@ async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result
 impl Synced for Service {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
-        if vcp_policy::services::is_apiserver_service(t) {
+        if vcp_policy::services::is_local_service(t) {
             return None;
         }
         let (host_ports, _) = host_ports(e, t);

@@ -187,13 +187,20 @@ mod tests {
     }
 
     #[test]
-    fn the_tenant_apiserver_service_is_recognised() {
-        use vcp_policy::services::is_apiserver_service;
+    fn the_control_planes_own_services_are_recognised() {
+        use vcp_policy::services::is_local_service;
         let mut s = svc("10.96.0.1", None);
         s.metadata.name = Some("kubernetes".into());
-        assert!(!is_apiserver_service(&s), "only in the default namespace");
+        assert!(!is_local_service(&s), "only in the default namespace");
         s.metadata.namespace = Some("default".into());
-        assert!(is_apiserver_service(&s));
+        assert!(is_local_service(&s));
+        s.metadata.name = Some(crate::top::SERVICE_NAME.into());
+        assert!(
+            !is_local_service(&s),
+            "the metrics Service only in kube-system"
+        );
+        s.metadata.namespace = Some(crate::top::SERVICE_NAMESPACE.into());
+        assert!(is_local_service(&s));
     }
 
     #[test]
