@@ -913,3 +913,44 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
     }
     Ok(())
 }
+
+#[test]
+fn each_image_the_chart_names_has_a_static_non_root_dockerfile() -> anyhow::Result<()> {
+    // ghcr.io/vcp-dev/vcp from orchestrator/Dockerfile, ghcr.io/vcp-dev/vcp-syncer from
+    // syncer/Dockerfile: multi-stage, the binary the chart's command names, a static base,
+    // a non-root user.
+    let docs = documents(&template("vcp", "vcp-system", "", &[])?)?;
+    let d = find(&docs, "Deployment")?;
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["command"][0],
+        "vcp"
+    );
+    for (file, bin) in [
+        ("orchestrator/Dockerfile", "vcp"),
+        ("syncer/Dockerfile", "vcp-syncer"),
+    ] {
+        let text = std::fs::read_to_string(repo_file(file))?;
+        let stages = text.lines().filter(|l| l.starts_with("FROM ")).count();
+        assert!(stages >= 2, "{file}: multi-stage");
+        assert!(
+            text.contains(&format!("--bin {bin} ")),
+            "{file} builds {bin}"
+        );
+        assert!(
+            text.contains(&format!("/usr/local/bin/{bin}")),
+            "{file}: {bin} on PATH"
+        );
+        assert!(text.contains("-alpine"), "{file}: a musl (static) build");
+        assert!(text.contains("distroless/static"), "{file}: a static base");
+        let user = text
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("USER "))
+            .ok_or_else(|| anyhow::anyhow!("{file}: no USER"))?;
+        assert!(
+            !user.starts_with('0') && !user.starts_with("root"),
+            "{file}: runs as {user}"
+        );
+    }
+    Ok(())
+}
