@@ -954,3 +954,137 @@ fn each_image_the_chart_names_has_a_static_non_root_dockerfile() -> anyhow::Resu
     }
     Ok(())
 }
+
+/// A Secret's value under `key`, decoded; `None` when the Secret does not exist.
+async fn secret_value(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    key: &str,
+) -> anyhow::Result<Option<String>> {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), ns);
+    let Some(s) = secrets.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let v = s
+        .data
+        .and_then(|d| d.get(key).cloned())
+        .ok_or_else(|| anyhow::anyhow!("secret {name} has no {key}"))?;
+    Ok(Some(String::from_utf8(v.0)?))
+}
+
+#[tokio::test]
+async fn generated_secrets_survive_upgrade_uninstall_and_reinstall() -> anyhow::Result<()> {
+    // A real install on the dev cluster. vcp's pods land on its simulated kwok workers (the
+    // process node does not run vcp's images yet), so this checks Helm's side only: what the
+    // chart generates once is kept by upgrades, left by uninstall and taken up by a reinstall.
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let kubeconfig = cluster.kubeconfig_path();
+    let (release, ns) = ("lifecycle-vcp", "chart-lifecycle");
+    let chart = chart_dir();
+    let chart = chart.to_str().unwrap();
+    let run = |verb: &str, extra: &[&str]| -> anyhow::Result<()> {
+        let mut args = vec![verb, release];
+        if verb != "uninstall" {
+            args.extend_from_slice(&[
+                chart,
+                "--set",
+                "postgresql.enabled=true",
+                "--set",
+                "expose.mode=node-port",
+                "--set",
+                "expose.address=127.0.0.1",
+            ]);
+        }
+        args.extend_from_slice(&["--namespace", ns]);
+        args.extend_from_slice(extra);
+        let out = helm(&args, Some(kubeconfig))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "helm {verb}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        Ok(())
+    };
+    let token = || secret_value(&client, ns, "lifecycle-vcp-admin-token", "token");
+    let password = || secret_value(&client, ns, "lifecycle-vcp-postgresql", "password");
+    let url = || secret_value(&client, ns, "lifecycle-vcp-postgresql", "url");
+
+    run("install", &["--create-namespace"])?;
+    let t1 = token()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no admin token"))?;
+    let p1 = password()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no password"))?;
+    assert!(t1.starts_with("vcp_") && t1.len() == 52, "{t1:?}");
+    assert!(p1.len() == 32);
+    assert!(
+        url()
+            .await?
+            .unwrap()
+            .contains(&format!(":{p1}@lifecycle-vcp-postgresql."))
+    );
+
+    run("upgrade", &["--set", "workers=2"])?;
+    assert_eq!(
+        token().await?.as_deref(),
+        Some(t1.as_str()),
+        "upgrade kept the token"
+    );
+    assert_eq!(
+        password().await?.as_deref(),
+        Some(p1.as_str()),
+        "and the password"
+    );
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client.clone(), ns);
+    let d = serde_json::to_value(deployments.get(release).await?)?;
+    let args = &d["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array().unwrap().contains(&"--workers=2".into()),
+        "{args}"
+    );
+
+    // The evaluation Postgres' claim exists before the uninstall (the StatefulSet made it).
+    let pvcs: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        kube::Api::namespaced(client.clone(), ns);
+    let claim = "data-lifecycle-vcp-postgresql-0";
+    vcp_dev::testing::eventually(
+        "the evaluation Postgres' claim",
+        std::time::Duration::from_secs(60),
+        || async { Ok(pvcs.get_opt(claim).await?.map(|_| ())) },
+    )
+    .await?;
+
+    run("uninstall", &["--wait"])?;
+    assert!(deployments.get_opt(release).await?.is_none(), "vcp is gone");
+    assert_eq!(
+        token().await?.as_deref(),
+        Some(t1.as_str()),
+        "uninstall left the token"
+    );
+    assert_eq!(
+        password().await?.as_deref(),
+        Some(p1.as_str()),
+        "and the password"
+    );
+    assert!(pvcs.get_opt(claim).await?.is_some(), "and Postgres' data");
+
+    run("install", &[])?;
+    assert_eq!(
+        token().await?.as_deref(),
+        Some(t1.as_str()),
+        "a reinstall takes the same token"
+    );
+    assert_eq!(
+        password().await?.as_deref(),
+        Some(p1.as_str()),
+        "and the same password"
+    );
+    run("uninstall", &[])?;
+    Ok(())
+}
