@@ -681,6 +681,61 @@ async fn the_rendered_chart_passes_server_side_dry_run_and_bad_values_fail_helm_
             .count();
         assert_eq!(applied, n, "{ns}: every rendered object was dry-run");
     }
+    // Every pod the chart runs (vcp's and the evaluation Postgres') is admitted by Pod
+    // Security `restricted`, enforced: each pod template as a Pod, dry-run in a namespace
+    // that enforces it.
+    let ns = "chart-restricted";
+    let manifest = format!(
+        r#"{{"apiVersion": "v1", "kind": "Namespace", "metadata": {{"name": "{ns}", "labels": {{"pod-security.kubernetes.io/enforce": "restricted"}}}}}}"#
+    );
+    let out = kubectl(cluster, &["apply", "-f", "-"], Some(&manifest))?;
+    anyhow::ensure!(out.status.success(), "{}", text(&out.stderr));
+    // (The ServiceAccount admission wants vcp's account to exist.)
+    let _ = kubectl(
+        cluster,
+        &["-n", ns, "create", "serviceaccount", "vcp"],
+        None,
+    )?;
+    let docs = documents(&template("vcp", ns, "postgresql: {enabled: true}", &[])?)?;
+    let mut pods = 0;
+    for w in docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "StatefulSet")
+    {
+        let mut spec = w["spec"]["template"]["spec"].clone();
+        // A StatefulSet's claims become volumes of its pods.
+        for c in w["spec"]["volumeClaimTemplates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            spec["volumes"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({
+                    "name": c["metadata"]["name"], "persistentVolumeClaim": {"claimName": "any"},
+                }));
+        }
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": w["metadata"]["name"], "namespace": ns},
+            "spec": spec,
+        });
+        let out = kubectl(
+            cluster,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&pod.to_string()),
+        )?;
+        anyhow::ensure!(
+            out.status.success(),
+            "the pod of {} {} is not admitted under restricted: {}",
+            w["kind"],
+            w["metadata"]["name"],
+            text(&out.stderr)
+        );
+        pods += 1;
+    }
+    assert_eq!(pods, 2, "vcp and the evaluation Postgres");
     // `helm install` refuses bad values before it touches the cluster.
     let chart = chart_dir();
     for (what, set, named) in BAD {
