@@ -166,6 +166,7 @@ fn default_values_render_two_restricted_replicas_of_the_workspace_version() -> a
         chart["appVersion"], version,
         "appVersion is the workspace version"
     );
+    assert_eq!(chart["version"], version, "one chart per workspace version");
 
     let docs = documents(&template("vcp", "vcp-system", "", &[])?)?;
     let want: BTreeSet<String> = [
