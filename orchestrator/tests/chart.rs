@@ -1144,3 +1144,53 @@ async fn generated_secrets_survive_upgrade_uninstall_and_reinstall() -> anyhow::
     run("uninstall", &[])?;
     Ok(())
 }
+
+/// `NOTES.txt` as `helm install` prints it (a client-side dry run: no cluster involved).
+fn notes(set: &[&str]) -> anyhow::Result<String> {
+    let chart = chart_dir();
+    let mut args = vec![
+        "install",
+        "vcp",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "vcp-system",
+        "--dry-run=client",
+    ];
+    for s in set {
+        args.extend_from_slice(&["--set", s]);
+    }
+    let out = Command::new(vcp_dev::bins::tool("helm")?)
+        .args(&args)
+        .env("KUBECONFIG", "/nonexistent")
+        .output()?;
+    anyhow::ensure!(out.status.success(), "{}", text(&out.stderr));
+    let all = text(&out.stdout);
+    Ok(all
+        .split_once("NOTES:")
+        .map(|(_, n)| n.to_owned())
+        .unwrap_or_default())
+}
+
+#[test]
+fn notes_say_how_to_reach_the_api_and_get_the_first_admin_token() -> anyhow::Result<()> {
+    let n = notes(&[])?;
+    println!("{n}");
+    assert!(
+        n.contains("port-forward service/vcp 8080:8080"),
+        "a ClusterIP API is reached by port-forward"
+    );
+    assert!(n.contains("get secret vcp-admin-token -o jsonpath='{.data.token}' | base64 -d"));
+    let n = notes(&[
+        "ingress.enabled=true",
+        "ingress.host=vcp.example.com",
+        "ingress.tls.secretName=tls",
+        "adminToken.existingSecret=mine",
+        "adminToken.secretKey=t",
+    ])?;
+    assert!(
+        n.contains("export VCP_API_URL=https://vcp.example.com"),
+        "{n}"
+    );
+    assert!(n.contains("get secret mine -o jsonpath='{.data.t}'"), "{n}");
+    Ok(())
+}
