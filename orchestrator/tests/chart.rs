@@ -1,0 +1,1196 @@
+//! The Helm chart that installs vcp (`charts/vcp`), checked against vcp itself and against the
+//! dev cluster's real apiserver, without running vcp in the cluster:
+//!
+//! - `helm lint` and `helm template` with the default values and with every optional block on;
+//! - what the Deployment runs is a command line `vcp serve` accepts (its flags parsed by vcp's
+//!   own clap definition), and the files it points at (the plans and templates ConfigMaps at
+//!   their mount paths) load as `vcp serve` loads them;
+//! - bad values (unknown keys, wrong types, invalid plans) fail `helm template` and
+//!   `helm install` with a message naming the value;
+//! - every key of values.yaml is in the schema and in docs/install.md's values reference;
+//! - the rendered output passes `kubectl apply --dry-run=server` on the dev cluster, and the
+//!   chart's ClusterRole, impersonated, is enough to apply every object vcp renders for a tenant.
+//!
+//! helm and kubectl are the pinned builds of `tests/kube-bin` (`vcp_dev::bins`).
+
+use clap::CommandFactory;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use vcp_dev::cluster::DevCluster;
+
+fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/vcp")
+}
+
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// Runs the pinned helm with `args` (and `KUBECONFIG`, when given).
+fn helm(args: &[&str], kubeconfig: Option<&Path>) -> anyhow::Result<Output> {
+    let bin = vcp_dev::bins::tool("helm")?;
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    if let Some(k) = kubeconfig {
+        cmd.env("KUBECONFIG", k);
+    }
+    Ok(cmd.output()?)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Values with every optional block of the chart on.
+const ALL_ON: &str = r#"
+replicas: 3
+expose: {mode: node-port, address: 192.0.2.10}
+postgresql: {enabled: true, storage: {size: 2Gi, storageClass: standard}}
+adminToken: {existingSecret: my-admin, secretKey: secret}
+service: {type: NodePort, nodePort: 30080, annotations: {example.com/a: b}}
+ingress: {enabled: true, className: nginx, host: vcp.example.com, annotations: {example.com/x: z}, tls: {secretName: vcp-tls}}
+serviceMonitor: {enabled: true, labels: {release: prom}}
+networkPolicy:
+  apiFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress}}}]
+  extraEgress: [{ports: [{port: 9000, protocol: TCP}]}]
+versionsCatalog: ""
+templates: {network.yaml: "{#- replaced -#}\n"}
+plans:
+  default:
+    node_selector: {vcp.dev/runtime: process}
+    tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+    policy:
+      placement: {node_selector: {type: kwok}}
+  ha:
+    etcd_replicas: 3
+    apiserver_replicas: 2
+    dns_replicas: 2
+    storage_class: standard
+    etcd_storage: 2Gi
+    resources:
+      kube-apiserver: {requests: {cpu: 100m, memory: 256Mi}}
+    policy:
+      pod_security: restricted
+      services: {node_port_services: 2, load_balancers: 1, node_ports: 4}
+      quota: {pods: 100, requests_cpu: "8", limits: {default_request: {cpu: 100m, memory: 128Mi}, default_limit: {cpu: "1", memory: 512Mi}}}
+    maintenance_window: {days: [sat, sun], start: "02:00", duration_minutes: 240}
+    auto_update: patch
+podAnnotations: {example.com/a: b}
+podLabels: {team: platform}
+nodeSelector: {kubernetes.io/os: linux}
+tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
+priorityClassName: high
+imagePullSecrets: [{name: regcred}]
+serviceAccount: {annotations: {example.com/x: z}}
+"#;
+
+/// `helm template` of the chart with `values` (a values file's text; empty: the defaults) in
+/// namespace `ns`: the rendered text.
+fn template(release: &str, ns: &str, values: &str, extra: &[&str]) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values)?;
+    let chart = chart_dir();
+    let mut args = vec![
+        "template",
+        release,
+        chart.to_str().unwrap(),
+        "--namespace",
+        ns,
+        "-f",
+        file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = helm(&args, None)?;
+    anyhow::ensure!(
+        out.status.success(),
+        "helm template failed: {}",
+        text(&out.stderr)
+    );
+    Ok(text(&out.stdout))
+}
+
+/// The documents of a multi-document YAML stream, as JSON.
+fn documents(yaml: &str) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for d in serde_yaml::Deserializer::from_str(yaml) {
+        let v: Value = serde::Deserialize::deserialize(d)?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> anyhow::Result<&'a Value> {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .ok_or_else(|| anyhow::anyhow!("no {kind} rendered"))
+}
+
+fn kinds(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter()
+        .map(|d| d["kind"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_chart_lints_with_default_values_and_with_every_optional_block_on() -> anyhow::Result<()> {
+    let chart = chart_dir();
+    let dir = tempfile::tempdir()?;
+    let all_on = dir.path().join("all-on.yaml");
+    std::fs::write(&all_on, ALL_ON)?;
+    for extra in [vec![], vec!["-f", all_on.to_str().unwrap()]] {
+        let mut args = vec!["lint", "--strict", chart.to_str().unwrap()];
+        args.extend(extra.iter().copied());
+        let out = helm(&args, None)?;
+        println!("{}", text(&out.stdout));
+        anyhow::ensure!(
+            out.status.success(),
+            "helm {args:?} failed: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn default_values_render_two_restricted_replicas_of_the_workspace_version() -> anyhow::Result<()> {
+    let chart: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml"))?)?;
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        chart["appVersion"], version,
+        "appVersion is the workspace version"
+    );
+    assert_eq!(chart["version"], version, "one chart per workspace version");
+
+    let docs = documents(&template("vcp", "vcp-system", "", &[])?)?;
+    let want: BTreeSet<String> = [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        kinds(&docs),
+        want,
+        "default values render exactly these kinds"
+    );
+
+    let d = find(&docs, "Deployment")?;
+    assert_eq!(d["spec"]["replicas"], 2);
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], format!("ghcr.io/vcp-dev/vcp:{version}"));
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--tenant-access=service"), "{args:?}");
+    assert!(
+        args.contains(&format!("--syncer-image=ghcr.io/vcp-dev/vcp-syncer:{version}").as_str()),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--host-kubeconfig")),
+        "in-cluster: no host kubeconfig"
+    );
+    let env = |name: &str| {
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(
+        env("VCP_REPLICA_ID")["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name",
+        "the replica id is the pod's name"
+    );
+    assert_eq!(
+        env("VCP_DATABASE_URL")["valueFrom"]["secretKeyRef"]["name"],
+        "vcp-database"
+    );
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert!(c["resources"]["requests"]["cpu"].is_string());
+    assert!(c["resources"]["requests"]["memory"].is_string());
+    // Pod Security `restricted`, field by field.
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
+
+    let svc = find(&docs, "Service")?;
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    let pdb = find(&docs, "PodDisruptionBudget")?;
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    let token = find(&docs, "Secret")?;
+    assert_eq!(token["metadata"]["name"], "vcp-admin-token");
+    assert_eq!(
+        token["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+        "uninstall leaves the generated admin token"
+    );
+    Ok(())
+}
+
+#[test]
+fn every_optional_block_renders_its_objects() -> anyhow::Result<()> {
+    let docs = documents(&template("vcp", "vcp-system", ALL_ON, &[])?)?;
+    let k = kinds(&docs);
+    for want in ["Ingress", "ServiceMonitor", "StatefulSet"] {
+        assert!(k.contains(want), "no {want} in {k:?}");
+    }
+    let configmaps: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ConfigMap")
+        .filter_map(|d| d["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(configmaps, ["vcp-plans", "vcp-templates"]);
+    let policies = docs.iter().filter(|d| d["kind"] == "NetworkPolicy").count();
+    assert_eq!(policies, 2, "vcp's and the evaluation Postgres'");
+    let pg = find(&docs, "StatefulSet")?;
+    assert_eq!(
+        pg["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"],
+        "standard"
+    );
+    let d = find(&docs, "Deployment")?;
+    let env = &d["spec"]["template"]["spec"]["containers"][0]["env"];
+    let db = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "VCP_DATABASE_URL")
+        .unwrap();
+    assert_eq!(
+        db["valueFrom"]["secretKeyRef"]["name"], "vcp-postgresql",
+        "postgresql.enabled: vcp uses the chart's Postgres"
+    );
+    Ok(())
+}
+
+/// The flag of `vcp serve` each environment variable stands for (`VCP_WORKERS` -> `workers`).
+fn env_flags() -> BTreeMap<String, String> {
+    let cmd = vcp_orchestrator::Args::command();
+    let serve = cmd
+        .find_subcommand("serve")
+        .expect("vcp has a serve command");
+    serve
+        .get_arguments()
+        .chain(cmd.get_arguments())
+        .filter_map(|a| {
+            Some((
+                a.get_env()?.to_string_lossy().into_owned(),
+                a.get_long()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// The Deployment's command line as `vcp serve` would see it, with each mounted ConfigMap
+/// written under `root` at its mount path and the flags pointed there; env values from
+/// Secrets and the downward API become placeholders.
+fn command_line(docs: &[Value], root: &Path) -> anyhow::Result<Vec<String>> {
+    let d = find(docs, "Deployment")?;
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let mut mounts = Vec::new();
+    for m in c["volumeMounts"].as_array().into_iter().flatten() {
+        let path = m["mountPath"].as_str().unwrap();
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .ok_or_else(|| anyhow::anyhow!("mount {path} has no volume"))?;
+        let cm_name = &volume["configMap"]["name"];
+        let cm = docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == *cm_name)
+            .ok_or_else(|| anyhow::anyhow!("volume of {path}: ConfigMap {cm_name} not rendered"))?;
+        let dir = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir)?;
+        for (k, v) in cm["data"].as_object().unwrap() {
+            std::fs::write(dir.join(k), v.as_str().unwrap())?;
+        }
+        mounts.push(path.to_owned());
+    }
+    let mut line: Vec<String> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(c["args"].as_array().unwrap())
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    let flags = env_flags();
+    for e in c["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap();
+        if name == "RUST_LOG" {
+            continue;
+        }
+        let flag = flags
+            .get(name)
+            .ok_or_else(|| anyhow::anyhow!("env {name} is no flag of vcp serve"))?;
+        let value = e["value"]
+            .as_str()
+            .unwrap_or("postgres://from-a-secret/vcp");
+        line.push(format!("--{flag}={value}"));
+    }
+    for a in &mut line {
+        for m in &mounts {
+            if let Some((flag, rest)) = a.split_once('=')
+                && let Some(sub) = rest.strip_prefix(m.as_str())
+            {
+                *a = format!(
+                    "{flag}={}{sub}",
+                    root.join(m.trim_start_matches('/')).display()
+                );
+            }
+        }
+    }
+    Ok(line)
+}
+
+#[test]
+fn the_deployment_runs_a_command_line_vcp_serve_accepts_with_files_it_loads() -> anyhow::Result<()>
+{
+    for (what, values) in [("default values", ""), ("every block on", ALL_ON)] {
+        let docs = documents(&template("vcp", "vcp-system", values, &[])?)?;
+        let root = tempfile::tempdir()?;
+        let line = command_line(&docs, root.path())?;
+        println!("{what}: {}", line.join(" "));
+        let args = <vcp_orchestrator::Args as clap::Parser>::try_parse_from(&line)
+            .map_err(|e| anyhow::anyhow!("{what}: vcp refuses the chart's command line: {e}"))?;
+        let vcp_orchestrator::Command::Serve(serve) = args.command else {
+            anyhow::bail!("{what}: the chart does not run `vcp serve`");
+        };
+        assert!(serve.host_kubeconfig.is_none(), "in-cluster configuration");
+        assert!(serve.replica_id.is_some(), "{what}: a replica id is passed");
+        let config = vcp_orchestrator::serve::config(&serve)
+            .map_err(|e| anyhow::anyhow!("{what}: vcp serve would not start: {e}"))?;
+        assert_eq!(
+            config.access,
+            vcp_orchestrator::provision::TenantAccess::Service
+        );
+        if values.is_empty() {
+            assert!(serve.templates.is_none(), "built-in templates by default");
+            assert_eq!(config.plans.keys().collect::<Vec<_>>(), ["default"]);
+        } else {
+            assert!(serve.templates.is_some(), "templates mounted");
+            assert_eq!(
+                config.plans.keys().collect::<Vec<_>>(),
+                ["default", "ha"],
+                "the plans of the values"
+            );
+            assert_eq!(config.plans["ha"].etcd_replicas, 3);
+            assert_eq!(serve.expose_address.as_deref(), Some("192.0.2.10"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_chart_mounts_the_templates_of_its_own_version() -> anyhow::Result<()> {
+    // The chart's files/templates is a link to the repository's templates/; a replaced
+    // template and a catalog from values win over them.
+    let catalog = std::fs::read_to_string(repo_file("templates/versions.yaml"))?;
+    let mine = format!("{catalog}# the platform's own catalog\n");
+    let values = format!(
+        "templates: {{etcd.yaml: \"{{#- mine -#}}\\n\"}}\nversionsCatalog: {}\n",
+        serde_json::to_string(&mine)?
+    );
+    let docs = documents(&template("vcp", "vcp-system", &values, &[])?)?;
+    let cm = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "vcp-templates")
+        .ok_or_else(|| anyhow::anyhow!("no templates ConfigMap"))?;
+    let data = cm["data"].as_object().unwrap();
+    let mut names = Vec::new();
+    for f in std::fs::read_dir(repo_file("templates"))? {
+        let name = f?.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".yaml") {
+            continue;
+        }
+        let got = data
+            .get(&name)
+            .and_then(Value::as_str)
+            .ok_or_else(|| anyhow::anyhow!("{name} missing from the templates ConfigMap"))?;
+        let want = match name.as_str() {
+            "etcd.yaml" => "{#- mine -#}\n".to_owned(),
+            "versions.yaml" => mine.clone(),
+            _ => std::fs::read_to_string(repo_file("templates").join(&name))?,
+        };
+        assert_eq!(got, want, "{name}");
+        names.push(name);
+    }
+    assert_eq!(data.len(), names.len(), "nothing but the templates");
+    assert!(names.len() >= 9, "{names:?}");
+    Ok(())
+}
+
+/// Bad values: each `--set` and the part of the message that must name it.
+const BAD: [(&str, &str, &str); 9] = [
+    ("an unknown key", "colour=red", "colour"),
+    ("an unknown nested key", "expose.adress=10.0.0.1", "adress"),
+    ("a wrong type", "replicas=two", "/replicas"),
+    (
+        "a wrong type deep down",
+        "usage.intervalSeconds=often",
+        "/usage/intervalSeconds",
+    ),
+    (
+        "a value out of range",
+        "maxKubeconfigTTLHours=9000",
+        "/maxKubeconfigTTLHours",
+    ),
+    (
+        "node-port without an address",
+        "expose.mode=node-port",
+        "/expose/address",
+    ),
+    (
+        "an invalid plan",
+        "plans.gold.etcd_replicas=2",
+        "/plans/gold/etcd_replicas",
+    ),
+    (
+        "an unknown plan field",
+        "plans.gold.etcd_replica=3",
+        "etcd_replica",
+    ),
+    (
+        "an invalid tenant policy",
+        "plans.gold.policy.pod_security=strict",
+        "/plans/gold/policy/pod_security",
+    ),
+];
+
+#[test]
+fn bad_values_fail_helm_template_naming_the_value() -> anyhow::Result<()> {
+    let chart = chart_dir();
+    for (what, set, named) in BAD {
+        let out = helm(
+            &["template", "vcp", chart.to_str().unwrap(), "--set", set],
+            None,
+        )?;
+        let err = text(&out.stderr);
+        println!("{what} ({set}): {}", err.trim());
+        assert!(!out.status.success(), "{what} ({set}) renders");
+        assert!(
+            err.contains(named),
+            "{what} ({set}): {err:?} does not name {named:?}"
+        );
+    }
+    // And nothing but a database: no Secret and no evaluation Postgres.
+    let out = helm(
+        &[
+            "template",
+            "vcp",
+            chart.to_str().unwrap(),
+            "--set",
+            "database.existingSecret=",
+        ],
+        None,
+    )?;
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("/database/existingSecret"));
+    Ok(())
+}
+
+/// Dotted paths of every leaf (and of every map whose keys are the user's: plans, templates,
+/// annotations, ...) in a values tree.
+fn value_paths(v: &Value, prefix: &str, schema: &Value, out: &mut Vec<String>) {
+    let free_keys = schema["properties"].is_null();
+    match v {
+        Value::Object(m) if !free_keys && !m.is_empty() => {
+            for (k, sub) in m {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                value_paths(sub, &path, &resolve(&schema["properties"][k]), out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+/// Follows a `$ref` into the root schema's definitions.
+fn resolve(s: &Value) -> Value {
+    static ROOT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let root = ROOT.get_or_init(|| {
+        serde_json::from_str(
+            &std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap(),
+        )
+        .unwrap()
+    });
+    match s["$ref"].as_str() {
+        Some(r) => {
+            let name = r.trim_start_matches("#/definitions/");
+            root["definitions"][name].clone()
+        }
+        None => s.clone(),
+    }
+}
+
+#[test]
+fn every_value_is_in_the_schema_and_documented_in_install_md() -> anyhow::Result<()> {
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(
+        chart_dir().join("values.schema.json"),
+    )?)?;
+    let values: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml"))?)?;
+    let docs = std::fs::read_to_string(repo_file("docs/install.md"))?;
+    let reference = docs
+        .split("## Values reference")
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("docs/install.md has no \"## Values reference\""))?;
+    let mut paths = Vec::new();
+    value_paths(&values, "", &schema, &mut paths);
+    assert!(paths.len() > 40, "{paths:?}");
+    for p in &paths {
+        // In the schema: every step of the path is a declared property.
+        let mut s = schema.clone();
+        for step in p.split('.') {
+            let next = resolve(&s["properties"][step]);
+            assert!(!next.is_null(), "{p}: {step} is not in values.schema.json");
+            s = next;
+        }
+        assert!(
+            reference.contains(&format!("`{p}`")),
+            "{p} is not in docs/install.md's values reference"
+        );
+    }
+    // And the other way: the schema declares nothing values.yaml does not set.
+    let mut declared = Vec::new();
+    schema_paths(&schema, "", &mut declared);
+    for d in &declared {
+        assert!(
+            paths
+                .iter()
+                .any(|p| p == d || p.starts_with(&format!("{d}."))),
+            "{d} is in the schema but not in values.yaml"
+        );
+    }
+    // Every section is closed.
+    assert_eq!(schema["additionalProperties"], false);
+    Ok(())
+}
+
+fn schema_paths(s: &Value, prefix: &str, out: &mut Vec<String>) {
+    let Some(props) = s["properties"].as_object() else {
+        out.push(prefix.to_owned());
+        return;
+    };
+    for (k, sub) in props {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        // Plans and policies are vcp's own format, documented in docs/orchestrator.md.
+        if path.starts_with("plans") {
+            continue;
+        }
+        schema_paths(&resolve(sub), &path, out);
+    }
+}
+
+/// A minimal ServiceMonitor CRD, so a dry run can take the chart's ServiceMonitor (the dev
+/// cluster has no prometheus-operator). It checks the object's kind and group, not its fields.
+const SERVICE_MONITOR_CRD: &str = r#"{
+  "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+  "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+  "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+    "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
+    "versions": [{"name": "v1", "served": true, "storage": true,
+      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+}"#;
+
+fn kubectl(cluster: &DevCluster, args: &[&str], stdin: Option<&str>) -> anyhow::Result<Output> {
+    use std::io::Write;
+    let mut child = Command::new(cluster.kubectl())
+        .args(args)
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        pipe.write_all(s.as_bytes())?;
+    }
+    drop(pipe);
+    Ok(child.wait_with_output()?)
+}
+
+#[tokio::test]
+async fn the_rendered_chart_passes_server_side_dry_run_and_bad_values_fail_helm_install()
+-> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let out = kubectl(cluster, &["apply", "-f", "-"], Some(SERVICE_MONITOR_CRD))?;
+    anyhow::ensure!(out.status.success(), "{}", text(&out.stderr));
+    // The CRD is established before a ServiceMonitor can be dry-run.
+    let out = kubectl(
+        cluster,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/servicemonitors.monitoring.coreos.com",
+        ],
+        None,
+    )?;
+    anyhow::ensure!(out.status.success(), "{}", text(&out.stderr));
+    for (ns, values) in [("chart-default", ""), ("chart-all-on", ALL_ON)] {
+        let _ = kubectl(cluster, &["create", "namespace", ns], None)?;
+        let rendered = template("vcp", ns, values, &[])?;
+        let n = documents(&rendered)?.len();
+        let out = kubectl(
+            cluster,
+            &["apply", "--dry-run=server", "-n", ns, "-f", "-"],
+            Some(&rendered),
+        )?;
+        println!("{ns}: {}", text(&out.stdout));
+        anyhow::ensure!(
+            out.status.success(),
+            "{ns}: server-side dry run failed: {}",
+            text(&out.stderr)
+        );
+        let applied = text(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count();
+        assert_eq!(applied, n, "{ns}: every rendered object was dry-run");
+    }
+    // Every pod the chart runs (vcp's and the evaluation Postgres') is admitted by Pod
+    // Security `restricted`, enforced: each pod template as a Pod, dry-run in a namespace
+    // that enforces it.
+    let ns = "chart-restricted";
+    let manifest = format!(
+        r#"{{"apiVersion": "v1", "kind": "Namespace", "metadata": {{"name": "{ns}", "labels": {{"pod-security.kubernetes.io/enforce": "restricted"}}}}}}"#
+    );
+    let out = kubectl(cluster, &["apply", "-f", "-"], Some(&manifest))?;
+    anyhow::ensure!(out.status.success(), "{}", text(&out.stderr));
+    // (The ServiceAccount admission wants vcp's account to exist.)
+    let _ = kubectl(
+        cluster,
+        &["-n", ns, "create", "serviceaccount", "vcp"],
+        None,
+    )?;
+    let docs = documents(&template("vcp", ns, "postgresql: {enabled: true}", &[])?)?;
+    let mut pods = 0;
+    for w in docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "StatefulSet")
+    {
+        let mut spec = w["spec"]["template"]["spec"].clone();
+        // A StatefulSet's claims become volumes of its pods.
+        for c in w["spec"]["volumeClaimTemplates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            spec["volumes"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({
+                    "name": c["metadata"]["name"], "persistentVolumeClaim": {"claimName": "any"},
+                }));
+        }
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": w["metadata"]["name"], "namespace": ns},
+            "spec": spec,
+        });
+        let out = kubectl(
+            cluster,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&pod.to_string()),
+        )?;
+        anyhow::ensure!(
+            out.status.success(),
+            "the pod of {} {} is not admitted under restricted: {}",
+            w["kind"],
+            w["metadata"]["name"],
+            text(&out.stderr)
+        );
+        pods += 1;
+    }
+    assert_eq!(pods, 2, "vcp and the evaluation Postgres");
+    // `helm install` refuses bad values before it touches the cluster.
+    let chart = chart_dir();
+    for (what, set, named) in BAD {
+        let out = helm(
+            &[
+                "install",
+                "bad",
+                chart.to_str().unwrap(),
+                "--namespace",
+                "chart-default",
+                "--dry-run=server",
+                "--set",
+                set,
+            ],
+            Some(cluster.kubeconfig_path()),
+        )?;
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "helm install takes {what} ({set})");
+        assert!(
+            err.contains(named),
+            "{what} ({set}): {err:?} does not name {named:?}"
+        );
+    }
+    // The same install with good values gets through (the refusals above are the values').
+    let out = helm(
+        &[
+            "install",
+            "good",
+            chart.to_str().unwrap(),
+            "--namespace",
+            "chart-default",
+            "--dry-run=server",
+        ],
+        Some(cluster.kubeconfig_path()),
+    )?;
+    anyhow::ensure!(
+        out.status.success(),
+        "helm install --dry-run=server: {}",
+        text(&out.stderr)
+    );
+    Ok(())
+}
+
+/// A host client acting as the chart's ServiceAccount `sa` in namespace `ns`.
+async fn impersonating(cluster: &DevCluster, ns: &str, sa: &str) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path())?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:{sa}"));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".into(),
+        format!("system:serviceaccounts:{ns}"),
+        "system:authenticated".into(),
+    ]);
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[tokio::test]
+async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more()
+-> anyhow::Result<()> {
+    use vcp_orchestrator::provision::host;
+    use vcp_orchestrator::render::{self, Catalog, Expose, Input, Renderer, Settings};
+    let cluster = DevCluster::shared().await?;
+    let ns = "chart-rbac";
+    let release = "rbac";
+    let _ = kubectl(cluster, &["create", "namespace", ns], None)?;
+    // The chart's ServiceAccount, ClusterRole and binding, for real.
+    let rbac = template(release, ns, "", &["--show-only", "templates/rbac.yaml"])?;
+    let out = kubectl(cluster, &["apply", "-f", "-"], Some(&rbac))?;
+    anyhow::ensure!(out.status.success(), "{}", text(&out.stderr));
+    let sa = "rbac-vcp";
+    let vcp = impersonating(cluster, ns, sa).await?;
+
+    // Everything vcp renders for a tenant, applied as vcp: the namespace and the RBAC objects
+    // for real (the escalation check of a RoleBinding or ClusterRoleBinding reads the role it
+    // binds), the rest as a server-side dry run, which authorizes like the real write.
+    let catalog = Catalog::builtin();
+    let renderer = Renderer::builtin()?;
+    let settings = Settings {
+        service_cidr: vcp_dev::cluster::SERVICE_CIDR.into(),
+        cluster_domain: "cluster.local".into(),
+        syncer_image: vcp_dev::platform::DEV_SYNCER_IMAGE.into(),
+        tools_image: vcp_dev::platform::DEV_TOOLS_IMAGE.into(),
+        expose: Expose::NodePort {
+            address: "127.0.0.1".into(),
+        },
+    };
+    let plans = render::parse_plans(vcp_dev::platform::DEV_PLANS)?;
+    let key = vcp_core::naming::TenantKey::new("chartrbac1")?;
+    let input = Input {
+        name: "chart-rbac",
+        key: &key,
+        version: &catalog.versions[0],
+        plan: &plans["default"],
+        settings: &settings,
+        rollout: BTreeMap::new(),
+        stopped: false,
+    };
+    let cp_ns = format!("vcp-{key}");
+    let namespace = render::Object(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": cp_ns, "labels": {"vcp.dev/control-plane-of": key.to_string()}},
+    }));
+    host::apply(&vcp, &namespace, false)
+        .await
+        .map_err(|e| anyhow::anyhow!("vcp cannot create a control-plane namespace: {e}"))?;
+    let mut objects = Vec::new();
+    for (_, objs) in renderer.render_all(&input)? {
+        objects.extend(objs);
+    }
+    objects.extend(renderer.render_job(
+        render::JobKind::Snapshot,
+        &input,
+        serde_json::json!({"job": "snapshot-1", "file": "1.db"}),
+    )?);
+    let real = ["ServiceAccount", "Role", "ClusterRole"];
+    // Roles before the bindings that name them.
+    objects.sort_by_key(|o| !real.contains(&o.kind()));
+    let mut checked = BTreeSet::new();
+    for o in &objects {
+        host::apply(&vcp, o, !real.contains(&o.kind()))
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "the chart's ClusterRole does not let vcp apply {} {}: {}",
+                    o.kind(),
+                    o.name(),
+                    e.public()
+                )
+            })?;
+        checked.insert(o.kind().to_owned());
+    }
+    println!("vcp applied {} objects of kinds {checked:?}", objects.len());
+    assert!(checked.len() >= 15, "{checked:?}");
+
+    // What vcp reads, lists and deletes besides applying (provision/mod.rs tear_down,
+    // snapshots.rs, kubeconfig.rs, usage.rs), and what it must not be able to do.
+    let user = format!("system:serviceaccount:{ns}:{sa}");
+    let can = |args: &[&str]| -> anyhow::Result<bool> {
+        let mut a = vec!["auth", "can-i"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["--as", &user]);
+        let out = kubectl(cluster, &a, None)?;
+        Ok(text(&out.stdout).trim() == "yes")
+    };
+    for allowed in [
+        ["list", "namespaces"],
+        ["delete", "namespaces"],
+        ["list", "persistentvolumes"],
+        ["patch", "persistentvolumes"],
+        ["delete", "persistentvolumes"],
+        ["list", "pods"],
+        ["list", "services"],
+        ["list", "persistentvolumeclaims"],
+        ["list", "secrets"],
+        ["update", "secrets"],
+        ["get", "jobs.batch"],
+        ["get", "deployments.apps"],
+        ["delete", "deployments.apps"],
+        ["get", "statefulsets.apps"],
+        ["delete", "clusterroles.rbac.authorization.k8s.io"],
+        ["delete", "clusterrolebindings.rbac.authorization.k8s.io"],
+        [
+            "delete",
+            "validatingadmissionpolicies.admissionregistration.k8s.io",
+        ],
+        [
+            "delete",
+            "validatingadmissionpolicybindings.admissionregistration.k8s.io",
+        ],
+    ] {
+        assert!(can(&allowed)?, "vcp may not {allowed:?}");
+    }
+    let denied: [&[&str]; 9] = [
+        &["escalate", "clusterroles.rbac.authorization.k8s.io"],
+        &["impersonate", "users"],
+        &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+        &[
+            "create",
+            "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+        ],
+        &[
+            "create",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+        ],
+        &["patch", "nodes"],
+        &["create", "pods", "--subresource=eviction"],
+        &["create", "serviceaccounts", "--subresource=token"],
+        &["create", "certificatesigningrequests.certificates.k8s.io"],
+    ];
+    for d in denied {
+        assert!(!can(d)?, "vcp may {d:?}");
+    }
+    // The client above really acts as vcp: what the role lacks is refused to it too.
+    let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        kube::Api::all(vcp.clone());
+    match crds.list(&Default::default()).await {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => anyhow::bail!(
+            "vcp's client lists CRDs: {:?}",
+            other.map(|l| l.items.len())
+        ),
+    }
+
+    // The tenant's cluster-scoped objects go as vcp deletes them.
+    for (kind, name) in [
+        ("clusterrole", format!("vcp-syncer-{key}")),
+        ("clusterrole", format!("vcp-syncer-namespaced-{key}")),
+        ("namespace", cp_ns.clone()),
+    ] {
+        let out = kubectl(
+            cluster,
+            &[
+                "delete",
+                kind,
+                &name,
+                "--ignore-not-found",
+                "--wait=false",
+                "--as",
+                &user,
+            ],
+            None,
+        )?;
+        anyhow::ensure!(
+            out.status.success(),
+            "vcp cannot delete {kind} {name}: {}",
+            text(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn each_image_the_chart_names_has_a_static_non_root_dockerfile() -> anyhow::Result<()> {
+    // ghcr.io/vcp-dev/vcp from orchestrator/Dockerfile, ghcr.io/vcp-dev/vcp-syncer from
+    // syncer/Dockerfile: multi-stage, the binary the chart's command names, a static base,
+    // a non-root user.
+    let docs = documents(&template("vcp", "vcp-system", "", &[])?)?;
+    let d = find(&docs, "Deployment")?;
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["command"][0],
+        "vcp"
+    );
+    for (file, bin) in [
+        ("orchestrator/Dockerfile", "vcp"),
+        ("syncer/Dockerfile", "vcp-syncer"),
+    ] {
+        let text = std::fs::read_to_string(repo_file(file))?;
+        let stages = text.lines().filter(|l| l.starts_with("FROM ")).count();
+        assert!(stages >= 2, "{file}: multi-stage");
+        assert!(
+            text.contains(&format!("--bin {bin} ")),
+            "{file} builds {bin}"
+        );
+        assert!(
+            text.contains(&format!("/usr/local/bin/{bin}")),
+            "{file}: {bin} on PATH"
+        );
+        assert!(text.contains("-alpine"), "{file}: a musl (static) build");
+        assert!(text.contains("distroless/static"), "{file}: a static base");
+        let user = text
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("USER "))
+            .ok_or_else(|| anyhow::anyhow!("{file}: no USER"))?;
+        assert!(
+            !user.starts_with('0') && !user.starts_with("root"),
+            "{file}: runs as {user}"
+        );
+    }
+    Ok(())
+}
+
+/// A Secret's value under `key`, decoded; `None` when the Secret does not exist.
+async fn secret_value(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    key: &str,
+) -> anyhow::Result<Option<String>> {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), ns);
+    let Some(s) = secrets.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let v = s
+        .data
+        .and_then(|d| d.get(key).cloned())
+        .ok_or_else(|| anyhow::anyhow!("secret {name} has no {key}"))?;
+    Ok(Some(String::from_utf8(v.0)?))
+}
+
+#[tokio::test]
+async fn generated_secrets_survive_upgrade_uninstall_and_reinstall() -> anyhow::Result<()> {
+    // A real install on the dev cluster. vcp's pods land on its simulated kwok workers (the
+    // process node does not run vcp's images yet), so this checks Helm's side only: what the
+    // chart generates once is kept by upgrades, left by uninstall and taken up by a reinstall.
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let kubeconfig = cluster.kubeconfig_path();
+    let (release, ns) = ("lifecycle-vcp", "chart-lifecycle");
+    let chart = chart_dir();
+    let chart = chart.to_str().unwrap();
+    let run = |verb: &str, extra: &[&str]| -> anyhow::Result<()> {
+        let mut args = vec![verb, release];
+        if verb != "uninstall" {
+            args.extend_from_slice(&[
+                chart,
+                "--set",
+                "postgresql.enabled=true",
+                "--set",
+                "expose.mode=node-port",
+                "--set",
+                "expose.address=127.0.0.1",
+            ]);
+        }
+        args.extend_from_slice(&["--namespace", ns]);
+        args.extend_from_slice(extra);
+        let out = helm(&args, Some(kubeconfig))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "helm {verb}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        Ok(())
+    };
+    let token = || secret_value(&client, ns, "lifecycle-vcp-admin-token", "token");
+    let password = || secret_value(&client, ns, "lifecycle-vcp-postgresql", "password");
+    let url = || secret_value(&client, ns, "lifecycle-vcp-postgresql", "url");
+
+    run("install", &["--create-namespace"])?;
+    let t1 = token()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no admin token"))?;
+    let p1 = password()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no password"))?;
+    assert!(t1.starts_with("vcp_") && t1.len() == 52, "{t1:?}");
+    assert!(p1.len() == 32);
+    assert!(
+        url()
+            .await?
+            .unwrap()
+            .contains(&format!(":{p1}@lifecycle-vcp-postgresql."))
+    );
+
+    run("upgrade", &["--set", "workers=2"])?;
+    assert_eq!(
+        token().await?.as_deref(),
+        Some(t1.as_str()),
+        "upgrade kept the token"
+    );
+    assert_eq!(
+        password().await?.as_deref(),
+        Some(p1.as_str()),
+        "and the password"
+    );
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client.clone(), ns);
+    let d = serde_json::to_value(deployments.get(release).await?)?;
+    let args = &d["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array().unwrap().contains(&"--workers=2".into()),
+        "{args}"
+    );
+
+    // The evaluation Postgres' claim exists before the uninstall (the StatefulSet made it).
+    let pvcs: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        kube::Api::namespaced(client.clone(), ns);
+    let claim = "data-lifecycle-vcp-postgresql-0";
+    vcp_dev::testing::eventually(
+        "the evaluation Postgres' claim",
+        std::time::Duration::from_secs(60),
+        || async { Ok(pvcs.get_opt(claim).await?.map(|_| ())) },
+    )
+    .await?;
+
+    run("uninstall", &["--wait"])?;
+    assert!(deployments.get_opt(release).await?.is_none(), "vcp is gone");
+    assert_eq!(
+        token().await?.as_deref(),
+        Some(t1.as_str()),
+        "uninstall left the token"
+    );
+    assert_eq!(
+        password().await?.as_deref(),
+        Some(p1.as_str()),
+        "and the password"
+    );
+    assert!(pvcs.get_opt(claim).await?.is_some(), "and Postgres' data");
+
+    run("install", &[])?;
+    assert_eq!(
+        token().await?.as_deref(),
+        Some(t1.as_str()),
+        "a reinstall takes the same token"
+    );
+    assert_eq!(
+        password().await?.as_deref(),
+        Some(p1.as_str()),
+        "and the same password"
+    );
+    run("uninstall", &[])?;
+    Ok(())
+}
+
+/// `NOTES.txt` as `helm install` prints it (a client-side dry run: no cluster involved).
+fn notes(set: &[&str]) -> anyhow::Result<String> {
+    let chart = chart_dir();
+    let mut args = vec![
+        "install",
+        "vcp",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "vcp-system",
+        "--dry-run=client",
+    ];
+    for s in set {
+        args.extend_from_slice(&["--set", s]);
+    }
+    let out = Command::new(vcp_dev::bins::tool("helm")?)
+        .args(&args)
+        .env("KUBECONFIG", "/nonexistent")
+        .output()?;
+    anyhow::ensure!(out.status.success(), "{}", text(&out.stderr));
+    let all = text(&out.stdout);
+    Ok(all
+        .split_once("NOTES:")
+        .map(|(_, n)| n.to_owned())
+        .unwrap_or_default())
+}
+
+#[test]
+fn notes_say_how_to_reach_the_api_and_get_the_first_admin_token() -> anyhow::Result<()> {
+    let n = notes(&[])?;
+    println!("{n}");
+    assert!(
+        n.contains("port-forward service/vcp 8080:8080"),
+        "a ClusterIP API is reached by port-forward"
+    );
+    assert!(n.contains("get secret vcp-admin-token -o jsonpath='{.data.token}' | base64 -d"));
+    let n = notes(&[
+        "ingress.enabled=true",
+        "ingress.host=vcp.example.com",
+        "ingress.tls.secretName=tls",
+        "adminToken.existingSecret=mine",
+        "adminToken.secretKey=t",
+    ])?;
+    assert!(
+        n.contains("export VCP_API_URL=https://vcp.example.com"),
+        "{n}"
+    );
+    assert!(n.contains("get secret mine -o jsonpath='{.data.t}'"), "{n}");
+    Ok(())
+}
