@@ -820,3 +820,97 @@ async fn kubectl_top_shows_a_tenants_own_pods_and_nodes_from_the_hosts_metrics()
     assert_eq!(b_pods.len(), 2, "{b_pods:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn exec_cp_and_top_reach_a_tenant_pod_the_devnode_really_runs() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let cp = TenantControlPlane::start("e2ekd").await?;
+    // The tenant's workload pool is the devnode: its pods run as real processes.
+    let policy = cp.policy_flag(
+        "placement:\n  node_selector: {vcp.dev/runtime: process}\n  tolerations: [{key: vcp.dev/runtime, operator: Exists}]\n",
+    )?;
+    let _syncer = cp.start_syncer(cluster, &[&policy])?;
+    let tenant = cp.connect().await?;
+    namespace(&tenant, "apps").await?;
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(tenant.clone(), "apps");
+    eventually(
+        "the default service account",
+        Duration::from_secs(30),
+        || async { Ok(sas.get_opt("default").await?) },
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "shell"},
+        "spec": {"containers": [{"name": "main", "image": "vcp.dev/host:any", "command": ["sleep", "3600"]}]},
+    }))?;
+    pods.create(&Default::default(), &pod).await?;
+    eventually(
+        "the tenant pod running on the devnode",
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get("shell").await?;
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            Ok(
+                (running(&p) && node.as_deref() == Some(vcp_dev::cluster::DEVNODE_NAME))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    let k = || {
+        let mut c = kubectl(cluster, &cp.kubeconfig);
+        c.args(["-n", "apps"]);
+        c
+    };
+
+    // A command's output, error output and exit code, from the real process.
+    let (code, out, err) = run(k().args([
+        "exec",
+        "shell",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]))?;
+    assert_eq!((code, out.as_str()), (3, "out\n"), "{err}");
+    assert!(err.contains("err"), "{err}");
+
+    // kubectl cp into the pod and back out (tar through exec, stdin closed at the end).
+    let dir = tempfile::tempdir()?;
+    let local = dir.path().join("in.txt");
+    std::fs::write(&local, "copied through the tenant\n")?;
+    let remote = format!("/tmp/vcp-e2e-cp-{}.txt", std::process::id());
+    ok(k().arg("cp").arg(&local).arg(format!("shell:{remote}")))?;
+    assert_eq!(
+        ok(k().args(["exec", "shell", "--", "cat", &remote]))?,
+        "copied through the tenant\n"
+    );
+    let back = dir.path().join("back.txt");
+    ok(k().arg("cp").arg(format!("shell:{remote}")).arg(&back))?;
+    assert_eq!(
+        std::fs::read_to_string(&back)?,
+        "copied through the tenant\n"
+    );
+    let _ = std::fs::remove_file(&remote);
+
+    // kubectl top: the process's own figures, through the host's metrics-server.
+    let top = eventually(
+        "kubectl top of the devnode pod in the tenant",
+        Duration::from_secs(90),
+        || async {
+            let (code, out, _) = run(k().args(["top", "pod", "shell", "--containers"]))?;
+            Ok((code == 0).then_some(out))
+        },
+    )
+    .await?;
+    let row = rows(&top);
+    assert_eq!(row.len(), 1, "{top}");
+    assert_eq!(row[0][1], "main", "{top}");
+    assert!(
+        row[0][3].ends_with("Mi") || row[0][3].ends_with("Ki"),
+        "{top}"
+    );
+    Ok(())
+}
