@@ -48,6 +48,23 @@ pub struct ServeArgs {
     /// Address of the HTTP API.
     #[arg(long, env = "VCP_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Seconds a connection may wait for a request without receiving a byte of it (a new
+    /// connection, or a kept-alive one after its last answer) before it is closed.
+    #[arg(long, env = "VCP_HTTP_IDLE_TIMEOUT_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_idle_timeout_seconds: u64,
+    /// Seconds from the first byte of a request head to its end.
+    #[arg(long, env = "VCP_HTTP_HEADER_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_header_timeout_seconds: u64,
+    /// Seconds from the end of a request head to the end of its body (408 after).
+    #[arg(long, env = "VCP_HTTP_BODY_TIMEOUT_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_body_timeout_seconds: u64,
+    /// API connections open at once; past it, new clients wait to be accepted.
+    #[arg(long, env = "VCP_HTTP_MAX_CONNECTIONS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub http_max_connections: u64,
     /// The host cluster's service CIDR (tenant apiservers allocate from the same range).
     #[arg(long, env = "VCP_SERVICE_CIDR", default_value = "10.96.0.0/12")]
     pub service_cidr: String,
@@ -269,8 +286,13 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         .await
         .map_err(Error::Serve)?;
     tracing::info!(listen = %listener.local_addr().map_err(Error::Serve)?, replica, "vcp serving");
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(shutdown())
+    let limits = api::conn::Limits {
+        idle: Duration::from_secs(a.http_idle_timeout_seconds),
+        header: Duration::from_secs(a.http_header_timeout_seconds),
+        body: Duration::from_secs(a.http_body_timeout_seconds),
+        max_connections: usize::try_from(a.http_max_connections).unwrap_or(usize::MAX),
+    };
+    api::conn::serve(listener, api::router(state), limits, shutdown())
         .await
         .map_err(Error::Serve)
 }

@@ -11,14 +11,11 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::task::JoinHandle;
 use vcp_dev::cluster::DevCluster;
 use vcp_dev::platform::{self, ApiClient};
 use vcp_dev::postgres::EphemeralPostgres;
-use vcp_dev::testing::{eventually, replica, templates_with};
+use vcp_dev::testing::{Poller, eventually, replica, templates_with};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const FLEET_TIMEOUT: Duration = Duration::from_secs(900);
@@ -162,51 +159,6 @@ async fn host_pods(host: &Client, key: &str) -> anyhow::Result<BTreeMap<String, 
         }))
     })
     .await
-}
-
-/// A client asking its tenant apiserver for a ConfigMap every 200 ms until stopped; counts
-/// answered and failed requests.
-struct Poller {
-    stop: Arc<AtomicBool>,
-    ok: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
-    task: JoinHandle<()>,
-}
-
-impl Poller {
-    fn start(tenant: Client) -> Poller {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let task = {
-            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
-            let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    match tokio::time::timeout(Duration::from_secs(5), cms.get("keep")).await {
-                        Ok(Ok(_)) => ok.fetch_add(1, Ordering::Relaxed),
-                        _ => failed.fetch_add(1, Ordering::Relaxed),
-                    };
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            })
-        };
-        Poller {
-            stop,
-            ok,
-            failed,
-            task,
-        }
-    }
-
-    /// (answered, failed)
-    async fn finish(self) -> anyhow::Result<(u64, u64)> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await?;
-        Ok((
-            self.ok.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        ))
-    }
 }
 
 /// Polls a fleet upgrade until it is finished with nothing moving, printing its progress.
@@ -364,7 +316,7 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
         let pods = host_pods(&host, &key).await?;
         eprintln!("{n}: host pods before {pods:?}");
         before.insert(n, (key, pods));
-        pollers.push((n, Poller::start(client)));
+        pollers.push((n, Poller::start(Api::namespaced(client, "default"), "keep")));
     }
     // A names-selected tenant already on the target is refused, naming it.
     let (s, b) = api
@@ -632,7 +584,7 @@ async fn a_failing_canary_rolls_back_and_stops_the_fleet_at_its_budget_for_api_a
         (Value::Null, json!("include"))
     );
 
-    let poller = Poller::start(client.clone());
+    let poller = Poller::start(Api::namespaced(client.clone(), "default"), "keep");
     // The fleet upgrade through the CLI, followed live: it ends Failed, so the command fails.
     let started = Instant::now();
     let (code, out, err) = vcp(

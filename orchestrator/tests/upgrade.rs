@@ -7,8 +7,6 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use reqwest::Method;
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vcp_dev::cluster::DevCluster;
 use vcp_dev::platform::ApiClient;
@@ -188,20 +186,7 @@ async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::
     .await?;
 
     // A client that keeps asking the tenant apiserver through the whole upgrade.
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let poller = {
-        let (stop, ok, failed, cms) = (stop.clone(), ok.clone(), failed.clone(), cms.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                match tokio::time::timeout(Duration::from_secs(5), cms.get("keep")).await {
-                    Ok(Ok(_)) => ok.fetch_add(1, Ordering::Relaxed),
-                    _ => failed.fetch_add(1, Ordering::Relaxed),
-                };
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let poller = vcp_dev::testing::Poller::start(cms.clone(), "keep");
 
     let started = Instant::now();
     let (s, b) = patch(api, name, json!({"version": "1.37", "chain": true})).await?;
@@ -220,9 +205,7 @@ async fn a_chained_upgrade_keeps_the_tenants_objects_and_host_pods() -> anyhow::
 
     let t = wait_upgraded(api, name).await?;
     let took = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    poller.await?;
-    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let (ok, failed) = poller.finish().await?;
     eprintln!(
         "upgrade 1.35 -> 1.37 (two hops) took {:.1}s; the polling client saw {failed} failed of {} requests",
         took.as_secs_f64(),

@@ -13,6 +13,7 @@
 //! there). `vcp serve` builds the [`router`]; nothing here depends on it.
 
 pub mod auth;
+pub mod conn;
 mod fleet;
 mod health;
 mod kubeconfigs;

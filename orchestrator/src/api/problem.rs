@@ -92,6 +92,12 @@ pub enum BodyRefused {
         content_type = "application/problem+json"
     )]
     NotJson(ProblemBody),
+    #[response(
+        status = 408,
+        description = "body not received whole within the body timeout of its head (`vcp serve --http-body-timeout-seconds`, 30 s by default); the connection is closed",
+        content_type = "application/problem+json"
+    )]
+    TooSlow(ProblemBody),
 }
 
 /// A problem+json response.

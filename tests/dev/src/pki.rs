@@ -239,7 +239,7 @@ mod tests {
         let pki = ClusterPki::generate(&[[127, 0, 0, 1].into()], now()).unwrap();
         assert_ne!(pki.ca.cert_pem, pki.front_proxy_ca.cert_pem);
         let files = pki.files();
-        assert_eq!(files.len(), 24);
+        assert_eq!(files.len(), 26);
         assert!(
             files
                 .iter()

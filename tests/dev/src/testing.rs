@@ -5,6 +5,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Polls `f` every 250 ms until it yields a value; fails after `timeout`, naming `what`.
@@ -26,12 +28,22 @@ where
     }
 }
 
-/// Creates a namespace.
+/// Creates a namespace and waits for its default service account.
 pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await?;
+    // Until pods may be created in it: admission refuses a pod whose service account the
+    // controller-manager has not made yet, which under load takes seconds.
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), name);
+    eventually(
+        &format!("the default service account of namespace {name}"),
+        Duration::from_secs(60),
+        || async { Ok(sas.get_opt("default").await?) },
+    )
+    .await?;
     Ok(())
 }
 
@@ -157,4 +169,62 @@ pub async fn platform_with(
         dir,
         _postgres: postgres,
     })
+}
+
+/// A client asking an apiserver for one ConfigMap every 200 ms until stopped, as a user would
+/// through an upgrade or a rollout; counts answered and failed requests, and prints why each
+/// failed.
+pub struct Poller {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Poller {
+    /// Starts polling ConfigMap `name` of `cms`.
+    pub fn start(cms: Api<k8s_openapi::api::core::v1::ConfigMap>, name: &str) -> Poller {
+        let name = name.to_owned();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let task = {
+            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    // kubectl's own timeout is 32 s: a slower answer on a loaded machine is
+                    // still an answer, a refusal or a reset is not.
+                    match tokio::time::timeout(Duration::from_secs(15), cms.get(&name)).await {
+                        Ok(Ok(_)) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(Err(e)) => {
+                            eprintln!("poller: request failed: {e}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            eprintln!("poller: no answer within 15 s");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            })
+        };
+        Poller {
+            stop,
+            ok,
+            failed,
+            task,
+        }
+    }
+
+    /// Stops; (answered, failed).
+    pub async fn finish(self) -> anyhow::Result<(u64, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await?;
+        Ok((
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        ))
+    }
 }
