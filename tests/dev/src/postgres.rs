@@ -202,7 +202,16 @@ impl EphemeralPostgres {
     /// Stops the server at once (SIGKILL, like a crash) and starts it again on the same port
     /// with the same data; returns once it accepts connections.
     pub async fn restart(&mut self) -> Result<()> {
+        let segment = shared_memory_id(&self.dir.path().join("data"));
         self.server.proc.stop(Duration::ZERO);
+        // Backends outlive a killed postmaster by a moment (they notice and exit), and a new
+        // postmaster refuses to start while its old segment has anyone attached.
+        if let Some(id) = segment {
+            let t0 = std::time::Instant::now();
+            while attached(&id) && t0.elapsed() < Duration::from_secs(30) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         let log = self.dir.path().join("postgres.log");
         self.server = start_on(
             self.dir.path(),
@@ -223,6 +232,23 @@ impl EphemeralPostgres {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// The shared memory segment a running postmaster of `data` holds: the id on the last line
+/// of `postmaster.pid` ("<key> <id>").
+fn shared_memory_id(data: &Path) -> Option<String> {
+    let pid_file = std::fs::read_to_string(data.join("postmaster.pid")).ok()?;
+    let line = pid_file.lines().nth(6)?;
+    line.split_whitespace().nth(1).map(str::to_owned)
+}
+
+/// Whether any process is still attached to System V segment `id`.
+fn attached(id: &str) -> bool {
+    let table = std::fs::read_to_string("/proc/sysvipc/shm").unwrap_or_default();
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(1) == Some(&id) && f.get(6).is_some_and(|n| *n != "0")
+    })
 }
 
 impl Drop for EphemeralPostgres {

@@ -87,8 +87,8 @@ fn cli_up_refuses_a_running_dir_and_down_leaves_no_process_or_listener() {
         .collect();
     assert_eq!(
         pids.len(),
-        9,
-        "etcd, apiserver, kcm, scheduler, kwok, devnode, provisioner, postgres, vcp-serve"
+        10,
+        "etcd, apiserver, kcm, scheduler, kwok, metrics-server, devnode, provisioner, postgres, vcp-serve"
     );
     // The main job: vcp provisioned tenant `demo` and its admin kubeconfig works.
     assert!(stdout.contains("tenant demo Ready"), "{stdout}");
@@ -189,8 +189,8 @@ async fn dropping_a_cluster_stops_every_process_it_started() -> anyhow::Result<(
     let pids = recorded_pids(dir.path());
     assert_eq!(
         pids.len(),
-        7,
-        "the attached provisioner is a thread, not a process"
+        8,
+        "etcd, apiserver, kcm, scheduler, kwok, metrics-server, devnode, postgres: the attached provisioner is a thread, not a process"
     );
     assert!(pids.iter().all(|p| pid_alive(*p)));
     drop(cluster);
