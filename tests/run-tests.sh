@@ -32,8 +32,9 @@ for line in sys.stdin:
 ' >"$plan"
 
 # Longest first (from docs/benchmarks.md, "CI wall time"), so the last to start are short.
-order=(sync upgrade fleet provision kubelet isolation crash resilience snapshot chart cli burst
-       api contract lifecycle kubelet_api devnode host_cluster inventory render_dry_run postgres)
+order=(upgrade fleet sync contract provision burst cli snapshot isolation inventory kubelet
+       resilience api lifecycle incluster chart kubelet_api devnode crash postgres host_cluster
+       render_dry_run)
 rank() {
   local i
   for i in "${!order[@]}"; do [[ ${order[$i]} == "$1" ]] && { echo "$i"; return; }; done
