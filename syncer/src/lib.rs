@@ -372,6 +372,7 @@ pub async fn run(args: Args) -> Result<()> {
         }
         _ => None,
     };
+    let (stop_tx, stopping) = tokio::sync::watch::channel(false);
     let kubelet = kubelet.map(|(listener, tls, authorities, client)| {
         let metrics = metrics_ca.is_some().then(|| {
             (
@@ -389,6 +390,7 @@ pub async fn run(args: Args) -> Result<()> {
                 host: client,
                 client_name: args.kubelet_client_name.clone(),
                 authorities,
+                stopping: stopping.clone(),
                 metrics,
             }),
         )
@@ -459,117 +461,137 @@ pub async fn run(args: Args) -> Result<()> {
                 )
             }),
         );
-    tokio::join!(
-        engine::spawned(kinds::namespaces::run(engine.clone(), key.clone())),
-        engine::spawned(kinds::volumes::run(engine.clone(), key)),
-        engine::run_kind::<ConfigMap>(
-            engine.clone(),
-            w,
-            |t, s| Box::pin(kinds::configmaps::down(t, s)),
-            |_, _| {}
-        ),
-        engine::run_plain::<Secret>(engine.clone(), w),
-        engine::run_kind::<Service>(
-            engine.clone(),
-            w,
-            |t, s| Box::pin(kinds::services::down(t, s)),
+    let everything = async move {
+        tokio::join!(
+            engine::spawned(kinds::namespaces::run(engine.clone(), key.clone())),
+            engine::spawned(kinds::volumes::run(engine.clone(), key)),
+            engine::run_kind::<ConfigMap>(
+                engine.clone(),
+                w,
+                |t, s| Box::pin(kinds::configmaps::down(t, s)),
+                |_, _| {}
+            ),
+            engine::run_plain::<Secret>(engine.clone(), w),
+            engine::run_kind::<Service>(
+                engine.clone(),
+                w,
+                |t, s| Box::pin(kinds::services::down(t, s)),
+                {
+                    let e = engine.clone();
+                    move |s, _| {
+                        let _ = e.tenant_services.set(s);
+                    }
+                }
+            ),
+            // Both follow the tenant's pod addresses (only those go down).
+            engine::run_kind_on::<Endpoints>(
+                engine.clone(),
+                w,
+                |t, s| Box::pin(kinds::endpoints::down_endpoints(t, s)),
+                |_, _| {},
+                kinds::endpoints::pod_addresses_changed(engine.clone())
+            ),
+            engine::run_kind_on::<EndpointSlice>(
+                engine.clone(),
+                w,
+                |t, s| Box::pin(kinds::endpoints::down_slice(t, s)),
+                |_, _| {},
+                kinds::endpoints::pod_addresses_changed(engine.clone())
+            ),
+            engine::run_kind::<Pod>(
+                engine.clone(),
+                w,
+                |t, s| Box::pin(kinds::pods::down(t, s)),
+                {
+                    let e = engine.clone();
+                    move |s, h| {
+                        // ConfigMaps and Secrets follow the pods that reference them.
+                        let _ = e.tenant_pods.set(s.clone());
+                        // Events up find their host pod here.
+                        let _ = e.host_pods.set(h);
+                        let _ = pods_tx.send(s);
+                    }
+                }
+            ),
+            engine::run_kind::<NetworkPolicy>(
+                engine.clone(),
+                w,
+                |t, s| Box::pin(kinds::netpols::down(t, s)),
+                {
+                    let e = engine.clone();
+                    move |s, _| {
+                        let _ = e.tenant_netpols.set(s);
+                    }
+                }
+            ),
+            engine::run_kind::<PersistentVolumeClaim>(
+                engine.clone(),
+                w,
+                |t, s| Box::pin(kinds::pvcs::down(t, s)),
+                {
+                    let e = engine.clone();
+                    move |s, _| {
+                        // The quota counts claims.
+                        let _ = e.tenant_claims.set(s.clone());
+                        let _ = claims_tx.send(s);
+                    }
+                }
+            ),
             {
                 let e = engine.clone();
-                move |s, _| {
-                    let _ = e.tenant_services.set(s);
+                async move {
+                    // Events are matched to their objects through the host caches; started before
+                    // those hold their first list, the events already on the host would each cost
+                    // a GET. Not forever: events matter more than the GETs.
+                    let caches = async {
+                        engine::wait_for_cache(&e.host_namespaces).await;
+                        engine::wait_for_cache(&e.host_pods).await;
+                    };
+                    let _ = tokio::time::timeout(Duration::from_secs(30), caches).await;
+                    engine::spawned(kinds::events::run(e, usize::from(w))).await
                 }
-            }
-        ),
-        // Both follow the tenant's pod addresses (only those go down).
-        engine::run_kind_on::<Endpoints>(
-            engine.clone(),
-            w,
-            |t, s| Box::pin(kinds::endpoints::down_endpoints(t, s)),
-            |_, _| {},
-            kinds::endpoints::pod_addresses_changed(engine.clone())
-        ),
-        engine::run_kind_on::<EndpointSlice>(
-            engine.clone(),
-            w,
-            |t, s| Box::pin(kinds::endpoints::down_slice(t, s)),
-            |_, _| {},
-            kinds::endpoints::pod_addresses_changed(engine.clone())
-        ),
-        engine::run_kind::<Pod>(
-            engine.clone(),
-            w,
-            |t, s| Box::pin(kinds::pods::down(t, s)),
-            {
-                let e = engine.clone();
-                move |s, h| {
-                    // ConfigMaps and Secrets follow the pods that reference them.
-                    let _ = e.tenant_pods.set(s.clone());
-                    // Events up find their host pod here.
-                    let _ = e.host_pods.set(h);
-                    let _ = pods_tx.send(s);
-                }
-            }
-        ),
-        engine::run_kind::<NetworkPolicy>(
-            engine.clone(),
-            w,
-            |t, s| Box::pin(kinds::netpols::down(t, s)),
-            {
-                let e = engine.clone();
-                move |s, _| {
-                    let _ = e.tenant_netpols.set(s);
-                }
-            }
-        ),
-        engine::run_kind::<PersistentVolumeClaim>(
-            engine.clone(),
-            w,
-            |t, s| Box::pin(kinds::pvcs::down(t, s)),
-            {
-                let e = engine.clone();
-                move |s, _| {
-                    // The quota counts claims.
-                    let _ = e.tenant_claims.set(s.clone());
-                    let _ = claims_tx.send(s);
-                }
-            }
-        ),
-        {
-            let e = engine.clone();
+            },
+            engine::spawned(nodes),
+            engine::spawned(kinds::endpoints::kubernetes_endpoints(
+                engine.clone(),
+                Duration::from_secs(args.node_sync_seconds.max(1)),
+            )),
+            engine::spawned(mirrors),
+            engine::spawned(engine::quota::usage(
+                engine.clone(),
+                Duration::from_secs(args.node_sync_seconds.max(1))
+            )),
+            engine::spawned(registration),
             async move {
-                // Events are matched to their objects through the host caches; started before
-                // those hold their first list, the events already on the host would each cost
-                // a GET. Not forever: events matter more than the GETs.
-                let caches = async {
-                    engine::wait_for_cache(&e.host_namespaces).await;
-                    engine::wait_for_cache(&e.host_pods).await;
-                };
-                let _ = tokio::time::timeout(Duration::from_secs(30), caches).await;
-                engine::spawned(kinds::events::run(e, usize::from(w))).await
-            }
-        },
-        engine::spawned(nodes),
-        engine::spawned(kinds::endpoints::kubernetes_endpoints(
-            engine.clone(),
-            Duration::from_secs(args.node_sync_seconds.max(1)),
-        )),
-        engine::spawned(mirrors),
-        engine::spawned(engine::quota::usage(
-            engine.clone(),
-            Duration::from_secs(args.node_sync_seconds.max(1))
-        )),
-        engine::spawned(registration),
-        async move {
-            if let Some((listener, tls, endpoint)) = kubelet {
-                kubelet::serve(listener, tls, endpoint).await;
-            }
-        },
-        async move {
-            if let Err(e) = axum::serve(listener, health).await {
-                tracing::error!(error = %e, "health and metrics endpoints stopped");
-            }
-        },
-    );
+                if let Some((listener, tls, endpoint)) = kubelet {
+                    kubelet::serve(listener, tls, endpoint).await;
+                }
+            },
+            async move {
+                if let Err(e) = axum::serve(listener, health).await {
+                    tracing::error!(error = %e, "health and metrics endpoints stopped");
+                }
+            },
+        )
+    };
+    // SIGTERM (a rollout, a deleted pod): open log streams end with a note saying why, rather
+    // than as if the container had stopped logging. Everything else simply stops: all state is
+    // in the two apiservers.
+    let terminated = async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return std::future::pending().await;
+        };
+        term.recv().await;
+        tracing::info!("stopping");
+        let _ = stop_tx.send(true);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    tokio::select! {
+        _ = everything => {}
+        () = terminated => {}
+    }
     Ok(())
 }
 

@@ -531,9 +531,9 @@ async fn streams_broken_by_a_syncer_restart_end_instead_of_hanging_and_the_next_
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let mut out = BufReader::new(follow.stdout.take().expect("piped"));
+    let mut follow_out = BufReader::new(follow.stdout.take().expect("piped"));
     let mut first = String::new();
-    out.read_line(&mut first)?;
+    follow_out.read_line(&mut first)?;
     anyhow::ensure!(!first.is_empty(), "the log stream opened");
     // An exec session in the middle of a command.
     let mut session = kubectl(cluster, &kc)
@@ -561,9 +561,9 @@ async fn streams_broken_by_a_syncer_restart_end_instead_of_hanging_and_the_next_
     );
     drop(syncer);
 
-    // Neither hangs, and kubectl reconnects neither. How each ends is the tenant apiserver's
+    // Neither hangs, and kubectl reconnects neither. The exit status is the tenant apiserver's
     // doing: it closes the client's stream cleanly once its upstream connection is gone (kubectl
-    // then exits 0 without a message, measured here and printed for the record).
+    // then exits 0, printed for the record); the log stream's last line says why it ended.
     let ended = |child: &mut std::process::Child, what: &str| -> Res<(bool, String)> {
         let start = Instant::now();
         let status = loop {
@@ -588,6 +588,14 @@ async fn streams_broken_by_a_syncer_restart_end_instead_of_hanging_and_the_next_
     println!("kubectl exec after the syncer stopped: success={ok_exec}, stderr={err_exec:?}");
     let (ok_logs, err_logs) = ended(&mut follow, "kubectl logs -f")?;
     println!("kubectl logs -f after the syncer stopped: success={ok_logs}, stderr={err_logs:?}");
+    // A stopping syncer (SIGTERM, as in a rollout) says why the log ended.
+    let mut rest = String::new();
+    follow_out.read_to_string(&mut rest)?;
+    assert!(
+        rest.trim_end()
+            .ends_with(vcp_syncer::kubelet::STOP_NOTE.trim()),
+        "the log stream's end: {rest:?}"
+    );
 
     let _syncer = cp.start_syncer(cluster, &[])?;
     eventually(

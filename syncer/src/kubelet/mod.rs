@@ -153,9 +153,42 @@ pub struct Endpoint {
     pub client_name: String,
     /// Which CA signed a client certificate.
     pub authorities: Authorities,
+    /// Becomes true when the syncer is stopping: open log streams end with [`STOP_NOTE`].
+    pub stopping: tokio::sync::watch::Receiver<bool>,
     /// The metrics API and the front-proxy client name it admits
     /// ([`crate::top::DEFAULT_CLIENT`]), when served.
     pub metrics: Option<(Arc<crate::top::MetricsApi>, String)>,
+}
+
+/// The last line of a log stream the syncer ends because it is stopping: without it a
+/// `kubectl logs -f` would end as if the container had stopped logging.
+pub const STOP_NOTE: &str = "\n[vcp] this log stream ended because the tenant's syncer is restarting; run the command again\n";
+
+/// A host log body passed on until it ends, or until the syncer stops: then [`STOP_NOTE`] ends it.
+fn ending_on_stop<B>(body: B, stopping: tokio::sync::watch::Receiver<bool>) -> Body
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = futures::stream::unfold(Some((body, stopping)), |state| async move {
+        let (mut body, mut stopping) = state?;
+        let frame = tokio::select! {
+            frame = body.frame() => Some(frame),
+            _ = stopping.wait_for(|s| *s) => None,
+        };
+        match frame {
+            Some(Some(Ok(f))) => Some((Ok(f), Some((body, stopping)))),
+            Some(Some(Err(e))) => Some((Err(e.into()), None)),
+            Some(None) => None,
+            None => Some((
+                Ok(hyper::body::Frame::data(Bytes::from_static(
+                    STOP_NOTE.as_bytes(),
+                ))),
+                None,
+            )),
+        }
+    });
+    http_body_util::StreamBody::new(stream).boxed_unsync()
 }
 
 /// Who a connection's client certificate says it is.
@@ -370,7 +403,11 @@ impl Endpoint {
                 )
                 .unwrap_or_else(|e| text(StatusCode::BAD_GATEWAY, e.to_string()));
         }
-        let body = res.into_body().map_err(|e| Box::new(e) as _).boxed_unsync();
+        let body = if call.kind == route::Kind::Logs && res.status().is_success() {
+            ending_on_stop(res.into_body(), self.stopping.clone())
+        } else {
+            res.into_body().map_err(|e| Box::new(e) as _).boxed_unsync()
+        };
         out.body(body)
             .unwrap_or_else(|e| text(StatusCode::BAD_GATEWAY, e.to_string()))
     }
