@@ -446,16 +446,24 @@ async fn endpoint_port(tenant: &Client) -> Res<u16> {
     Ok(u16::try_from(port)?)
 }
 
+/// Two tenants on the shared cluster, each with its syncer running and a client.
+async fn two_tenants(
+    a: &str,
+    b: &str,
+) -> Res<(
+    &'static DevCluster,
+    [(TenantControlPlane, vcp_dev::process::Spawned, Client); 2],
+)> {
+    let cluster = DevCluster::shared().await?;
+    let (a, b) = tokio::try_join!(TenantControlPlane::start(a), TenantControlPlane::start(b))?;
+    let (sa, sb) = (a.start_syncer(cluster, &[])?, b.start_syncer(cluster, &[])?);
+    let (ta, tb) = (a.connect().await?, b.connect().await?);
+    Ok((cluster, [(a, sa, ta), (b, sb, tb)]))
+}
+
 #[tokio::test]
 async fn the_kubelet_endpoint_admits_only_its_apiserver_and_reaches_only_its_tenants_pods() -> Res {
-    let cluster = DevCluster::shared().await?;
-    let (a, b) = tokio::try_join!(
-        TenantControlPlane::start("e2eka"),
-        TenantControlPlane::start("e2ekb")
-    )?;
-    let _sa = a.start_syncer(cluster, &[])?;
-    let _sb = b.start_syncer(cluster, &[])?;
-    let (ta, tb) = (a.connect().await?, b.connect().await?);
+    let (cluster, [(a, _sa, ta), (b, _sb, tb)]) = two_tenants("e2eka", "e2ekb").await?;
     tokio::try_join!(web_pod(&ta, "apps"), web_pod(&tb, "private"))?;
     let port = endpoint_port(&ta).await?;
     let ca = a.pki_file("ca.crt");
@@ -662,14 +670,7 @@ fn millicores(s: &str) -> Res<i64> {
 
 #[tokio::test]
 async fn kubectl_top_shows_a_tenants_own_pods_and_nodes_from_the_hosts_metrics() -> Res {
-    let cluster = DevCluster::shared().await?;
-    let (a, b) = tokio::try_join!(
-        TenantControlPlane::start("e2ekt"),
-        TenantControlPlane::start("e2eku")
-    )?;
-    let _sa = a.start_syncer(cluster, &[])?;
-    let _sb = b.start_syncer(cluster, &[])?;
-    let (ta, tb) = (a.connect().await?, b.connect().await?);
+    let (cluster, [(a, _sa, ta), (b, _sb, tb)]) = two_tenants("e2ekt", "e2eku").await?;
     // The same namespace and pod names in both tenants.
     tokio::try_join!(pods_with_usage(&ta, "apps"), pods_with_usage(&tb, "apps"))?;
     let k = || kubectl(cluster, &a.kubeconfig);

@@ -169,32 +169,22 @@ pub fn render(containers: &[ContainerUsage], now_ms: i64) -> String {
         "node_memory_working_set_bytes {} {now_ms}",
         node.memory_bytes
     );
-    let _ = writeln!(out, "# TYPE container_cpu_usage_seconds_total counter");
-    for c in containers {
-        let _ = writeln!(
-            out,
-            "container_cpu_usage_seconds_total{{{}}} {} {now_ms}",
-            labels(c),
-            c.usage.cpu_seconds
-        );
-    }
-    let _ = writeln!(out, "# TYPE container_memory_working_set_bytes gauge");
-    for c in containers {
-        let _ = writeln!(
-            out,
-            "container_memory_working_set_bytes{{{}}} {} {now_ms}",
-            labels(c),
-            c.usage.memory_bytes
-        );
-    }
-    let _ = writeln!(out, "# TYPE container_start_time_seconds gauge");
-    for c in containers {
-        let _ = writeln!(
-            out,
-            "container_start_time_seconds{{{}}} {} {now_ms}",
-            labels(c),
-            c.started
-        );
+    let series: [(&str, &str, fn(&ContainerUsage) -> String); 3] = [
+        ("container_cpu_usage_seconds_total", "counter", |c| {
+            c.usage.cpu_seconds.to_string()
+        }),
+        ("container_memory_working_set_bytes", "gauge", |c| {
+            c.usage.memory_bytes.to_string()
+        }),
+        ("container_start_time_seconds", "gauge", |c| {
+            c.started.to_string()
+        }),
+    ];
+    for (name, kind, value) in series {
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for c in containers {
+            let _ = writeln!(out, "{name}{{{}}} {} {now_ms}", labels(c), value(c));
+        }
     }
     out
 }
