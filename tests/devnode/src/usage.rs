@@ -144,6 +144,9 @@ pub fn sample<T: Clone>(roots: &[(u32, T)]) -> Vec<(T, Usage)> {
         .collect()
 }
 
+/// A container series: its name, its Prometheus type and its value.
+type Series = (&'static str, &'static str, fn(&ContainerUsage) -> String);
+
 /// Prometheus text of `containers` and their node's sums at `now_ms` (milliseconds since the
 /// epoch), as a kubelet's `/metrics/resource` has them.
 pub fn render(containers: &[ContainerUsage], now_ms: i64) -> String {
@@ -169,7 +172,7 @@ pub fn render(containers: &[ContainerUsage], now_ms: i64) -> String {
         "node_memory_working_set_bytes {} {now_ms}",
         node.memory_bytes
     );
-    let series: [(&str, &str, fn(&ContainerUsage) -> String); 3] = [
+    let series: [Series; 3] = [
         ("container_cpu_usage_seconds_total", "counter", |c| {
             c.usage.cpu_seconds.to_string()
         }),
