@@ -463,7 +463,7 @@ async fn two_tenants(
 
 #[tokio::test]
 async fn the_kubelet_endpoint_admits_only_its_apiserver_and_reaches_only_its_tenants_pods() -> Res {
-    let (cluster, [(a, _sa, ta), (b, _sb, tb)]) = two_tenants("e2eka", "e2ekb").await?;
+    let (_cluster, [(a, _sa, ta), (b, _sb, tb)]) = two_tenants("e2eka", "e2ekb").await?;
     tokio::try_join!(web_pod(&ta, "apps"), web_pod(&tb, "private"))?;
     let port = endpoint_port(&ta).await?;
     let ca = a.pki_file("ca.crt");
