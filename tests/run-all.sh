@@ -21,6 +21,6 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 # the dependency tree twice, which doubled target/ and once filled the CI disk.
 step "cargo test --no-run (builds test binaries and the binaries they start)"
 cargo test --locked --workspace --no-run
-step "tests: unit, doc, then integration binaries ${VCP_TEST_JOBS:-3} at a time (tests/run-tests.sh)"
+step "tests: unit, doc, then integration binaries ${VCP_TEST_JOBS:-2} at a time (tests/run-tests.sh)"
 tests/run-tests.sh --locked
 step "done"

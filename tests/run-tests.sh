@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test binary of the workspace that `cargo test --no-run` built: unit tests and doc
-# tests first, then the integration test binaries $VCP_TEST_JOBS (default 3) at a time.
+# tests first, then the integration test binaries $VCP_TEST_JOBS (default 2) at a time.
 #
 # Why not `cargo test`: it runs test binaries one after another, and an integration binary
 # spends most of its time waiting on a dev cluster (each binary starts its own and shares it
@@ -13,7 +13,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-jobs=${VCP_TEST_JOBS:-3}
+jobs=${VCP_TEST_JOBS:-2}
 logs="$repo/target/test-logs"
 rm -rf "$logs" && mkdir -p "$logs"
 

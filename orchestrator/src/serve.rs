@@ -211,11 +211,26 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     let inv = Inventory::connect(&a.db.database_url).await?;
     inv.migrate().await?;
     inv.upsert_versions(&config.catalog).await?;
+    // Who changes the admin token, in the audit trail: this vcp, at its start.
+    let actor = format!(
+        "vcp:{}",
+        a.replica_id.clone().unwrap_or_else(|| "serve".into())
+    );
     match &a.admin_token {
-        Some(t) => inv.ensure_admin_token("admin", &token_hash(t)).await?,
+        Some(t) => {
+            let change = inv
+                .ensure_admin_token("admin", &token_hash(t), &actor)
+                .await?;
+            if change == crate::inventory::AdminTokenChange::StillRevoked {
+                tracing::warn!(
+                    "the configured admin token was revoked and stays revoked; configure another to replace it"
+                );
+            }
+        }
         None if inv.admin_tokens().await? == 0 => {
             let t = new_token();
-            inv.ensure_admin_token("admin", &token_hash(&t)).await?;
+            inv.ensure_admin_token("admin", &token_hash(&t), &actor)
+                .await?;
             // Shown once, on stdout (not in logs): only its hash is kept.
             println!("vcp: admin token (shown once, store it now): {t}");
         }

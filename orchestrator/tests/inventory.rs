@@ -249,13 +249,60 @@ async fn tokens_are_stored_as_hashes_and_revocation_is_final() -> anyhow::Result
     assert!(inv.revoke_token("team-a", "admin").await?);
     assert!(inv.token_by_hash(&hash).await?.is_none());
     assert!(!inv.revoke_token("team-a", "admin").await?);
-    inv.ensure_admin_token("admin", b"h1").await?;
-    inv.ensure_admin_token("admin", b"h2").await?;
+    use vcp_orchestrator::inventory::AdminTokenChange as Change;
+    assert_eq!(
+        inv.ensure_admin_token("admin", b"h1", "vcp:r1").await?,
+        Change::Created
+    );
+    assert_eq!(
+        inv.ensure_admin_token("admin", b"h1", "vcp:r2").await?,
+        Change::Unchanged
+    );
+    assert_eq!(
+        inv.ensure_admin_token("admin", b"h2", "vcp:r1").await?,
+        Change::Replaced
+    );
     assert!(
         inv.token_by_hash(b"h1").await?.is_none(),
         "a replaced admin token stops working"
     );
     assert_eq!(inv.admin_tokens().await?, 1);
+    // A revoked admin token stays revoked when a restart configures it again.
+    assert!(inv.revoke_token("admin", "ops").await?);
+    assert_eq!(
+        inv.ensure_admin_token("admin", b"h2", "vcp:r1").await?,
+        Change::StillRevoked
+    );
+    assert!(
+        inv.token_by_hash(b"h2").await?.is_none(),
+        "un-revoked by a restart"
+    );
+    assert_eq!(inv.admin_tokens().await?, 0);
+    // Configuring another one replaces it.
+    assert_eq!(
+        inv.ensure_admin_token("admin", b"h3", "vcp:r1").await?,
+        Change::Replaced
+    );
+    assert!(inv.token_by_hash(b"h3").await?.is_some());
+    // Bootstrap, replacement and revocation are in the audit trail, in order, with their actors.
+    let trail: Vec<(String, String)> = sqlx::query_as(
+        "SELECT actor, action FROM audit WHERE action LIKE 'token.%' AND detail->>'name' = 'admin' ORDER BY id",
+    )
+    .fetch_all(inv.pool())
+    .await?;
+    let trail: Vec<(&str, &str)> = trail
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            ("vcp:r1", "token.admin-bootstrap"),
+            ("vcp:r1", "token.admin-replace"),
+            ("ops", "token.revoke"),
+            ("vcp:r1", "token.admin-replace"),
+        ]
+    );
     Ok(())
 }
 

@@ -924,18 +924,54 @@ impl Inventory {
         Ok(r.rows_affected() == 1)
     }
 
-    /// Makes `hash` a live admin token named `name` (the configured admin token; replacing
-    /// it in the configuration replaces the stored hash).
-    pub async fn ensure_admin_token(&self, name: &str, hash: &[u8]) -> Result<()> {
+    /// Makes `hash` the admin token named `name` (the configured admin token, or one vcp
+    /// generated at its first start), and records in the audit trail, as `actor`, what changed.
+    /// A configured token that was revoked stays revoked when it is configured again (a restart
+    /// must not undo a revocation); a different one replaces it and is live.
+    pub async fn ensure_admin_token(
+        &self,
+        name: &str,
+        hash: &[u8],
+        actor: &str,
+    ) -> Result<AdminTokenChange> {
+        let mut tx = self.pool.begin().await?;
+        let stored: Option<(Vec<u8>, Option<OffsetDateTime>)> =
+            sqlx::query_as("SELECT hash, revoked_at FROM api_tokens WHERE name = $1 FOR UPDATE")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let change = match stored {
+            None => AdminTokenChange::Created,
+            Some((h, Some(_))) if h == hash => AdminTokenChange::StillRevoked,
+            Some((h, None)) if h == hash => AdminTokenChange::Unchanged,
+            Some(_) => AdminTokenChange::Replaced,
+        };
+        let action = match change {
+            AdminTokenChange::Created => "token.admin-bootstrap",
+            AdminTokenChange::Replaced => "token.admin-replace",
+            AdminTokenChange::Unchanged | AdminTokenChange::StillRevoked => {
+                tx.commit().await?;
+                return Ok(change);
+            }
+        };
         sqlx::query(
             "INSERT INTO api_tokens (name, role, hash) VALUES ($1, 'admin', $2)
              ON CONFLICT (name) DO UPDATE SET hash = EXCLUDED.hash, role = 'admin', revoked_at = NULL",
         )
         .bind(name)
         .bind(hash)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        audit_in(
+            &mut tx,
+            actor,
+            action,
+            None,
+            serde_json::json!({"name": name}),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(change)
     }
 
     /// Live tenants per phase.
@@ -1278,6 +1314,19 @@ async fn apply_transition(
             "reason": row.reason}),
     )
     .await
+}
+
+/// What [`Inventory::ensure_admin_token`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminTokenChange {
+    /// There was none of that name: created.
+    Created,
+    /// Another secret was stored under the name: replaced, and live.
+    Replaced,
+    /// The same secret, live: nothing changed.
+    Unchanged,
+    /// The same secret, revoked: it stays revoked.
+    StillRevoked,
 }
 
 async fn audit_in(

@@ -192,19 +192,34 @@ impl Poller {
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     // kubectl's own timeout is 32 s: a slower answer on a loaded machine is
-                    // still an answer, a refusal or a reset is not.
-                    match tokio::time::timeout(Duration::from_secs(15), cms.get(&name)).await {
-                        Ok(Ok(_)) => {
-                            ok.fetch_add(1, Ordering::Relaxed);
+                    // still an answer, a refusal or a reset is not. One immediate retry, as Go
+                    // clients (kubectl) make for an idempotent request whose kept-alive
+                    // connection closed under it before any answer: kube-rs does not.
+                    let mut last = String::new();
+                    let mut answered = false;
+                    for _ in 0..2 {
+                        match tokio::time::timeout(Duration::from_secs(15), cms.get(&name)).await {
+                            Ok(Ok(_)) => {
+                                answered = true;
+                                break;
+                            }
+                            // An answer, even an error status, is the server's word: no retry.
+                            Ok(Err(e @ kube::Error::Api(_))) => {
+                                last = format!("request failed: {e}");
+                                break;
+                            }
+                            Ok(Err(e)) => last = format!("request failed: {e}"),
+                            Err(_) => {
+                                last = "no answer within 15 s".into();
+                                break;
+                            }
                         }
-                        Ok(Err(e)) => {
-                            eprintln!("poller: request failed: {e}");
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(_) => {
-                            eprintln!("poller: no answer within 15 s");
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
+                    }
+                    if answered {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        eprintln!("poller: {last}");
+                        failed.fetch_add(1, Ordering::Relaxed);
                     }
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
