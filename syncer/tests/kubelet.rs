@@ -80,9 +80,20 @@ fn kubectl(cluster: &DevCluster, kubeconfig: &Path) -> Command {
 /// Runs `kubectl port-forward pod/web :8080` (`k` is kubectl with its flags), sends `line`
 /// (newline-terminated) through the local port as a client and returns what comes back, up to
 /// the first newline (kwok answers every port with an echo).
-fn echo_through_port_forward(mut k: Command, line: &[u8]) -> Res<String> {
+fn echo_through_port_forward(k: Command, line: &[u8]) -> Res<String> {
+    first_line_through_port_forward(k, "pod/web", 8080, line)
+}
+
+/// Runs `kubectl port-forward <target> :<port>`, sends `line` through the local port as a
+/// client and returns what comes back up to the first newline.
+fn first_line_through_port_forward(
+    mut k: Command,
+    target: &str,
+    port: u16,
+    line: &[u8],
+) -> Res<String> {
     let mut pf = k
-        .args(["port-forward", "pod/web", ":8080"])
+        .args(["port-forward", target, &format!(":{port}")])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
@@ -522,7 +533,7 @@ async fn the_kubelet_endpoint_admits_only_its_apiserver_and_reaches_only_its_ten
 }
 
 #[tokio::test]
-async fn streams_broken_by_a_syncer_restart_end_instead_of_hanging_and_the_next_ones_work() -> Res {
+async fn streams_broken_by_a_syncer_restart_end_with_a_clear_error_and_the_next_ones_work() -> Res {
     let (cluster, cp, syncer, _tenant) = tenant_with_web("e2ekr").await?;
     let kc = cp.kubeconfig.clone();
     let mut follow = kubectl(cluster, &kc)
@@ -543,35 +554,55 @@ async fn streams_broken_by_a_syncer_restart_end_instead_of_hanging_and_the_next_
     let mut first = String::new();
     follow_out.read_line(&mut first)?;
     anyhow::ensure!(!first.is_empty(), "the log stream opened");
-    // An exec session in the middle of a command.
-    let mut session = kubectl(cluster, &kc)
-        .args([
-            "-n",
-            "apps",
-            "exec",
-            "web",
-            "-c",
-            "app",
-            "--",
-            "sh",
-            "-c",
-            "echo started; sleep 300",
-        ])
+    // Exec sessions in the middle of a command, one over WebSocket (which the tenant apiserver
+    // turns into SPDY towards the endpoint) and one over SPDY throughout.
+    let exec = |websockets: &str| -> Res<std::process::Child> {
+        let mut session = kubectl(cluster, &kc)
+            .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", websockets)
+            .args([
+                "-n",
+                "apps",
+                "exec",
+                "web",
+                "-c",
+                "app",
+                "--",
+                "sh",
+                "-c",
+                "echo started; sleep 300",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut out = BufReader::new(session.stdout.take().expect("piped"));
+        let mut started = String::new();
+        out.read_line(&mut started)?;
+        anyhow::ensure!(
+            started == "started\n",
+            "the exec session opened: {started:?}"
+        );
+        Ok(session)
+    };
+    let mut sessions = [("websocket", exec("true")?), ("spdy", exec("false")?)];
+    // A port-forward whose connection to the endpoint is open (kubectl opens it at start and
+    // prints the local port then).
+    let mut forward = kubectl(cluster, &kc)
+        .args(["-n", "apps", "port-forward", "pod/web", ":8080"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let mut out = BufReader::new(session.stdout.take().expect("piped"));
-    let mut started = String::new();
-    out.read_line(&mut started)?;
+    let mut forward_out = BufReader::new(forward.stdout.take().expect("piped"));
+    let mut forwarding = String::new();
+    forward_out.read_line(&mut forwarding)?;
     anyhow::ensure!(
-        started == "started\n",
-        "the exec session opened: {started:?}"
+        forwarding.contains("Forwarding from 127.0.0.1:"),
+        "port-forward started: {forwarding:?}"
     );
     drop(syncer);
 
-    // Neither hangs, and kubectl reconnects neither. The exit status is the tenant apiserver's
-    // doing: it closes the client's stream cleanly once its upstream connection is gone (kubectl
-    // then exits 0, printed for the record); the log stream's last line says why it ended.
+    // None hangs, and kubectl reconnects none (it has no reconnect for these). Each ends with a
+    // clear error: exec with the status the stopping syncer wrote on its error stream, the log
+    // stream with a last line saying why, port-forward with kubectl's own "lost connection".
     let ended = |child: &mut std::process::Child, what: &str| -> Res<(bool, String)> {
         let start = Instant::now();
         let status = loop {
@@ -590,12 +621,25 @@ async fn streams_broken_by_a_syncer_restart_end_instead_of_hanging_and_the_next_
             .take()
             .expect("piped")
             .read_to_string(&mut err)?;
+        println!(
+            "{what} after the syncer stopped: success={}, stderr={err:?}",
+            status.success()
+        );
         Ok((status.success(), err))
     };
-    let (ok_exec, err_exec) = ended(&mut session, "kubectl exec")?;
-    println!("kubectl exec after the syncer stopped: success={ok_exec}, stderr={err_exec:?}");
-    let (ok_logs, err_logs) = ended(&mut follow, "kubectl logs -f")?;
-    println!("kubectl logs -f after the syncer stopped: success={ok_logs}, stderr={err_logs:?}");
+    for (protocol, session) in &mut sessions {
+        let (ok_exec, err_exec) = ended(session, &format!("kubectl exec over {protocol}"))?;
+        assert!(
+            !ok_exec && err_exec.contains(vcp_syncer::kubelet::STOP_STATUS),
+            "exec over {protocol} fails saying why: {err_exec:?}"
+        );
+    }
+    let (ok_forward, err_forward) = ended(&mut forward, "kubectl port-forward")?;
+    assert!(
+        !ok_forward && err_forward.contains("lost connection"),
+        "port-forward fails saying why: {err_forward:?}"
+    );
+    let (_, _) = ended(&mut follow, "kubectl logs -f")?;
     // A stopping syncer (SIGTERM, as in a rollout) says why the log ended.
     let mut rest = String::new();
     follow_out.read_to_string(&mut rest)?;
@@ -831,7 +875,7 @@ async fn kubectl_top_shows_a_tenants_own_pods_and_nodes_from_the_hosts_metrics()
 }
 
 #[tokio::test]
-async fn exec_cp_and_top_reach_a_tenant_pod_the_devnode_really_runs() -> Res {
+async fn logs_port_forward_exec_cp_and_top_reach_a_tenant_pod_the_devnode_really_runs() -> Res {
     let cluster = DevCluster::shared().await?;
     let cp = TenantControlPlane::start("e2ekd").await?;
     // The tenant's workload pool is the devnode: its pods run as real processes.
@@ -852,7 +896,9 @@ async fn exec_cp_and_top_reach_a_tenant_pod_the_devnode_really_runs() -> Res {
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "shell"},
-        "spec": {"containers": [{"name": "main", "image": "vcp.dev/host:any", "command": ["sleep", "3600"]}]},
+        "spec": {"containers": [{"name": "main", "image": "vcp.dev/host:any", "command": [
+            "sh", "-c", "echo serving from the devnode; exec python3 -m http.server 8081",
+        ]}]},
     }))?;
     pods.create(&Default::default(), &pod).await?;
     eventually(
@@ -873,6 +919,33 @@ async fn exec_cp_and_top_reach_a_tenant_pod_the_devnode_really_runs() -> Res {
         c.args(["-n", "apps"]);
         c
     };
+
+    // The process's own output, and its port reached by a real HTTP client through kubectl
+    // port-forward (the devnode dials the pod's address inside its network namespace).
+    let logs = eventually(
+        "the devnode process's output through the tenant",
+        Duration::from_secs(30),
+        || async {
+            let (code, out, _) = run(k().args(["logs", "shell"]))?;
+            Ok((code == 0 && out.contains("serving from the devnode")).then_some(out))
+        },
+    )
+    .await?;
+    assert!(logs.starts_with("serving from the devnode\n"), "{logs:?}");
+    let status = eventually(
+        "an HTTP answer through port-forward",
+        Duration::from_secs(30),
+        || async {
+            let mut pf = kubectl(cluster, &cp.kubeconfig);
+            pf.args(["-n", "apps"]);
+            Ok(
+                first_line_through_port_forward(pf, "pod/shell", 8081, b"GET / HTTP/1.0\r\n\r\n")
+                    .ok(),
+            )
+        },
+    )
+    .await?;
+    assert!(status.starts_with("HTTP/1.0 200"), "{status:?}");
 
     // A command's output, error output and exit code, from the real process.
     let (code, out, err) = run(k().args([

@@ -21,6 +21,7 @@
 //! secret.
 
 pub mod route;
+pub mod spdy;
 
 use crate::{Error, Result};
 use bytes::Bytes;
@@ -310,6 +311,95 @@ fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     res
 }
 
+fn header_str<B>(res: &Response<B>, name: &str) -> String {
+    res.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// What an `exec` or `attach` stream cut by a stopping syncer reports to kubectl.
+pub const STOP_STATUS: &str =
+    "the stream ended because the tenant's syncer is restarting; run the command again";
+/// What a stream whose host connection ended without the command's status reports.
+pub const BROKEN_STATUS: &str =
+    "the stream ended because the host connection broke before the command finished";
+
+/// Returns once the syncer is stopping (the watch's guard is not held past it).
+async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|s| *s).await;
+}
+
+/// Passes an SPDY `exec` or `attach` stream on both ways, whole frames at a time towards the
+/// tenant, and ends it with a status on its error stream when the syncer stops or (with
+/// `host_says_status`: the protocol's server always ends with a status) when the host side
+/// ends without one. Without that status the client would read an empty error stream as
+/// success, and kubectl would exit 0 for a command that never finished.
+async fn pump_spdy<T, H>(
+    tenant: T,
+    host: H,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    host_says_status: bool,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    H: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tracker = std::sync::Mutex::new(spdy::Tracker::default());
+    let (mut tenant_r, mut tenant_w) = tokio::io::split(tenant);
+    let (mut host_r, mut host_w) = tokio::io::split(host);
+    let up = async {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match tenant_r.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    tracker.lock().expect("not poisoned").client(&buf[..n]);
+                    if host_w.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = host_w.shutdown().await;
+    };
+    let down = async {
+        let mut buf = vec![0u8; 32 * 1024];
+        let why = loop {
+            tokio::select! {
+                read = host_r.read(&mut buf) => match read {
+                    Ok(0) | Err(_) => break host_says_status.then_some(BROKEN_STATUS),
+                    Ok(n) => {
+                        let whole = tracker.lock().expect("not poisoned").server(&buf[..n]);
+                        if tenant_w.write_all(&whole).await.is_err() {
+                            return;
+                        }
+                    }
+                },
+                () = stopped(&mut stopping) => break Some(STOP_STATUS),
+            }
+        };
+        let ending = {
+            let mut t = tracker.lock().expect("not poisoned");
+            match why.and_then(|w| t.ending(w)) {
+                Some(frame) => {
+                    tracing::info!(reason = why, "kubelet stream ended with a status");
+                    frame
+                }
+                None => t.held(),
+            }
+        };
+        let _ = tenant_w.write_all(&ending).await;
+        let _ = tenant_w.shutdown().await;
+    };
+    tokio::pin!(up, down);
+    tokio::select! {
+        () = &mut up => down.await,
+        () = &mut down => {}
+    }
+}
+
 impl Endpoint {
     /// Serves one request: parse, check the pod is ours, call the host, pass the answer on.
     async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
@@ -378,6 +468,17 @@ impl Endpoint {
                 );
             };
             let host_upgrade = hyper::upgrade::on(&mut res);
+            // exec and attach over SPDY can be ended with a reason ([`spdy`]); `Some(true)` when
+            // the protocol is one whose server always writes a status at the end (v4 and v5),
+            // so a host connection that ends without one broke.
+            let said_with_status = matches!(call.kind, route::Kind::Exec | route::Kind::Attach)
+                .then(|| header_str(&res, "upgrade"))
+                .filter(|u| u.to_ascii_lowercase().starts_with("spdy/"))
+                .map(|_| {
+                    let v = header_str(&res, "x-stream-protocol-version");
+                    v.starts_with("v4.") || v.starts_with("v5.")
+                });
+            let stopping = self.stopping.clone();
             tokio::spawn(
                 async move {
                     let (tenant, host) = match tokio::try_join!(tenant_upgrade, host_upgrade) {
@@ -388,6 +489,10 @@ impl Endpoint {
                         }
                     };
                     let (mut tenant, mut host) = (TokioIo::new(tenant), TokioIo::new(host));
+                    if let Some(statused) = said_with_status {
+                        pump_spdy(tenant, host, stopping, statused).await;
+                        return;
+                    }
                     match tokio::io::copy_bidirectional(&mut tenant, &mut host).await {
                         Ok((up, down)) => tracing::debug!(up, down, "kubelet stream ended"),
                         Err(e) => tracing::info!(error = %e, "kubelet stream broken"),
@@ -427,5 +532,99 @@ impl Endpoint {
         Ok(r.namespace.as_deref() == Some(call.namespace.as_str())
             && r.name == call.pod
             && call.uid.as_ref().is_none_or(|u| r.uid.as_ref() == Some(u)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    /// The tenant's and the host's far ends of a pumped stream that has an error stream (1) and
+    /// a stdout stream (3); the pump runs until it returns.
+    async fn pumped(
+        host_says_status: bool,
+    ) -> (
+        DuplexStream,
+        DuplexStream,
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (tenant, tenant_far) = tokio::io::duplex(64 * 1024);
+        let (host, mut host_far) = tokio::io::duplex(64 * 1024);
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let pump = tokio::spawn(pump_spdy(tenant, host, stopping, host_says_status));
+        let mut tenant_far = tenant_far;
+        let mut c = spdy::testing::Client::new();
+        let mut opening = c.syn_stream(1, "error");
+        opening.extend(c.syn_stream(3, "stdout"));
+        tenant_far.write_all(&opening).await.unwrap();
+        let mut seen = vec![0; opening.len()];
+        host_far.read_exact(&mut seen).await.unwrap();
+        assert_eq!(
+            seen, opening,
+            "the client's frames reach the host unchanged"
+        );
+        (tenant_far, host_far, stop, pump)
+    }
+
+    async fn rest(mut r: DuplexStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), r.read_to_end(&mut got))
+            .await
+            .expect("the stream ends")
+            .unwrap();
+        got
+    }
+
+    fn status_of(bytes: &[u8]) -> (u32, serde_json::Value) {
+        let stream = u32::from_be_bytes(bytes[..4].try_into().unwrap());
+        assert_eq!(bytes[4], 1, "the last frame of its stream");
+        (stream, serde_json::from_slice(&bytes[8..]).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_stopping_syncer_ends_an_exec_stream_with_a_status_saying_why() {
+        let (mut tenant, mut host, stop, pump) = pumped(true).await;
+        let out = spdy::data_frame(3, false, b"partial output");
+        host.write_all(&out).await.unwrap();
+        let mut first = vec![0; out.len()];
+        tenant.read_exact(&mut first).await.unwrap();
+        assert_eq!(first, out, "what the host sent first");
+        stop.send(true).unwrap();
+        let (stream, status) = status_of(&rest(tenant).await);
+        assert_eq!(stream, 1);
+        assert_eq!(status["status"], "Failure");
+        assert_eq!(status["message"], STOP_STATUS);
+        pump.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_host_connection_that_ends_without_a_status_is_reported_broken() {
+        let (tenant, host, _stop, pump) = pumped(true).await;
+        drop(host);
+        let (stream, status) = status_of(&rest(tenant).await);
+        assert_eq!(stream, 1);
+        assert_eq!(status["message"], BROKEN_STATUS);
+        pump.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_finished_command_keeps_the_hosts_status_alone() {
+        let (tenant, mut host, stop, pump) = pumped(true).await;
+        let done = spdy::data_frame(1, true, br#"{"status":"Success"}"#);
+        host.write_all(&done).await.unwrap();
+        drop(host);
+        assert_eq!(rest(tenant).await, done);
+        let _ = stop.send(true);
+        pump.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_older_protocol_whose_end_carries_no_status_ends_silently() {
+        let (tenant, host, _stop, pump) = pumped(false).await;
+        drop(host);
+        assert!(rest(tenant).await.is_empty());
+        pump.await.unwrap();
     }
 }
