@@ -87,3 +87,85 @@ async fn every_rendered_object_passes_server_side_dry_run() -> anyhow::Result<()
     assert!(checked >= 60, "only {checked} objects checked");
     Ok(())
 }
+
+/// The pods of vcp's own images (the syncer and the snapshot Job) are admitted by Pod Security
+/// `restricted`, enforced by the real apiserver: each pod template as a Pod, dry-run in a
+/// namespace that enforces it. (A restore runs as root on etcd's data and is not.)
+#[tokio::test]
+async fn pods_of_vcps_images_are_admitted_under_an_enforced_restricted_pod_security()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "vcp-dryrestricted";
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": ns, "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+            }}}))?,
+        )
+        .await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let _ = accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "vcp-syncer"}}))?,
+        )
+        .await;
+    let catalog = Catalog::builtin();
+    let renderer = Renderer::builtin()?;
+    let settings = Settings {
+        service_cidr: vcp_dev::cluster::SERVICE_CIDR.into(),
+        cluster_domain: "cluster.local".into(),
+        syncer_image: vcp_dev::platform::DEV_SYNCER_IMAGE.into(),
+        tools_image: vcp_dev::platform::DEV_TOOLS_IMAGE.into(),
+        expose: Expose::NodePort {
+            address: "127.0.0.1".into(),
+        },
+    };
+    let plan = Plan::default();
+    let key = vcp_core::naming::TenantKey::new("dryrestricted")?;
+    let input = Input {
+        name: "dry",
+        key: &key,
+        version: catalog.get(&catalog.versions[0].minor).expect("listed"),
+        plan: &plan,
+        settings: &settings,
+        rollout: BTreeMap::new(),
+        stopped: false,
+    };
+    let mut objects = renderer.render(Component::Syncer, &input)?;
+    objects.extend(renderer.render_job(
+        render::JobKind::Snapshot,
+        &input,
+        serde_json::json!({"job": "etcd-snapshot-1", "file": "1.db"}),
+    )?);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut admitted = Vec::new();
+    for o in objects
+        .iter()
+        .filter(|o| o.kind() == "Deployment" || o.kind() == "Job")
+    {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": o.name(), "namespace": ns},
+            "spec": o.0["spec"]["template"]["spec"],
+        }))?;
+        pods.create(&dry, &pod).await.map_err(|e| {
+            anyhow::anyhow!(
+                "the pod of {} {} is not admitted under restricted: {e}",
+                o.kind(),
+                o.name()
+            )
+        })?;
+        admitted.push(o.name().to_owned());
+    }
+    admitted.sort();
+    assert_eq!(admitted, ["etcd-snapshot-1", "vcp-syncer"]);
+    Ok(())
+}

@@ -281,3 +281,79 @@ fn plans_with_a_policy_that_cannot_work_are_refused() {
         .to_string();
     assert!(err.contains("pod_securty"), "{err}");
 }
+
+/// The pod spec of the first object of `kind` named `name` among `objects`.
+fn pod_spec<'a>(objects: &'a [Object], kind: &str, name: &str) -> &'a serde_json::Value {
+    let o = objects
+        .iter()
+        .find(|o| o.0["kind"] == kind && o.0["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"));
+    &o.0["spec"]["template"]["spec"]
+}
+
+/// Pod Security `restricted` as vcp's own images need it: the image's non-root user, a group
+/// that may read the 0400 Secret mounts, and nothing a container could gain.
+fn assert_restricted_non_root(spec: &serde_json::Value, what: &str) {
+    let pod = &spec["securityContext"];
+    assert_eq!(pod["runAsNonRoot"], true, "{what}: {pod}");
+    assert_eq!(pod["runAsUser"], 65532, "{what}: the images' user");
+    assert_eq!(
+        pod["fsGroup"], 65532,
+        "{what}: Secrets readable by the image's user"
+    );
+    assert_eq!(pod["seccompProfile"]["type"], "RuntimeDefault", "{what}");
+    for c in spec["containers"].as_array().unwrap() {
+        let sc = &c["securityContext"];
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}: {c}");
+        assert_eq!(
+            sc["capabilities"]["drop"],
+            serde_json::json!(["ALL"]),
+            "{what}"
+        );
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
+    }
+}
+
+#[test]
+fn pods_of_vcps_own_images_run_as_their_non_root_user_and_can_read_their_secrets() {
+    let catalog = Catalog::builtin();
+    let (plan, settings) = (dev_plan(), settings());
+    let input = Input {
+        name: "demo",
+        key: &key(),
+        version: catalog.get("1.37").unwrap(),
+        plan: &plan,
+        settings: &settings,
+        rollout: Default::default(),
+        stopped: false,
+    };
+    let renderer = Renderer::builtin().unwrap();
+    let all: Vec<Object> = renderer
+        .render_all(&input)
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, o)| o)
+        .collect();
+    assert_restricted_non_root(pod_spec(&all, "Deployment", "vcp-syncer"), "the syncer");
+    let snapshot = renderer
+        .render_job(
+            JobKind::Snapshot,
+            &input,
+            serde_json::json!({"job": "etcd-snapshot-1", "file": "1.db"}),
+        )
+        .unwrap();
+    assert_restricted_non_root(pod_spec(&snapshot, "Job", "etcd-snapshot-1"), "a snapshot");
+    // A restore rewrites etcd's root-owned data: it says so, rather than failing as the
+    // image's user.
+    let restore = renderer
+        .render_job(
+            JobKind::Restore,
+            &input,
+            serde_json::json!({"job": "etcd-restore-1-0", "file": "1.db", "sha256": "0",
+                "member": 0, "staging": "/var/lib/etcd/restore-1",
+                "keep": "/var/lib/etcd/data.before-restore", "revision_bump": 1}),
+        )
+        .unwrap();
+    let spec = pod_spec(&restore, "Job", "etcd-restore-1-0");
+    assert_eq!(spec["securityContext"]["runAsUser"], 0, "{spec}");
+}
