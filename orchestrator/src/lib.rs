@@ -233,6 +233,13 @@ pub enum Command {
         #[command(subcommand)]
         action: cli::SnapshotCommand,
     },
+    /// Read the audit trail: every change, who made it and when (owners: their tenants').
+    Audit {
+        #[command(flatten)]
+        connection: cli::Connection,
+        #[command(flatten)]
+        args: cli::AuditArgs,
+    },
     /// Kubernetes versions tenants can run.
     Version {
         #[command(flatten)]
@@ -274,6 +281,7 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Kubeconfig { connection, args } => cli::kubeconfig(&connection, args).await,
         Command::Token { connection, action } => cli::token(&connection, action).await,
         Command::Version { connection, action } => cli::version(&connection, action).await,
+        Command::Audit { connection, args } => cli::audit(&connection, args).await,
         Command::Snapshot { connection, action } => cli::snapshot(&connection, action).await,
         Command::Tool(cmd) => snapshot::tool::run(cmd).await,
         Command::Openapi => {

@@ -591,6 +591,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /metrics",
             "GET /openapi.json",
             "GET /readyz",
+            "GET /v1/audit",
             "GET /v1/tenants",
             "GET /v1/tenants/{name}",
             "GET /v1/tenants/{name}/kubeconfigs",
@@ -924,5 +925,204 @@ async fn new_tenants_may_not_pick_an_expired_version_and_a_preview_one_only_when
         .raw(Method::POST, "/v1/tenants", Some(&json!({"name": "plain"})))
         .await?;
     assert_eq!((s, t["version"].as_str()), (201, Some("1.37")), "{t}");
+    Ok(())
+}
+
+/// (actor, action, tenant) of each entry of an audit page.
+fn trail(page: &Value) -> Vec<(String, String, Option<String>)> {
+    page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap_or_default().to_owned(),
+                e["action"].as_str().unwrap_or_default().to_owned(),
+                e["tenant"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_audit_trail_reads_back_in_order_filtered_paged_and_scoped_to_owners()
+-> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-api-audit", 0).await?;
+    let admin = &p.admin;
+    let (s, b) = admin.raw(Method::GET, "/v1/tokens", None).await?;
+    assert_eq!(s, 200, "{b}");
+    let admin_name = b["items"][0]["name"]
+        .as_str()
+        .expect("the admin token")
+        .to_owned();
+
+    // A scripted sequence: owners, their tenants, a deletion, a token revoked.
+    let mut owners = Vec::new();
+    for name in ["team-a", "team-b", "ci"] {
+        let (s, b) = admin
+            .raw(
+                Method::POST,
+                "/v1/tokens",
+                Some(&json!({"name": name, "role": "owner"})),
+            )
+            .await?;
+        assert_eq!(s, 201, "{b}");
+        owners.push(admin.with_token(b["token"].as_str().unwrap()));
+    }
+    let (a, b) = (&owners[0], &owners[1]);
+    for (owner, tenant) in [(a, "shop"), (b, "blog"), (a, "cart")] {
+        let (s, body) = owner
+            .raw(Method::POST, "/v1/tenants", Some(&json!({"name": tenant})))
+            .await?;
+        assert_eq!(s, 201, "{body}");
+    }
+    let (s, body) = a.raw(Method::DELETE, "/v1/tenants/shop", None).await?;
+    assert!(s == 202 || s == 200, "{s} {body}");
+    let (s, body) = admin.raw(Method::DELETE, "/v1/tokens/ci", None).await?;
+    assert!(s == 200 || s == 204, "{s} {body}");
+
+    let t = |actor: &str, action: &str, tenant: Option<&str>| {
+        (
+            actor.to_owned(),
+            action.to_owned(),
+            tenant.map(str::to_owned),
+        )
+    };
+    let (s, all) = admin.raw(Method::GET, "/v1/audit?limit=1000", None).await?;
+    assert_eq!(s, 200, "{all}");
+    assert_eq!(all["next_after"], Value::Null);
+    assert_eq!(
+        trail(&all),
+        [
+            t("vcp:vcp-api-audit", "token.admin-bootstrap", None),
+            t(&admin_name, "token.create", None),
+            t(&admin_name, "token.create", None),
+            t(&admin_name, "token.create", None),
+            t("team-a", "tenant.create", Some("shop")),
+            t("team-b", "tenant.create", Some("blog")),
+            t("team-a", "tenant.create", Some("cart")),
+            t("team-a", "tenant.delete", Some("shop")),
+            t(&admin_name, "token.revoke", None),
+        ],
+        "{all:#}"
+    );
+    let ids: Vec<i64> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    assert_eq!(all["items"][1]["detail"]["name"], "team-a");
+
+    // Filters, each alone and together.
+    let get = |who: &ApiClient, q: &str| {
+        let (who, q) = (who.clone(), q.to_owned());
+        async move {
+            let (s, b) = who.raw(Method::GET, &format!("/v1/audit{q}"), None).await?;
+            anyhow::ensure!(s == 200, "{q}: {s} {b}");
+            Ok::<_, anyhow::Error>(b)
+        }
+    };
+    assert_eq!(
+        trail(&get(admin, "?tenant=shop").await?),
+        [
+            t("team-a", "tenant.create", Some("shop")),
+            t("team-a", "tenant.delete", Some("shop"))
+        ]
+    );
+    assert_eq!(trail(&get(admin, "?action=token.").await?).len(), 5);
+    assert_eq!(
+        trail(&get(admin, "?action=token.revoke").await?),
+        [t(&admin_name, "token.revoke", None)]
+    );
+    assert_eq!(
+        trail(&get(admin, "?actor=team-a&action=tenant.create").await?),
+        [
+            t("team-a", "tenant.create", Some("shop")),
+            t("team-a", "tenant.create", Some("cart"))
+        ]
+    );
+    let first_at = all["items"][0]["at"].as_str().unwrap().replace('+', "%2B");
+    assert_eq!(trail(&get(admin, &format!("?until={first_at}")).await?), []);
+    assert_eq!(
+        trail(&get(admin, &format!("?since={first_at}")).await?).len(),
+        9,
+        "since is inclusive"
+    );
+
+    // Pages of two follow each other without gaps or repeats.
+    let mut paged = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = get(admin, &format!("?limit=2&after={after}")).await?;
+        paged.extend(trail(&page));
+        match page["next_after"].as_i64() {
+            Some(n) => after = n,
+            None => break,
+        }
+    }
+    assert_eq!(paged, trail(&all));
+
+    // An owner reads its own tenants' entries, a deleted one's too, and nothing else: not
+    // another owner's tenant, not the token changes.
+    assert_eq!(
+        trail(&get(a, "").await?),
+        [
+            t("team-a", "tenant.create", Some("shop")),
+            t("team-a", "tenant.create", Some("cart")),
+            t("team-a", "tenant.delete", Some("shop")),
+        ]
+    );
+    assert_eq!(trail(&get(a, "?tenant=blog").await?), []);
+    assert_eq!(trail(&get(b, "?actor=team-a").await?), []);
+    // The revoked token reads nothing.
+    let (s, body) = owners[2].raw(Method::GET, "/v1/audit", None).await?;
+    assert_problem(s, &body, 401, None);
+
+    // Bad queries name the parameter.
+    for (q, status, field) in [
+        ("?tenant=Shop", 422, "tenant"),
+        ("?action=Tenant.create", 422, "action"),
+        ("?action=tenant.*", 422, "action"),
+        ("?since=yesterday", 422, "since"),
+        ("?after=-1", 422, "after"),
+        ("?limit=0", 422, "limit"),
+        ("?limit=1001", 422, "limit"),
+        ("?limit=many", 400, "limit"),
+    ] {
+        let (s, body) = admin
+            .raw(Method::GET, &format!("/v1/audit{q}"), None)
+            .await?;
+        assert_problem(s, &body, status, Some(field));
+    }
+
+    // The CLI reads the same trail.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+        .args(["audit", "--tenant", "shop", "-o", "json"])
+        .env("VCP_API_URL", &p.orchestrator.url)
+        .env("VCP_TOKEN", &p.admin_token)
+        .output()
+        .await?;
+    assert!(out.status.success(), "{out:?}");
+    let cli: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(trail(&cli), trail(&get(admin, "?tenant=shop").await?));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+        .args(["audit", "--limit", "3"])
+        .env("VCP_API_URL", &p.orchestrator.url)
+        .env("VCP_TOKEN", &p.admin_token)
+        .env("COLUMNS", "100")
+        .output()
+        .await?;
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8(out.stdout)?;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "a header and three entries: {table}");
+    assert!(
+        lines[0].starts_with("ID") && lines[1].contains("token.admin-bootstrap"),
+        "{table}"
+    );
+    assert!(String::from_utf8(out.stderr)?.contains("more entries follow"));
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The platform API (axum), one module per resource: [`tenants`] (with their quota
 //! [`usage`] and their [`upgrades`]), [`fleet`] upgrades, [`kubeconfigs`], [`tokens`],
-//! [`versions`], and [`health`] (liveness, readiness,
+//! [`versions`], the [`audit`] trail, and [`health`] (liveness, readiness,
 //! metrics, the OpenAPI document); [`auth`] says who is calling.
 //!
 //! Every `/v1` caller presents a bearer token; the inventory holds only its hash. Admins see
@@ -12,6 +12,7 @@
 //! state, the provisioner for anything on the host (signing a kubeconfig reads the tenant CA
 //! there). `vcp serve` builds the [`router`]; nothing here depends on it.
 
+mod audit;
 pub mod auth;
 pub mod conn;
 mod fleet;
@@ -31,6 +32,7 @@ use crate::metrics::Metrics;
 use crate::names::TenantName;
 pub use crate::names::parse_ttl;
 use crate::provision::Provisioner;
+pub use audit::MAX_AUDIT_PAGE;
 use auth::{BearerAuth, Caller};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
@@ -97,6 +99,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
+        .routes(routes!(audit::audit))
         .routes(routes!(
             fleet::create_fleet_upgrade,
             fleet::list_fleet_upgrades
@@ -310,7 +313,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 21);
+        assert_eq!(ops, 22);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
@@ -333,6 +336,51 @@ mod tests {
             .unwrap();
         assert_eq!(limit["schema"]["minimum"], 1);
         assert_eq!(limit["schema"]["maximum"], MAX_USAGE_PAGE);
+        let audit = &doc["paths"]["/v1/audit"]["get"]["parameters"];
+        let param = |name: &str| {
+            audit
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap()["schema"]
+                .clone()
+        };
+        assert_eq!(param("limit")["maximum"], MAX_AUDIT_PAGE);
+        assert_eq!(param("limit")["minimum"], 1);
+        assert_eq!(param("after")["minimum"], 0);
+        assert_eq!(param("actor")["maxLength"], audit::MAX_ACTOR);
+        assert_eq!(param("action")["maxLength"], audit::MAX_ACTION);
+        assert!(
+            param("tenant")
+                .to_string()
+                .contains("#/components/schemas/Name"),
+            "{}",
+            param("tenant")
+        );
+        // The action pattern takes what the server takes, and refuses what it refuses.
+        let pattern =
+            fancy_regex::Regex::new(param("action")["pattern"].as_str().unwrap()).unwrap();
+        for a in [
+            "tenant.create",
+            "tenant.",
+            "token.admin-bootstrap",
+            "fleet.tenant.start",
+            "x",
+        ] {
+            assert!(pattern.is_match(a).unwrap() && audit::is_action(a), "{a}");
+        }
+        for a in [
+            "",
+            ".",
+            "Tenant",
+            "tenant..x",
+            "tenant.*",
+            "1x",
+            "tenant.-x",
+        ] {
+            assert!(!pattern.is_match(a).unwrap() && !audit::is_action(a), "{a}");
+        }
         // Every name in a path is a Name (and every id a positive integer), and every string
         // field of a request body that the server checks by a rule refers to its schema.
         for (path, item) in doc["paths"].as_object().unwrap() {

@@ -43,22 +43,28 @@ fn in_utc(t: time::OffsetDateTime) -> time::OffsetDateTime {
         .clamp(first, last)
 }
 
+/// The RFC 3339 time of query parameter `field`, in UTC; 422 naming `field` for anything else.
+pub(super) fn query_time(
+    field: &str,
+    v: &Option<String>,
+) -> Result<Option<time::OffsetDateTime>, Problem> {
+    v.as_deref()
+        .map(|s| {
+            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .map(in_utc)
+                .map_err(|_| {
+                    Problem::invalid(
+                        field,
+                        &format!("{s:?} is not an RFC 3339 time like 2026-01-01T00:00:00Z"),
+                    )
+                })
+        })
+        .transpose()
+}
+
 /// Checks a usage query; `now` is the default `until`.
 fn check_usage_query(q: &UsageQuery, now: time::OffsetDateTime) -> Result<UsageRange, Problem> {
-    let time = |field: &str, v: &Option<String>| -> Result<Option<time::OffsetDateTime>, Problem> {
-        v.as_deref()
-            .map(|s| {
-                time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-                    .map(in_utc)
-                    .map_err(|_| {
-                        Problem::invalid(
-                            field,
-                            &format!("{s:?} is not an RFC 3339 time like 2026-01-01T00:00:00Z"),
-                        )
-                    })
-            })
-            .transpose()
-    };
+    let time = query_time;
     let until = time("until", &q.until)?.unwrap_or(now);
     let since = time("since", &q.since)?
         .unwrap_or_else(|| until.checked_sub(time::Duration::DAY).map_or(until, in_utc));

@@ -1,4 +1,4 @@
-//! The client commands of `vcp` (`tenant`, `upgrade`, `kubeconfig`, `token`, `version`): thin callers of
+//! The client commands of `vcp` (`tenant`, `upgrade`, `kubeconfig`, `token`, `audit`, `version`): thin callers of
 //! the platform API. They read the server from `VCP_API_URL` and the bearer token from
 //! `VCP_TOKEN`, decode answers into the same types the server encodes ([`crate::api`]), and
 //! print them with [`output`]. API problems come back as [`Error::Api`] with the server's
@@ -7,11 +7,12 @@
 pub mod output;
 
 use crate::api::{
-    AutoUpdate, CreateFleetUpgrade, CreateTenant, CreateToken, FleetSelector, FleetState,
-    FleetUpgradeAction, FleetUpgradeDetail, FleetUpgradeList, FleetUpgrades, IssueKubeconfig,
-    KubeconfigIssued, KubeconfigList, MaintenanceWindow, Phase, ProblemBody, RestoreState,
-    RestoreTenant, RestoreView, Role, SnapshotList, SnapshotState, SnapshotView, TenantList,
-    TenantView, TokenCreated, TokenList, UpgradeState, UpgradeTenant, UsageSamples, VersionList,
+    AuditPage, AutoUpdate, CreateFleetUpgrade, CreateTenant, CreateToken, FleetSelector,
+    FleetState, FleetUpgradeAction, FleetUpgradeDetail, FleetUpgradeList, FleetUpgrades,
+    IssueKubeconfig, KubeconfigIssued, KubeconfigList, MaintenanceWindow, Phase, ProblemBody,
+    RestoreState, RestoreTenant, RestoreView, Role, SnapshotList, SnapshotState, SnapshotView,
+    TenantList, TenantView, TokenCreated, TokenList, UpgradeState, UpgradeTenant, UsageSamples,
+    VersionList,
 };
 use crate::{Error, Result};
 use output::Format;
@@ -267,6 +268,31 @@ pub struct TenantUsageArgs {
     /// End of the range, exclusive: an RFC 3339 time or an age; default now.
     #[arg(long, env = "VCP_USAGE_UNTIL")]
     pub until: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// Only entries of tenants with this name.
+    #[arg(long, env = "VCP_AUDIT_TENANT")]
+    pub tenant: Option<String>,
+    /// Only changes made by this actor (a token's name, or `reconciler/<replica>`, ...).
+    #[arg(long, env = "VCP_AUDIT_ACTOR")]
+    pub actor: Option<String>,
+    /// Only this action (tenant.create), or every action under a prefix ending in a dot
+    /// (tenant.).
+    #[arg(long, env = "VCP_AUDIT_ACTION")]
+    pub action: Option<String>,
+    /// Entries at or after: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90m, 12h, 30d).
+    #[arg(long, env = "VCP_AUDIT_SINCE")]
+    pub since: Option<String>,
+    /// Entries before: an RFC 3339 time or an age.
+    #[arg(long, env = "VCP_AUDIT_UNTIL")]
+    pub until: Option<String>,
+    /// Most entries printed, oldest first; 0 for all of them.
+    #[arg(long, env = "VCP_AUDIT_LIMIT", default_value_t = 1000)]
+    pub limit: usize,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -1137,6 +1163,77 @@ async fn follow_fleet(client: &Client, id: i64, wait: &WaitArgs) -> Result<Fleet
             )));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The entries `a` asks for, oldest first, following `next_after` page by page.
+async fn audit_entries(client: &Client, a: &AuditArgs, now: OffsetDateTime) -> Result<AuditPage> {
+    let mut fixed = Vec::new();
+    for (k, v) in [
+        ("tenant", a.tenant.clone()),
+        ("actor", a.actor.clone()),
+        ("action", a.action.clone()),
+        (
+            "since",
+            a.since
+                .as_deref()
+                .map(|v| instant("--since", v, now))
+                .transpose()?,
+        ),
+        (
+            "until",
+            a.until
+                .as_deref()
+                .map(|v| instant("--until", v, now))
+                .transpose()?,
+        ),
+    ] {
+        if let Some(v) = v {
+            fixed.push(format!("{k}={}", segment(&v)));
+        }
+    }
+    let mut all = AuditPage {
+        items: Vec::new(),
+        next_after: None,
+    };
+    let mut after = 0;
+    loop {
+        let left = if a.limit == 0 {
+            crate::api::MAX_AUDIT_PAGE as usize
+        } else {
+            a.limit - all.items.len()
+        };
+        let page_size = left.min(crate::api::MAX_AUDIT_PAGE as usize);
+        let mut query = fixed.clone();
+        query.push(format!("after={after}"));
+        query.push(format!("limit={page_size}"));
+        let page: AuditPage = client
+            .get(&format!("/v1/audit?{}", query.join("&")))
+            .await?;
+        all.items.extend(page.items);
+        all.next_after = page.next_after;
+        match page.next_after {
+            Some(next) if a.limit == 0 || all.items.len() < a.limit => after = next,
+            _ => break,
+        }
+    }
+    Ok(all)
+}
+
+pub async fn audit(conn: &Connection, a: AuditArgs) -> Result<()> {
+    let client = Client::new(conn)?;
+    let page = audit_entries(&client, &a, now()).await?;
+    match a.output.output {
+        Format::Table => {
+            print(&output::audit_table(&page.items, output::terminal_width()))?;
+            if page.next_after.is_some() {
+                eprintln!(
+                    "(more entries follow: raise --limit, or 0 for all, or narrow the filters)"
+                );
+            }
+            Ok(())
+        }
+        f => print(&output::structured(&page, f)),
     }
 }
 

@@ -2,8 +2,8 @@
 //! progress lines of `--wait`. Pure functions of the API's answers.
 
 use crate::api::{
-    FleetUpgradeDetail, FleetUpgradeView, Hard, KubeconfigView, Phase, RestoreView, SnapshotView,
-    TenantView, TokenView, Usage, UsageSamples, VersionList,
+    AuditEntryView, FleetUpgradeDetail, FleetUpgradeView, Hard, KubeconfigView, Phase, RestoreView,
+    SnapshotView, TenantView, TokenView, Usage, UsageSamples, VersionList,
 };
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -422,6 +422,30 @@ pub fn kubeconfigs_table(items: &[KubeconfigView], now: OffsetDateTime, width: u
         .collect();
     table(
         &["USER", "GROUPS", "EXPIRES IN", "ISSUED BY", "SERIAL"],
+        &rows,
+        width,
+    )
+}
+
+/// Audit entries, oldest first: when, who, what, which tenant, and the particulars as compact
+/// JSON (cut to the width).
+pub fn audit_table(items: &[AuditEntryView], width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                e.at.format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_default(),
+                e.actor.clone(),
+                e.action.clone(),
+                e.tenant.clone().unwrap_or_else(|| "-".into()),
+                e.detail.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "TIME", "ACTOR", "ACTION", "TENANT", "DETAIL"],
         &rows,
         width,
     )

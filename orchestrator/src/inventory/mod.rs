@@ -13,6 +13,7 @@
 //! checked mappings and `conditions` through serde, so a value the code does not know fails the
 //! read instead of turning into a default.
 
+pub mod audit;
 pub mod fleet;
 
 use crate::pki::CertInfo;
@@ -33,6 +34,7 @@ use vcp_policy::quota::Usage;
 
 pub mod snapshots;
 
+pub use audit::{ActionFilter, AuditEntry, AuditFilter};
 pub use snapshots::{NewRestore, RestoreRow, SnapshotRow};
 
 /// Channel that wakes reconcile workers.
