@@ -18,6 +18,7 @@
 //! policies, quota and usage rules from `vcp_policy`: the crates the syncer uses for the same
 //! things, so both sides agree by construction (this crate does not depend on the syncer).
 
+pub mod access;
 pub mod api;
 pub mod cli;
 pub mod inventory;

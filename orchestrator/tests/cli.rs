@@ -185,8 +185,77 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
     );
     assert_eq!(
         bindings.trim(),
-        "vcp:admin=cluster-admin/admin vcp:coredns=vcp:coredns/vcp:coredns vcp:edit=edit/edit vcp:view=view/view"
+        "vcp:admin=cluster-admin/admin vcp:coredns=vcp:coredns/vcp:coredns vcp:edit=edit/edit vcp:sudo=cluster-admin/vcp:sudo vcp:view=view/view"
     );
+
+    // The four access levels, each by what it may and may not do: view (bob, above), edit
+    // (erin), admin (alice, above) and sudo (dave: edit, and admin for one command by
+    // impersonating himself into vcp:sudo).
+    let edit = dir.path().join("erin.kubeconfig");
+    let sudo = dir.path().join("dave.kubeconfig");
+    for (user, groups, path) in [
+        ("erin", &["edit"][..], &edit),
+        ("dave", &["edit", "sudo"], &sudo),
+    ] {
+        let mut args = vec!["kubeconfig", "shop", "--user", user, "--ttl", "2h"];
+        for g in groups {
+            args.extend(["--group", g]);
+        }
+        args.extend(["-o", path.to_str().unwrap()]);
+        vcp(&url, a, &args).await?.ok();
+    }
+    // Each check is one kubectl command line (no argument holds a space).
+    let run =
+        |kc: &Path, line: &str| kubectl(cluster, kc, &line.split_whitespace().collect::<Vec<_>>());
+    let may = |kc: &Path, line: &str| {
+        let (ok, _, err) = run(kc, line);
+        assert!(ok, "{line}: {err}");
+    };
+    let may_not = |kc: &Path, line: &str| {
+        let (ok, _, err) = run(kc, line);
+        assert!(
+            !ok && err.contains("forbidden"),
+            "{line} must be forbidden: {err}"
+        );
+    };
+    let binding = "create clusterrolebinding NAME --clusterrole=view --user=x";
+    // view: reads, writes nothing.
+    may(&view, "-n shop get deployments");
+    may_not(&view, "-n shop create configmap by-bob");
+    // edit: writes workloads, not RBAC or namespaces, and cannot impersonate.
+    may(&edit, "-n shop create configmap by-erin");
+    may_not(&edit, "create namespace erins");
+    may_not(&edit, &binding.replace("NAME", "by-erin"));
+    may_not(
+        &edit,
+        "--as=erin --as-group=vcp:sudo create namespace erins",
+    );
+    // admin: everything.
+    may(&adm, &binding.replace("NAME", "by-alice"));
+    // sudo: edit as himself ...
+    may(&sudo, "-n shop create configmap by-dave");
+    may(&sudo, "-n shop get configmaps");
+    may_not(&sudo, "create namespace daves");
+    // ... admin for one command as himself in vcp:sudo ...
+    may(
+        &sudo,
+        "--as=dave --as-group=vcp:sudo create namespace daves",
+    );
+    may(
+        &sudo,
+        &format!(
+            "--as=dave --as-group=vcp:sudo {}",
+            binding.replace("NAME", "by-dave")
+        ),
+    );
+    // ... and as nobody else, in no other group; a user who is not a sudoer cannot either.
+    may_not(&sudo, "--as=alice --as-group=vcp:sudo get secrets -A");
+    may_not(&sudo, "--as=dave --as-group=admin create namespace daves2");
+    may_not(
+        &sudo,
+        "--as=dave --as-group=vcp:sudo --as-group=admin get secrets -A",
+    );
+    may_not(&view, "--as=bob --as-group=vcp:sudo create namespace bobs");
 
     // Lifetimes are capped by the server (30 days by default); names that are not plain
     // printable text never reach the certificate or the inventory.
@@ -225,8 +294,17 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
             )
         })
         .collect();
-    assert_eq!(users[..2], [("bob", "view"), ("alice", "admin")]);
-    let carol = &issued["items"][2];
+    assert_eq!(
+        users[..4],
+        [
+            ("bob", "view"),
+            ("alice", "admin"),
+            ("erin", "edit"),
+            ("dave", "edit")
+        ]
+    );
+    assert_eq!(issued["items"][3]["groups"][1], "sudo");
+    let carol = &issued["items"][4];
     assert_eq!(carol["user"], "carol");
     let expires = time::OffsetDateTime::parse(
         carol["expires_at"].as_str().unwrap(),

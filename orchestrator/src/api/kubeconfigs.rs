@@ -45,8 +45,10 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
 }
 
 /// Issues a kubeconfig: a client certificate signed by the tenant's CA, user as CN and
-/// groups as O. The key is in this answer only; the inventory keeps serial, subject and
-/// expiry.
+/// groups as O. The groups `view`, `edit` and `admin` are bound in the tenant; `sudo` lets the
+/// user act as admin for one command by impersonating itself into the group `vcp:sudo`
+/// (`kubectl --as=<user> --as-group=vcp:sudo`). The key is in this answer only; the inventory
+/// keeps serial, subject and expiry.
 #[utoipa::path(post, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
     params(("name" = NameSchema, Path, description = "tenant name")),
     request_body = IssueKubeconfig, responses(
@@ -81,6 +83,13 @@ pub(super) async fn issue_kubeconfig(
             None,
         ));
     };
+    // A sudoer's rights exist in the tenant before its kubeconfig does.
+    if req.groups.iter().any(|g| g == crate::access::SUDO_GROUP) {
+        s.provisioner
+            .grant_sudo(&t, &endpoint, &req.user)
+            .await
+            .map_err(|e| Problem::internal(&e))?;
+    }
     let now = time::OffsetDateTime::now_utc();
     let signed = s
         .provisioner

@@ -6,7 +6,8 @@ use crate::inventory::Tenant;
 use crate::pki::{self, CertInfo};
 use crate::{Error, Result, render};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, Patch, PatchParams};
 use time::OffsetDateTime;
 use vcp_core::naming::control_plane_namespace;
 
@@ -67,5 +68,26 @@ impl Provisioner {
             kubeconfig,
             certificate,
         })
+    }
+
+    /// Makes `user` a sudoer in tenant `t` ([`crate::access`]): the ClusterRole that lets it
+    /// impersonate itself into the sudo group, bound to it. Idempotent.
+    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, user = %user))]
+    pub async fn grant_sudo(&self, t: &Tenant, endpoint: &str, user: &str) -> Result<()> {
+        let client = self
+            .tenant_client(&control_plane_namespace(&t.key), Some(endpoint))
+            .await?;
+        let (role, binding) = crate::access::sudo_objects(user);
+        let name = crate::access::sudo_name(user);
+        let pp = PatchParams::apply(super::host::FIELD_MANAGER).force();
+        Api::<ClusterRole>::all(client.clone())
+            .patch(&name, &pp, &Patch::Apply(&role))
+            .await
+            .map_err(|e| Error::kube("write the sudo role in the tenant", e))?;
+        Api::<ClusterRoleBinding>::all(client)
+            .patch(&name, &pp, &Patch::Apply(&binding))
+            .await
+            .map_err(|e| Error::kube("bind the sudo role in the tenant", e))?;
+        Ok(())
     }
 }

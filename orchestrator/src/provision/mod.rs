@@ -836,7 +836,6 @@ impl Provisioner {
         client_from_kubeconfig(&kc).await
     }
 
-    /// Binds the access groups inside the tenant; nothing else grants access.
     /// An upgrade's own gate, checked once every step is ready on the hop's version: the
     /// tenant API answers a write (a canary ConfigMap in `default`, applied with this hop's
     /// stamp) and reads it back. (The syncer copies ConfigMaps only while a pod uses them, so
@@ -921,19 +920,9 @@ impl Provisioner {
         let client = self.tenant_client(ns, endpoint).await?;
         let pp = PatchParams::apply(host::FIELD_MANAGER).force();
         let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-        for (group, role) in [
-            ("view", "view"),
-            ("edit", "edit"),
-            ("admin", "cluster-admin"),
-        ] {
-            let name = format!("vcp:{group}");
-            let body = json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": name, "labels": {render::LABEL_MANAGED_BY: "vcp"}},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
-            });
+        for (group, role) in crate::access::LEVELS {
+            let name = crate::access::level_binding_name(group);
+            let body = crate::access::level_binding(group, role);
             crbs.patch(&name, &pp, &Patch::Apply(&body))
                 .await
                 .map_err(|e| Error::kube(format!("bind group {group} in the tenant"), e))?;
