@@ -8,13 +8,9 @@ use vcp_dev::cluster::DevCluster;
 use vcp_orchestrator::provision::host;
 use vcp_orchestrator::render::{self, Catalog, Component, Expose, Input, Plan, Renderer, Settings};
 
-#[tokio::test]
-async fn every_rendered_object_passes_server_side_dry_run() -> anyhow::Result<()> {
-    let cluster = DevCluster::shared().await?;
-    let client = cluster.connect().await?;
-    let catalog = Catalog::builtin();
-    let renderer = Renderer::builtin()?;
-    let settings = Settings {
+/// What the dev cluster's `vcp serve` renders with.
+fn dev_settings() -> Settings {
+    Settings {
         service_cidr: vcp_dev::cluster::SERVICE_CIDR.into(),
         cluster_domain: "cluster.local".into(),
         syncer_image: vcp_dev::platform::DEV_SYNCER_IMAGE.into(),
@@ -22,7 +18,16 @@ async fn every_rendered_object_passes_server_side_dry_run() -> anyhow::Result<()
         expose: Expose::NodePort {
             address: "127.0.0.1".into(),
         },
-    };
+    }
+}
+
+#[tokio::test]
+async fn every_rendered_object_passes_server_side_dry_run() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let catalog = Catalog::builtin();
+    let renderer = Renderer::builtin()?;
+    let settings = dev_settings();
     let mut plans = render::parse_plans(vcp_dev::platform::DEV_PLANS)?;
     plans.insert(
         "ha".into(),
@@ -116,15 +121,7 @@ async fn pods_of_vcps_images_are_admitted_under_an_enforced_restricted_pod_secur
         .await;
     let catalog = Catalog::builtin();
     let renderer = Renderer::builtin()?;
-    let settings = Settings {
-        service_cidr: vcp_dev::cluster::SERVICE_CIDR.into(),
-        cluster_domain: "cluster.local".into(),
-        syncer_image: vcp_dev::platform::DEV_SYNCER_IMAGE.into(),
-        tools_image: vcp_dev::platform::DEV_TOOLS_IMAGE.into(),
-        expose: Expose::NodePort {
-            address: "127.0.0.1".into(),
-        },
-    };
+    let settings = dev_settings();
     let plan = Plan::default();
     let key = vcp_core::naming::TenantKey::new("dryrestricted")?;
     let input = Input {
