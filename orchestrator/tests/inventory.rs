@@ -1078,3 +1078,92 @@ async fn a_patch_update_starts_once_however_many_replicas_race_for_it() -> anyho
     );
     Ok(())
 }
+
+/// `pem` written into the server's data directory, owned by the server's user with `mode`
+/// (Postgres refuses a key others may read).
+fn server_file(pg: &EphemeralPostgres, name: &str, pem: &str, mode: u32) -> anyhow::Result<String> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let data = pg.dir().join("data");
+    let owner = std::fs::metadata(&data)?;
+    let path = data.join(name);
+    std::fs::write(&path, pem)?;
+    std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    Ok(path.to_str().expect("UTF-8").to_owned())
+}
+
+/// A production database usually requires TLS: the inventory connects with `sslmode` and
+/// `sslrootcert` in its URL, verifies the server's certificate against that CA, and refuses a
+/// server whose certificate another CA signed.
+#[tokio::test]
+async fn the_inventory_connects_over_tls_verifying_the_servers_certificate() -> anyhow::Result<()> {
+    use vcp_pki::{Ca, LeafSpec};
+    let pg = EphemeralPostgres::start().await?;
+    let url = pg.create_database("tls").await?;
+    let now = OffsetDateTime::now_utc();
+    let day = time::Duration::DAY;
+    let ca = Ca::generate("db-ca", now, day)?;
+    let leaf = ca.issue(
+        &LeafSpec::server("db", vec!["localhost".into()], vec!["127.0.0.1".parse()?]),
+        now,
+        day,
+    )?;
+    let cert = server_file(&pg, "server.crt", &leaf.cert_pem, 0o644)?;
+    let key = server_file(&pg, "server.key", &leaf.key_pem, 0o600)?;
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("ca.crt");
+    std::fs::write(&root, &ca.cert_key().cert_pem)?;
+    let other_root = dir.path().join("other-ca.crt");
+    std::fs::write(
+        &other_root,
+        &Ca::generate("other", now, day)?.cert_key().cert_pem,
+    )?;
+    // TLS on, by a reload (ALTER SYSTEM cannot run in a transaction: one simple query each).
+    let admin = Inventory::connect(&url).await?;
+    for statement in [
+        format!("ALTER SYSTEM SET ssl_cert_file = '{cert}'"),
+        format!("ALTER SYSTEM SET ssl_key_file = '{key}'"),
+        "ALTER SYSTEM SET ssl = on".to_owned(),
+        "SELECT pg_reload_conf()".to_owned(),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(admin.pool())
+            .await?;
+    }
+
+    let tls = |root: &std::path::Path| {
+        format!(
+            "{url}?sslmode=verify-full&sslrootcert={}",
+            root.to_str().expect("UTF-8")
+        )
+    };
+    let inv = vcp_dev::testing::eventually(
+        "a TLS connection once the server reloaded",
+        Duration::from_secs(20),
+        || async {
+            match Inventory::connect(&tls(&root)).await {
+                Ok(inv) => Ok(Some(inv)),
+                Err(e) => {
+                    println!("not yet: {}", vcp_orchestrator::chain(&e));
+                    Ok(None)
+                }
+            }
+        },
+    )
+    .await?;
+    inv.migrate().await?;
+    let encrypted: bool =
+        sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(inv.pool())
+            .await?;
+    assert!(encrypted, "the inventory's own connection is TLS");
+    let err = Inventory::connect(&tls(&other_root))
+        .await
+        .expect_err("a server certificate of another CA");
+    let msg = vcp_orchestrator::chain(&err);
+    assert!(
+        msg.to_lowercase().contains("certificate"),
+        "the error says why: {msg}"
+    );
+    Ok(())
+}
