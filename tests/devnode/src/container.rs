@@ -6,10 +6,12 @@
 //! `/etc/hosts`; the script then bind-mounts each volume at its `mountPath` and execs the
 //! binary. The mounts exist only in that namespace and vanish with the last process in it, so
 //! nothing outlives the container. Missing mount points are created on the host filesystem as
-//! empty directories (or empty files for a file subPath). Each container is its own process
-//! group and dies with the devnode (parent-death signal).
+//! empty directories (or empty files for a file subPath). A container with a `runAsUser`
+//! (see [`crate::identity`]) then takes that identity through `setpriv`. Each container is its
+//! own process group and dies with the devnode (parent-death signal).
 
 use crate::dns;
+use crate::identity::RunAs;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,10 @@ done
 shift
 exec "$@"
 "#;
+
+/// util-linux's setpriv: how a container takes its `runAsUser` (by absolute path: the
+/// container's `PATH` is the image's).
+const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// A bind mount for a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +53,8 @@ pub struct Launch {
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
     pub log: PathBuf,
+    /// Another identity than the devnode's, taken after the mounts (which need root).
+    pub run_as: Option<RunAs>,
 }
 
 /// Starts the container process.
@@ -67,8 +75,11 @@ pub fn start(l: &Launch) -> vcp_dev::Result<Spawned> {
             if m.read_only { "ro" } else { "rw" }.to_owned(),
         ]);
     }
+    spec = spec.arg("--");
+    if let Some(r) = &l.run_as {
+        spec = spec.arg(SETPRIV).args(r.setpriv_args());
+    }
     spec = spec
-        .arg("--")
         .arg(l.program.to_string_lossy())
         .args(l.args.iter().cloned());
     spec.env = l.env.clone();
