@@ -42,6 +42,24 @@ pub struct Mount {
     pub read_only: bool,
 }
 
+/// The order to make `mounts` in: each source must still be reachable when it is mounted,
+/// so a mount whose target covers another's source (an emptyDir at `/tmp` while the
+/// devnode's state, where volumes live, is under `/tmp`) comes after the others; those, and
+/// the covering ones among themselves, keep parents before children (shallower targets
+/// first, otherwise as given). A covering mount below another covering one is not
+/// supported: its source is hidden by then.
+pub fn mount_order(mounts: &[Mount]) -> Vec<&Mount> {
+    let covers = |m: &Mount| {
+        mounts
+            .iter()
+            .any(|o| o.source.starts_with(Path::new(&m.target)))
+    };
+    let depth = |m: &Mount| Path::new(&m.target).components().count();
+    let mut ordered: Vec<&Mount> = mounts.iter().collect();
+    ordered.sort_by_key(|m| (covers(m), depth(m)));
+    ordered
+}
+
 /// Everything needed to start a container process.
 #[derive(Debug, Clone)]
 pub struct Launch {
@@ -68,7 +86,7 @@ pub fn start(l: &Launch) -> vcp_dev::Result<Spawned> {
         MOUNT_SCRIPT,
         "sh",
     ]);
-    for m in &l.mounts {
+    for m in mount_order(&l.mounts) {
         spec = spec.args([
             m.source.to_string_lossy().into_owned(),
             m.target.clone(),
@@ -230,6 +248,36 @@ pub fn log_path(logs: &Path, ns: &str, pod: &str, container: &str) -> PathBuf {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    #[test]
+    fn mounts_covering_another_mounts_source_come_last_and_parents_before_children() {
+        let m = |source: &str, target: &str| Mount {
+            source: source.into(),
+            target: target.into(),
+            read_only: false,
+        };
+        let mounts = [
+            m("/tmp/state/pods/u/etc/passwd", "/etc/passwd"),
+            m("/tmp/state/pods/u/volumes/data/sub", "/var/lib/data/sub"),
+            m("/tmp/state/pods/u/volumes/tmp", "/tmp"),
+            m("/tmp/state/volumes/pvc-1", "/var/lib/data"),
+            m("/tmp/state/pods/u/termination/c", "/dev/termination-log"),
+        ];
+        let order: Vec<&str> = mount_order(&mounts)
+            .iter()
+            .map(|m| m.target.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "/etc/passwd",
+                "/dev/termination-log",
+                "/var/lib/data",
+                "/var/lib/data/sub",
+                "/tmp"
+            ]
+        );
+    }
 
     #[test]
     fn named_probe_ports_resolve_through_the_container() {
