@@ -39,7 +39,7 @@ pub const SOCKET_DIR: &str = "/var/run/postgresql";
 
 /// Why the entrypoint stops.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum EntrypointError {
     #[error("both {0} and {0}_FILE are set; set one")]
     Both(String),
     #[error("failed to read {var} from {path}")]
@@ -73,9 +73,6 @@ pub enum Error {
     Failed { program: String, status: String },
 }
 
-/// Result with the entrypoint's error.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
 /// What the environment asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -91,17 +88,17 @@ pub struct Settings {
 pub fn settings(
     env: &BTreeMap<String, String>,
     read: impl Fn(&Path) -> std::io::Result<String>,
-) -> Result<Settings> {
-    let var = |name: &str| -> Result<Option<String>> {
+) -> Result<Settings, EntrypointError> {
+    let var = |name: &str| -> Result<Option<String>, EntrypointError> {
         let file = format!("{name}_FILE");
         match (env.get(name), env.get(&file)) {
-            (Some(_), Some(_)) => Err(Error::Both(name.to_owned())),
+            (Some(_), Some(_)) => Err(EntrypointError::Both(name.to_owned())),
             (Some(v), None) => Ok(Some(v.clone())),
             (None, Some(path)) => {
                 let path = PathBuf::from(path);
                 read(&path)
                     .map(|v| Some(v.trim_end_matches('\n').to_owned()))
-                    .map_err(|source| Error::ReadFile {
+                    .map_err(|source| EntrypointError::ReadFile {
                         var: name.to_owned(),
                         path,
                         source,
@@ -111,7 +108,9 @@ pub fn settings(
         }
     };
     if env.contains_key("POSTGRES_INITDB_WALDIR") {
-        return Err(Error::Unsupported("POSTGRES_INITDB_WALDIR".into()));
+        return Err(EntrypointError::Unsupported(
+            "POSTGRES_INITDB_WALDIR".into(),
+        ));
     }
     let user = var("POSTGRES_USER")?
         .filter(|u| !u.is_empty())
@@ -158,9 +157,9 @@ pub fn start_of(args: &[String]) -> Start {
 }
 
 /// `initdb`'s arguments; the password, if any, comes on its standard input.
-pub fn initdb_args(s: &Settings) -> Result<Vec<String>> {
+pub fn initdb_args(s: &Settings) -> Result<Vec<String>, EntrypointError> {
     if s.password.is_none() && s.host_auth != "trust" {
-        return Err(Error::NoPassword);
+        return Err(EntrypointError::NoPassword);
     }
     let mut args = vec![
         format!("--pgdata={}", s.pgdata.display()),
@@ -186,7 +185,7 @@ pub fn create_database(s: &Settings) -> Option<String> {
 
 /// Runs the entrypoint with the container's arguments; returns only on failure (success
 /// replaces this process with the server or the command).
-pub fn run(args: &[String]) -> Result<Infallible> {
+pub fn run(args: &[String]) -> Result<Infallible, EntrypointError> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let server_args = match start_of(args) {
         Start::Other(cmd) => return exec(&cmd[0], &cmd[1..]),
@@ -196,7 +195,7 @@ pub fn run(args: &[String]) -> Result<Infallible> {
     if nix::unistd::geteuid().is_root() {
         return drop_to_postgres(&s, args);
     }
-    let prepare = |source| Error::Prepare {
+    let prepare = |source| EntrypointError::Prepare {
         path: s.pgdata.clone(),
         source,
     };
@@ -214,12 +213,14 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-fn initialise(s: &Settings) -> Result<()> {
+fn initialise(s: &Settings) -> Result<(), EntrypointError> {
     let scripts = std::fs::read_dir(INITDB_SCRIPTS)
         .map(|d| d.count())
         .unwrap_or(0);
     if scripts > 0 {
-        return Err(Error::Unsupported(format!("scripts in {INITDB_SCRIPTS}")));
+        return Err(EntrypointError::Unsupported(format!(
+            "scripts in {INITDB_SCRIPTS}"
+        )));
     }
     tracing::info!(pgdata = %s.pgdata.display(), user = %s.user, db = %s.db, "initialising the database");
     let args = initdb_args(s)?;
@@ -230,7 +231,7 @@ fn initialise(s: &Settings) -> Result<()> {
             .append(true)
             .open(&path)
             .and_then(|mut f| f.write_all(text.as_bytes()))
-            .map_err(|source| Error::Prepare { path, source })
+            .map_err(|source| EntrypointError::Prepare { path, source })
     };
     append("postgresql.conf", "\nlisten_addresses = '*'\n")?;
     append("pg_hba.conf", &format!("\n{}", hba_line(s)))?;
@@ -247,8 +248,12 @@ fn initialise(s: &Settings) -> Result<()> {
 }
 
 /// Runs `program` (from `PATH`) with `input` on its standard input; its output goes to ours.
-fn run_with_input(program: &str, args: &[String], input: Option<&str>) -> Result<()> {
-    let run_err = |source| Error::Run {
+fn run_with_input(
+    program: &str,
+    args: &[String],
+    input: Option<&str>,
+) -> Result<(), EntrypointError> {
+    let run_err = |source| EntrypointError::Run {
         program: program.to_owned(),
         source,
     };
@@ -268,7 +273,7 @@ fn run_with_input(program: &str, args: &[String], input: Option<&str>) -> Result
     drop(stdin);
     let status = child.wait().map_err(run_err)?;
     if !status.success() {
-        return Err(Error::Failed {
+        return Err(EntrypointError::Failed {
             program: program.to_owned(),
             status: status.to_string(),
         });
@@ -278,22 +283,24 @@ fn run_with_input(program: &str, args: &[String], input: Option<&str>) -> Result
 
 /// As root: the data and socket directories go to the image's `postgres` user, then this
 /// entrypoint runs again as that user (still dying with the devnode).
-fn drop_to_postgres(s: &Settings, args: &[String]) -> Result<Infallible> {
+fn drop_to_postgres(s: &Settings, args: &[String]) -> Result<Infallible, EntrypointError> {
     let user = nix::unistd::User::from_name("postgres")
         .ok()
         .flatten()
-        .ok_or_else(|| Error::NoUser("postgres".into()))?;
+        .ok_or_else(|| EntrypointError::NoUser("postgres".into()))?;
     for dir in [s.pgdata.as_path(), Path::new(SOCKET_DIR)] {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Prepare {
+        std::fs::create_dir_all(dir).map_err(|source| EntrypointError::Prepare {
             path: dir.to_owned(),
             source,
         })?;
-        chown_tree(dir, user.uid.as_raw(), user.gid.as_raw()).map_err(|source| Error::Prepare {
-            path: dir.to_owned(),
-            source,
+        chown_tree(dir, user.uid.as_raw(), user.gid.as_raw()).map_err(|source| {
+            EntrypointError::Prepare {
+                path: dir.to_owned(),
+                source,
+            }
         })?;
     }
-    let me = std::env::current_exe().map_err(|source| Error::Run {
+    let me = std::env::current_exe().map_err(|source| EntrypointError::Run {
         program: "/proc/self/exe".into(),
         source,
     })?;
@@ -319,9 +326,9 @@ fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-fn exec(program: &str, args: &[String]) -> Result<Infallible> {
+fn exec(program: &str, args: &[String]) -> Result<Infallible, EntrypointError> {
     let source = Command::new(program).args(args).exec();
-    Err(Error::Run {
+    Err(EntrypointError::Run {
         program: program.to_owned(),
         source,
     })
@@ -383,7 +390,7 @@ mod tests {
         assert_eq!(create_database(&st), None, "initdb made it");
         let st = settings(&env(&[("POSTGRES_USER", "app")]), no_files).unwrap();
         assert_eq!(st.db, "app", "the database defaults to the user's name");
-        assert!(matches!(initdb_args(&st), Err(Error::NoPassword)));
+        assert!(matches!(initdb_args(&st), Err(EntrypointError::NoPassword)));
         let st = settings(
             &env(&[
                 ("POSTGRES_HOST_AUTH_METHOD", "trust"),
@@ -424,15 +431,15 @@ mod tests {
                 &env(&[("POSTGRES_PASSWORD", "a"), ("POSTGRES_PASSWORD_FILE", "/x")]),
                 no_files
             ),
-            Err(Error::Both(v)) if v == "POSTGRES_PASSWORD"
+            Err(EntrypointError::Both(v)) if v == "POSTGRES_PASSWORD"
         ));
         assert!(matches!(
             settings(&env(&[("POSTGRES_USER_FILE", "/missing")]), no_files),
-            Err(Error::ReadFile { .. })
+            Err(EntrypointError::ReadFile { .. })
         ));
         assert!(matches!(
             settings(&env(&[("POSTGRES_INITDB_WALDIR", "/wal")]), no_files),
-            Err(Error::Unsupported(_))
+            Err(EntrypointError::Unsupported(_))
         ));
     }
 
