@@ -213,6 +213,22 @@ async fn port_forward(
     Ok((format!("http://{addr}"), child))
 }
 
+/// `kubectl exec` in a pod (through the devnode's kubelet API: the command runs in the
+/// container's network and mount namespaces, so it sees the pod's volumes and hosts file).
+fn exec(cluster: &DevCluster, ns: &str, pod: &str, command: &[&str]) -> Res<String> {
+    let out = Command::new(cluster.kubectl())
+        .args(["-n", ns, "exec", pod, "--"])
+        .args(command)
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "exec {command:?} in {pod}: {}",
+        text(&out.stderr)
+    );
+    Ok(text(&out.stdout))
+}
+
 /// A Secret's value.
 async fn secret(client: &Client, ns: &str, name: &str, key: &str) -> Res<String> {
     let s = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
@@ -345,7 +361,55 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant(
             env.contains(&format!("VCP_REPLICA_ID={}", p.name_any())),
             "the replica id is the pod name"
         );
+        assert!(
+            env.contains(&"KUBERNETES_SERVICE_HOST=kubernetes.default.svc.cluster.local".into()),
+            "{env:?}"
+        );
     }
+    // What vcp needs in the cluster, seen from inside one of its pods: its service account's
+    // token, CA and namespace; the host apiserver's name (the devnode's gateway) and the
+    // Postgres Service's name (the Postgres pod) in its hosts file.
+    let pod = vcps[0].name_any();
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    assert_eq!(
+        exec(cluster, ns, &pod, &["cat", &format!("{sa}/namespace")])?,
+        ns
+    );
+    exec(
+        cluster,
+        ns,
+        &pod,
+        &[
+            "test",
+            "-s",
+            &format!("{sa}/token"),
+            "-a",
+            "-s",
+            &format!("{sa}/ca.crt"),
+        ],
+    )?;
+    let pg_ip = pg
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .ok_or_else(|| anyhow::anyhow!("postgres has no pod IP"))?;
+    let db_host = format!("vcp-postgresql.{ns}.svc");
+    let resolved = exec(cluster, ns, &pod, &["getent", "hosts", &db_host])?;
+    assert!(
+        resolved.starts_with(&format!("{pg_ip} ")),
+        "{db_host}: {resolved:?}"
+    );
+    let resolved = exec(
+        cluster,
+        ns,
+        &pod,
+        &["getent", "hosts", "kubernetes.default.svc.cluster.local"],
+    )?;
+    let gateway = resolved.split_whitespace().next().unwrap_or_default();
+    assert!(
+        gateway.starts_with("10.245.") && gateway.ends_with(".1"),
+        "the devnode's gateway (10.245.<k>.1): {resolved:?}"
+    );
     let d = Api::<Deployment>::namespaced(client.clone(), ns)
         .get(release)
         .await?;
@@ -378,11 +442,6 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant(
 
     // The inventory holds it, in the chart's Postgres, with the password the chart generated.
     let password = secret(&client, ns, "vcp-postgresql", "password").await?;
-    let pg_ip = pg
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .ok_or_else(|| anyhow::anyhow!("postgres has no pod IP"))?;
     let db = format!("postgres://vcp:{password}@{pg_ip}:5432/vcp");
     let (phase, _) = inventory_row(&db, "incluster")
         .await?
