@@ -6,10 +6,12 @@
 //! `/etc/hosts`; the script then bind-mounts each volume at its `mountPath` and execs the
 //! binary. The mounts exist only in that namespace and vanish with the last process in it, so
 //! nothing outlives the container. Missing mount points are created on the host filesystem as
-//! empty directories (or empty files for a file subPath). Each container is its own process
-//! group and dies with the devnode (parent-death signal).
+//! empty directories (or empty files for a file subPath). A container with a `runAsUser`
+//! (see [`crate::identity`]) then takes that identity through `setpriv`. Each container is its
+//! own process group and dies with the devnode (parent-death signal).
 
 use crate::dns;
+use crate::identity::RunAs;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -28,12 +30,34 @@ shift
 exec "$@"
 "#;
 
+/// util-linux's setpriv: how a container takes its `runAsUser` (by absolute path: the
+/// container's `PATH` is the image's).
+const SETPRIV: &str = "/usr/bin/setpriv";
+
 /// A bind mount for a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
     pub source: PathBuf,
     pub target: String,
     pub read_only: bool,
+}
+
+/// The order to make `mounts` in: each source must still be reachable when it is mounted,
+/// so a mount whose target covers another's source (an emptyDir at `/tmp` while the
+/// devnode's state, where volumes live, is under `/tmp`) comes after the others; those, and
+/// the covering ones among themselves, keep parents before children (shallower targets
+/// first, otherwise as given). A covering mount below another covering one is not
+/// supported: its source is hidden by then.
+pub fn mount_order(mounts: &[Mount]) -> Vec<&Mount> {
+    let covers = |m: &Mount| {
+        mounts
+            .iter()
+            .any(|o| o.source.starts_with(Path::new(&m.target)))
+    };
+    let depth = |m: &Mount| Path::new(&m.target).components().count();
+    let mut ordered: Vec<&Mount> = mounts.iter().collect();
+    ordered.sort_by_key(|m| (covers(m), depth(m)));
+    ordered
 }
 
 /// Everything needed to start a container process.
@@ -47,6 +71,8 @@ pub struct Launch {
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
     pub log: PathBuf,
+    /// Another identity than the devnode's, taken after the mounts (which need root).
+    pub run_as: Option<RunAs>,
 }
 
 /// Starts the container process.
@@ -60,15 +86,18 @@ pub fn start(l: &Launch) -> vcp_dev::Result<Spawned> {
         MOUNT_SCRIPT,
         "sh",
     ]);
-    for m in &l.mounts {
+    for m in mount_order(&l.mounts) {
         spec = spec.args([
             m.source.to_string_lossy().into_owned(),
             m.target.clone(),
             if m.read_only { "ro" } else { "rw" }.to_owned(),
         ]);
     }
+    spec = spec.arg("--");
+    if let Some(r) = &l.run_as {
+        spec = spec.arg(SETPRIV).args(r.setpriv_args());
+    }
     spec = spec
-        .arg("--")
         .arg(l.program.to_string_lossy())
         .args(l.args.iter().cloned());
     spec.env = l.env.clone();
@@ -219,6 +248,36 @@ pub fn log_path(logs: &Path, ns: &str, pod: &str, container: &str) -> PathBuf {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    #[test]
+    fn mounts_covering_another_mounts_source_come_last_and_parents_before_children() {
+        let m = |source: &str, target: &str| Mount {
+            source: source.into(),
+            target: target.into(),
+            read_only: false,
+        };
+        let mounts = [
+            m("/tmp/state/pods/u/etc/passwd", "/etc/passwd"),
+            m("/tmp/state/pods/u/volumes/data/sub", "/var/lib/data/sub"),
+            m("/tmp/state/pods/u/volumes/tmp", "/tmp"),
+            m("/tmp/state/volumes/pvc-1", "/var/lib/data"),
+            m("/tmp/state/pods/u/termination/c", "/dev/termination-log"),
+        ];
+        let order: Vec<&str> = mount_order(&mounts)
+            .iter()
+            .map(|m| m.target.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "/etc/passwd",
+                "/dev/termination-log",
+                "/var/lib/data",
+                "/var/lib/data/sub",
+                "/tmp"
+            ]
+        );
+    }
 
     #[test]
     fn named_probe_ports_resolve_through_the_container() {

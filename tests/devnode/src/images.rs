@@ -1,7 +1,7 @@
 //! Which local executable stands for which container image (pure).
 //!
 //! There is no container runtime: an image is a name for a binary that `tests/kube-bin`
-//! built, or that the workspace built. The table:
+//! built, that the workspace built, or that a Debian package installed. The table:
 //!
 //! | image | executable |
 //! | --- | --- |
@@ -9,14 +9,21 @@
 //! | `registry.k8s.io/etcd:X.Y.Z-N` | `<bin-dir>/etcd-vX.Y.Z`; also `etcdctl-vX.Y.Z`, `etcdutl-vX.Y.Z` |
 //! | `registry.k8s.io/coredns/coredns:vX.Y.Z` | `<bin-dir>/coredns-vX.Y.Z` |
 //! | `<any registry>/vcp-syncer:<any tag>` | `<workspace-bin-dir>/vcp-syncer` |
-//! | `<any registry>/vcp:<any tag>` | `<workspace-bin-dir>/vcp` (its `tool` commands: snapshots) |
+//! | `<any registry>/vcp:<any tag>` | `<workspace-bin-dir>/vcp` (`vcp serve`, and its `tool` commands: snapshots) |
+//! | `<any registry>/postgres:<major>[.minor][-variant]` | entrypoint `<workspace-bin-dir>/vcp-devnode-postgres` (as the official image's `docker-entrypoint.sh`), then the tools of `<postgres-dir>/<major>/bin` (Debian's `postgresql-<major>`) |
 //! | `vcp.dev/host:<any tag>` | `command[0]`, looked up on the node's `PATH` (test pods) |
 //!
 //! The image's own binary is its entrypoint. A container `command` whose first word names that
 //! binary (`etcd`, `/usr/local/bin/kube-apiserver`, ...) runs it with the rest as arguments;
 //! any other first word is not in the image and fails like a missing executable would. The etcd
 //! image, like the real one, also holds `etcdctl` and `etcdutl` (snapshots, health checks).
+//!
+//! An image may also have a default command (`CMD`: the Postgres image's is `postgres`, used
+//! when the container gives neither command nor args), environment (below the pod's: the
+//! Postgres image puts its tools on `PATH` and sets `PGDATA`) and users (see
+//! [`crate::identity`]). Only the Postgres image has any of these.
 
+use crate::identity::ImageUser;
 use std::path::{Path, PathBuf};
 
 /// Where executables come from.
@@ -26,9 +33,26 @@ pub struct ImageDirs {
     pub bin_dir: PathBuf,
     /// The workspace's cargo target directory with `vcp-syncer`.
     pub workspace_bin_dir: PathBuf,
+    /// Debian's PostgreSQL installations, one directory per major version
+    /// (`/usr/lib/postgresql`).
+    pub postgres_dir: PathBuf,
     /// `PATH` for `vcp.dev/host` images.
     pub host_path: Vec<PathBuf>,
 }
+
+/// Debian's directory of PostgreSQL installations.
+pub const DEBIAN_POSTGRES_DIR: &str = "/usr/lib/postgresql";
+
+/// The runtime's default `PATH`, as containerd sets it.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The official Postgres image's `postgres` user.
+const POSTGRES_USER: ImageUser = ImageUser {
+    name: "postgres",
+    uid: 999,
+    gid: 999,
+    home: "/var/lib/postgresql",
+};
 
 /// Why an image cannot run; shown in the container's waiting reason as `ErrImagePull`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +61,12 @@ pub enum ImageError {
     Unknown(String),
     #[error("image {image:?} maps to {path}, which is not built")]
     NotBuilt { image: String, path: PathBuf },
+    #[error("image {image:?} maps to {path}, which is not installed (Debian package {package})")]
+    NotInstalled {
+        image: String,
+        path: PathBuf,
+        package: String,
+    },
     #[error("executable {command:?} is not in image {image:?}")]
     NoSuchCommand { image: String, command: String },
     #[error("image {0:?} needs a command")]
@@ -50,6 +80,35 @@ pub struct Exec {
     pub args: Vec<String>,
 }
 
+/// What an image holds, beyond `vcp.dev/host` (which holds the node's `PATH`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Named executables as (name, path), the entrypoint first.
+    binaries: Vec<(&'static str, PathBuf)>,
+    /// More executables: any file of this directory, by name (the Postgres tools), and the
+    /// package that installs it.
+    tools: Option<(PathBuf, String)>,
+    /// The default command (`CMD`): the entrypoint's arguments when the container gives
+    /// neither command nor args.
+    cmd: Vec<String>,
+    /// The image's environment; the pod's env overrides it.
+    pub env: Vec<(String, String)>,
+    /// The users the image's `/etc/passwd` holds.
+    pub users: Vec<ImageUser>,
+}
+
+impl Image {
+    fn of(binaries: Vec<(&'static str, PathBuf)>) -> Image {
+        Image {
+            binaries,
+            tools: None,
+            cmd: Vec::new(),
+            env: Vec::new(),
+            users: Vec::new(),
+        }
+    }
+}
+
 fn split_image(image: &str) -> (&str, &str) {
     // The tag follows the last ':' after the last '/' (a registry may carry a port).
     let slash = image.rfind('/').map_or(0, |i| i + 1);
@@ -59,23 +118,21 @@ fn split_image(image: &str) -> (&str, &str) {
     }
 }
 
-/// The binaries an image holds as (name, path), its entrypoint first; `None` for `vcp.dev/host`.
-fn binaries(
-    image: &str,
-    dirs: &ImageDirs,
-) -> Result<Option<Vec<(&'static str, PathBuf)>>, ImageError> {
+/// What `image` holds; `None` for `vcp.dev/host`.
+pub fn lookup(image: &str, dirs: &ImageDirs) -> Result<Option<Image>, ImageError> {
     let (repo, tag) = split_image(image);
     let unknown = || ImageError::Unknown(image.to_owned());
     let kube = |component: &'static str| -> Result<_, ImageError> {
         tag.starts_with('v')
             .then(|| {
-                Some(vec![(
+                Some(Image::of(vec![(
                     component,
                     dirs.bin_dir.join(format!("{component}-{tag}")),
-                )])
+                )]))
             })
             .ok_or_else(unknown)
     };
+    let name = repo.rsplit('/').next();
     let found = match repo {
         "vcp.dev/host" => return Ok(None),
         "registry.k8s.io/kube-apiserver" => kube("kube-apiserver")?,
@@ -86,22 +143,52 @@ fn binaries(
         "registry.k8s.io/etcd" => {
             // etcd images are tagged 3.6.16-0: the release plus an image revision.
             let release = tag.split('-').next().unwrap_or(tag);
-            Some(
+            Some(Image::of(
                 ["etcd", "etcdctl", "etcdutl"]
                     .map(|b| (b, dirs.bin_dir.join(format!("{b}-v{release}"))))
                     .into(),
-            )
+            ))
         }
-        r if r.rsplit('/').next() == Some("vcp-syncer") => Some(vec![(
+        _ if name == Some("vcp-syncer") => Some(Image::of(vec![(
             "vcp-syncer",
             dirs.workspace_bin_dir.join("vcp-syncer"),
-        )]),
-        r if r.rsplit('/').next() == Some("vcp") => {
-            Some(vec![("vcp", dirs.workspace_bin_dir.join("vcp"))])
+        )])),
+        _ if name == Some("vcp") => {
+            Some(Image::of(vec![("vcp", dirs.workspace_bin_dir.join("vcp"))]))
         }
+        _ if name == Some("postgres") => Some(postgres(tag, dirs).ok_or_else(unknown)?),
         _ => None,
     };
     found.map(Some).ok_or_else(unknown)
+}
+
+/// The official Postgres image of `tag` (`15`, `15.8`, `15-bookworm`): its major version's
+/// Debian installation behind our stand-in for its entrypoint.
+fn postgres(tag: &str, dirs: &ImageDirs) -> Option<Image> {
+    let major: String = tag.chars().take_while(char::is_ascii_digit).collect();
+    let rest = &tag[major.len()..];
+    // `latest` and `alpine` name no major version: which server they hold is not known.
+    if major.is_empty() || !(rest.is_empty() || rest.starts_with(['.', '-'])) {
+        return None;
+    }
+    let bin = dirs.postgres_dir.join(&major).join("bin");
+    Some(Image {
+        binaries: vec![(
+            "docker-entrypoint.sh",
+            dirs.workspace_bin_dir.join("vcp-devnode-postgres"),
+        )],
+        tools: Some((bin.clone(), format!("postgresql-{major}"))),
+        cmd: vec!["postgres".into()],
+        env: vec![
+            ("PATH".into(), format!("{}:{DEFAULT_PATH}", bin.display())),
+            ("PG_MAJOR".into(), major),
+            ("PGDATA".into(), "/var/lib/postgresql/data".into()),
+            // The official image's en_US.utf8 is not generated here; C.UTF-8 always is, and
+            // gives the same UTF8 encoding.
+            ("LANG".into(), "C.UTF-8".into()),
+        ],
+        users: vec![POSTGRES_USER],
+    })
 }
 
 /// Resolves a container's image, command and args to an executable and its arguments.
@@ -113,9 +200,9 @@ pub fn resolve(
     dirs: &ImageDirs,
     exists: impl Fn(&Path) -> bool,
 ) -> Result<Exec, ImageError> {
-    let tail = |skip: usize| command.iter().skip(skip).chain(args).cloned().collect();
-    match binaries(image, dirs)? {
+    match lookup(image, dirs)? {
         None => {
+            let tail = |skip: usize| command.iter().skip(skip).chain(args).cloned().collect();
             let first = command
                 .first()
                 .ok_or_else(|| ImageError::NoCommand(image.to_owned()))?;
@@ -136,34 +223,75 @@ pub fn resolve(
                 args: tail(1),
             })
         }
-        Some(binaries) => {
-            let (path, skip) = match command.first() {
-                None => (binaries[0].1.clone(), 0),
-                Some(first) => {
-                    let name = first.rsplit('/').next();
-                    let (_, path) =
-                        binaries
-                            .iter()
-                            .find(|(b, _)| Some(*b) == name)
-                            .ok_or_else(|| ImageError::NoSuchCommand {
-                                image: image.to_owned(),
-                                command: first.clone(),
-                            })?;
-                    (path.clone(), 1)
-                }
-            };
-            // Only the binary that runs has to be built: an etcd server needs no etcdctl.
-            if !exists(&path) {
-                return Err(ImageError::NotBuilt {
+        Some(img) => img.resolve(image, command, args, exists),
+    }
+}
+
+impl Image {
+    /// [`resolve`] within this image (named `image` in errors).
+    pub fn resolve(
+        &self,
+        image: &str,
+        command: &[String],
+        args: &[String],
+        exists: impl Fn(&Path) -> bool,
+    ) -> Result<Exec, ImageError> {
+        let no_such = |command: &str| ImageError::NoSuchCommand {
+            image: image.to_owned(),
+            command: command.to_owned(),
+        };
+        // Kubernetes: no command runs the entrypoint with the args, or with the image's CMD
+        // when there are no args either; a command replaces both.
+        let (path, rest): (PathBuf, Vec<String>) = match command.first() {
+            None => {
+                let args = if args.is_empty() {
+                    self.cmd.clone()
+                } else {
+                    args.to_vec()
+                };
+                (self.binaries[0].1.clone(), args)
+            }
+            Some(first) => {
+                let name = first.rsplit('/').next().unwrap_or(first);
+                let named = self
+                    .binaries
+                    .iter()
+                    .find(|(b, _)| *b == name)
+                    .map(|(_, p)| p.clone());
+                let tool = || {
+                    let (dir, _) = self.tools.as_ref()?;
+                    // A bare name, or a path into the tools' directory.
+                    let plain =
+                        !first.contains('/') || Path::new(first).parent() == Some(dir.as_path());
+                    let valid = plain && !name.is_empty() && name != "." && name != "..";
+                    valid.then(|| dir.join(name)).filter(|p| exists(p))
+                };
+                let path = named.or_else(tool).ok_or_else(|| no_such(first))?;
+                (path, command[1..].iter().chain(args).cloned().collect())
+            }
+        };
+        // Only the binary that runs has to be there: an etcd server needs no etcdctl.
+        if !exists(&path) {
+            return Err(ImageError::NotBuilt {
+                image: image.to_owned(),
+                path,
+            });
+        }
+        // The Postgres entrypoint runs the package's server: it must be installed too.
+        if let Some((dir, package)) = &self.tools {
+            let server = dir.join("postgres");
+            if !exists(&server) {
+                return Err(ImageError::NotInstalled {
                     image: image.to_owned(),
-                    path,
+                    path: server,
+                    package: package.clone(),
                 });
             }
-            Ok(Exec {
-                program: path,
-                args: tail(skip),
-            })
         }
+        Ok(Exec {
+            program: path,
+            args: rest,
+        })
     }
 }
 
@@ -175,6 +303,7 @@ mod tests {
         ImageDirs {
             bin_dir: "/cache".into(),
             workspace_bin_dir: "/ws".into(),
+            postgres_dir: "/pg".into(),
             host_path: vec!["/usr/bin".into(), "/bin".into()],
         }
     }
@@ -185,7 +314,12 @@ mod tests {
 
     fn run(image: &str, command: &[&str], args: &[&str]) -> Result<Exec, ImageError> {
         resolve(image, &s(command), &s(args), &dirs(), |p| {
-            p.starts_with("/cache") || p.starts_with("/ws") || p == Path::new("/bin/sleep")
+            p.starts_with("/cache")
+                || p.starts_with("/ws")
+                || ["postgres", "pg_isready", "psql"]
+                    .iter()
+                    .any(|t| p == Path::new("/pg/15/bin").join(t))
+                || p == Path::new("/bin/sleep")
         })
     }
 
@@ -311,6 +445,99 @@ mod tests {
                 "{image}"
             );
         }
+    }
+
+    #[test]
+    fn postgres_images_run_our_entrypoint_then_debians_server_of_their_major_version() {
+        for image in [
+            "postgres:15",
+            "docker.io/library/postgres:15.8",
+            "mirror.example.com:5000/postgres:15-bookworm",
+        ] {
+            // The chart gives neither command nor args: the entrypoint with CMD `postgres`.
+            let e = run(image, &[], &[]).unwrap();
+            assert_eq!(e.program, Path::new("/ws/vcp-devnode-postgres"), "{image}");
+            assert_eq!(e.args, ["postgres"]);
+        }
+        let e = run("postgres:15", &[], &["-c", "max_connections=50"]).unwrap();
+        assert_eq!(e.program, Path::new("/ws/vcp-devnode-postgres"));
+        assert_eq!(e.args, ["-c", "max_connections=50"], "args replace CMD");
+        let e = run(
+            "postgres:15",
+            &["/usr/local/bin/docker-entrypoint.sh", "postgres"],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(e.program, Path::new("/ws/vcp-devnode-postgres"));
+        assert_eq!(e.args, ["postgres"]);
+        // The probes' pg_isready, and any other tool of the package, by name or by its path.
+        let e = run(
+            "postgres:15",
+            &["pg_isready", "-U", "vcp", "-h", "127.0.0.1"],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(e.program, Path::new("/pg/15/bin/pg_isready"));
+        assert_eq!(e.args, ["-U", "vcp", "-h", "127.0.0.1"]);
+        let e = run("postgres:15", &["/pg/15/bin/psql"], &["-c", "select 1"]).unwrap();
+        assert_eq!(e.program, Path::new("/pg/15/bin/psql"));
+        let e = run("postgres:15", &["postgres", "--version"], &[]).unwrap();
+        assert_eq!(e.program, Path::new("/pg/15/bin/postgres"));
+        for outside in ["sh", "/bin/sleep", "../bin/psql", "/pg/15/psql"] {
+            assert!(
+                matches!(
+                    run("postgres:15", &[outside], &[]),
+                    Err(ImageError::NoSuchCommand { .. })
+                ),
+                "{outside}"
+            );
+        }
+    }
+
+    #[test]
+    fn postgres_images_carry_their_environment_and_user() {
+        let img = lookup("postgres:15", &dirs()).unwrap().unwrap();
+        let env: std::collections::BTreeMap<_, _> = img.env.iter().cloned().collect();
+        assert!(env["PATH"].starts_with("/pg/15/bin:"), "{}", env["PATH"]);
+        assert_eq!(env["PGDATA"], "/var/lib/postgresql/data");
+        assert_eq!(env["PG_MAJOR"], "15");
+        assert_eq!(img.users, [POSTGRES_USER]);
+        assert_eq!(POSTGRES_USER.uid, 999, "the official image's postgres user");
+        let vcp = lookup("ghcr.io/vcp-dev/vcp:0.1.0", &dirs())
+            .unwrap()
+            .unwrap();
+        assert!(vcp.env.is_empty() && vcp.users.is_empty());
+    }
+
+    #[test]
+    fn postgres_images_without_an_installed_major_version_fail_naming_the_package() {
+        let err = run("postgres:16", &[], &[]).unwrap_err();
+        assert_eq!(
+            err,
+            ImageError::NotInstalled {
+                image: "postgres:16".into(),
+                path: "/pg/16/bin/postgres".into(),
+                package: "postgresql-16".into(),
+            }
+        );
+        assert!(err.to_string().contains("postgresql-16"), "{err}");
+        for unknown in [
+            "postgres",
+            "postgres:latest",
+            "postgres:alpine",
+            "postgres:15alpha",
+        ] {
+            assert!(
+                matches!(run(unknown, &[], &[]), Err(ImageError::Unknown(_))),
+                "{unknown}"
+            );
+        }
+        let missing_entrypoint =
+            resolve("postgres:15", &[], &[], &dirs(), |p| p.starts_with("/pg"));
+        assert!(matches!(
+            missing_entrypoint,
+            Err(ImageError::NotBuilt { path, .. }) if path == Path::new("/ws/vcp-devnode-postgres")
+        ));
     }
 
     #[test]

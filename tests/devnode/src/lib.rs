@@ -15,11 +15,13 @@
 pub mod container;
 pub mod dns;
 pub mod forward;
+pub mod identity;
 pub mod images;
 pub mod kubelet;
 pub mod network;
 pub mod node;
 pub mod pod;
+pub mod postgres;
 pub mod status;
 pub mod usage;
 pub mod volumes;

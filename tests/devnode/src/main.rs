@@ -20,6 +20,9 @@ struct Args {
     /// Where the workspace's binaries (vcp-syncer) are; default: next to this binary.
     #[arg(long, env = "VCP_WORKSPACE_BIN_DIR")]
     workspace_bin_dir: Option<PathBuf>,
+    /// Debian's PostgreSQL installations (`<dir>/<major>/bin`), for `postgres` images.
+    #[arg(long, env = "VCP_DEVNODE_POSTGRES_DIR", default_value = vcp_devnode::images::DEBIAN_POSTGRES_DIR)]
+    postgres_dir: PathBuf,
     /// Kubelet version to report.
     #[arg(long, env = "VCP_DEVNODE_VERSION", default_value = vcp_dev::bins::host_kubernetes_version())]
     kubelet_version: String,
@@ -63,6 +66,7 @@ async fn main() -> anyhow::Result<()> {
         images: vcp_devnode::images::ImageDirs {
             bin_dir: args.bin_dir.unwrap_or_else(vcp_dev::bins::bin_dir),
             workspace_bin_dir: args.workspace_bin_dir.unwrap_or(exe_dir),
+            postgres_dir: args.postgres_dir,
             host_path: std::env::var_os("PATH")
                 .map(|p| std::env::split_paths(&p).collect())
                 .unwrap_or_default(),

@@ -10,6 +10,7 @@
 
 use crate::container::{self, Launch, Mount, ProbeResult};
 use crate::dns;
+use crate::identity::{self, ImageUser};
 use crate::images::{self, ImageDirs};
 use crate::network::{self, Network};
 use crate::status::{self, ContainerView, Termination};
@@ -141,6 +142,8 @@ struct Worker {
     ctrs: Vec<Ctr>,
     tokens: BTreeMap<(String, i64), (String, Instant)>,
     volumes_ready: bool,
+    /// Writable volumes already given to the pod's fsGroup.
+    grouped: BTreeSet<String>,
     hosts: String,
     last_status: Option<PodStatus>,
 }
@@ -169,6 +172,7 @@ pub async fn run(sh: Arc<Shared>, mut updates: watch::Receiver<Option<Arc<Pod>>>
         ctrs,
         tokens: BTreeMap::new(),
         volumes_ready: false,
+        grouped: BTreeSet::new(),
         hosts: String::new(),
         last_status: None,
     };
@@ -467,6 +471,41 @@ impl Worker {
                 Backing::Dir(Some(_)) => {}
             }
         }
+        self.apply_fs_group(&spec, &inputs)?;
+        Ok(())
+    }
+
+    /// Gives the pod's writable volumes (emptyDir, claims) to its `fsGroup` once, as a
+    /// kubelet does when it mounts them: group ownership, group read and write, and setgid
+    /// directories so new files stay in the group. Secret, ConfigMap and projected files keep
+    /// their modes (default 0644: readable by any uid).
+    fn apply_fs_group(
+        &mut self,
+        spec: &k8s_openapi::api::core::v1::PodSpec,
+        inputs: &Inputs,
+    ) -> Result<(), String> {
+        let Some(gid) = spec.security_context.as_ref().and_then(|s| s.fs_group) else {
+            return Ok(());
+        };
+        let gid = u32::try_from(gid).map_err(|_| format!("invalid fsGroup {gid}"))?;
+        for v in spec.volumes.iter().flatten() {
+            let dir = if v.empty_dir.is_some() {
+                self.dir.join("volumes").join(&v.name)
+            } else if let Some(c) = &v.persistent_volume_claim {
+                match inputs.claim_paths.get(&c.claim_name) {
+                    Some(p) => p.clone(),
+                    None => continue,
+                }
+            } else {
+                continue;
+            };
+            if self.grouped.contains(&v.name) {
+                continue;
+            }
+            volumes::give_to_group(&dir, gid)
+                .map_err(|e| format!("volume {}: fsGroup {gid}: {e}", v.name))?;
+            self.grouped.insert(v.name.clone());
+        }
         Ok(())
     }
 
@@ -533,13 +572,21 @@ impl Worker {
         Some(self.dir.join("volumes").join(name))
     }
 
-    fn env_of(&self, c: &Container) -> Result<Vec<(String, String)>, String> {
+    /// The container's environment: the runtime's basics, the image's, then the pod's.
+    fn env_of(
+        &self,
+        c: &Container,
+        image_env: &[(String, String)],
+    ) -> Result<Vec<(String, String)>, String> {
         let ns = self.ns();
         let mut env = container::base_env(&self.hostname());
         let set = |env: &mut Vec<(String, String)>, k: String, v: String| {
             env.retain(|(ek, _)| *ek != k);
             env.push((k, v));
         };
+        for (k, v) in image_env {
+            set(&mut env, k.clone(), v.clone());
+        }
         for from in c.env_from.iter().flatten() {
             let prefix = from.prefix.clone().unwrap_or_default();
             if let Some(r) = &from.config_map_ref {
@@ -630,9 +677,22 @@ impl Worker {
     }
 
     fn launch_for(&self, c: &Container) -> Result<Launch, (String, String)> {
-        let env = self
-            .env_of(c)
-            .map_err(|m| ("CreateContainerConfigError".to_owned(), m))?;
+        let image = c.image.clone().unwrap_or_default();
+        let pulled = |e: images::ImageError| ("ErrImagePull".to_owned(), e.to_string());
+        let config = |m: String| ("CreateContainerConfigError".to_owned(), m);
+        let found = images::lookup(&image, &self.sh.images).map_err(pulled)?;
+        let (image_env, users) = found.map(|i| (i.env, i.users)).unwrap_or_default();
+        let env = self.env_of(c, &image_env).map_err(config)?;
+        let run_as = identity::run_as(
+            self.pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref()),
+            &c.name,
+            c.security_context.as_ref(),
+            &users,
+        )
+        .map_err(|e| config(e.to_string()))?;
         let command: Vec<String> = c
             .command
             .iter()
@@ -640,10 +700,9 @@ impl Worker {
             .map(|s| expand(s, &env))
             .collect();
         let args: Vec<String> = c.args.iter().flatten().map(|s| expand(s, &env)).collect();
-        let image = c.image.clone().unwrap_or_default();
         let exec = images::resolve(&image, &command, &args, &self.sh.images, is_executable)
-            .map_err(|e| ("ErrImagePull".to_owned(), e.to_string()))?;
-        let mut mounts = Vec::new();
+            .map_err(pulled)?;
+        let mut mounts = self.user_tables(&c.name, &users).map_err(config)?;
         for m in c.volume_mounts.iter().flatten() {
             let mut source = self.volume_source(&m.name).ok_or_else(|| {
                 (
@@ -665,7 +724,12 @@ impl Worker {
         let fresh = term
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&term, b""));
+            .and_then(|()| std::fs::write(&term, b""))
+            .and_then(|()| {
+                // Writable by whichever uid the container runs as, as a kubelet makes it.
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&term, std::fs::Permissions::from_mode(0o666))
+            });
         if let Err(e) = fresh {
             return Err((
                 "CreateContainerConfigError".to_owned(),
@@ -693,7 +757,38 @@ impl Worker {
             mounts,
             working_dir: c.working_dir.clone(),
             log: container::log_path(&self.sh.logs_dir, &self.ns(), &self.pod.name_any(), &c.name),
+            run_as,
         })
+    }
+
+    /// For an image with users of its own: `/etc/passwd` and `/etc/group` as the image has
+    /// them (see [`identity`]), written for this container and mounted read-only.
+    fn user_tables(&self, container: &str, users: &[ImageUser]) -> Result<Vec<Mount>, String> {
+        if users.is_empty() {
+            return Ok(Vec::new());
+        }
+        let dir = self.dir.join("etc").join(container);
+        let mut mounts = Vec::new();
+        for (name, render) in [
+            (
+                "passwd",
+                identity::passwd_with as fn(&str, &[ImageUser]) -> String,
+            ),
+            ("group", identity::group_with),
+        ] {
+            let host = Path::new("/etc").join(name);
+            let text = std::fs::read_to_string(&host).unwrap_or_default();
+            let path = dir.join(name);
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&path, render(&text, users)))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            mounts.push(Mount {
+                source: path,
+                target: host.display().to_string(),
+                read_only: true,
+            });
+        }
+        Ok(mounts)
     }
 
     async fn drive(&mut self, i: usize, policy: &str) {

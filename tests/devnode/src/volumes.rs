@@ -401,6 +401,27 @@ pub fn write_atomic(dir: &Path, files: &[VolumeFile]) -> std::io::Result<bool> {
     Ok(true)
 }
 
+/// Gives `dir` and everything below it to group `gid` as a kubelet applies `fsGroup`: group
+/// ownership, group read and write (and search on directories), setgid directories so what
+/// the pod creates stays in the group. Symbolic links are re-owned, never followed.
+pub fn give_to_group(dir: &Path, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(dir)?;
+    std::os::unix::fs::lchown(dir, None, Some(gid))?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    let extra = if meta.is_dir() { 0o2770 } else { 0o660 };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | extra))?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            give_to_group(&entry?.path(), gid)?;
+        }
+    }
+    Ok(())
+}
+
 fn same_content(dir: &Path, files: &[VolumeFile]) -> bool {
     use std::os::unix::fs::PermissionsExt;
     let count = walk_count(dir);
@@ -456,6 +477,42 @@ mod tests {
             .unwrap(),
         );
         i
+    }
+
+    #[test]
+    fn an_fs_group_owns_a_volume_tree_and_may_write_it() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("vol");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/file"), b"x").unwrap();
+        std::fs::set_permissions(
+            root.join("sub/file"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", root.join("link")).unwrap();
+        let before = std::fs::metadata("/etc/hostname").unwrap();
+        // Our own group: no privilege needed to give files to it.
+        let gid = nix::unistd::getegid().as_raw();
+        give_to_group(&root, gid).unwrap();
+        let mode = |p: &str| {
+            std::fs::metadata(root.join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("") & 0o2070, 0o2070, "setgid, group rwx");
+        assert_eq!(mode("sub") & 0o2070, 0o2070);
+        assert_eq!(mode("sub/file"), 0o660);
+        assert_eq!(std::fs::metadata(root.join("sub/file")).unwrap().gid(), gid);
+        let after = std::fs::metadata("/etc/hostname").unwrap();
+        assert_eq!(
+            (before.mode(), before.gid()),
+            (after.mode(), after.gid()),
+            "a link's target is left alone"
+        );
     }
 
     #[test]

@@ -882,3 +882,109 @@ spec:{POD_PLACEMENT}
     assert!(status["totalKey"].as_i64().unwrap_or(0) >= 1, "{status}");
     Ok(())
 }
+
+/// One field of /proc/<pid>/status ("Uid", "Groups", "NoNewPrivs").
+fn proc_status(pid: u32, field: &str) -> Res<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_owned())
+        .ok_or_else(|| anyhow::anyhow!("no {field} in /proc/{pid}/status"))
+}
+
+#[tokio::test]
+async fn containers_run_as_their_run_as_user_and_fs_group_owns_their_writable_volumes() -> Res {
+    use std::os::unix::fs::MetadataExt;
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "identity";
+    namespace(&client, ns).await?;
+    apply_yaml(
+        &client,
+        ns,
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: user, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  securityContext: {{runAsNonRoot: true, runAsUser: 1234, runAsGroup: 1234, fsGroup: 4321, supplementalGroups: [77]}}
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  containers:
+    - name: c
+      image: "vcp.dev/host:any"
+      command: [sh, -c, "touch /data/made-by-the-pod && exec sleep 3600"]
+      securityContext: {{allowPrivilegeEscalation: false}}
+      volumeMounts: [{{name: data, mountPath: /data}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: root, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  securityContext: {{runAsNonRoot: true}}
+  containers: [{{name: c, image: "vcp.dev/host:any", command: [sleep, "3600"]}}]
+"#
+        ),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let p = eventually("pod user running", Duration::from_secs(60), || async {
+        Ok(pods.get("user").await?).map(|p| pid_of(&p, 0).map(|_| p))
+    })
+    .await?;
+    let pid = pid_of(&p, 0).unwrap();
+    assert_eq!(
+        proc_status(pid, "Uid")?
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["1234"; 4]
+    );
+    assert_eq!(
+        proc_status(pid, "Gid")?.split_whitespace().next(),
+        Some("1234")
+    );
+    assert_eq!(
+        proc_status(pid, "Groups")?,
+        "77 4321",
+        "supplemental groups and fsGroup"
+    );
+    assert_eq!(proc_status(pid, "NoNewPrivs")?, "1");
+    assert_eq!(
+        proc_status(pid, "CapEff")?,
+        "0000000000000000",
+        "no capabilities"
+    );
+    // The emptyDir belongs to the fsGroup, and what the pod writes there stays in it.
+    let uid = p.uid().unwrap();
+    let file = cluster
+        .state_dir()
+        .join("devnode/pods")
+        .join(&uid)
+        .join("volumes/data/made-by-the-pod");
+    let meta = eventually("the pod's file", Duration::from_secs(30), || async {
+        Ok(std::fs::metadata(&file).ok())
+    })
+    .await?;
+    assert_eq!((meta.uid(), meta.gid()), (1234, 4321));
+
+    // runAsNonRoot without a runAsUser: the devnode's images run as root, so it is refused.
+    let (reason, message) = eventually(
+        "CreateContainerConfigError",
+        Duration::from_secs(30),
+        || async {
+            let p = pods.get("root").await?;
+            let w = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.first()?.state.as_ref()?.waiting.clone());
+            Ok(
+                w.and_then(|w| Some((w.reason?, w.message.unwrap_or_default())))
+                    .filter(|(r, _)| r == "CreateContainerConfigError"),
+            )
+        },
+    )
+    .await?;
+    assert!(message.contains("runAsNonRoot"), "{reason}: {message}");
+    Ok(())
+}

@@ -1,0 +1,582 @@
+//! vcp really running from its Helm chart: `helm install` of `charts/vcp` on the dev cluster,
+//! with the evaluation Postgres, vcp's and Postgres' pods placed on the devnode (which runs
+//! them as real processes: the workspace's `vcp` and Debian's PostgreSQL 15), then the
+//! platform used through its in-cluster API as NOTES.txt tells a user to: the admin token read
+//! from its Secret, the API reached through `kubectl port-forward`, a tenant created and its
+//! kubeconfig used.
+//!
+//! In cluster, vcp reads its service-account token and CA from the mounted volume, reaches the
+//! host apiserver at `KUBERNETES_SERVICE_HOST`, finds Postgres by its Service name and tenant
+//! apiservers by theirs (`--tenant-access service`), and names itself after its pod.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, ResourceExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncBufReadExt;
+use vcp_dev::DevCluster;
+use vcp_dev::platform::ApiClient;
+use vcp_dev::testing::eventually;
+
+type Res<T = ()> = anyhow::Result<T>;
+
+/// vcp's first start migrates an empty inventory, after Postgres initialised it; both on a
+/// machine shared with other test binaries.
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
+const TENANT_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/vcp")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Values for the dev cluster: vcp and Postgres on the devnode, control planes too (the dev
+/// plans), tenant apiservers as NodePorts on 127.0.0.1 (where the devnode forwards them).
+fn values() -> String {
+    format!(
+        r#"
+replicas: 2
+workers: 2
+serviceCIDR: {cidr}
+expose: {{mode: node-port, address: 127.0.0.1}}
+postgresql: {{enabled: true, storage: {{size: 1Gi}}}}
+logging: {{format: text, level: "info,vcp_orchestrator=debug"}}
+nodeSelector: {{vcp.dev/runtime: process}}
+tolerations: [{{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}}]
+plans:
+  default:
+    node_selector: {{vcp.dev/runtime: process}}
+    tolerations: [{{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}}]
+    policy:
+      placement:
+        node_selector: {{type: kwok}}
+"#,
+        cidr = vcp_dev::cluster::SERVICE_CIDR
+    )
+}
+
+/// Runs the pinned helm against the cluster.
+fn helm(cluster: &DevCluster, args: &[&str]) -> Res<Output> {
+    let out = Command::new(vcp_dev::bins::tool("helm")?)
+        .args(args)
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    Ok(out)
+}
+
+/// `helm install` (or `uninstall`) of release `release` in `ns` with [`values`].
+fn install(cluster: &DevCluster, release: &str, ns: &str) -> Res {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values())?;
+    let chart = chart_dir();
+    helm(
+        cluster,
+        &[
+            "install",
+            release,
+            chart.to_str().unwrap(),
+            "--namespace",
+            ns,
+            "--create-namespace",
+            "-f",
+            file.to_str().unwrap(),
+        ],
+    )?;
+    Ok(())
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The pid the devnode reports for a pod's first container (`devnode://<pid>`).
+fn pid_of(p: &Pod) -> Option<u32> {
+    let id = p
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .container_id
+        .clone()?;
+    id.strip_prefix("devnode://")?.parse().ok()
+}
+
+/// Real and effective uid of a process.
+fn uids(pid: u32) -> Res<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .ok_or_else(|| anyhow::anyhow!("no Uid line for {pid}"))?;
+    let ids: Vec<u32> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    Ok((ids[0], ids[1]))
+}
+
+/// The end of a devnode container log, for failure messages.
+fn container_log(cluster: &DevCluster, ns: &str, pod: &str, container: &str) -> String {
+    let path = cluster
+        .state_dir()
+        .join("devnode/logs")
+        .join(format!("{ns}_{pod}_{container}.log"));
+    vcp_dev::process::log_tail(&path, 30)
+}
+
+/// Waits until `n` pods matching `selector` in `ns` are Ready; returns them.
+async fn ready_pods(
+    cluster: &DevCluster,
+    pods: &Api<Pod>,
+    selector: &str,
+    n: usize,
+    container: &str,
+) -> Res<Vec<Pod>> {
+    let what = format!("{n} Ready pods {selector}");
+    let found = eventually(&what, INSTALL_TIMEOUT, || async {
+        let list = pods.list(&ListParams::default().labels(selector)).await?;
+        let ready: Vec<Pod> = list
+            .items
+            .into_iter()
+            .filter(|p| ready(p) && p.metadata.deletion_timestamp.is_none())
+            .collect();
+        Ok((ready.len() >= n).then_some(ready))
+    })
+    .await;
+    if found.is_err() {
+        // Say why: each pod's status and the end of its log.
+        for p in pods
+            .list(&ListParams::default().labels(selector))
+            .await?
+            .items
+        {
+            eprintln!(
+                "pod {}: {}\n{}",
+                p.name_any(),
+                serde_json::to_string(&p.status)?,
+                container_log(
+                    cluster,
+                    &p.namespace().unwrap_or_default(),
+                    &p.name_any(),
+                    container
+                )
+            );
+        }
+    }
+    found
+}
+
+/// `kubectl port-forward` to `target` in `ns`: the local URL, and the process (killed on drop).
+async fn port_forward(
+    cluster: &DevCluster,
+    ns: &str,
+    target: &str,
+) -> Res<(String, tokio::process::Child)> {
+    let mut child = tokio::process::Command::new(cluster.kubectl())
+        .args(["-n", ns, "port-forward", target, ":8080"])
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().expect("piped");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    // "Forwarding from 127.0.0.1:41234 -> 8080"
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .map_err(|_| anyhow::anyhow!("kubectl port-forward printed nothing in 30 s"))??
+        .ok_or_else(|| anyhow::anyhow!("kubectl port-forward ended"))?;
+    let addr = line
+        .strip_prefix("Forwarding from ")
+        .and_then(|r| r.split(" -> ").next())
+        .ok_or_else(|| anyhow::anyhow!("unexpected port-forward output {line:?}"))?;
+    // Keep reading so kubectl never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((format!("http://{addr}"), child))
+}
+
+/// `kubectl exec` in a pod (through the devnode's kubelet API: the command runs in the
+/// container's network and mount namespaces, so it sees the pod's volumes and hosts file).
+fn exec(cluster: &DevCluster, ns: &str, pod: &str, command: &[&str]) -> Res<String> {
+    let out = Command::new(cluster.kubectl())
+        .args(["-n", ns, "exec", pod, "--"])
+        .args(command)
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "exec {command:?} in {pod}: {}",
+        text(&out.stderr)
+    );
+    Ok(text(&out.stdout))
+}
+
+/// A Secret's value.
+async fn secret(client: &Client, ns: &str, name: &str, key: &str) -> Res<String> {
+    let s = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?;
+    let v = s
+        .data
+        .and_then(|d| d.get(key).cloned())
+        .ok_or_else(|| anyhow::anyhow!("secret {name} has no {key}"))?;
+    Ok(String::from_utf8(v.0)?)
+}
+
+async fn tenant_client(kubeconfig: &str) -> Res<Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(Client::try_from(cfg)?)
+}
+
+/// The namespaces a tenant's admin kubeconfig lists.
+async fn tenant_namespaces(api: &ApiClient, tenant: &str) -> Res<Vec<String>> {
+    let kc = api.kubeconfig(tenant, "tester", &["admin"], "1h").await?;
+    let client = tenant_client(&kc).await?;
+    // The kubeconfig carries the NodePort the devnode forwards on 127.0.0.1.
+    let list = eventually(
+        "the tenant apiserver through its kubeconfig",
+        Duration::from_secs(60),
+        || async {
+            Ok(Api::<Namespace>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .ok())
+        },
+    )
+    .await?;
+    Ok(list.items.iter().map(|n| n.name_any()).collect())
+}
+
+/// The inventory's view of a tenant: (phase, lease owner), read straight from the chart's
+/// Postgres at its pod IP with the generated password (scram over a non-local address).
+async fn inventory_row(url: &str, tenant: &str) -> Res<Option<(String, Option<String>)>> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let row: Option<(String, Option<String>)> = sqlx::query_as(
+        "SELECT phase::text, lease_owner FROM tenants WHERE name = $1 AND deleted_at IS NULL",
+    )
+    .bind(tenant)
+    .fetch_optional(&mut conn)
+    .await?;
+    let _ = conn.close().await;
+    Ok(row)
+}
+
+/// Who moved a tenant to Ready, from the audit trail: `reconciler/<replica>/<worker>`.
+async fn made_ready_by(url: &str, tenant: &str) -> Res<Option<String>> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let actor: Option<String> = sqlx::query_scalar(
+        "SELECT a.actor FROM audit a JOIN tenants t ON t.id = a.tenant_id
+         WHERE t.name = $1 AND t.deleted_at IS NULL AND a.action = 'tenant.phase'
+           AND a.detail->>'to' = 'Ready'
+         ORDER BY a.id LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_optional(&mut conn)
+    .await?;
+    let _ = conn.close().await;
+    Ok(actor)
+}
+
+#[tokio::test]
+async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant() -> Res {
+    let t0 = Instant::now();
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let (release, ns) = ("vcp", "incluster-install");
+    install(cluster, release, ns)?;
+    println!("helm install: {:.1}s", t0.elapsed().as_secs_f64());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+
+    // Postgres: initialised by the image's entrypoint, Ready by its pg_isready probe, as 999.
+    let pg = ready_pods(
+        cluster,
+        &pods,
+        "app.kubernetes.io/component=postgresql",
+        1,
+        "postgresql",
+    )
+    .await?
+    .remove(0);
+    println!("postgres Ready: {:.1}s", t0.elapsed().as_secs_f64());
+    assert_eq!(
+        pg.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(vcp_dev::cluster::DEVNODE_NAME)
+    );
+    let pid = pid_of(&pg).ok_or_else(|| anyhow::anyhow!("no pid for postgres"))?;
+    assert_eq!(
+        uids(pid)?,
+        (999, 999),
+        "Postgres runs as the chart's runAsUser"
+    );
+
+    // Two vcp replicas Ready by their /readyz probes (the inventory answers through the
+    // Service name and the generated password), each as 65532, each named after its pod.
+    let vcps = ready_pods(
+        cluster,
+        &pods,
+        "app.kubernetes.io/component=orchestrator",
+        2,
+        "vcp",
+    )
+    .await?;
+    println!("2 vcp replicas Ready: {:.1}s", t0.elapsed().as_secs_f64());
+    for p in &vcps {
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(vcp_dev::cluster::DEVNODE_NAME)
+        );
+        let pid = pid_of(p).ok_or_else(|| anyhow::anyhow!("no pid for {}", p.name_any()))?;
+        assert_eq!(
+            uids(pid)?,
+            (65532, 65532),
+            "vcp runs as the chart's runAsUser"
+        );
+        let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
+        let env: Vec<String> = environ
+            .split(|b| *b == 0)
+            .map(|e| String::from_utf8_lossy(e).into_owned())
+            .collect();
+        assert!(
+            env.contains(&format!("VCP_REPLICA_ID={}", p.name_any())),
+            "the replica id is the pod name"
+        );
+        assert!(
+            env.contains(&"KUBERNETES_SERVICE_HOST=kubernetes.default.svc.cluster.local".into()),
+            "{env:?}"
+        );
+    }
+    // What vcp needs in the cluster, seen from inside one of its pods: its service account's
+    // token, CA and namespace; the host apiserver's name (the devnode's gateway) and the
+    // Postgres Service's name (the Postgres pod) in its hosts file.
+    let pod = vcps[0].name_any();
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    assert_eq!(
+        exec(cluster, ns, &pod, &["cat", &format!("{sa}/namespace")])?,
+        ns
+    );
+    exec(
+        cluster,
+        ns,
+        &pod,
+        &[
+            "test",
+            "-s",
+            &format!("{sa}/token"),
+            "-a",
+            "-s",
+            &format!("{sa}/ca.crt"),
+        ],
+    )?;
+    let pg_ip = pg
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .ok_or_else(|| anyhow::anyhow!("postgres has no pod IP"))?;
+    let db_host = format!("vcp-postgresql.{ns}.svc");
+    let resolved = exec(cluster, ns, &pod, &["getent", "hosts", &db_host])?;
+    assert!(
+        resolved.starts_with(&format!("{pg_ip} ")),
+        "{db_host}: {resolved:?}"
+    );
+    let resolved = exec(
+        cluster,
+        ns,
+        &pod,
+        &["getent", "hosts", "kubernetes.default.svc.cluster.local"],
+    )?;
+    let gateway = resolved.split_whitespace().next().unwrap_or_default();
+    assert!(
+        gateway.starts_with("10.245.") && gateway.ends_with(".1"),
+        "the devnode's gateway (10.245.<k>.1): {resolved:?}"
+    );
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(release)
+        .await?;
+    assert_eq!(
+        d.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(2),
+        "the Deployment counts both"
+    );
+
+    // The API as NOTES.txt says: port-forward to the Service, the admin token from its Secret.
+    let token = secret(&client, ns, "vcp-admin-token", "token").await?;
+    let (url, _forward) = port_forward(cluster, ns, "service/vcp").await?;
+    let api = ApiClient::new(&url, &token);
+    let (status, body) = api.raw(reqwest::Method::GET, "/v1/tenants", None).await?;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = ApiClient::new(&url, "vcp_wrong")
+        .raw(reqwest::Method::GET, "/v1/tenants", None)
+        .await?;
+    assert_eq!(status, 401, "only the Secret's token is admitted");
+
+    // A tenant, provisioned by vcp in the cluster: control plane on the devnode, reached by
+    // vcp through its Service name, by us through the NodePort its kubeconfig names.
+    api.create_tenant("incluster").await?;
+    api.wait_ready("incluster", TENANT_TIMEOUT).await?;
+    println!("tenant Ready: {:.1}s", t0.elapsed().as_secs_f64());
+    let names = tenant_namespaces(&api, "incluster").await?;
+    for want in ["default", "kube-system"] {
+        assert!(names.iter().any(|n| n == want), "{names:?}");
+    }
+
+    // The inventory holds it, in the chart's Postgres, with the password the chart generated.
+    let password = secret(&client, ns, "vcp-postgresql", "password").await?;
+    let db = format!("postgres://vcp:{password}@{pg_ip}:5432/vcp");
+    let (phase, _) = inventory_row(&db, "incluster")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("tenant not in the inventory"))?;
+    assert_eq!(phase, "Ready");
+    let wrong = format!("postgres://vcp:not-{password}@{pg_ip}:5432/vcp");
+    assert!(
+        inventory_row(&wrong, "incluster").await.is_err(),
+        "a wrong password is refused from outside the pod"
+    );
+    println!("total: {:.1}s", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_replica_deleted_mid_provision_leaves_the_tenant_to_the_other_and_a_reinstall_adopts_it()
+-> Res {
+    let t0 = Instant::now();
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    // Another release name: the chart's ClusterRole and binding are named after it.
+    let (release, ns) = ("adopt-vcp", "incluster-adopt");
+    install(cluster, release, ns)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let selector = "app.kubernetes.io/component=orchestrator";
+    let (token_secret, db_secret) = (
+        format!("{release}-admin-token"),
+        format!("{release}-postgresql"),
+    );
+    let pg = ready_pods(
+        cluster,
+        &pods,
+        "app.kubernetes.io/component=postgresql",
+        1,
+        "postgresql",
+    )
+    .await?
+    .remove(0);
+    let vcps = ready_pods(cluster, &pods, selector, 2, "vcp").await?;
+    println!("installed: {:.1}s", t0.elapsed().as_secs_f64());
+    let token = secret(&client, ns, &token_secret, "token").await?;
+    let password = secret(&client, ns, &db_secret, "password").await?;
+    let pod_ip = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
+    let db = format!(
+        "postgres://vcp:{password}@{}:5432/vcp",
+        pod_ip(&pg).ok_or_else(|| anyhow::anyhow!("postgres has no pod IP"))?
+    );
+    // The pod IPs are in the devnode's network namespaces: reachable from here.
+    let api_of = |p: &Pod| -> Res<ApiClient> {
+        let ip = pod_ip(p).ok_or_else(|| anyhow::anyhow!("{} has no pod IP", p.name_any()))?;
+        Ok(ApiClient::new(&format!("http://{ip}:8080"), &token))
+    };
+
+    // Mid-provision, the replica holding the tenant's lease is deleted: the other finishes.
+    api_of(&vcps[0])?.create_tenant("adopted").await?;
+    let holder = eventually("a replica leasing the tenant", TENANT_TIMEOUT, || async {
+        Ok(match inventory_row(&db, "adopted").await? {
+            Some((phase, Some(owner))) if phase != "Ready" => Some(owner),
+            Some((phase, _)) if phase == "Ready" => {
+                anyhow::bail!("the tenant was Ready before a replica could be deleted")
+            }
+            _ => None,
+        })
+    })
+    .await?;
+    let victim = holder.split('/').next().unwrap_or_default().to_owned();
+    let survivor = vcps
+        .iter()
+        .find(|p| p.name_any() != victim)
+        .ok_or_else(|| anyhow::anyhow!("lease holder {holder} is not one of the replicas"))?;
+    println!(
+        "deleting {victim} (holds {holder}) at {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    pods.delete(&victim, &DeleteParams::default()).await?;
+    let api = api_of(survivor)?;
+    api.wait_ready("adopted", TENANT_TIMEOUT + Duration::from_secs(60))
+        .await?;
+    println!("tenant Ready: {:.1}s", t0.elapsed().as_secs_f64());
+    let by = made_ready_by(&db, "adopted")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no audit record of the tenant becoming Ready"))?;
+    println!("made Ready by {by}");
+    assert!(
+        by.starts_with("reconciler/") && !by.starts_with(&format!("reconciler/{victim}/")),
+        "another replica than the deleted {victim} finished it: {by}"
+    );
+    assert!(
+        tenant_namespaces(&api, "adopted")
+            .await?
+            .contains(&"default".to_owned())
+    );
+
+    // Uninstalled, vcp is gone and the tenant stays: its control plane keeps serving.
+    let kc = api.kubeconfig("adopted", "kept", &["admin"], "2h").await?;
+    helm(
+        cluster,
+        &["uninstall", release, "--namespace", ns, "--wait"],
+    )?;
+    eventually("vcp's pods gone", Duration::from_secs(120), || async {
+        Ok(pods
+            .list(&ListParams::default().labels(selector))
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    let tenant = tenant_client(&kc).await?;
+    let kept = Api::<Namespace>::all(tenant)
+        .list(&ListParams::default())
+        .await?;
+    assert!(
+        !kept.items.is_empty(),
+        "the tenant apiserver serves without vcp"
+    );
+    println!("uninstalled: {:.1}s", t0.elapsed().as_secs_f64());
+
+    // Reinstalled over the kept Secrets and volume: the new replicas find the tenant.
+    install(cluster, release, ns)?;
+    let vcps = ready_pods(cluster, &pods, selector, 2, "vcp").await?;
+    let api = api_of(&vcps[0])?;
+    let t = api
+        .get_tenant("adopted")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the reinstalled vcp does not know the tenant"))?;
+    assert_eq!(t["phase"], "Ready", "{t}");
+    assert!(
+        tenant_namespaces(&api, "adopted")
+            .await?
+            .contains(&"default".to_owned())
+    );
+    println!(
+        "reinstalled and adopted: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
