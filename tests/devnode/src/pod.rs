@@ -457,13 +457,29 @@ impl Worker {
             .iter()
             .map(|(k, (t, _))| (k.clone(), t.clone()))
             .collect();
+        let fs_group = spec
+            .security_context
+            .as_ref()
+            .and_then(|s| s.fs_group)
+            .map(|g| u32::try_from(g).map_err(|_| format!("invalid fsGroup {g}")))
+            .transpose()?;
         for v in spec.volumes.iter().flatten() {
             let backing = volumes::files_for(&self.pod, v, &inputs).map_err(|e| e.to_string())?;
             let dir = self.dir.join("volumes").join(&v.name);
             match backing {
+                // Under an fsGroup, a kubelet gives read-only volumes to the group with group
+                // read: a non-root container reads its 0400 Secret that way.
                 Backing::Files(files) => {
+                    let files = match fs_group {
+                        Some(_) => volumes::group_readable(files),
+                        None => files,
+                    };
                     volumes::write_atomic(&dir, &files)
                         .map_err(|e| format!("volume {}: {e}", v.name))?;
+                    if let Some(gid) = fs_group {
+                        volumes::give_to_group_read_only(&dir, gid)
+                            .map_err(|e| format!("volume {}: fsGroup {gid}: {e}", v.name))?;
+                    }
                 }
                 Backing::Dir(None) => {
                     std::fs::create_dir_all(&dir).map_err(|e| format!("volume {}: {e}", v.name))?;
@@ -477,8 +493,8 @@ impl Worker {
 
     /// Gives the pod's writable volumes (emptyDir, claims) to its `fsGroup` once, as a
     /// kubelet does when it mounts them: group ownership, group read and write, and setgid
-    /// directories so new files stay in the group. Secret, ConfigMap and projected files keep
-    /// their modes (default 0644: readable by any uid).
+    /// directories so new files stay in the group. (Secret, ConfigMap and projected files are
+    /// given to the group with group read as they are written.)
     fn apply_fs_group(
         &mut self,
         spec: &k8s_openapi::api::core::v1::PodSpec,

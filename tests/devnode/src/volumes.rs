@@ -405,18 +405,43 @@ pub fn write_atomic(dir: &Path, files: &[VolumeFile]) -> std::io::Result<bool> {
 /// ownership, group read and write (and search on directories), setgid directories so what
 /// the pod creates stays in the group. Symbolic links are re-owned, never followed.
 pub fn give_to_group(dir: &Path, gid: u32) -> std::io::Result<()> {
+    give_tree(dir, gid, 0o2770, 0o660)
+}
+
+/// [`give_to_group`] for a read-only volume (Secret, ConfigMap, projected, downward API): the
+/// group may read and search, not write, as a kubelet leaves such volumes. The files' own
+/// modes must already carry group read ([`group_readable`]), so that rewriting them on the
+/// next sync is not mistaken for a change.
+pub fn give_to_group_read_only(dir: &Path, gid: u32) -> std::io::Result<()> {
+    give_tree(dir, gid, 0o2550, 0o440)
+}
+
+/// `files` with group read added to each mode, as an `fsGroup` makes read-only volume files.
+pub fn group_readable(files: Vec<VolumeFile>) -> Vec<VolumeFile> {
+    files
+        .into_iter()
+        .map(|f| VolumeFile {
+            mode: f.mode | 0o440,
+            ..f
+        })
+        .collect()
+}
+
+fn give_tree(path: &Path, gid: u32, dir_bits: u32, file_bits: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::symlink_metadata(dir)?;
-    std::os::unix::fs::lchown(dir, None, Some(gid))?;
+    let meta = std::fs::symlink_metadata(path)?;
+    std::os::unix::fs::lchown(path, None, Some(gid))?;
     if meta.file_type().is_symlink() {
         return Ok(());
     }
     let mode = meta.permissions().mode() & 0o7777;
-    let extra = if meta.is_dir() { 0o2770 } else { 0o660 };
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | extra))?;
+    let extra = if meta.is_dir() { dir_bits } else { file_bits };
+    if mode | extra != mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | extra))?;
+    }
     if meta.is_dir() {
-        for entry in std::fs::read_dir(dir)? {
-            give_to_group(&entry?.path(), gid)?;
+        for entry in std::fs::read_dir(path)? {
+            give_tree(&entry?.path(), gid, dir_bits, file_bits)?;
         }
     }
     Ok(())
@@ -512,6 +537,28 @@ mod tests {
             (before.mode(), before.gid()),
             (after.mode(), after.gid()),
             "a link's target is left alone"
+        );
+    }
+
+    #[test]
+    fn an_fs_group_may_read_a_secret_volume_and_a_resync_changes_nothing() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("secret");
+        let files = group_readable(vec![VolumeFile {
+            path: "tls.key".into(),
+            data: b"KEY".to_vec(),
+            mode: 0o400,
+        }]);
+        assert_eq!(files[0].mode, 0o440, "defaultMode 0400 under an fsGroup");
+        let gid = nix::unistd::getegid().as_raw();
+        assert!(write_atomic(&root, &files).unwrap());
+        give_to_group_read_only(&root, gid).unwrap();
+        let key = std::fs::metadata(root.join("tls.key")).unwrap();
+        assert_eq!((key.permissions().mode() & 0o7777, key.gid()), (0o440, gid));
+        assert!(
+            !write_atomic(&root, &files).unwrap(),
+            "the next sync finds the same files"
         );
     }
 
