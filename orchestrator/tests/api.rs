@@ -1052,6 +1052,18 @@ async fn the_audit_trail_reads_back_in_order_filtered_paged_and_scoped_to_owners
         "since is inclusive"
     );
 
+    assert_eq!(
+        trail(
+            &get(
+                admin,
+                "?since=2030-01-01T00:00:00Z&until=2020-01-01T00:00:00Z"
+            )
+            .await?
+        ),
+        [],
+        "a reversed range is empty"
+    );
+
     // Pages of two follow each other without gaps or repeats.
     let mut paged = Vec::new();
     let mut after = 0;

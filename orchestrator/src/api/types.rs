@@ -424,7 +424,7 @@ pub struct AuditQuery {
     /// Entries at or after this RFC 3339 time.
     #[param(value_type = Option<String>, format = DateTime, example = "2026-01-01T00:00:00Z")]
     pub since: Option<String>,
-    /// Entries before this RFC 3339 time; at least `since`.
+    /// Entries before this RFC 3339 time (at or before `since`: no entries).
     #[param(value_type = Option<String>, format = DateTime, example = "2026-02-01T00:00:00Z")]
     pub until: Option<String>,
     /// Entries after this id: the previous page's `next_after`. Default 0 (from the start).
