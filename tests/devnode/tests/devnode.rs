@@ -934,12 +934,19 @@ spec:{POD_PLACEMENT}
     })
     .await?;
     let pid = pid_of(&p, 0).unwrap();
-    assert_eq!(
-        proc_status(pid, "Uid")?
-            .split_whitespace()
-            .collect::<Vec<_>>(),
-        ["1234"; 4]
-    );
+    // The container's process starts as setpriv, as root, and becomes the user as it execs
+    // the command: under load the pod can be seen running in between. A process that never
+    // becomes the user fails here after 20 s.
+    let uids = eventually(
+        "the process as its runAsUser",
+        Duration::from_secs(20),
+        || async {
+            let uids = proc_status(pid, "Uid")?;
+            Ok((uids.split_whitespace().collect::<Vec<_>>() == ["1234"; 4]).then_some(uids))
+        },
+    )
+    .await;
+    assert!(uids.is_ok(), "{uids:?}: Uid {:?}", proc_status(pid, "Uid"));
     assert_eq!(
         proc_status(pid, "Gid")?.split_whitespace().next(),
         Some("1234")
