@@ -35,7 +35,7 @@ while [ "$1" != "--" ]; do
 done
 shift
 if [ -n "$held" ] && [ ! -e "$prog" ]; then
-  (umask 022; mkdir -p "$(dirname "$prog")"; : > "$prog")
+  mkdir -p "$(dirname "$prog")"; : > "$prog"
   mount --bind /proc/self/fd/9 "$prog"
 fi
 if [ -n "$held" ]; then exec 9<&-; fi
