@@ -18,15 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use vcp_dev::process::{self, ProcSpec, Spawned, Supervision};
 
-/// Takes the program's path, then mounts each (source, target, ro|rw) triple, then execs the
-/// rest. The program is opened first: a volume mounted over a directory that holds it (an
-/// emptyDir at `/tmp` while the workspace, and so `vcp` or the Postgres entrypoint, lives
-/// under `/tmp`, as a clone in CI may) would hide it, so it is bound back at its own path
-/// from that descriptor, and runs under its own name.
+/// Mounts each (source, target, ro|rw) triple, then execs the rest.
 const MOUNT_SCRIPT: &str = r#"set -e
-prog=$1; shift
-held=
-if [ -f "$prog" ] && [ -r "$prog" ]; then exec 9< "$prog"; held=1; fi
 while [ "$1" != "--" ]; do
   if [ -d "$1" ]; then mkdir -p "$2"; else mkdir -p "$(dirname "$2")"; [ -e "$2" ] || : > "$2"; fi
   mount --bind "$1" "$2"
@@ -34,11 +27,6 @@ while [ "$1" != "--" ]; do
   shift 3
 done
 shift
-if [ -n "$held" ] && [ ! -e "$prog" ]; then
-  mkdir -p "$(dirname "$prog")"; : > "$prog"
-  mount --bind /proc/self/fd/9 "$prog"
-fi
-if [ -n "$held" ]; then exec 9<&-; fi
 exec "$@"
 "#;
 
@@ -98,7 +86,6 @@ pub fn start(l: &Launch) -> vcp_dev::Result<Spawned> {
         MOUNT_SCRIPT,
         "sh",
     ]);
-    spec = spec.arg(l.program.to_string_lossy());
     for m in mount_order(&l.mounts) {
         spec = spec.args([
             m.source.to_string_lossy().into_owned(),
