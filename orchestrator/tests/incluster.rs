@@ -314,11 +314,19 @@ fn cannot_run_here() -> Option<String> {
     })
 }
 
-#[tokio::test]
-async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant() -> Res {
-    if let Some(why) = cannot_run_here() {
+/// Prints [`cannot_run_here`]'s reason, on both streams, when there is one.
+fn skipped_here() -> bool {
+    let why = cannot_run_here();
+    if let Some(why) = &why {
         println!("{why}");
         eprintln!("{why}");
+    }
+    why.is_some()
+}
+
+#[tokio::test]
+async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant() -> Res {
+    if skipped_here() {
         return Ok(());
     }
     let t0 = Instant::now();
@@ -480,9 +488,7 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant(
 #[tokio::test]
 async fn a_replica_deleted_mid_provision_leaves_the_tenant_to_the_other_and_a_reinstall_adopts_it()
 -> Res {
-    if let Some(why) = cannot_run_here() {
-        println!("{why}");
-        eprintln!("{why}");
+    if skipped_here() {
         return Ok(());
     }
     let t0 = Instant::now();
