@@ -5,7 +5,8 @@
 //! kubeconfigs for them (both pure); [`process`] starts each component in its own process
 //! group; [`cluster`] sequences etcd -> kube-apiserver -> controller-manager, scheduler, kwok
 //! (simulated worker nodes) and the PV [`provisioner`], and records what runs in
-//! `<state>/state.json`; [`postgres`] adds a throwaway PostgreSQL.
+//! `<state>/state.json`; [`postgres`] adds a throwaway PostgreSQL. [`platform`] puts vcp on
+//! top: installed with its Helm chart ([`chart`]) or as a local `vcp serve`.
 //!
 //! As a library, [`DevCluster::start`] gives tests a cluster that is torn down on drop (and
 //! dies with the test process even on SIGKILL); as a binary, `vcp-dev up|status|down` manages
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bins;
+pub mod chart;
 pub mod cluster;
 pub mod devnet;
 mod error;

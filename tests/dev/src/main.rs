@@ -19,7 +19,8 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Start the cluster in the background and return once every node is Ready.
+    /// Start the cluster in the background, install vcp into it with its Helm chart (or run
+    /// it locally with --local), provision a tenant, and return once it is Ready.
     Up {
         /// Directory for state, certificates, data and logs.
         #[arg(long, env = "VCP_DEV_STATE_DIR")]
@@ -30,14 +31,20 @@ enum Command {
         /// Stay in the foreground and stop everything on Ctrl-C, SIGTERM or when killed.
         #[arg(long, env = "VCP_DEV_FOREGROUND")]
         foreground: bool,
-        /// Tenant that `vcp serve` provisions; its admin kubeconfig is `<state-dir>/<name>.kubeconfig`.
+        /// Tenant that vcp provisions; its admin kubeconfig is `<state-dir>/<name>.kubeconfig`.
         #[arg(long, env = "VCP_DEV_TENANT", default_value = "demo")]
         tenant: String,
         /// Start only the host cluster and Postgres, without vcp and a tenant.
         #[arg(long, env = "VCP_DEV_NO_PLATFORM")]
         no_platform: bool,
+        /// Run `vcp serve` as a local process against the dev cluster's Postgres instead of
+        /// installing vcp with its Helm chart (quicker to iterate on vcp: no pods, one log in
+        /// `<state-dir>/vcp/vcp-serve.log`). A state dir keeps the mode it was set up with.
+        #[arg(long, env = "VCP_DEV_LOCAL", conflicts_with = "no_platform")]
+        local: bool,
     },
-    /// Report each component: pid, port, healthy or not. Exits 1 if any is unhealthy.
+    /// Report each component (pid, port, healthy or not) and vcp's mode and API. Exits 1 if
+    /// any is unhealthy.
     Status {
         #[arg(long, env = "VCP_DEV_STATE_DIR")]
         state_dir: PathBuf,
@@ -45,7 +52,8 @@ enum Command {
         #[arg(long, env = "VCP_DEV_JSON")]
         json: bool,
     },
-    /// Stop everything `up` started. Safe to run twice.
+    /// Stop everything `up` started (vcp's pods stop with the process node that runs them; the
+    /// chart's release stays in the cluster's data for the next `up`). Safe to run twice.
     Down {
         #[arg(long, env = "VCP_DEV_STATE_DIR")]
         state_dir: PathBuf,
@@ -179,6 +187,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             foreground,
             tenant,
             no_platform,
+            local,
         } => {
             let supervision = if foreground {
                 Supervision::Attached
@@ -219,19 +228,45 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 None
             } else {
                 let start = std::time::Instant::now();
-                println!("vcp-dev: starting vcp serve and tenant {tenant:?} ...");
-                let p = vcp_dev::platform::up(&c, &tenant, supervision).await?;
+                let p = if local {
+                    println!(
+                        "vcp-dev: starting vcp serve (local process) and tenant {tenant:?} ..."
+                    );
+                    vcp_dev::platform::up(&c, &tenant, supervision).await?
+                } else {
+                    println!(
+                        "vcp-dev: installing vcp with charts/vcp (helm release {} in namespace {}) \
+                         and tenant {tenant:?} ...",
+                        vcp_dev::chart::RELEASE,
+                        vcp_dev::chart::NAMESPACE
+                    );
+                    vcp_dev::platform::up_chart(&c, &tenant).await?
+                };
                 println!(
                     "  tenant {tenant} Ready   {:>6.2}s  {} (key {})",
                     start.elapsed().as_secs_f64(),
                     p.tenant["endpoint"].as_str().unwrap_or_default(),
                     p.tenant["key"].as_str().unwrap_or_default()
                 );
-                println!("  vcp API            {}", p.api_url);
+                match p.mode {
+                    vcp_dev::platform::Mode::Chart => println!(
+                        "  vcp API            {}  (chart: NodePort of service {}/{})",
+                        p.api_url,
+                        vcp_dev::chart::NAMESPACE,
+                        vcp_dev::chart::fullname(vcp_dev::chart::RELEASE)
+                    ),
+                    vcp_dev::platform::Mode::Local => {
+                        println!("  vcp API            {}  (local vcp serve)", p.api_url)
+                    }
+                }
                 println!("  tenant kubeconfig  {}", p.kubeconfig.display());
                 println!(
-                    "use it:  source {}/env && kubectl --kubeconfig {} get ns",
-                    c.state_dir().display(),
+                    "use it:  source {}/env   (VCP_API_URL, VCP_TOKEN, KUBECONFIG; vcp, kubectl, helm on PATH)",
+                    c.state_dir().display()
+                );
+                println!("         vcp tenant list");
+                println!(
+                    "         kubectl --kubeconfig {} get ns",
                     p.kubeconfig.display()
                 );
                 Some(p)
@@ -249,8 +284,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Status { state_dir, json } => {
             let status = cluster::status(&state_dir).await?;
+            let platform = vcp_dev::platform::status(&state_dir).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&status)?);
+                let all = serde_json::json!({"components": status, "platform": platform});
+                println!("{}", serde_json::to_string_pretty(&all)?);
             } else if status.is_empty() {
                 println!("nothing is running in {}", state_dir.display());
             } else {
@@ -264,8 +301,24 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     };
                     println!("{:<24} {:>8} {:>6}  {state}", c.name, c.pid, port);
                 }
+                match &platform {
+                    Some(p) => {
+                        let how = match (&p.record.release, &p.record.namespace) {
+                            (Some(r), Some(ns)) => format!(" (helm release {r} in namespace {ns})"),
+                            _ => String::new(),
+                        };
+                        let state = if p.healthy { "healthy" } else { "unhealthy" };
+                        println!(
+                            "vcp: {} mode{how}, API {} {state}, tenant {}",
+                            p.record.mode, p.record.api_url, p.record.tenant
+                        );
+                    }
+                    None => println!("vcp: not set up (up --no-platform)"),
+                }
             }
-            let ok = !status.is_empty() && status.iter().all(|c| c.healthy);
+            let ok = !status.is_empty()
+                && status.iter().all(|c| c.healthy)
+                && platform.as_ref().is_none_or(|p| p.healthy);
             Ok(if ok {
                 ExitCode::SUCCESS
             } else {

@@ -1,13 +1,21 @@
-//! vcp itself on the dev cluster: `vcp serve` as a local process against the dev cluster's
-//! Postgres and apiserver, tenants placed on the process node, and a small client of its API.
+//! vcp itself on the dev cluster, and a small client of its API. Two ways, as `vcp-dev up`
+//! offers them:
 //!
-//! The dev environment exposes tenant apiservers as NodePorts on 127.0.0.1 (the devnode
-//! forwards them), and vcp reaches tenants through those endpoints because it runs outside
-//! the host cluster's network.
+//! - [`Mode::Chart`] (the default): vcp installed with its Helm chart ([`crate::chart`]), two
+//!   replicas and the evaluation Postgres as pods on the process node, the API reached through
+//!   the Service's NodePort on 127.0.0.1: the path a user takes.
+//! - [`Mode::Local`]: `vcp serve` as a local process against the dev cluster's Postgres and
+//!   apiserver, reaching tenants through their NodePorts on 127.0.0.1 because it runs outside
+//!   the host cluster's network (quicker to iterate on vcp: no pods, one log file).
+//!
+//! Either way the platform provisions a tenant through the API, writes its admin kubeconfig and
+//! adds `VCP_API_URL` and an admin `VCP_TOKEN` to `<state>/env`; `<state>/platform.json` records
+//! the mode and the API address for `vcp-dev status` and the next `up`.
 
 use crate::cluster::{self, DevCluster, SERVICE_CIDR};
 use crate::process::{self, ProcSpec, Spawned, Supervision};
-use crate::{Error, Result};
+use crate::{Error, Result, chart};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -321,24 +329,122 @@ impl ApiClient {
     }
 }
 
+/// How vcp runs in the dev environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Installed with `charts/vcp` into the dev cluster.
+    Chart,
+    /// `vcp serve` as a local process.
+    Local,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Chart => "chart",
+            Mode::Local => "local",
+        })
+    }
+}
+
+/// What `up` records in `<state>/platform.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub mode: Mode,
+    pub api_url: String,
+    pub tenant: String,
+    /// Chart mode: the Helm release and its namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Chart mode: the API Service's NodePort, kept by the next `up` of this state dir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_port: Option<u16>,
+}
+
+fn record_path(dir: &Path) -> PathBuf {
+    dir.join("platform.json")
+}
+
+/// The platform recorded in a state dir, if `up` set one up there.
+pub fn read_record(dir: &Path) -> Result<Option<Record>> {
+    let path = record_path(dir);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| Error::Serde {
+                what: "platform.json",
+                source: e.into(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(&path)(e)),
+    }
+}
+
+fn write_record(dir: &Path, r: &Record) -> Result<()> {
+    let path = record_path(dir);
+    let json = serde_json::to_string_pretty(r).map_err(|e| Error::Serde {
+        what: "platform.json",
+        source: e.into(),
+    })?;
+    std::fs::write(&path, json).map_err(Error::io(&path))
+}
+
+/// Refuses to set up `mode` where the other mode ran: the chart's release stays in the
+/// cluster's etcd across `down`, and two vcps with two inventories would fight over the same
+/// host objects.
+pub fn check_mode(dir: &Path, mode: Mode) -> Result<()> {
+    match read_record(dir)? {
+        Some(r) if r.mode != mode => Err(Error::InvalidOption(format!(
+            "{} was set up with vcp in {} mode, not {mode}; keep that mode, or start afresh with \
+             `vcp-dev down --purge --state-dir {}`",
+            dir.display(),
+            r.mode,
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The platform's health, as `vcp-dev status` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    #[serde(flatten)]
+    pub record: Record,
+    /// The API answered `/readyz` through `api_url`.
+    pub healthy: bool,
+}
+
+/// Probes the recorded platform's API; `None` when `up` set none up in `dir`.
+pub async fn status(dir: &Path) -> Result<Option<Status>> {
+    let Some(record) = read_record(dir)? else {
+        return Ok(None);
+    };
+    let healthy = ApiClient::new(&record.api_url, "").ready().await;
+    Ok(Some(Status { record, healthy }))
+}
+
 /// What `vcp-dev up` set up besides the host cluster.
 pub struct DevPlatform {
+    pub mode: Mode,
     pub api_url: String,
     pub admin_token: String,
     pub tenant: Value,
     pub kubeconfig: PathBuf,
-    /// The `vcp serve` process when attached (foreground); detached ones are in `state.json`.
+    /// The `vcp serve` process when local and attached (foreground); detached ones are in
+    /// `state.json`, chart-installed ones are pods.
     pub orchestrator: Option<Spawned>,
 }
 
-/// Starts `vcp serve` against the dev cluster's Postgres, creates tenant `name` (unless it
-/// exists), waits until it is Ready and writes `<state>/<name>.kubeconfig` (an admin
-/// kubeconfig) and `VCP_API_URL`/`VCP_TOKEN` into `<state>/env`.
+/// Local mode: starts `vcp serve` against the dev cluster's Postgres, then [`provision`].
 pub async fn up(
     cluster: &DevCluster,
     name: &str,
     mode: Supervision,
 ) -> anyhow::Result<DevPlatform> {
+    check_mode(cluster.state_dir(), Mode::Local)?;
     let dir = cluster.state_dir().join("vcp");
     std::fs::create_dir_all(&dir)?;
     // The admin token survives restarts of the state dir, so earlier env files stay valid.
@@ -377,7 +483,145 @@ pub async fn up(
             log: orch.proc.log.clone(),
         },
     )?;
-    let api = ApiClient::new(&orch.url, &admin_token);
+    let record = Record {
+        mode: Mode::Local,
+        api_url: orch.url.clone(),
+        tenant: name.to_owned(),
+        release: None,
+        namespace: None,
+        node_port: None,
+    };
+    let (tenant, kubeconfig) = provision(cluster, &record, &admin_token, "").await?;
+    let orchestrator = match mode {
+        Supervision::Attached => Some(orch.proc),
+        Supervision::Detached => {
+            orch.proc.release();
+            None
+        }
+    };
+    Ok(DevPlatform {
+        mode: Mode::Local,
+        api_url: orch.url,
+        admin_token,
+        tenant,
+        kubeconfig,
+        orchestrator,
+    })
+}
+
+/// How long the chart's pods may take to be Ready: Postgres initialises its data directory
+/// and vcp's first start migrates the inventory, on a machine shared with other builds.
+const CHART_READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Chart mode: `helm upgrade --install` of `charts/vcp` as [`chart::RELEASE`] in
+/// [`chart::NAMESPACE`], waits for Postgres and both vcp replicas, reads the admin token from
+/// the Secret the chart generated, reaches the API through the Service's NodePort on
+/// 127.0.0.1, then [`provision`]. Prints its progress to stderr.
+pub async fn up_chart(cluster: &DevCluster, name: &str) -> anyhow::Result<DevPlatform> {
+    let dir = cluster.state_dir();
+    check_mode(dir, Mode::Chart)?;
+    if let Some(e) = chart::cannot_run_here() {
+        return Err(e.into());
+    }
+    let (release, ns) = (chart::RELEASE, chart::NAMESPACE);
+    // The same NodePort as the last `up` of this state dir: earlier env files stay valid.
+    let node_port = match read_record(dir)?.and_then(|r| r.node_port) {
+        Some(p) => p,
+        None => chart::free_node_port()?,
+    };
+    let vcp_dir = dir.join("vcp");
+    std::fs::create_dir_all(&vcp_dir)?;
+    let start = Instant::now();
+    chart::install(
+        cluster.kubeconfig_path(),
+        release,
+        ns,
+        &chart::dev_values(Some(node_port)),
+        &vcp_dir.join("values.yaml"),
+    )?;
+    eprintln!(
+        "  helm upgrade --install {release} charts/vcp -n {ns}: {:.1}s",
+        start.elapsed().as_secs_f64()
+    );
+    let client = cluster.connect().await?;
+    chart::ready_pods(
+        &client,
+        dir,
+        ns,
+        &chart::postgresql_selector(release),
+        1,
+        "postgresql",
+        CHART_READY_TIMEOUT,
+    )
+    .await?;
+    eprintln!("  postgres Ready: {:.1}s", start.elapsed().as_secs_f64());
+    chart::ready_pods(
+        &client,
+        dir,
+        ns,
+        &chart::orchestrator_selector(release),
+        2,
+        "vcp",
+        CHART_READY_TIMEOUT,
+    )
+    .await?;
+    eprintln!(
+        "  2 vcp replicas Ready: {:.1}s",
+        start.elapsed().as_secs_f64()
+    );
+    let full = chart::fullname(release);
+    let admin_token =
+        chart::secret_value(&client, ns, &format!("{full}-admin-token"), "token").await?;
+    let node_port = chart::node_port(&client, ns, &full).await?;
+    let api_url = format!("http://127.0.0.1:{node_port}");
+    // The devnode opens the NodePort once it sees the Service's ready endpoints.
+    let api = ApiClient::new(&api_url, &admin_token);
+    let reach = Instant::now();
+    while !api.ready().await {
+        anyhow::ensure!(
+            reach.elapsed() < Duration::from_secs(60),
+            "the API's NodePort {api_url} did not answer /readyz within 60 s (is another \
+             process listening on port {node_port}? see {}/logs/devnode.log)",
+            dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let record = Record {
+        mode: Mode::Chart,
+        api_url: api_url.clone(),
+        tenant: name.to_owned(),
+        release: Some(release.to_owned()),
+        namespace: Some(ns.to_owned()),
+        node_port: Some(node_port),
+    };
+    let note = format!(
+        "# vcp runs from its chart: helm release {release} in namespace {ns}, API through the \
+         NodePort of service {ns}/{full}.\n# VCP_DATABASE_URL above is the dev cluster's own \
+         Postgres, not vcp's inventory (that is {ns}/{full}-postgresql).\n"
+    );
+    let (tenant, kubeconfig) = provision(cluster, &record, &admin_token, &note).await?;
+    Ok(DevPlatform {
+        mode: Mode::Chart,
+        api_url,
+        admin_token,
+        tenant,
+        kubeconfig,
+        orchestrator: None,
+    })
+}
+
+/// Creates tenant `record.tenant` through the API (unless it exists), waits until it is Ready,
+/// writes `<state>/<tenant>.kubeconfig` (an admin kubeconfig), records the platform, adds
+/// `note`, `VCP_API_URL` and `VCP_TOKEN` to `<state>/env` and puts the workspace's `vcp` client
+/// in `<state>/bin` (on the env file's `PATH`).
+async fn provision(
+    cluster: &DevCluster,
+    record: &Record,
+    admin_token: &str,
+    note: &str,
+) -> anyhow::Result<(Value, PathBuf)> {
+    let name = &record.tenant;
+    let api = ApiClient::new(&record.api_url, admin_token);
     if api.get_tenant(name).await?.is_none() {
         api.create_tenant(name).await?;
     }
@@ -387,25 +631,16 @@ pub async fn up(
         .await?;
     let kubeconfig = cluster.state_dir().join(format!("{name}.kubeconfig"));
     cluster::write_secret_file(&kubeconfig, &kc)?;
+    write_record(cluster.state_dir(), record)?;
+    let client = cluster.state_dir().join("bin/vcp");
+    let _ = std::fs::remove_file(&client);
+    std::os::unix::fs::symlink(orchestrator_binary()?, &client).map_err(Error::io(&client))?;
     cluster::append_env(
         cluster.state_dir(),
         &format!(
-            "export VCP_API_URL='{}'\nexport VCP_TOKEN='{admin_token}'\n",
-            orch.url
+            "{note}export VCP_API_URL='{}'\nexport VCP_TOKEN='{admin_token}'\n",
+            record.api_url
         ),
     )?;
-    let orchestrator = match mode {
-        Supervision::Attached => Some(orch.proc),
-        Supervision::Detached => {
-            orch.proc.release();
-            None
-        }
-    };
-    Ok(DevPlatform {
-        api_url: orch.url,
-        admin_token,
-        tenant,
-        kubeconfig,
-        orchestrator,
-    })
+    Ok((tenant, kubeconfig))
 }
