@@ -189,6 +189,21 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             no_platform,
             local,
         } => {
+            let mode = if local {
+                vcp_dev::platform::Mode::Local
+            } else {
+                vcp_dev::platform::Mode::Chart
+            };
+            // Before anything starts: a state dir keeps the mode it was set up with, and the
+            // chart cannot run from a workspace under /tmp.
+            if !no_platform {
+                vcp_dev::platform::check_mode(&state_dir, mode)?;
+                if let (vcp_dev::platform::Mode::Chart, Some(e)) =
+                    (mode, vcp_dev::chart::cannot_run_here())
+                {
+                    return Err(e.into());
+                }
+            }
             let supervision = if foreground {
                 Supervision::Attached
             } else {
@@ -228,7 +243,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 None
             } else {
                 let start = std::time::Instant::now();
-                let p = if local {
+                let p = if mode == vcp_dev::platform::Mode::Local {
                     println!(
                         "vcp-dev: starting vcp serve (local process) and tenant {tenant:?} ..."
                     );
