@@ -27,5 +27,8 @@ target/debug/vcp-dev up --state-dir "$state_dir" "$@"
 echo
 source "$state_dir/env"
 kubectl get nodes
-vcp tenant list
-kubectl --kubeconfig "$state_dir/$VCP_DEV_TENANT.kubeconfig" get namespaces
+# Without vcp (--no-platform) there is no API and no tenant to show.
+if [[ -n ${VCP_API_URL:-} ]]; then
+  vcp tenant list
+  kubectl --kubeconfig "$state_dir/$VCP_DEV_TENANT.kubeconfig" get namespaces
+fi
