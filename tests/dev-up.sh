@@ -28,7 +28,7 @@ echo
 source "$state_dir/env"
 kubectl get nodes
 # Without vcp (--no-platform) there is no API and no tenant to show.
-if [[ -n ${VCP_API_URL:-} ]]; then
+if grep -q "^export VCP_API_URL=" "$state_dir/env"; then
   vcp tenant list
   kubectl --kubeconfig "$state_dir/$VCP_DEV_TENANT.kubeconfig" get namespaces
 fi
