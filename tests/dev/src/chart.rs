@@ -245,6 +245,7 @@ pub fn free_node_port() -> Result<u16> {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0)
         ^ std::process::id().wrapping_mul(2_654_435_761);
+    // 97 is coprime with the range's 2768 ports, so the walk visits every one of them.
     for i in 0..span {
         let port = NODE_PORTS.start() + ((seed.wrapping_add(i * 97)) % span) as u16;
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {

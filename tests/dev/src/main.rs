@@ -194,15 +194,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             } else {
                 vcp_dev::platform::Mode::Chart
             };
-            // Before anything starts: a state dir keeps the mode it was set up with, and the
-            // chart cannot run from a workspace under /tmp.
+            // Before anything starts, so a platform that cannot come up leaves nothing running.
             if !no_platform {
-                vcp_dev::platform::check_mode(&state_dir, mode)?;
-                if let (vcp_dev::platform::Mode::Chart, Some(e)) =
-                    (mode, vcp_dev::chart::cannot_run_here())
-                {
-                    return Err(e.into());
-                }
+                vcp_dev::platform::preflight(&state_dir, mode)?;
             }
             let supervision = if foreground {
                 Supervision::Attached
@@ -247,7 +241,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     println!(
                         "vcp-dev: starting vcp serve (local process) and tenant {tenant:?} ..."
                     );
-                    vcp_dev::platform::up(&c, &tenant, supervision).await?
+                    vcp_dev::platform::up_local(&c, &tenant, supervision).await?
                 } else {
                     println!(
                         "vcp-dev: installing vcp with charts/vcp (helm release {} in namespace {}) \

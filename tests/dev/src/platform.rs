@@ -408,6 +408,21 @@ pub fn check_mode(dir: &Path, mode: Mode) -> Result<()> {
     }
 }
 
+/// What `up` checks before it starts anything, so a platform that cannot come up leaves
+/// nothing running: the state dir's mode, the workspace's `vcp`, and for the chart, helm and a
+/// workspace its pods can see.
+pub fn preflight(dir: &Path, mode: Mode) -> Result<()> {
+    check_mode(dir, mode)?;
+    orchestrator_binary()?;
+    if mode == Mode::Chart {
+        crate::bins::tool("helm")?;
+        if let Some(e) = chart::cannot_run_here() {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// The platform's health, as `vcp-dev status` reports it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -439,12 +454,12 @@ pub struct DevPlatform {
 }
 
 /// Local mode: starts `vcp serve` against the dev cluster's Postgres, then [`provision`].
-pub async fn up(
+pub async fn up_local(
     cluster: &DevCluster,
     name: &str,
     mode: Supervision,
 ) -> anyhow::Result<DevPlatform> {
-    check_mode(cluster.state_dir(), Mode::Local)?;
+    preflight(cluster.state_dir(), Mode::Local)?;
     let dir = cluster.state_dir().join("vcp");
     std::fs::create_dir_all(&dir)?;
     // The admin token survives restarts of the state dir, so earlier env files stay valid.
@@ -519,10 +534,7 @@ const CHART_READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// 127.0.0.1, then [`provision`]. Prints its progress to stderr.
 pub async fn up_chart(cluster: &DevCluster, name: &str) -> anyhow::Result<DevPlatform> {
     let dir = cluster.state_dir();
-    check_mode(dir, Mode::Chart)?;
-    if let Some(e) = chart::cannot_run_here() {
-        return Err(e.into());
-    }
+    preflight(dir, Mode::Chart)?;
     let (release, ns) = (chart::RELEASE, chart::NAMESPACE);
     // The same NodePort as the last `up` of this state dir: earlier env files stay valid.
     let node_port = match read_record(dir)?.and_then(|r| r.node_port) {
