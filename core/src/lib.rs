@@ -21,6 +21,7 @@
 
 pub mod lifecycle;
 pub mod naming;
+pub mod revocation;
 
 /// Errors of vcp-core.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -213,12 +213,23 @@ pub enum Command {
         #[command(subcommand)]
         action: cli::UpgradeCommand,
     },
-    /// Issue a kubeconfig for a tenant: a client certificate for --user in the --group groups.
+    /// Issue a kubeconfig for a tenant (a client certificate for --user in the --group
+    /// groups), or revoke one.
+    #[command(subcommand_negates_reqs = true)]
     Kubeconfig {
         #[command(flatten)]
         connection: cli::Connection,
         #[command(flatten)]
         args: cli::KubeconfigArgs,
+        #[command(subcommand)]
+        action: Option<cli::KubeconfigCommand>,
+    },
+    /// A tenant user's access: revoke every kubeconfig issued to it.
+    User {
+        #[command(flatten)]
+        connection: cli::Connection,
+        #[command(subcommand)]
+        action: cli::UserCommand,
     },
     /// Create, list and revoke API tokens (admins only).
     Token {
@@ -279,7 +290,15 @@ pub async fn run(args: Args) -> Result<()> {
         }
         Command::Tenant { connection, action } => cli::tenant(&connection, action).await,
         Command::Upgrade { connection, action } => cli::upgrade(&connection, action).await,
-        Command::Kubeconfig { connection, args } => cli::kubeconfig(&connection, args).await,
+        Command::Kubeconfig {
+            connection,
+            args,
+            action,
+        } => match action {
+            Some(action) => cli::kubeconfig_command(&connection, action).await,
+            None => cli::kubeconfig(&connection, args).await,
+        },
+        Command::User { connection, action } => cli::user(&connection, action).await,
         Command::Token { connection, action } => cli::token(&connection, action).await,
         Command::Version { connection, action } => cli::version(&connection, action).await,
         Command::Audit { connection, args } => cli::audit(&connection, args).await,
@@ -334,5 +353,38 @@ mod tests {
             Some("VCP_LOG_FORMAT")
         );
         assert!(flag.is_global_set());
+    }
+
+    #[test]
+    fn kubeconfig_issues_by_default_and_revokes_by_subcommand() {
+        use crate::cli::{KubeconfigCommand, UserCommand};
+        use clap::Parser as _;
+        let parse = |args: &[&str]| crate::Args::try_parse_from(args).map(|a| a.command);
+        match parse(&["vcp", "kubeconfig", "team-a", "--user", "alice"]).unwrap() {
+            crate::Command::Kubeconfig { args, action, .. } => {
+                assert_eq!(args.name.as_deref(), Some("team-a"));
+                assert_eq!(args.user.as_deref(), Some("alice"));
+                assert!(action.is_none());
+            }
+            c => panic!("{c:?}"),
+        }
+        match parse(&["vcp", "kubeconfig", "revoke", "team-a", "0abc"]).unwrap() {
+            crate::Command::Kubeconfig {
+                action: Some(KubeconfigCommand::Revoke { tenant, serial, .. }),
+                ..
+            } => assert_eq!((tenant.as_str(), serial.as_str()), ("team-a", "0abc")),
+            c => panic!("{c:?}"),
+        }
+        match parse(&["vcp", "user", "revoke", "team-a", "alice"]).unwrap() {
+            crate::Command::User {
+                action: UserCommand::Revoke { tenant, user, .. },
+                ..
+            } => assert_eq!((tenant.as_str(), user.as_str()), ("team-a", "alice")),
+            c => panic!("{c:?}"),
+        }
+        // Issuing still needs both, and revoking needs its two arguments.
+        assert!(parse(&["vcp", "kubeconfig", "team-a"]).is_err());
+        assert!(parse(&["vcp", "kubeconfig", "--user", "alice"]).is_err());
+        assert!(parse(&["vcp", "kubeconfig", "revoke", "team-a"]).is_err());
     }
 }

@@ -230,6 +230,12 @@ mod tests {
                 schema_takes(SUBJECT_PATTERN, 1, MAX_SUBJECT_LEN, &s),
                 "subject {:?}", s
             );
+            let (min, max) = vcp_core::revocation::SERIAL_LEN;
+            prop_assert_eq!(
+                vcp_core::revocation::is_serial(&s),
+                schema_takes(vcp_core::revocation::SERIAL_PATTERN, min, max, &s),
+                "serial {:?}", s
+            );
             prop_assert_eq!(
                 is_label_key(&s),
                 schema_takes(LABEL_KEY_PATTERN, 1, MAX_LABEL_KEY_LEN, &s),

@@ -44,6 +44,7 @@ pub fn issue(
     ca: &CertKey,
     user: &str,
     groups: &[String],
+    serial: Option<[u8; 16]>,
     now: OffsetDateTime,
     validity: Duration,
 ) -> Result<CertKey, PkiError> {
@@ -60,11 +61,10 @@ pub fn issue(
             _ => None,
         });
     let key = KeyPair::generate()?;
-    let mut serial = [0u8; 16];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut serial)
-        .map_err(|_| bad())?;
-    serial[0] &= 0x7f; // positive
-    serial[0] |= 0x01; // no leading zero byte, so the DER length is fixed
+    let serial = match serial {
+        Some(s) => s,
+        None => crate::new_serial()?,
+    };
     // UTCTime has whole seconds and two-digit years (RFC 5280 wants it before 2050).
     let whole = |t: OffsetDateTime| t.replace_nanosecond(0).map_err(|_| bad());
     let (start, end) = (whole(now - Duration::minutes(5))?, whole(now + validity)?);
@@ -182,7 +182,15 @@ mod tests {
         let now = OffsetDateTime::from_unix_timestamp_nanos(1_790_000_000_123_456_789).unwrap();
         let ca = Ca::generate("tenant-ca", now, Duration::days(365)).unwrap();
         let groups = vec!["view".to_owned(), "ops".to_owned(), "team a".to_owned()];
-        let leaf = issue(ca.cert_key(), "alice", &groups, now, Duration::hours(2)).unwrap();
+        let leaf = issue(
+            ca.cert_key(),
+            "alice",
+            &groups,
+            None,
+            now,
+            Duration::hours(2),
+        )
+        .unwrap();
         let (_, pem) = x509_parser::pem::parse_x509_pem(leaf.cert_pem.as_bytes()).unwrap();
         let cert = pem.parse_x509().unwrap();
         let orgs: Vec<&str> = cert

@@ -81,6 +81,17 @@ pub fn inspect(purpose: &str, cert_pem: &str) -> Result<CertInfo> {
     })
 }
 
+/// A fresh random certificate serial: positive, 16 bytes without a leading zero byte (so
+/// its DER and hex forms have fixed lengths).
+pub fn new_serial() -> Result<[u8; 16]> {
+    let mut serial = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut serial)
+        .map_err(|_| PkiError::Parse("random serial".into()))?;
+    serial[0] &= 0x7f;
+    serial[0] |= 0x01;
+    Ok(serial)
+}
+
 /// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -104,6 +115,9 @@ pub struct LeafSpec {
     pub ips: Vec<IpAddr>,
     pub server: bool,
     pub client: bool,
+    /// The certificate's serial, when the caller must know it before signing (a kubeconfig
+    /// names its own serial in a group); otherwise a random one.
+    pub serial: Option<[u8; 16]>,
 }
 
 impl LeafSpec {
@@ -220,7 +234,14 @@ impl Ca {
             if spec.server || !spec.dns_names.is_empty() || !spec.ips.is_empty() {
                 return Err(PkiError::TooManyGroups(spec.groups.len()));
             }
-            return groups::issue(&self.pair, &spec.common_name, &spec.groups, now, validity);
+            return groups::issue(
+                &self.pair,
+                &spec.common_name,
+                &spec.groups,
+                spec.serial,
+                now,
+                validity,
+            );
         }
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
@@ -244,6 +265,9 @@ impl Ca {
             params
                 .extended_key_usages
                 .push(ExtendedKeyUsagePurpose::ClientAuth);
+        }
+        if let Some(serial) = spec.serial {
+            params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
         }
         params.not_before = now - Duration::minutes(5);
         params.not_after = now + validity;
@@ -323,6 +347,33 @@ mod tests {
         assert!(!needs_renewal(&info, now() + Duration::days(240)));
         assert!(needs_renewal(&info, now() + Duration::days(245)));
         assert!(needs_renewal(&info, now() - Duration::days(1)));
+    }
+
+    #[test]
+    fn a_serial_chosen_before_signing_is_the_certificates_serial_on_both_paths() {
+        let ca = Ca::generate("c", now(), CA_VALIDITY).unwrap();
+        for groups in [&["one"][..], &["one", "two"]] {
+            let serial = new_serial().unwrap();
+            let spec = LeafSpec {
+                serial: Some(serial),
+                ..LeafSpec::client("u", groups)
+            };
+            let leaf = ca.issue(&spec, now(), LEAF_VALIDITY).unwrap();
+            let info = inspect("u", &leaf.cert_pem).unwrap();
+            assert_eq!(info.serial, hex(&serial), "{groups:?}");
+            assert_eq!(info.serial.len(), 32);
+        }
+        // Unasked, serials are random.
+        let a = ca
+            .issue(&LeafSpec::client("u", &[]), now(), LEAF_VALIDITY)
+            .unwrap();
+        let b = ca
+            .issue(&LeafSpec::client("u", &[]), now(), LEAF_VALIDITY)
+            .unwrap();
+        assert_ne!(
+            inspect("a", &a.cert_pem).unwrap().serial,
+            inspect("b", &b.cert_pem).unwrap().serial
+        );
     }
 
     #[test]

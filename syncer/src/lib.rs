@@ -21,6 +21,8 @@
 //!   makes.
 //! - [`kubelet`]: the kubelet endpoint the tenant apiserver calls for `kubectl logs`, `exec`,
 //!   `attach` and `port-forward`, passed on to the host pod's subresources.
+//! - [`revocation`]: the tenant apiserver's authorization webhook, served on the kubelet
+//!   endpoint, that refuses revoked kubeconfigs.
 //! - [`top`]: the tenant's `metrics.k8s.io` (`kubectl top`), served on the kubelet endpoint
 //!   from the host's pod metrics.
 //! - [`metrics`] counts what is served on `/metrics`.
@@ -30,6 +32,7 @@ pub mod kinds;
 pub mod kubelet;
 pub mod metrics;
 pub mod naming;
+pub mod revocation;
 pub mod top;
 
 use clap::Parser;
@@ -363,6 +366,7 @@ pub async fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
+    let kubelet_on = kubelet.is_some();
     let engine = Arc::new(engine);
     // The endpoint's APIService names its serving certificate's CA: the tenant CA, which also
     // signs the kubelet client it admits.
@@ -373,6 +377,19 @@ pub async fn run(args: Args) -> Result<()> {
         _ => None,
     };
     let (stop_tx, stopping) = tokio::sync::watch::channel(false);
+    // The revoked kubeconfigs are read from the control-plane namespace; without one (a syncer
+    // run by hand) the webhook is not served and the apiserver's failure policy decides.
+    let (revoked_tx, revoked_rx) = revocation::channel();
+    let revocations = {
+        let (host, ns) = (engine.host.clone(), args.host_namespace.clone());
+        async move {
+            match ns {
+                Some(ns) if kubelet_on => revocation::follow(host, ns, revoked_tx).await,
+                _ => {}
+            }
+        }
+    };
+    let revoked = args.host_namespace.is_some().then_some(revoked_rx);
     let kubelet = kubelet.map(|(listener, tls, authorities, client)| {
         let metrics = metrics_ca.is_some().then(|| {
             (
@@ -392,6 +409,7 @@ pub async fn run(args: Args) -> Result<()> {
                 authorities,
                 stopping: stopping.clone(),
                 metrics,
+                revoked,
             }),
         )
     });
@@ -562,6 +580,7 @@ pub async fn run(args: Args) -> Result<()> {
                 Duration::from_secs(args.node_sync_seconds.max(1))
             )),
             engine::spawned(registration),
+            engine::spawned(revocations),
             async move {
                 if let Some((listener, tls, endpoint)) = kubelet {
                     kubelet::serve(listener, tls, endpoint).await;

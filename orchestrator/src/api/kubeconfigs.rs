@@ -1,11 +1,14 @@
 //! Kubeconfigs of tenant users: issuing (a client certificate from the tenant's CA, signed by
-//! the provisioner, which owns the host where the CA lives) and listing what was issued.
+//! the provisioner, which owns the host where the CA lives), listing what was issued, and
+//! revoking one kubeconfig or all of a user's: the inventory records it first, then the
+//! provisioner writes the tenant's revoked serials to the host, where its syncer's
+//! authorization webhook refuses them (`vcp_core::revocation`).
 
 use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
-use super::types::NameSchema;
+use super::types::{NameSchema, SerialSchema, SubjectSchema};
 use super::{
-    AppState, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView, Name, Problem,
-    ProblemBody, body, caller_and_tenant,
+    AppState, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView, Name, NameAnd,
+    Problem, ProblemBody, body, caller_and_tenant,
 };
 use axum::Json;
 use axum::extract::State;
@@ -143,6 +146,126 @@ pub(super) async fn list_kubeconfigs(
         .map(KubeconfigView::from)
         .collect();
     Ok(Json(KubeconfigList { items }))
+}
+
+/// Who calls, the tenant and the second path segment, in the order every handler checks them
+/// (401, then 400, then 404 for a tenant the caller may not see).
+async fn caller_tenant_and(
+    s: &AppState,
+    headers: &HeaderMap,
+    path: Result<NameAnd, Problem>,
+) -> Result<(super::auth::Caller, crate::inventory::Tenant, String), Problem> {
+    let caller = super::auth::authenticate(s, headers).await?;
+    let NameAnd(Name(name), rest) = path?;
+    let t = super::find(s, &caller, &name).await?;
+    Ok((caller, t, rest))
+}
+
+/// Writes the tenant's revoked serials to the host after a revocation was recorded. The
+/// inventory already holds it and every provisioning pass writes the list again, but the
+/// caller is told when the tenant does not enforce it yet, and retrying does no harm.
+async fn deliver(s: &AppState, t: &crate::inventory::Tenant) -> Result<(), Problem> {
+    s.provisioner
+        .write_revocations(t)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            tracing::warn!(error = %e.public(), "delivering a revocation to the host failed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not-delivered",
+                "revocation recorded, not yet enforced",
+                "the revocation is recorded, but could not be passed to the tenant yet; vcp \
+             retries on its own, and repeating this request retries now",
+                None,
+            )
+        })
+}
+
+/// Revokes one kubeconfig: the tenant apiserver refuses it within 60 s (its syncer reads the
+/// revocation within seconds, and the apiserver caches an answer for 10 s). Revoking one
+/// already revoked changes nothing and answers the same.
+#[utoipa::path(delete, path = "/v1/tenants/{name}/kubeconfigs/{serial}", tag = "kubeconfigs", security(("bearer" = [])),
+    params(
+        ("name" = NameSchema, Path, description = "tenant name"),
+        ("serial" = SerialSchema, Path, description = "the kubeconfig's certificate serial, as issued and listed"),
+    ),
+    responses(
+    (status = 200, description = "revoked", body = KubeconfigView),
+    (status = 400, description = "malformed path", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    (status = 404, description = "no such tenant (or another owner's), or no kubeconfig of that serial in it", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 503, description = "recorded, not yet passed to the tenant: retry", body = ProblemBody, content_type = "application/problem+json"),
+))]
+#[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
+pub(super) async fn revoke_kubeconfig(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    path: Result<NameAnd, Problem>,
+) -> Result<Json<KubeconfigView>, Problem> {
+    let (caller, t, serial) = caller_tenant_and(&s, &headers, path).await?;
+    let none = || {
+        Problem::not_found(&format!(
+            "no kubeconfig of serial {serial:?} in tenant {:?}",
+            t.name
+        ))
+    };
+    if !vcp_core::revocation::is_serial(&serial) {
+        return Err(none());
+    }
+    let row = s
+        .inventory
+        .revoke_kubeconfig(t.id, &serial, &caller.0.name)
+        .await
+        .map_err(|e| Problem::internal(&e))?
+        .ok_or_else(none)?;
+    deliver(&s, &t).await?;
+    Ok(Json(KubeconfigView::from(row)))
+}
+
+/// Revokes every kubeconfig issued to a user in the tenant; the answer lists them. Within
+/// 60 s the tenant apiserver refuses each. A kubeconfig issued to the user later is not
+/// affected: revoke it too, or stop issuing.
+#[utoipa::path(delete, path = "/v1/tenants/{name}/users/{user}", tag = "kubeconfigs", security(("bearer" = [])),
+    params(
+        ("name" = NameSchema, Path, description = "tenant name"),
+        ("user" = SubjectSchema, Path, description = "the user the kubeconfigs were issued to (percent-encoded)"),
+    ),
+    responses(
+    (status = 200, description = "every kubeconfig of the user, all revoked", body = KubeconfigList),
+    (status = 400, description = "malformed path", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    (status = 404, description = "no such tenant (or another owner's), or no kubeconfig was issued to that user in it", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 503, description = "recorded, not yet passed to the tenant: retry", body = ProblemBody, content_type = "application/problem+json"),
+))]
+#[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
+pub(super) async fn revoke_user(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    path: Result<NameAnd, Problem>,
+) -> Result<Json<KubeconfigList>, Problem> {
+    let (caller, t, user) = caller_tenant_and(&s, &headers, path).await?;
+    let none = || {
+        Problem::not_found(&format!(
+            "no kubeconfig was issued to user {user:?} in tenant {:?}",
+            t.name
+        ))
+    };
+    if !crate::names::is_subject(&user) {
+        return Err(none());
+    }
+    let rows = s
+        .inventory
+        .revoke_user(t.id, &user, &caller.0.name)
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    if rows.is_empty() {
+        return Err(none());
+    }
+    deliver(&s, &t).await?;
+    Ok(Json(KubeconfigList {
+        items: rows.into_iter().map(KubeconfigView::from).collect(),
+    }))
 }
 
 #[cfg(test)]

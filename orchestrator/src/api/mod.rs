@@ -97,6 +97,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
             kubeconfigs::issue_kubeconfig,
             kubeconfigs::list_kubeconfigs
         ))
+        .routes(routes!(kubeconfigs::revoke_kubeconfig))
+        .routes(routes!(kubeconfigs::revoke_user))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(audit::audit))
@@ -223,6 +225,29 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Name {
     }
 }
 
+/// A tenant name and the path segment after it (a serial, a user), from a URL path.
+struct NameAnd(Name, String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for NameAnd {
+    type Rejection = Problem;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<NameAnd, Problem> {
+        match Path::<(String, String)>::from_request_parts(parts, state).await {
+            Ok(Path((n, x))) => Ok(NameAnd(Name(n), x)),
+            Err(e) => Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed",
+                "malformed path",
+                &e.body_text(),
+                None,
+            )),
+        }
+    }
+}
+
 /// A name from a URL path. One that no tenant or token could have answers 404 before it
 /// reaches the database (a NUL byte, say, is not even valid text there).
 fn existing_name(name: &str, what: &str) -> Result<(), Problem> {
@@ -313,7 +338,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 22);
+        assert_eq!(ops, 24);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
@@ -390,8 +415,14 @@ mod tests {
                         assert_eq!(p["schema"]["type"], "integer", "{method} {path}");
                         assert_eq!(p["schema"]["minimum"], 1, "{method} {path}");
                     } else if p["in"] == "path" {
+                        let schema = match p["name"].as_str() {
+                            Some("serial") => "Serial",
+                            Some("user") => "Subject",
+                            _ => "Name",
+                        };
                         assert_eq!(
-                            p["schema"]["$ref"], "#/components/schemas/Name",
+                            p["schema"]["$ref"],
+                            format!("#/components/schemas/{schema}"),
                             "{method} {path}"
                         );
                     }

@@ -548,6 +548,10 @@ pub struct KubeconfigView {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: OffsetDateTime,
+    /// When it was revoked; the tenant apiserver refuses it from then on (within 60 s).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub revoked_at: Option<OffsetDateTime>,
 }
 
 impl From<KubeconfigRow> for KubeconfigView {
@@ -559,6 +563,7 @@ impl From<KubeconfigRow> for KubeconfigView {
             expires_at: r.expires_at,
             created_by: r.created_by,
             created_at: r.created_at,
+            revoked_at: r.revoked_at,
         }
     }
 }
@@ -927,6 +932,25 @@ named_schema!(
             .min_length(Some(1))
             .max_length(Some(names::MAX_SUBJECT_LEN))
             .examples(["alice"])
+            .into()
+    }
+);
+
+named_schema!(
+    /// The schema of a certificate serial, `Serial` in the document.
+    SerialSchema = "Serial",
+    {
+        let (min, max) = vcp_core::revocation::SERIAL_LEN;
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(format!(
+                "A kubeconfig's certificate serial as vcp reports it: lowercase hex, {min} to \
+                 {max} digits."
+            )))
+            .pattern(Some(vcp_core::revocation::SERIAL_PATTERN))
+            .min_length(Some(min))
+            .max_length(Some(max))
+            .examples(["4f1c0e9a7b2d4c6e8f0a1b2c3d4e5f60"])
             .into()
     }
 );

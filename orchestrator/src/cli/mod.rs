@@ -9,10 +9,10 @@ pub mod output;
 use crate::api::{
     AuditPage, AutoUpdate, CreateFleetUpgrade, CreateTenant, CreateToken, FleetSelector,
     FleetState, FleetUpgradeAction, FleetUpgradeDetail, FleetUpgradeList, FleetUpgrades,
-    IssueKubeconfig, KubeconfigIssued, KubeconfigList, MaintenanceWindow, Phase, ProblemBody,
-    RestoreState, RestoreTenant, RestoreView, Role, SnapshotList, SnapshotState, SnapshotView,
-    TenantList, TenantView, TokenCreated, TokenList, UpgradeState, UpgradeTenant, UsageSamples,
-    VersionList,
+    IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView, MaintenanceWindow, Phase,
+    ProblemBody, RestoreState, RestoreTenant, RestoreView, Role, SnapshotList, SnapshotState,
+    SnapshotView, TenantList, TenantView, TokenCreated, TokenList, UpgradeState, UpgradeTenant,
+    UsageSamples, VersionList,
 };
 use crate::{Error, Result};
 use output::Format;
@@ -355,10 +355,11 @@ pub struct WaitArgs {
 #[derive(Debug, clap::Args)]
 pub struct KubeconfigArgs {
     /// Tenant name.
-    pub name: String,
+    #[arg(required = true)]
+    pub name: Option<String>,
     /// User name in the certificate (CN).
-    #[arg(long, env = "VCP_KUBECONFIG_USER")]
-    pub user: String,
+    #[arg(long, env = "VCP_KUBECONFIG_USER", required = true)]
+    pub user: Option<String>,
     /// Group (O); repeatable. view, edit and admin are bound in every tenant.
     #[arg(long = "group", env = "VCP_KUBECONFIG_GROUPS", value_delimiter = ',')]
     pub groups: Vec<String>,
@@ -373,6 +374,36 @@ pub struct KubeconfigArgs {
         default_value = "-"
     )]
     pub output: PathBuf,
+}
+
+/// `vcp kubeconfig revoke ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum KubeconfigCommand {
+    /// Revoke one kubeconfig by its certificate serial (`vcp tenant kubeconfigs` lists them):
+    /// the tenant apiserver refuses it within 60 s.
+    Revoke {
+        /// Tenant name.
+        tenant: String,
+        /// The certificate serial (hex).
+        serial: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+/// `vcp user ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum UserCommand {
+    /// Revoke every kubeconfig issued to a user in a tenant: the tenant apiserver refuses
+    /// each within 60 s.
+    Revoke {
+        /// Tenant name.
+        tenant: String,
+        /// The user (certificate CN).
+        user: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
 }
 
 /// `vcp token ...`
@@ -860,13 +891,19 @@ async fn usage_samples(
 
 pub async fn kubeconfig(conn: &Connection, a: KubeconfigArgs) -> Result<()> {
     let client = Client::new(conn)?;
+    // clap requires both unless a subcommand is given.
+    let (Some(tenant), Some(user)) = (a.name, a.user) else {
+        return Err(Error::Client(
+            "a tenant name and --user are required".into(),
+        ));
+    };
     let req = IssueKubeconfig {
-        user: a.user,
+        user,
         groups: a.groups,
         ttl: a.ttl,
     };
     let issued: KubeconfigIssued = client
-        .post(&format!("/v1/tenants/{}/kubeconfigs", name(&a.name)?), &req)
+        .post(&format!("/v1/tenants/{}/kubeconfigs", name(&tenant)?), &req)
         .await?;
     if a.output.as_os_str() == "-" {
         return print(&issued.kubeconfig);
@@ -888,6 +925,75 @@ pub async fn kubeconfig(conn: &Connection, a: KubeconfigArgs) -> Result<()> {
         issued.serial
     ));
     Ok(())
+}
+
+/// Prints revoked kubeconfigs: a line each in a table, or the API's answer.
+fn print_revoked(
+    items: &[KubeconfigView],
+    answer: &impl serde::Serialize,
+    f: Format,
+) -> Result<()> {
+    match f {
+        Format::Table => {
+            let mut out = String::new();
+            for k in items {
+                out.push_str(&format!(
+                    "revoked kubeconfig {} of user {} (the tenant refuses it within 60s)\n",
+                    k.serial, k.user
+                ));
+            }
+            print(&out)
+        }
+        f => print(&output::structured(answer, f)),
+    }
+}
+
+/// `vcp kubeconfig revoke ...`
+pub async fn kubeconfig_command(conn: &Connection, action: KubeconfigCommand) -> Result<()> {
+    let client = Client::new(conn)?;
+    match action {
+        KubeconfigCommand::Revoke {
+            tenant,
+            serial,
+            output: o,
+        } => {
+            let view: Option<KubeconfigView> = client
+                .call(
+                    reqwest::Method::DELETE,
+                    &format!(
+                        "/v1/tenants/{}/kubeconfigs/{}",
+                        name(&tenant)?,
+                        segment(&serial)
+                    ),
+                    None::<&()>,
+                )
+                .await?;
+            let view = view.ok_or_else(|| Error::Client("no answer".into()))?;
+            print_revoked(std::slice::from_ref(&view), &view, o.output)
+        }
+    }
+}
+
+/// `vcp user ...`
+pub async fn user(conn: &Connection, action: UserCommand) -> Result<()> {
+    let client = Client::new(conn)?;
+    match action {
+        UserCommand::Revoke {
+            tenant,
+            user,
+            output: o,
+        } => {
+            let list: Option<KubeconfigList> = client
+                .call(
+                    reqwest::Method::DELETE,
+                    &format!("/v1/tenants/{}/users/{}", name(&tenant)?, segment(&user)),
+                    None::<&()>,
+                )
+                .await?;
+            let list = list.ok_or_else(|| Error::Client("no answer".into()))?;
+            print_revoked(&list.items, &list, o.output)
+        }
+    }
 }
 
 /// Writes a file only its owner can read: it holds a private key.

@@ -218,6 +218,7 @@ pub struct KubeconfigRow {
     pub expires_at: OffsetDateTime,
     pub created_by: String,
     pub created_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
 }
 
 /// One usage sample of a tenant: what its host objects held at `sampled_at`.
@@ -841,8 +842,97 @@ impl Inventory {
     /// The kubeconfigs issued for a tenant, oldest first.
     pub async fn kubeconfigs(&self, tenant_id: i64) -> Result<Vec<KubeconfigRow>> {
         Ok(sqlx::query_as(
-            "SELECT username, groups, serial, expires_at, created_by, created_at FROM kubeconfigs
-             WHERE tenant_id = $1 ORDER BY created_at, id",
+            "SELECT username, groups, serial, expires_at, created_by, created_at, revoked_at
+             FROM kubeconfigs WHERE tenant_id = $1 ORDER BY created_at, id",
+        )
+        .bind(tenant_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Revokes one kubeconfig of a tenant, by serial, and audits it. `None` if the tenant has
+    /// no kubeconfig of that serial; one already revoked keeps its first revocation time (and
+    /// is not audited again).
+    pub async fn revoke_kubeconfig(
+        &self,
+        tenant_id: i64,
+        serial: &str,
+        actor: &str,
+    ) -> Result<Option<KubeconfigRow>> {
+        self.revoke_where(tenant_id, Some(serial), None, actor)
+            .await
+            .map(|rows| rows.into_iter().next())
+    }
+
+    /// Revokes every kubeconfig issued to `user` in a tenant (already revoked ones too, which
+    /// keep their time), and audits it; the user's kubeconfigs, oldest first.
+    pub async fn revoke_user(
+        &self,
+        tenant_id: i64,
+        user: &str,
+        actor: &str,
+    ) -> Result<Vec<KubeconfigRow>> {
+        self.revoke_where(tenant_id, None, Some(user), actor).await
+    }
+
+    /// Revokes the tenant's kubeconfigs of one serial or of one user.
+    async fn revoke_where(
+        &self,
+        tenant_id: i64,
+        serial: Option<&str>,
+        user: Option<&str>,
+        actor: &str,
+    ) -> Result<Vec<KubeconfigRow>> {
+        let mut tx = self.pool.begin().await?;
+        // Row locks first, so two revocations of one kubeconfig audit it once.
+        let newly: Vec<String> = sqlx::query_scalar(
+            "UPDATE kubeconfigs SET revoked_at = now()
+             WHERE tenant_id = $1 AND ($2::text IS NULL OR serial = $2)
+               AND ($3::text IS NULL OR username = $3) AND revoked_at IS NULL
+             RETURNING serial",
+        )
+        .bind(tenant_id)
+        .bind(serial)
+        .bind(user)
+        .fetch_all(&mut *tx)
+        .await?;
+        let rows: Vec<KubeconfigRow> = sqlx::query_as(
+            "SELECT username, groups, serial, expires_at, created_by, created_at, revoked_at
+             FROM kubeconfigs WHERE tenant_id = $1 AND ($2::text IS NULL OR serial = $2)
+               AND ($3::text IS NULL OR username = $3)
+             ORDER BY created_at, id",
+        )
+        .bind(tenant_id)
+        .bind(serial)
+        .bind(user)
+        .fetch_all(&mut *tx)
+        .await?;
+        if !newly.is_empty() {
+            let mut serials = newly;
+            serials.sort();
+            let (action, detail) = match user {
+                Some(user) => (
+                    "user.revoke",
+                    serde_json::json!({"user": user, "serials": serials}),
+                ),
+                None => (
+                    "kubeconfig.revoke",
+                    serde_json::json!({"serial": serial, "user": rows.first().map(|r| &r.username)}),
+                ),
+            };
+            audit_in(&mut tx, actor, action, Some(tenant_id), detail).await?;
+        }
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    /// The serials of a tenant's revoked kubeconfigs that have not expired yet: what its
+    /// apiserver must refuse (an expired certificate is refused anyway).
+    pub async fn revoked_serials(&self, tenant_id: i64) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT serial FROM kubeconfigs
+             WHERE tenant_id = $1 AND revoked_at IS NOT NULL AND expires_at > now()
+             ORDER BY serial",
         )
         .bind(tenant_id)
         .fetch_all(&self.pool)

@@ -1,11 +1,15 @@
 //! Kubeconfigs for tenant users, signed with the tenant's CA, which lives only on the host
 //! (the `ca` Secret of `vcp-<key>`): the API asks here instead of reading the host itself.
+//!
+//! Each certificate names its own serial in a group (`vcp_core::revocation`), and the tenant's
+//! revoked serials go to the host ConfigMap its syncer enforces them from
+//! ([`Provisioner::write_revocations`]): right after a revocation, and again on every pass.
 
 use super::{Provisioner, secret_str};
 use crate::inventory::Tenant;
 use crate::pki::{self, CertInfo};
 use crate::{Error, Result, render};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams};
 use time::OffsetDateTime;
@@ -53,8 +57,19 @@ impl Provisioner {
             cert_pem: secret_str(&ca_secret, "tls.crt").unwrap_or_default(),
             key_pem: secret_str(&ca_secret, "tls.key").unwrap_or_default(),
         })?;
-        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
-        let pair = ca.issue(&pki::LeafSpec::client(user, &groups), now, ttl)?;
+        // The serial is chosen first, so the certificate can carry it in its revocation group.
+        let serial = pki::new_serial()?;
+        let group = vcp_core::revocation::group_of(&pki::hex(&serial));
+        let groups: Vec<&str> = groups
+            .iter()
+            .map(String::as_str)
+            .chain([group.as_str()])
+            .collect();
+        let spec = pki::LeafSpec {
+            serial: Some(serial),
+            ..pki::LeafSpec::client(user, &groups)
+        };
+        let pair = ca.issue(&spec, now, ttl)?;
         let certificate = pki::inspect("kubeconfig", &pair.cert_pem)?;
         let kubeconfig = render::kubeconfig::embedded(
             &t.name,
@@ -68,6 +83,37 @@ impl Provisioner {
             kubeconfig,
             certificate,
         })
+    }
+
+    /// Writes tenant `t`'s revoked, unexpired kubeconfig serials (from the inventory) to the
+    /// host ConfigMap its syncer enforces. Idempotent; an unchanged list changes nothing.
+    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key))]
+    pub async fn write_revocations(&self, t: &Tenant) -> Result<usize> {
+        use vcp_core::revocation as r;
+        let serials = self.inventory.revoked_serials(t.id).await?;
+        let ns = control_plane_namespace(&t.key);
+        let cm = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": r::CONFIGMAP,
+                "namespace": ns,
+                "labels": {
+                    crate::render::LABEL_MANAGED_BY: "vcp",
+                    crate::render::LABEL_CONTROL_PLANE_OF: t.key,
+                },
+            },
+            "data": {r::KEY: r::render_list(serials.iter().map(String::as_str))},
+        });
+        Api::<ConfigMap>::namespaced(self.host.clone(), &ns)
+            .patch(
+                r::CONFIGMAP,
+                &PatchParams::apply(super::host::FIELD_MANAGER).force(),
+                &Patch::Apply(&cm),
+            )
+            .await
+            .map_err(|e| Error::kube("write the revoked kubeconfigs", e))?;
+        Ok(serials.len())
     }
 
     /// Makes `user` a sudoer in tenant `t` ([`crate::access`]): the ClusterRole that lets it

@@ -493,6 +493,12 @@ impl Provisioner {
         }
         let ns = control_plane_namespace(&t.key);
         step!(Step::Namespace, self.ensure_namespace(t, &ns).await);
+        // Repairs what a revocation's own write missed (a replica killed between the inventory
+        // and the host); it blocks nothing else.
+        if let Err(e) = self.write_revocations(t).await {
+            tracing::warn!(error = %e.public(), "writing the revoked kubeconfigs failed");
+            let _ = failed(e, false);
+        }
         let exposed = self.expose(t, version, plan).await.map(|e| {
             e.map_or_else(
                 || Err("waiting for the apiserver Service's address".to_owned()),

@@ -485,6 +485,8 @@ fn context(input: &Input<'_>) -> Value {
         .expect("a policy always serializes");
     ctx["syncer_policy_digest"] = json!(digest(&policy));
     ctx["syncer_policy"] = json!(policy);
+    ctx["revocation_match_condition"] = json!(vcp_core::revocation::MATCH_CONDITION);
+    ctx["revocation_webhook_path"] = json!(vcp_core::revocation::WEBHOOK_PATH);
     // Resources default to nothing per component, so templates can always index them.
     for c in [
         "etcd",

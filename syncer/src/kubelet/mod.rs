@@ -159,6 +159,9 @@ pub struct Endpoint {
     /// The metrics API and the front-proxy client name it admits
     /// ([`crate::top::DEFAULT_CLIENT`]), when served.
     pub metrics: Option<(Arc<crate::top::MetricsApi>, String)>,
+    /// The revoked kubeconfigs, for the tenant apiserver's authorization webhook
+    /// ([`crate::revocation`]); without them, the webhook is not served.
+    pub revoked: Option<crate::revocation::Revoked>,
 }
 
 /// The last line of a log stream the syncer ends because it is stopping: without it a
@@ -268,7 +271,13 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, endpoi
                 let endpoint = endpoint.clone();
                 async move {
                     let metrics = req.uri().path().starts_with("/apis");
+                    let webhook = req.uri().path() == vcp_core::revocation::WEBHOOK_PATH
+                        && req.method() == hyper::Method::POST;
                     let res = match (client, &endpoint.metrics) {
+                        (Client::Apiserver, _) if webhook => match &endpoint.revoked {
+                            Some(revoked) => crate::revocation::answer(req, revoked).await,
+                            None => text(StatusCode::NOT_FOUND, "no revocation list is followed"),
+                        },
                         (Client::Aggregator, Some((api, _))) if metrics => api.handle(req).await,
                         (Client::Apiserver, _) if !metrics => endpoint.handle(req).await,
                         (Client::Apiserver | Client::Aggregator, _) => {
