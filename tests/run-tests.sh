@@ -32,7 +32,7 @@ for line in sys.stdin:
 ' >"$plan"
 
 # Longest first (from docs/benchmarks.md, "CI wall time"), so the last to start are short.
-order=(upgrade fleet sync contract provision burst cli snapshot isolation inventory kubelet
+order=(upgrade fleet sync contract provision burst access cli snapshot isolation inventory kubelet
        resilience api lifecycle incluster chart kubelet_api devnode crash postgres host_cluster
        render_dry_run)
 rank() {

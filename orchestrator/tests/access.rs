@@ -1,0 +1,266 @@
+//! Access that can be taken back, against a real `vcp serve`, a real tenant apiserver and its
+//! syncer on the dev cluster: a revoked kubeconfig is refused by unmodified kubectl within
+//! 60 s while the tenant's other kubeconfigs keep working, revoking a user ends all of its
+//! kubeconfigs, every revocation is in the audit trail, and with vcp stopped for two minutes
+//! nothing changes for anyone (the revocations are enforced by the tenant's own syncer).
+
+use reqwest::Method;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use vcp_dev::cluster::DevCluster;
+use vcp_dev::testing;
+
+/// The bound the issue sets on a revocation.
+const REVOKED_WITHIN: Duration = Duration::from_secs(60);
+
+/// kubectl with a kubeconfig: (succeeded, stderr).
+fn kubectl(cluster: &DevCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn vcp(url: &str, token: &str, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
+        .args(args)
+        .env("VCP_API_URL", url)
+        .env("VCP_TOKEN", token)
+        .env_remove("RUST_LOG")
+        .output()
+        .await?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout)?,
+        String::from_utf8(out.stderr)?,
+    ))
+}
+
+/// Waits until kubectl with `kubeconfig` is refused; the delay and kubectl's message.
+async fn refused_after(
+    cluster: &DevCluster,
+    kubeconfig: &Path,
+    since: Instant,
+) -> anyhow::Result<(Duration, String)> {
+    loop {
+        let (ok, err) = kubectl(cluster, kubeconfig, &["get", "namespaces"]);
+        if !ok {
+            return Ok((since.elapsed(), err));
+        }
+        anyhow::ensure!(
+            since.elapsed() < REVOKED_WITHIN + Duration::from_secs(30),
+            "{} still works {:?} after its revocation",
+            kubeconfig.display(),
+            since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn revoked_kubeconfigs_are_refused_within_a_minute_and_the_rest_work_with_vcp_stopped()
+-> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let mut p = testing::platform(cluster, "vcp-access", 2).await?;
+    let (url, token) = (p.orchestrator.url.clone(), p.admin_token.clone());
+    let api = p.admin.clone();
+    api.create_tenant("keys").await?;
+    api.wait_ready("keys", Duration::from_secs(240)).await?;
+
+    let dir = p.dir.path().to_owned();
+    let issue = |user: &'static str, group: &'static str, file: &'static str| {
+        let (api, path) = (api.clone(), dir.join(file));
+        async move {
+            let kc = api.kubeconfig("keys", user, &[group], "2h").await?;
+            std::fs::write(&path, kc)?;
+            anyhow::Ok(path)
+        }
+    };
+    let alice = issue("alice", "edit", "alice").await?;
+    let bob = issue("bob", "view", "bob").await?;
+    let carol: Vec<PathBuf> = vec![
+        issue("carol", "view", "carol-1").await?,
+        issue("carol", "edit", "carol-2").await?,
+    ];
+    for kc in [&alice, &bob, &carol[0], &carol[1]] {
+        let (ok, err) = kubectl(cluster, kc, &["get", "namespaces"]);
+        assert!(ok, "{}: {err}", kc.display());
+    }
+    let list = api
+        .raw(Method::GET, "/v1/tenants/keys/kubeconfigs", None)
+        .await?
+        .1;
+    let serial_of = |user: &str| -> Vec<String> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["user"] == user)
+            .map(|k| k["serial"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let alice_serial = serial_of("alice").remove(0);
+
+    // One kubeconfig, through the CLI.
+    let t0 = Instant::now();
+    let (code, out, err) = vcp(
+        &url,
+        &token,
+        &["kubeconfig", "revoke", "keys", &alice_serial],
+    )
+    .await?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("revoked kubeconfig {alice_serial} of user alice")),
+        "{out}"
+    );
+    let (delay, message) = refused_after(cluster, &alice, t0).await?;
+    println!(
+        "revoked kubeconfig refused by kubectl after {delay:?}: {}",
+        message.trim()
+    );
+    assert!(delay < REVOKED_WITHIN, "{delay:?}");
+    assert!(message.contains("was revoked"), "{message}");
+    let (ok, err) = kubectl(cluster, &bob, &["get", "namespaces"]);
+    assert!(ok, "another user's kubeconfig still works: {err}");
+
+    // Every kubeconfig of a user.
+    let t0 = Instant::now();
+    let (code, out, err) = vcp(
+        &url,
+        &token,
+        &["user", "revoke", "keys", "carol", "-o", "json"],
+    )
+    .await?;
+    assert_eq!(code, 0, "{out}{err}");
+    let answer: Value = serde_json::from_str(&out)?;
+    let items = answer["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{answer}");
+    assert!(
+        items.iter().all(|k| k["revoked_at"].is_string()),
+        "{answer}"
+    );
+    for kc in &carol {
+        let (delay, _) = refused_after(cluster, kc, t0).await?;
+        println!("user revoked: {} refused after {delay:?}", kc.display());
+        assert!(delay < REVOKED_WITHIN, "{delay:?}");
+    }
+    assert!(kubectl(cluster, &bob, &["get", "namespaces"]).0);
+
+    // The listing says which are revoked; revoking again answers the same; unknown ones 404.
+    let list = api
+        .raw(Method::GET, "/v1/tenants/keys/kubeconfigs", None)
+        .await?
+        .1;
+    for k in list["items"].as_array().unwrap() {
+        assert_eq!(k["revoked_at"].is_string(), k["user"] != "bob", "{k}");
+    }
+    let again = api
+        .raw(
+            Method::DELETE,
+            &format!("/v1/tenants/keys/kubeconfigs/{alice_serial}"),
+            None,
+        )
+        .await?;
+    assert_eq!(again.0, 200, "{again:?}");
+    assert_eq!(
+        again.1["revoked_at"],
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["user"] == "alice")
+            .unwrap()["revoked_at"]
+    );
+    for path in [
+        "/v1/tenants/keys/kubeconfigs/00ff".to_owned(),
+        "/v1/tenants/keys/kubeconfigs/NOT-HEX".to_owned(),
+        "/v1/tenants/keys/users/nobody".to_owned(),
+        "/v1/tenants/keys/users/system:admin".to_owned(),
+        format!("/v1/tenants/other/kubeconfigs/{alice_serial}"),
+    ] {
+        let (status, body) = api.raw(Method::DELETE, &path, None).await?;
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    // Another owner does not learn the tenant exists.
+    let owner = api
+        .raw(
+            Method::POST,
+            "/v1/tokens",
+            Some(&serde_json::json!({"name": "stranger", "role": "owner"})),
+        )
+        .await?
+        .1;
+    let stranger = api.with_token(owner["token"].as_str().unwrap());
+    let (status, _) = stranger
+        .raw(Method::DELETE, "/v1/tenants/keys/users/bob", None)
+        .await?;
+    assert_eq!(status, 404);
+    assert!(kubectl(cluster, &bob, &["get", "namespaces"]).0);
+
+    // The audit trail, in order, with the actor.
+    let audit = api
+        .raw(Method::GET, "/v1/audit?tenant=keys&limit=100", None)
+        .await?
+        .1;
+    let actions: Vec<(&str, &str)> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["actor"].as_str().unwrap()))
+        .filter(|(a, _)| a.starts_with("kubeconfig.") || a.starts_with("user."))
+        .collect();
+    assert_eq!(
+        actions.iter().map(|(a, _)| *a).collect::<Vec<_>>(),
+        [
+            "kubeconfig.issue",
+            "kubeconfig.issue",
+            "kubeconfig.issue",
+            "kubeconfig.issue",
+            "kubeconfig.revoke",
+            "user.revoke"
+        ],
+        "{audit}"
+    );
+    let tokens = api.raw(Method::GET, "/v1/tokens", None).await?.1;
+    let admin_name = tokens["items"][0]["name"].as_str().unwrap().to_owned();
+    assert!(
+        actions.iter().all(|(_, actor)| *actor == admin_name),
+        "{audit}"
+    );
+
+    // vcp stopped for two minutes: the tenant enforces what it was told, and everyone else works.
+    let bob_client = {
+        let kc = kube::config::Kubeconfig::from_yaml(&std::fs::read_to_string(&bob)?)?;
+        kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?,
+        )?
+    };
+    let poller = testing::Poller::start(
+        kube::Api::namespaced(bob_client, "kube-system"),
+        "extension-apiserver-authentication",
+    );
+    p.orchestrator.proc.stop(Duration::from_secs(5));
+    let stopped = Instant::now();
+    let mut alice_refused = 0;
+    while stopped.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!kubectl(cluster, &alice, &["get", "namespaces"]).0);
+        alice_refused += 1;
+    }
+    let (answered, failed) = poller.finish().await?;
+    println!(
+        "vcp stopped {:?}: bob's requests answered {answered}, failed {failed}; alice refused {alice_refused} times out of {alice_refused}",
+        stopped.elapsed()
+    );
+    assert!(answered > 100, "{answered}");
+    assert_eq!(failed, 0);
+    Ok(())
+}
