@@ -402,7 +402,9 @@ pub fn kubeconfigs_table(items: &[KubeconfigView], now: OffsetDateTime, width: u
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|k| {
-            let left = if k.expires_at <= now {
+            let left = if k.revoked_at.is_some() {
+                "revoked".to_owned()
+            } else if k.expires_at <= now {
                 "expired".to_owned()
             } else {
                 age(now, k.expires_at)
@@ -710,6 +712,36 @@ mod tests {
 
     fn at(s: i64) -> OffsetDateTime {
         OffsetDateTime::from_unix_timestamp(1_800_000_000 + s).unwrap()
+    }
+
+    #[test]
+    fn a_kubeconfig_listing_says_revoked_before_expired() {
+        let k = |expires: i64, revoked: Option<i64>| KubeconfigView {
+            user: "alice".into(),
+            groups: vec!["edit".into()],
+            serial: "0abc".into(),
+            expires_at: at(expires),
+            created_by: "admin".into(),
+            created_at: at(0),
+            revoked_at: revoked.map(at),
+        };
+        let out = kubeconfigs_table(
+            &[
+                k(7200, None),
+                k(7200, Some(60)),
+                k(-1, Some(-60)),
+                k(-1, None),
+            ],
+            at(0),
+            80,
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[1].contains(" 2h "), "{out}");
+        assert!(
+            lines[2].contains("revoked") && lines[3].contains("revoked"),
+            "{out}"
+        );
+        assert!(lines[4].contains("expired"), "{out}");
     }
 
     fn cond(t: &str, status: &str, message: &str) -> Condition {
