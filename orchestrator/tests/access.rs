@@ -236,6 +236,116 @@ async fn revoked_kubeconfigs_are_refused_within_a_minute_and_the_rest_work_with_
         "{audit}"
     );
 
+    // Break-glass: admins only, a plain short-lived system:masters certificate, audited with
+    // its reason, not revocable.
+    let glass = dir.join("glass");
+    let (code, out, err) = vcp(
+        &url,
+        &token,
+        &[
+            "kubeconfig",
+            "break-glass",
+            "keys",
+            "--reason",
+            "syncer drill",
+            "--ttl",
+            "15m",
+            "-o",
+            glass.to_str().unwrap(),
+        ],
+    )
+    .await?;
+    assert_eq!(code, 0, "{out}{err}");
+    let whoami = std::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(&glass)
+        .args(["auth", "whoami", "-o", "json"])
+        .output()?;
+    let whoami: Value = serde_json::from_slice(&whoami.stdout)?;
+    assert_eq!(
+        whoami["status"]["userInfo"]["username"],
+        format!("vcp:break-glass:{admin_name}"),
+        "{whoami}"
+    );
+    let groups = whoami["status"]["userInfo"]["groups"].to_string();
+    assert!(
+        groups.contains("system:masters") && !groups.contains("vcp:kubeconfig:"),
+        "{groups}"
+    );
+    let list = api
+        .raw(Method::GET, "/v1/tenants/keys/kubeconfigs", None)
+        .await?
+        .1;
+    let glass_row = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["break_glass"] == true)
+        .unwrap()
+        .clone();
+    let (status, body) = api
+        .raw(
+            Method::DELETE,
+            &format!(
+                "/v1/tenants/keys/kubeconfigs/{}",
+                glass_row["serial"].as_str().unwrap()
+            ),
+            None,
+        )
+        .await?;
+    assert_eq!(
+        (
+            status,
+            body["type"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("break-glass")
+        ),
+        (409, true),
+        "{body}"
+    );
+    let audit = api
+        .raw(Method::GET, "/v1/audit?action=kubeconfig.break-glass", None)
+        .await?
+        .1;
+    assert_eq!(
+        audit["items"][0]["detail"]["reason"], "syncer drill",
+        "{audit}"
+    );
+    assert_eq!(audit["items"][0]["actor"], admin_name.as_str(), "{audit}");
+    let (status, body) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants/keys/break-glass",
+            Some(&serde_json::json!({"reason": "x", "ttl": "2h"})),
+        )
+        .await?;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("ttl")),
+        "{body}"
+    );
+    // An owner may not, even for its own tenant (which need not be Ready).
+    let (status, body) = stranger
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&serde_json::json!({"name": "mine"})),
+        )
+        .await?;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = stranger
+        .raw(
+            Method::POST,
+            "/v1/tenants/mine/break-glass",
+            Some(&serde_json::json!({"reason": "x"})),
+        )
+        .await?;
+    assert_eq!(status, 403, "{body}");
+    stranger
+        .raw(Method::DELETE, "/v1/tenants/mine", None)
+        .await?;
+
     // vcp stopped for two minutes: the tenant enforces what it was told, and everyone else works.
     let bob_client = {
         let kc = kube::config::Kubeconfig::from_yaml(&std::fs::read_to_string(&bob)?)?;
@@ -255,6 +365,8 @@ async fn revoked_kubeconfigs_are_refused_within_a_minute_and_the_rest_work_with_
         assert!(!kubectl(cluster, &alice, &["get", "namespaces"]).0);
         alice_refused += 1;
     }
+    let (ok, err) = kubectl(cluster, &glass, &["get", "clusterroles"]);
+    assert!(ok, "break-glass with vcp stopped: {err}");
     let (answered, failed) = poller.finish().await?;
     println!(
         "vcp stopped {:?}: bob's requests answered {answered}, failed {failed}; alice refused {alice_refused} times out of {alice_refused}",

@@ -7,8 +7,8 @@
 use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
 use super::types::{NameSchema, SerialSchema, SubjectSchema};
 use super::{
-    AppState, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView, Name, NameAnd,
-    Problem, ProblemBody, body, caller_and_tenant,
+    AppState, BreakGlassRequest, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView,
+    Name, NameAnd, Problem, ProblemBody, body, caller_and_tenant,
 };
 use axum::Json;
 use axum::extract::State;
@@ -108,6 +108,7 @@ pub(super) async fn issue_kubeconfig(
             &cert.serial,
             cert.not_after,
             &caller.0.name,
+            None,
         )
         .await
         .map_err(|e| Problem::internal(&e))?;
@@ -195,6 +196,7 @@ async fn deliver(s: &AppState, t: &crate::inventory::Tenant) -> Result<(), Probl
     (status = 400, description = "malformed path", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,
     (status = 404, description = "no such tenant (or another owner's), or no kubeconfig of that serial in it", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "a break-glass kubeconfig: it cannot be revoked, only expire", body = ProblemBody, content_type = "application/problem+json"),
     (status = 503, description = "recorded, not yet passed to the tenant: retry", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
@@ -219,6 +221,20 @@ pub(super) async fn revoke_kubeconfig(
         .await
         .map_err(|e| Problem::internal(&e))?
         .ok_or_else(none)?;
+    if row.break_glass {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "break-glass",
+            "a break-glass kubeconfig cannot be revoked",
+            &format!(
+                "kubeconfig {serial} is a break-glass one: nothing checks it, and it expires at {}",
+                row.expires_at
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_default()
+            ),
+            None,
+        ));
+    }
     deliver(&s, &t).await?;
     Ok(Json(KubeconfigView::from(row)))
 }
@@ -268,6 +284,106 @@ pub(super) async fn revoke_user(
     }))
 }
 
+/// The longest and the default lifetime of a break-glass kubeconfig.
+pub const BREAK_GLASS_MAX_TTL: Duration = Duration::from_secs(3600);
+pub const BREAK_GLASS_TTL: Duration = Duration::from_secs(1800);
+
+/// Checks a break-glass request; its lifetime.
+fn check_break_glass(req: &BreakGlassRequest) -> Result<Duration, Problem> {
+    let n = req.reason.chars().count();
+    if n == 0 || n > 200 || req.reason.contains('\0') {
+        return Err(Problem::invalid(
+            "reason",
+            "1 to 200 characters, and no NUL: say why, for the audit trail",
+        ));
+    }
+    match req.ttl.as_deref() {
+        None => Ok(BREAK_GLASS_TTL),
+        Some(x) => crate::names::parse_ttl(x)
+            .filter(|d| *d <= BREAK_GLASS_MAX_TTL)
+            .ok_or_else(|| Problem::invalid("ttl", "a duration like 15m or 1h, at most 1h")),
+    }
+}
+
+/// Issues a break-glass kubeconfig (admins only): a plain certificate for
+/// `vcp:break-glass:<token>` in `system:masters`, valid at most an hour. It works when the
+/// tenant's syncer is down and whatever the tenant did to its RBAC, and vcp need not be up to
+/// use it; it cannot be revoked. Every one is in the audit trail with its reason
+/// (`kubeconfig.break-glass`). Issued in any phase once the tenant has an endpoint.
+#[utoipa::path(post, path = "/v1/tenants/{name}/break-glass", tag = "kubeconfigs", security(("bearer" = [])),
+    params(("name" = NameSchema, Path, description = "tenant name")),
+    request_body = BreakGlassRequest, responses(
+    (status = 201, body = KubeconfigIssued),
+    BodyRefused,
+    Unauthorized,
+    (status = 403, description = "only admins issue break-glass kubeconfigs", body = ProblemBody, content_type = "application/problem+json"),
+    NoSuchTenant,
+    (status = 409, description = "the tenant has no endpoint yet", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "invalid reason or ttl", body = ProblemBody, content_type = "application/problem+json"),
+))]
+#[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
+pub(super) async fn break_glass(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Name, Problem>,
+    req: Result<Json<BreakGlassRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<KubeconfigIssued>), Problem> {
+    let (caller, t) = caller_and_tenant(&s, &headers, name).await?;
+    if !caller.admin() {
+        return Err(Problem::forbidden(
+            "only admins issue break-glass kubeconfigs",
+        ));
+    }
+    let req = body(req)?;
+    let ttl = check_break_glass(&req)?;
+    let ttl = time::Duration::try_from(ttl).map_err(|_| Problem::opaque())?;
+    let Some(endpoint) = t.endpoint.clone() else {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "no-endpoint",
+            "tenant has no endpoint",
+            &format!("tenant {:?} has no apiserver endpoint yet", t.name),
+            None,
+        ));
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let signed = s
+        .provisioner
+        .sign_break_glass(&t, &endpoint, &caller.0.name, now, ttl)
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    let cert = signed.certificate;
+    let user = format!(
+        "{}{}",
+        crate::provision::kubeconfig::BREAK_GLASS_USER_PREFIX,
+        caller.0.name
+    );
+    let groups = vec!["system:masters".to_owned()];
+    s.inventory
+        .record_kubeconfig(
+            t.id,
+            &user,
+            &groups,
+            &cert.serial,
+            cert.not_after,
+            &caller.0.name,
+            Some(&req.reason),
+        )
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    tracing::warn!(serial = %cert.serial, "break-glass kubeconfig issued");
+    Ok((
+        StatusCode::CREATED,
+        Json(KubeconfigIssued {
+            kubeconfig: signed.kubeconfig,
+            serial: cert.serial,
+            user,
+            groups,
+            expires_at: cert.not_after,
+        }),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +393,37 @@ mod tests {
             user: user.into(),
             groups: groups.iter().map(|g| (*g).to_owned()).collect(),
             ttl: ttl.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn break_glass_requests_need_a_reason_and_live_at_most_an_hour() {
+        let r = |reason: &str, ttl: Option<&str>| BreakGlassRequest {
+            reason: reason.into(),
+            ttl: ttl.map(str::to_owned),
+        };
+        let field = |x: Result<Duration, Problem>| x.unwrap_err().field().map(str::to_owned);
+        assert_eq!(
+            check_break_glass(&r("syncer down", None)).unwrap(),
+            BREAK_GLASS_TTL
+        );
+        assert_eq!(
+            check_break_glass(&r("x", Some("1h"))).unwrap(),
+            BREAK_GLASS_MAX_TTL
+        );
+        assert_eq!(
+            field(check_break_glass(&r("x", Some("61m")))).as_deref(),
+            Some("ttl")
+        );
+        assert_eq!(
+            field(check_break_glass(&r("x", Some("soon")))).as_deref(),
+            Some("ttl")
+        );
+        for reason in ["", "a\0b", &"r".repeat(201)] {
+            assert_eq!(
+                field(check_break_glass(&r(reason, None))).as_deref(),
+                Some("reason")
+            );
         }
     }
 

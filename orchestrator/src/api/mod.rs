@@ -99,6 +99,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(kubeconfigs::revoke_kubeconfig))
         .routes(routes!(kubeconfigs::revoke_user))
+        .routes(routes!(kubeconfigs::break_glass))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(audit::audit))
@@ -338,7 +339,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 24);
+        assert_eq!(ops, 25);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"

@@ -552,6 +552,22 @@ pub struct KubeconfigView {
     #[serde(default, with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub revoked_at: Option<OffsetDateTime>,
+    /// A break-glass kubeconfig: it cannot be revoked, only expire.
+    #[serde(default)]
+    pub break_glass: bool,
+}
+
+/// `POST /v1/tenants/{name}/break-glass` body.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BreakGlassRequest {
+    /// Why, for the audit trail: 1 to 200 characters, no NUL.
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000]*$")]
+    pub reason: String,
+    /// Lifetime like 15m or 1h: at most 1h, default 30m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<TtlSchema>)]
+    pub ttl: Option<String>,
 }
 
 impl From<KubeconfigRow> for KubeconfigView {
@@ -564,6 +580,7 @@ impl From<KubeconfigRow> for KubeconfigView {
             created_by: r.created_by,
             created_at: r.created_at,
             revoked_at: r.revoked_at,
+            break_glass: r.break_glass,
         }
     }
 }

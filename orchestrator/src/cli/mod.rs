@@ -389,6 +389,26 @@ pub enum KubeconfigCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Issue a break-glass kubeconfig (admins only): `system:masters` for at most an hour,
+    /// for when vcp or the tenant's syncer is down; it cannot be revoked, and is audited.
+    BreakGlass {
+        /// Tenant name.
+        tenant: String,
+        /// Why, for the audit trail.
+        #[arg(long, env = "VCP_BREAK_GLASS_REASON")]
+        reason: String,
+        /// Lifetime such as 15m (at most 1h; default 30m).
+        #[arg(long, env = "VCP_BREAK_GLASS_TTL")]
+        ttl: Option<String>,
+        /// Write the kubeconfig here (mode 0600); `-` prints it.
+        #[arg(
+            short = 'o',
+            long = "output",
+            env = "VCP_KUBECONFIG_OUTPUT",
+            default_value = "-"
+        )]
+        output: PathBuf,
+    },
 }
 
 /// `vcp user ...`
@@ -905,17 +925,22 @@ pub async fn kubeconfig(conn: &Connection, a: KubeconfigArgs) -> Result<()> {
     let issued: KubeconfigIssued = client
         .post(&format!("/v1/tenants/{}/kubeconfigs", name(&tenant)?), &req)
         .await?;
-    if a.output.as_os_str() == "-" {
+    save_kubeconfig(&issued, &a.output)
+}
+
+/// Prints an issued kubeconfig (`-`) or writes it to a file only its owner reads, saying so.
+fn save_kubeconfig(issued: &KubeconfigIssued, output: &std::path::Path) -> Result<()> {
+    if output.as_os_str() == "-" {
         return print(&issued.kubeconfig);
     }
-    write_private(&a.output, issued.kubeconfig.as_bytes())?;
+    write_private(output, issued.kubeconfig.as_bytes())?;
     let expires = issued
         .expires_at
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
     progress(&format!(
         "wrote {} (user {}, groups {}, expires {expires}, serial {})",
-        a.output.display(),
+        output.display(),
         issued.user,
         if issued.groups.is_empty() {
             "-".to_owned()
@@ -970,6 +995,20 @@ pub async fn kubeconfig_command(conn: &Connection, action: KubeconfigCommand) ->
                 .await?;
             let view = view.ok_or_else(|| Error::Client("no answer".into()))?;
             print_revoked(std::slice::from_ref(&view), &view, o.output)
+        }
+        KubeconfigCommand::BreakGlass {
+            tenant,
+            reason,
+            ttl,
+            output,
+        } => {
+            let issued: KubeconfigIssued = client
+                .post(
+                    &format!("/v1/tenants/{}/break-glass", name(&tenant)?),
+                    &crate::api::BreakGlassRequest { reason, ttl },
+                )
+                .await?;
+            save_kubeconfig(&issued, &output)
         }
     }
 }

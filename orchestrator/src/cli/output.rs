@@ -724,6 +724,7 @@ mod tests {
             created_by: "admin".into(),
             created_at: at(0),
             revoked_at: revoked.map(at),
+            break_glass: false,
         };
         let out = kubeconfigs_table(
             &[

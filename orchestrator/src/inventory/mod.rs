@@ -219,6 +219,8 @@ pub struct KubeconfigRow {
     pub created_by: String,
     pub created_at: OffsetDateTime,
     pub revoked_at: Option<OffsetDateTime>,
+    /// A break-glass kubeconfig: not revocable, short-lived.
+    pub break_glass: bool,
 }
 
 /// One usage sample of a tenant: what its host objects held at `sampled_at`.
@@ -803,7 +805,7 @@ impl Inventory {
         .await?)
     }
 
-    /// Records an issued kubeconfig.
+    /// Records an issued kubeconfig; `break_glass`: the reason of a break-glass one.
     #[allow(clippy::too_many_arguments)]
     pub async fn record_kubeconfig(
         &self,
@@ -813,11 +815,13 @@ impl Inventory {
         serial: &str,
         expires_at: OffsetDateTime,
         actor: &str,
+        break_glass: Option<&str>,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO kubeconfigs (tenant_id, username, groups, serial, expires_at, created_by)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO kubeconfigs
+               (tenant_id, username, groups, serial, expires_at, created_by, break_glass)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(tenant_id)
         .bind(user)
@@ -825,16 +829,22 @@ impl Inventory {
         .bind(serial)
         .bind(expires_at)
         .bind(actor)
+        .bind(break_glass.is_some())
         .execute(&mut *tx)
         .await?;
-        audit_in(
-            &mut tx,
-            actor,
-            "kubeconfig.issue",
-            Some(tenant_id),
-            serde_json::json!({"user": user, "groups": groups, "serial": serial}),
-        )
-        .await?;
+        let (action, detail) = match break_glass {
+            None => (
+                "kubeconfig.issue",
+                serde_json::json!({"user": user, "groups": groups, "serial": serial}),
+            ),
+            Some(reason) => (
+                "kubeconfig.break-glass",
+                serde_json::json!({"user": user, "groups": groups, "serial": serial,
+                    "expires_at": expires_at.format(&time::format_description::well_known::Rfc3339).ok(),
+                    "reason": reason}),
+            ),
+        };
+        audit_in(&mut tx, actor, action, Some(tenant_id), detail).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -842,7 +852,7 @@ impl Inventory {
     /// The kubeconfigs issued for a tenant, oldest first.
     pub async fn kubeconfigs(&self, tenant_id: i64) -> Result<Vec<KubeconfigRow>> {
         Ok(sqlx::query_as(
-            "SELECT username, groups, serial, expires_at, created_by, created_at, revoked_at
+            "SELECT username, groups, serial, expires_at, created_by, created_at, revoked_at, break_glass
              FROM kubeconfigs WHERE tenant_id = $1 ORDER BY created_at, id",
         )
         .bind(tenant_id)
@@ -889,6 +899,7 @@ impl Inventory {
             "UPDATE kubeconfigs SET revoked_at = now()
              WHERE tenant_id = $1 AND ($2::text IS NULL OR serial = $2)
                AND ($3::text IS NULL OR username = $3) AND revoked_at IS NULL
+               AND NOT break_glass
              RETURNING serial",
         )
         .bind(tenant_id)
@@ -897,7 +908,7 @@ impl Inventory {
         .fetch_all(&mut *tx)
         .await?;
         let rows: Vec<KubeconfigRow> = sqlx::query_as(
-            "SELECT username, groups, serial, expires_at, created_by, created_at, revoked_at
+            "SELECT username, groups, serial, expires_at, created_by, created_at, revoked_at, break_glass
              FROM kubeconfigs WHERE tenant_id = $1 AND ($2::text IS NULL OR serial = $2)
                AND ($3::text IS NULL OR username = $3)
              ORDER BY created_at, id",

@@ -15,6 +15,10 @@ use kube::api::{Api, Patch, PatchParams};
 use time::OffsetDateTime;
 use vcp_core::naming::control_plane_namespace;
 
+/// The user of a break-glass kubeconfig is this and the token's name, so the tenant's own
+/// audit log says whose it was.
+pub const BREAK_GLASS_USER_PREFIX: &str = "vcp:break-glass:";
+
 /// A kubeconfig signed for a tenant user: its client certificate and key are embedded in
 /// `kubeconfig` and nowhere else.
 pub struct SignedKubeconfig {
@@ -36,7 +40,8 @@ impl std::fmt::Debug for SignedKubeconfig {
 
 impl Provisioner {
     /// A kubeconfig of tenant `t` at `endpoint` for `user` in `groups` (certificate CN and O),
-    /// valid from `now` for `ttl`. The caller checks the request and records the result.
+    /// valid from `now` for `ttl`, revocable: the certificate also carries its serial's
+    /// group. The caller checks the request and records the result.
     #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, user = %user))]
     pub async fn sign_kubeconfig(
         &self,
@@ -46,6 +51,39 @@ impl Provisioner {
         groups: &[String],
         now: OffsetDateTime,
         ttl: time::Duration,
+    ) -> Result<SignedKubeconfig> {
+        self.sign(t, endpoint, user, groups, now, ttl, true).await
+    }
+
+    /// A break-glass kubeconfig of tenant `t` for `actor`: user `vcp:break-glass:<actor>` in
+    /// `system:masters`, which the apiserver admits before any authorizer. It works while the
+    /// tenant's syncer is down and whatever the tenant did to its RBAC; it carries no
+    /// revocation group, so only its short `ttl` bounds it.
+    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, actor = %actor))]
+    pub async fn sign_break_glass(
+        &self,
+        t: &Tenant,
+        endpoint: &str,
+        actor: &str,
+        now: OffsetDateTime,
+        ttl: time::Duration,
+    ) -> Result<SignedKubeconfig> {
+        let user = format!("{BREAK_GLASS_USER_PREFIX}{actor}");
+        let groups = ["system:masters".to_owned()];
+        self.sign(t, endpoint, &user, &groups, now, ttl, false)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn sign(
+        &self,
+        t: &Tenant,
+        endpoint: &str,
+        user: &str,
+        groups: &[String],
+        now: OffsetDateTime,
+        ttl: time::Duration,
+        revocable: bool,
     ) -> Result<SignedKubeconfig> {
         let secrets: Api<Secret> =
             Api::namespaced(self.host.clone(), &control_plane_namespace(&t.key));
@@ -63,7 +101,7 @@ impl Provisioner {
         let groups: Vec<&str> = groups
             .iter()
             .map(String::as_str)
-            .chain([group.as_str()])
+            .chain(revocable.then_some(group.as_str()))
             .collect();
         let spec = pki::LeafSpec {
             serial: Some(serial),
