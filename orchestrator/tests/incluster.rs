@@ -298,37 +298,8 @@ async fn made_ready_by(url: &str, tenant: &str) -> Res<Option<String>> {
     Ok(actor)
 }
 
-/// Why these tests cannot run here, if they cannot: the chart's Postgres and vcp pods mount an
-/// emptyDir at `/tmp`, and the process node runs the workspace's binaries from their paths, so
-/// a workspace under `/tmp` (a clone made there) is hidden from the very processes that need
-/// it. Said, not silently passed.
-fn cannot_run_here() -> Option<String> {
-    let exe = std::env::current_exe().ok()?;
-    exe.starts_with("/tmp").then(|| {
-        format!(
-            "SKIPPED: the workspace is under /tmp ({}), which the chart's /tmp emptyDir covers in \
-             the pods the process node runs from it; clone the repository elsewhere to run this \
-             test (docs/install.md, known limits)",
-            exe.display()
-        )
-    })
-}
-
-/// Prints [`cannot_run_here`]'s reason, on both streams, when there is one.
-fn skipped_here() -> bool {
-    let why = cannot_run_here();
-    if let Some(why) = &why {
-        println!("{why}");
-        eprintln!("{why}");
-    }
-    why.is_some()
-}
-
 #[tokio::test]
 async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant() -> Res {
-    if skipped_here() {
-        return Ok(());
-    }
     let t0 = Instant::now();
     let cluster = DevCluster::shared().await?;
     let client = cluster.connect().await?;
@@ -488,9 +459,6 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant(
 #[tokio::test]
 async fn a_replica_deleted_mid_provision_leaves_the_tenant_to_the_other_and_a_reinstall_adopts_it()
 -> Res {
-    if skipped_here() {
-        return Ok(());
-    }
     let t0 = Instant::now();
     let cluster = DevCluster::shared().await?;
     let client = cluster.connect().await?;
