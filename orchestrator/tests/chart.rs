@@ -86,6 +86,12 @@ imagePullSecrets: [{name: regcred}]
 serviceAccount: {annotations: {example.com/x: z}}
 "#;
 
+/// An external database with a private CA: the block ALL_ON cannot hold (it runs the
+/// evaluation Postgres, which has no TLS, and then `database.*` is not read).
+const DATABASE_CA: &str = r#"
+database: {existingSecret: prod-db, secretKey: uri, tls: {caSecret: db-ca, caKey: root.pem}}
+"#;
+
 /// `helm template` of the chart with `values` (a values file's text; empty: the defaults) in
 /// namespace `ns`: the rendered text.
 fn template(release: &str, ns: &str, values: &str, extra: &[&str]) -> anyhow::Result<String> {
@@ -142,7 +148,13 @@ fn the_chart_lints_with_default_values_and_with_every_optional_block_on() -> any
     let dir = tempfile::tempdir()?;
     let all_on = dir.path().join("all-on.yaml");
     std::fs::write(&all_on, ALL_ON)?;
-    for extra in [vec![], vec!["-f", all_on.to_str().unwrap()]] {
+    let database_ca = dir.path().join("database-ca.yaml");
+    std::fs::write(&database_ca, DATABASE_CA)?;
+    for extra in [
+        vec![],
+        vec!["-f", all_on.to_str().unwrap()],
+        vec!["-f", database_ca.to_str().unwrap()],
+    ] {
         let mut args = vec!["lint", "--strict", chart.to_str().unwrap()];
         args.extend(extra.iter().copied());
         let out = helm(&args, None)?;
@@ -287,6 +299,57 @@ fn every_optional_block_renders_its_objects() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[test]
+fn a_private_database_ca_is_mounted_where_the_database_driver_reads_it() -> anyhow::Result<()> {
+    let docs = documents(&template("vcp", "vcp-system", DATABASE_CA, &[])?)?;
+    let pod = &find(&docs, "Deployment")?["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "database-ca")
+        .ok_or_else(|| anyhow::anyhow!("no database-ca mount: {}", c["volumeMounts"]))?;
+    assert_eq!(mount["mountPath"], "/etc/vcp/database-ca");
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "database-ca")
+        .ok_or_else(|| anyhow::anyhow!("no database-ca volume"))?;
+    assert_eq!(volume["secret"]["secretName"], "db-ca");
+    assert_eq!(
+        volume["secret"]["items"],
+        serde_json::json!([{"key": "root.pem", "path": "ca.crt"}]),
+        "the CA's key, under the name the driver is pointed at"
+    );
+    let env: BTreeMap<&str, &Value> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e))
+        .collect();
+    assert_eq!(env["PGSSLROOTCERT"]["value"], "/etc/vcp/database-ca/ca.crt");
+    assert_eq!(env["PGSSLMODE"]["value"], "verify-full");
+    assert_eq!(
+        env["VCP_DATABASE_URL"]["valueFrom"]["secretKeyRef"],
+        serde_json::json!({"name": "prod-db", "key": "uri"})
+    );
+    // Off by default, and with the evaluation Postgres (no TLS there; database.* unread).
+    for values in [
+        "",
+        "postgresql: {enabled: true}\ndatabase: {tls: {caSecret: db-ca}}\n",
+    ] {
+        let rendered = template("vcp", "vcp-system", values, &[])?;
+        assert!(
+            !rendered.contains("database-ca") && !rendered.contains("PGSSL"),
+            "{values:?}"
+        );
+    }
+    Ok(())
+}
+
 /// The flag of `vcp serve` each environment variable stands for (`VCP_WORKERS` -> `workers`).
 fn env_flags() -> BTreeMap<String, String> {
     let cmd = vcp_orchestrator::Args::command();
@@ -321,6 +384,11 @@ fn command_line(docs: &[Value], root: &Path) -> anyhow::Result<Vec<String>> {
             .iter()
             .find(|v| v["name"] == m["name"])
             .ok_or_else(|| anyhow::anyhow!("mount {path} has no volume"))?;
+        if volume.get("secret").is_some() {
+            // A Secret's files (the database CA) are read by the database driver, not named
+            // by a flag: nothing to point a flag at.
+            continue;
+        }
         let cm_name = &volume["configMap"]["name"];
         let cm = docs
             .iter()
@@ -343,7 +411,9 @@ fn command_line(docs: &[Value], root: &Path) -> anyhow::Result<Vec<String>> {
     let flags = env_flags();
     for e in c["env"].as_array().into_iter().flatten() {
         let name = e["name"].as_str().unwrap();
-        if name == "RUST_LOG" {
+        // RUST_LOG is read by the log filter; PGSSLROOTCERT and PGSSLMODE by the database
+        // driver as libpq reads them (inventory.rs runs vcp with them against a TLS server).
+        if name == "RUST_LOG" || name.starts_with("PGSSL") {
             continue;
         }
         let flag = flags
@@ -372,7 +442,11 @@ fn command_line(docs: &[Value], root: &Path) -> anyhow::Result<Vec<String>> {
 #[test]
 fn the_deployment_runs_a_command_line_vcp_serve_accepts_with_files_it_loads() -> anyhow::Result<()>
 {
-    for (what, values) in [("default values", ""), ("every block on", ALL_ON)] {
+    for (what, values) in [
+        ("default values", ""),
+        ("every block on", ALL_ON),
+        ("a database CA", DATABASE_CA),
+    ] {
         let docs = documents(&template("vcp", "vcp-system", values, &[])?)?;
         let root = tempfile::tempdir()?;
         let line = command_line(&docs, root.path())?;
@@ -390,7 +464,7 @@ fn the_deployment_runs_a_command_line_vcp_serve_accepts_with_files_it_loads() ->
             config.access,
             vcp_orchestrator::provision::TenantAccess::Service
         );
-        if values.is_empty() {
+        if values != ALL_ON {
             assert!(serve.templates.is_none(), "built-in templates by default");
             assert_eq!(config.plans.keys().collect::<Vec<_>>(), ["default"]);
         } else {
@@ -447,8 +521,18 @@ fn the_chart_mounts_the_templates_of_its_own_version() -> anyhow::Result<()> {
 }
 
 /// Bad values: each `--set` and the part of the message that must name it.
-const BAD: [(&str, &str, &str); 9] = [
+const BAD: [(&str, &str, &str); 11] = [
     ("an unknown key", "colour=red", "colour"),
+    (
+        "an unknown key of the database CA",
+        "database.tls.ca=db-ca",
+        "/database/tls",
+    ),
+    (
+        "an empty database CA key",
+        "database.tls.caKey=",
+        "/database/tls/caKey",
+    ),
     ("an unknown nested key", "expose.adress=10.0.0.1", "adress"),
     ("a wrong type", "replicas=two", "/replicas"),
     (
@@ -661,7 +745,11 @@ async fn the_rendered_chart_passes_server_side_dry_run_and_bad_values_fail_helm_
         None,
     )?;
     anyhow::ensure!(out.status.success(), "{}", text(&out.stderr));
-    for (ns, values) in [("chart-default", ""), ("chart-all-on", ALL_ON)] {
+    for (ns, values) in [
+        ("chart-default", ""),
+        ("chart-all-on", ALL_ON),
+        ("chart-database-ca", DATABASE_CA),
+    ] {
         let _ = kubectl(cluster, &["create", "namespace", ns], None)?;
         let rendered = template("vcp", ns, values, &[])?;
         let n = documents(&rendered)?.len();

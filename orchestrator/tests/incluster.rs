@@ -298,37 +298,360 @@ async fn made_ready_by(url: &str, tenant: &str) -> Res<Option<String>> {
     Ok(actor)
 }
 
-/// Why these tests cannot run here, if they cannot: the chart's Postgres and vcp pods mount an
-/// emptyDir at `/tmp`, and the process node runs the workspace's binaries from their paths, so
-/// a workspace under `/tmp` (a clone made there) is hidden from the very processes that need
-/// it. Said, not silently passed.
-fn cannot_run_here() -> Option<String> {
-    let exe = std::env::current_exe().ok()?;
-    exe.starts_with("/tmp").then(|| {
-        format!(
-            "SKIPPED: the workspace is under /tmp ({}), which the chart's /tmp emptyDir covers in \
-             the pods the process node runs from it; clone the repository elsewhere to run this \
-             test (docs/install.md, known limits)",
-            exe.display()
-        )
-    })
+/// What a client polling vcp's API through a rollout saw.
+#[derive(Debug)]
+struct Polled {
+    ok: u64,
+    failed: u64,
+    /// Port-forwards started again after the first (each after a failed request).
+    reforwards: u64,
+    /// The longest time between two answered requests, or from the last answer to the end.
+    longest_gap: Duration,
+    last_ok: Instant,
+    /// Each answer's time, for the test to wait for one after the rollout.
+    answered: tokio::sync::watch::Sender<Instant>,
 }
 
-/// Prints [`cannot_run_here`]'s reason, on both streams, when there is one.
-fn skipped_here() -> bool {
-    let why = cannot_run_here();
-    if let Some(why) = &why {
-        println!("{why}");
-        eprintln!("{why}");
+impl Polled {
+    fn new() -> (Polled, tokio::sync::watch::Receiver<Instant>) {
+        let now = Instant::now();
+        let (answered, rx) = tokio::sync::watch::channel(now);
+        let p = Polled {
+            ok: 0,
+            failed: 0,
+            reforwards: 0,
+            longest_gap: Duration::ZERO,
+            last_ok: now,
+            answered,
+        };
+        (p, rx)
     }
-    why.is_some()
+
+    fn answer(&mut self) {
+        self.ok += 1;
+        self.longest_gap = self.longest_gap.max(self.last_ok.elapsed());
+        self.last_ok = Instant::now();
+        self.answered.send_replace(self.last_ok);
+    }
+
+    fn failure(&mut self, who: &str, why: &str) {
+        self.failed += 1;
+        eprintln!(
+            "{who}: request failed {:.1}s after the last answer: {why}",
+            self.last_ok.elapsed().as_secs_f64()
+        );
+    }
+
+    fn end(mut self) -> Polled {
+        self.longest_gap = self.longest_gap.max(self.last_ok.elapsed());
+        self
+    }
+}
+
+/// One `GET /v1/tenants` at `base` on a new connection (a kept-alive one closed by a stopping
+/// replica is not the API failing): `Ok` when answered 200, else why not.
+async fn get_tenants(http: &reqwest::Client, base: &str, token: &str) -> Result<(), String> {
+    match http
+        .get(format!("{base}/v1/tenants"))
+        .bearer_auth(token)
+        .send()
+        .await
+    {
+        Ok(r) if r.status() == reqwest::StatusCode::OK => Ok(()),
+        Ok(r) => Err(format!("status {}", r.status())),
+        Err(e) => Err(format!("{e:#}")),
+    }
+}
+
+fn poll_client() -> Res<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(5))
+        .build()?)
+}
+
+/// Asks vcp's API for its tenants every 200 ms until `stop`, through `kubectl port-forward
+/// service/<release>` as NOTES.txt tells a user to. Such a port-forward is bound to the one
+/// pod kubectl picked when it started and ends with that pod: after a failed request it is
+/// started again (kubectl then picks a running pod of the Service), as the user would.
+async fn poll_api_through_port_forward(
+    cluster: &'static DevCluster,
+    ns: String,
+    service: String,
+    token: String,
+    mut polled: Polled,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Res<Polled> {
+    let http = poll_client()?;
+    let mut forward: Option<(String, tokio::process::Child)> = None;
+    let mut forwards = 0u64;
+    while !*stop.borrow() {
+        let url = match &forward {
+            Some((url, _)) => url.clone(),
+            None => match port_forward(cluster, &ns, &format!("service/{service}")).await {
+                Ok((url, child)) => {
+                    forwards += 1;
+                    forward = Some((url.clone(), child));
+                    url
+                }
+                Err(e) => {
+                    eprintln!("port-forward poller: kubectl port-forward: {e:#}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            },
+        };
+        match get_tenants(&http, &url, &token).await {
+            Ok(()) => polled.answer(),
+            Err(why) => {
+                polled.failure("port-forward poller", &why);
+                // Dropping the child kills kubectl; the next request starts another.
+                forward = None;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    polled.reforwards = forwards.saturating_sub(1);
+    Ok(polled.end())
+}
+
+/// Asks vcp's API for its tenants every 200 ms until `stop`, at the pod IPs the Service's
+/// EndpointSlices list as ready, in turn, as kube-proxy routes a Service's connections (the
+/// dev cluster has no kube-proxy; pod IPs are reachable from this machine): what a client of
+/// the Service sees of the rolling update, readiness and shutdown of vcp's pods.
+async fn poll_api_through_service_endpoints(
+    client: Client,
+    ns: String,
+    service: String,
+    token: String,
+    mut polled: Polled,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Res<Polled> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let http = poll_client()?;
+    let slices: Api<EndpointSlice> = Api::namespaced(client, &ns);
+    let by_service = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let mut turn = 0usize;
+    while !*stop.borrow() {
+        let ready: Vec<String> = match slices.list(&by_service).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                // An unknown readiness counts as ready, as kube-proxy counts it.
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+                .filter_map(|e| e.addresses.first().cloned())
+                .collect(),
+            Err(e) => {
+                eprintln!("endpoints poller: listing EndpointSlices: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        turn += 1;
+        let Some(ip) = ready.get(turn % ready.len().max(1)) else {
+            polled.failure("endpoints poller", "no ready endpoint");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        match get_tenants(&http, &format!("http://{ip}:8080"), &token).await {
+            Ok(()) => polled.answer(),
+            Err(why) => polled.failure("endpoints poller", &format!("{ip}: {why}")),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(polled.end())
+}
+
+/// Rows of the inventory's tables that must outlive any vcp rollout: tenants, the
+/// certificates and kubeconfigs issued for them, API tokens.
+async fn inventory_counts(url: &str) -> Res<Vec<(&'static str, i64)>> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let mut counts = Vec::new();
+    for table in ["tenants", "certificates", "kubeconfigs", "api_tokens"] {
+        let n: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                .fetch_one(&mut conn)
+                .await?;
+        counts.push((table, n));
+    }
+    let _ = conn.close().await;
+    Ok(counts)
+}
+
+/// `helm upgrade` with a changed value (`workers`) that rolls vcp's pods, while clients poll
+/// vcp's API (at the Service's ready endpoints, and through a port-forward to the Service)
+/// and a tenant's apiserver through its kubeconfig. The tenant's control plane is not vcp's:
+/// it must not notice (zero failures). The API has a Ready replica throughout (maxUnavailable
+/// 0, a new pod Ready before an old one stops), so a client of the Service sees no failure.
+/// A port-forward is bound to one pod and breaks when that pod stops: each of the two old
+/// pods can break it once, and a forward started again can pick a pod that is stopping but
+/// not yet reported so, at most two failed requests per old replica. Nothing in the
+/// inventory is lost.
+async fn upgrade_under_load(
+    cluster: &'static DevCluster,
+    client: &Client,
+    release: &str,
+    ns: &str,
+    token: &str,
+    tenant_kubeconfig: &str,
+    db: &str,
+) -> Res {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let t0 = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let selector = "app.kubernetes.io/component=orchestrator";
+    let old: Vec<String> = ready_pods(cluster, &pods, selector, 2, "vcp")
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let before = inventory_counts(db).await?;
+
+    // The tenant side: a ConfigMap in the tenant, read every 200 ms.
+    let tenant = tenant_client(tenant_kubeconfig).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
+    let probe: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "upgrade-probe"}, "data": {"k": "v"},
+    }))?;
+    cms.create(&Default::default(), &probe).await?;
+    let tenant_poller = vcp_dev::testing::Poller::start(cms, "upgrade-probe");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (polled, mut forward_answers) = Polled::new();
+    let forward_poller = tokio::spawn(poll_api_through_port_forward(
+        cluster,
+        ns.to_owned(),
+        release.to_owned(),
+        token.to_owned(),
+        polled,
+        stopped.clone(),
+    ));
+    let (polled, mut endpoint_answers) = Polled::new();
+    let endpoints_poller = tokio::spawn(poll_api_through_service_endpoints(
+        client.clone(),
+        ns.to_owned(),
+        release.to_owned(),
+        token.to_owned(),
+        polled,
+        stopped,
+    ));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values())?;
+    let chart = chart_dir();
+    let args: Vec<String> = [
+        "upgrade",
+        release,
+        chart.to_str().unwrap(),
+        "--namespace",
+        ns,
+        "-f",
+        file.to_str().unwrap(),
+        "--set",
+        "workers=3",
+        "--wait",
+        "--timeout",
+        "10m",
+    ]
+    .map(str::to_owned)
+    .into();
+    let started = Instant::now();
+    // Off the test's runtime (one thread): the pollers must go on while helm waits.
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        helm(cluster, &args)
+    })
+    .await??;
+    let rollout = started.elapsed();
+    // The rollout is done when both new replicas are Ready and no old one is left.
+    let new = eventually(
+        "two new Ready replicas and no old one",
+        INSTALL_TIMEOUT,
+        || async {
+            let list = pods.list(&ListParams::default().labels(selector)).await?;
+            let (new, left): (Vec<Pod>, Vec<Pod>) = list
+                .items
+                .into_iter()
+                .partition(|p| !old.contains(&p.name_any()));
+            let ready = new.iter().filter(|p| ready(p)).count();
+            Ok((ready == 2 && left.is_empty()).then_some(new))
+        },
+    )
+    .await?;
+    let rolled = started.elapsed();
+    // Both API clients are answered again after the rollout (a port-forward whose pod went
+    // away is started again), and go on for a few seconds more.
+    let done = Instant::now();
+    for answers in [&mut forward_answers, &mut endpoint_answers] {
+        tokio::time::timeout(Duration::from_secs(120), answers.wait_for(|at| *at > done))
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!("the API was not answered within 120 s of the rollout")
+            })??;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.send(true)?;
+    let forwarded = forward_poller.await??;
+    let routed = endpoints_poller.await??;
+    let (tenant_ok, tenant_failed) = tenant_poller.finish().await?;
+    let after = inventory_counts(db).await?;
+
+    println!(
+        "helm upgrade --wait: {:.1}s, old replicas gone: {:.1}s",
+        rollout.as_secs_f64(),
+        rolled.as_secs_f64()
+    );
+    println!(
+        "API through the Service's ready endpoints: {} answered, {} failed, longest gap {:.1}s",
+        routed.ok,
+        routed.failed,
+        routed.longest_gap.as_secs_f64()
+    );
+    println!(
+        "API through port-forward: {} answered, {} failed, {} port-forwards started again, longest gap {:.1}s",
+        forwarded.ok,
+        forwarded.failed,
+        forwarded.reforwards,
+        forwarded.longest_gap.as_secs_f64()
+    );
+    println!("tenant apiserver: {tenant_ok} answered, {tenant_failed} failed");
+    println!("inventory before {before:?}, after {after:?}");
+    for p in &new {
+        let args = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.args.clone())
+            .unwrap_or_default();
+        assert!(
+            args.contains(&"--workers=3".to_owned()),
+            "{} runs the new value: {args:?}",
+            p.name_any()
+        );
+    }
+    assert_eq!(tenant_failed, 0, "the tenant apiserver never failed");
+    assert!(tenant_ok > 0, "the tenant poller was answered");
+    assert_eq!(
+        routed.failed, 0,
+        "a client of the Service always finds a Ready replica that answers"
+    );
+    let bound = 2 * old.len() as u64;
+    assert!(
+        forwarded.failed <= bound,
+        "{} requests through the port-forward failed (at most {bound}: two per old replica)",
+        forwarded.failed
+    );
+    assert_eq!(before, after, "the inventory lost nothing");
+    println!("upgrade under load: {:.1}s", t0.elapsed().as_secs_f64());
+    Ok(())
 }
 
 #[tokio::test]
-async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant() -> Res {
-    if skipped_here() {
-        return Ok(());
-    }
+async fn the_chart_runs_vcp_and_postgres_on_the_devnode_provisions_a_tenant_and_upgrades_under_load()
+-> Res {
     let t0 = Instant::now();
     let cluster = DevCluster::shared().await?;
     let client = cluster.connect().await?;
@@ -481,6 +804,16 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant(
         inventory_row(&wrong, "incluster").await.is_err(),
         "a wrong password is refused from outside the pod"
     );
+    println!(
+        "installed and provisioned: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // Then vcp itself is upgraded, under load.
+    let kc = api
+        .kubeconfig("incluster", "poller", &["admin"], "2h")
+        .await?;
+    upgrade_under_load(cluster, &client, release, ns, &token, &kc, &db).await?;
     println!("total: {:.1}s", t0.elapsed().as_secs_f64());
     Ok(())
 }
@@ -488,9 +821,6 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_and_provisions_a_tenant(
 #[tokio::test]
 async fn a_replica_deleted_mid_provision_leaves_the_tenant_to_the_other_and_a_reinstall_adopts_it()
 -> Res {
-    if skipped_here() {
-        return Ok(());
-    }
     let t0 = Instant::now();
     let cluster = DevCluster::shared().await?;
     let client = cluster.connect().await?;

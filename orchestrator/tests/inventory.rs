@@ -1165,5 +1165,35 @@ async fn the_inventory_connects_over_tls_verifying_the_servers_certificate() -> 
         msg.to_lowercase().contains("certificate"),
         "the error says why: {msg}"
     );
+
+    // The chart's `database.tls`: the CA mounted in the pod and named by PGSSLROOTCERT, with
+    // PGSSLMODE=verify-full, and a URL that names neither; vcp's driver reads both as libpq
+    // does. Run as the chart runs it: the `vcp` binary with that environment.
+    let migrate = |root: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_vcp"));
+        cmd.args(["migrate", "--database-url", &url])
+            .env_remove("PGSSLROOTCERT")
+            .env("PGSSLMODE", "verify-full");
+        if let Some(root) = root {
+            cmd.env("PGSSLROOTCERT", root);
+        }
+        cmd.output()
+    };
+    let out = migrate(Some(&root))?;
+    assert!(
+        out.status.success(),
+        "PGSSLROOTCERT names the server's CA: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (what, root) in [
+        ("another CA", Some(other_root.as_path())),
+        ("the system's roots", None),
+    ] {
+        let out = migrate(root)?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("verify-full against {what}: {}", err.trim());
+        assert!(!out.status.success(), "verify-full against {what} connects");
+        assert!(err.to_lowercase().contains("certificate"), "{what}: {err}");
+    }
     Ok(())
 }

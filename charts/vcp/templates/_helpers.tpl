@@ -57,6 +57,12 @@ app.kubernetes.io/component: postgresql
 {{- if .Values.postgresql.enabled -}}url{{- else -}}{{ .Values.database.secretKey }}{{- end -}}
 {{- end -}}
 
+{{/* The Secret holding a private CA for an external database's certificate, if any (the
+  evaluation Postgres has no TLS: with it, database.* is not read). */}}
+{{- define "vcp.databaseCA" -}}
+{{- if not .Values.postgresql.enabled -}}{{ .Values.database.tls.caSecret }}{{- end -}}
+{{- end -}}
+
 {{- define "vcp.adminSecret" -}}
 {{- .Values.adminToken.existingSecret | default (printf "%s-admin-token" (include "vcp.fullname" .)) -}}
 {{- end -}}

@@ -75,17 +75,6 @@ plans:
     )
 }
 
-/// Why the chart cannot run vcp from this workspace, if it cannot: its pods mount an emptyDir
-/// at `/tmp`, and the devnode runs the workspace's binaries from their paths, so binaries
-/// under `/tmp` are hidden from the very processes that need them.
-pub fn cannot_run_here() -> Option<Error> {
-    let bin = cluster::devnode_binary().ok()?;
-    let bin = std::fs::canonicalize(&bin).unwrap_or(bin);
-    let dir = bin.parent()?.to_owned();
-    dir.starts_with("/tmp")
-        .then_some(Error::WorkspaceUnderTmp(dir))
-}
-
 /// Runs the pinned helm against the cluster of `kubeconfig`; stdout on success.
 pub fn helm(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     let program = bins::tool("helm")?;

@@ -78,12 +78,6 @@ pub enum Error {
     NoSuchUser(String),
     #[error("helm {args} failed:\n{output}")]
     Helm { args: String, output: String },
-    #[error(
-        "the chart cannot run vcp from {0}: its pods mount an emptyDir at /tmp, which hides the \
-         workspace binaries the process node runs by path; build in a clone outside /tmp, or run \
-         `vcp-dev up --local` (vcp serve as a local process)"
-    )]
-    WorkspaceUnderTmp(PathBuf),
     #[error("{what} did not happen within {secs}s:\n{detail}")]
     NotReady {
         what: String,

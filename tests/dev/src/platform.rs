@@ -409,16 +409,12 @@ pub fn check_mode(dir: &Path, mode: Mode) -> Result<()> {
 }
 
 /// What `up` checks before it starts anything, so a platform that cannot come up leaves
-/// nothing running: the state dir's mode, the workspace's `vcp`, and for the chart, helm and a
-/// workspace its pods can see.
+/// nothing running: the state dir's mode, the workspace's `vcp`, and for the chart, helm.
 pub fn preflight(dir: &Path, mode: Mode) -> Result<()> {
     check_mode(dir, mode)?;
     orchestrator_binary()?;
     if mode == Mode::Chart {
         crate::bins::tool("helm")?;
-        if let Some(e) = chart::cannot_run_here() {
-            return Err(e);
-        }
     }
     Ok(())
 }

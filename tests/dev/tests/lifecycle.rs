@@ -90,12 +90,6 @@ fn chart_container_pids(state_dir: &Path) -> Vec<u32> {
 /// everything, vcp's pods included.
 #[test]
 fn cli_up_installs_the_chart_and_down_leaves_no_process_or_listener() {
-    if let Some(why) = vcp_dev::chart::cannot_run_here() {
-        // Said, not silently passed: the workspace must live elsewhere (docs/install.md).
-        println!("SKIPPED: {why}");
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let _guard = DownOnDrop(dir.path());
     let out = vcp_dev(&["up", "--workers", "1"], dir.path());

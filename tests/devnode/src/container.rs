@@ -9,6 +9,17 @@
 //! empty directories (or empty files for a file subPath). A container with a `runAsUser`
 //! (see [`crate::identity`]) then takes that identity through `setpriv`. Each container is its
 //! own process group and dies with the devnode (parent-death signal).
+//!
+//! The program runs from its own path, unless a volume's `mountPath` covers that path (the
+//! chart's Postgres mounts an emptyDir at `/tmp`, and a workspace cloned under `/tmp` holds
+//! the program): then the program file is bound read-only at [`PROGRAM_DIR`]`/<name>` before
+//! the volumes are mounted, and runs from there ([`place_program`]). That directory is outside
+//! every volume (a volume mounted over it is refused), so nothing mounted later hides it, and
+//! the pod's volumes get no files of ours. Binding the program back at its own path from a
+//! descriptor opened before the mounts does not work with util-linux `mount`: it
+//! canonicalizes `/proc/self/fd/N` to the link's text, the covered path, which by then names
+//! the empty placeholder, so the empty file was bound on itself and `exec` failed with
+//! "permission denied".
 
 use crate::dns;
 use crate::identity::RunAs;
@@ -18,10 +29,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use vcp_dev::process::{self, ProcSpec, Spawned, Supervision};
 
-/// Mounts each (source, target, ro|rw) triple, then execs the rest.
+/// Mounts each (source, target, ro|rw) triple, then execs the rest. Mount points it creates
+/// are searchable by everyone (umask 022 in a subshell, leaving the container's own umask
+/// alone), as a runtime makes them: a non-root container reaches a program bound below one.
 const MOUNT_SCRIPT: &str = r#"set -e
 while [ "$1" != "--" ]; do
-  if [ -d "$1" ]; then mkdir -p "$2"; else mkdir -p "$(dirname "$2")"; [ -e "$2" ] || : > "$2"; fi
+  (umask 022; if [ -d "$1" ]; then mkdir -p "$2"; else mkdir -p "$(dirname "$2")"; [ -e "$2" ] || : > "$2"; fi)
   mount --bind "$1" "$2"
   if [ "$3" = ro ]; then mount -o remount,bind,ro "$2"; fi
   shift 3
@@ -40,6 +53,58 @@ pub struct Mount {
     pub source: PathBuf,
     pub target: String,
     pub read_only: bool,
+}
+
+/// Where a program that a volume would hide is bound, in the container's mount namespace; its
+/// mount point is created on the node's root filesystem, like any missing mount point.
+pub const PROGRAM_DIR: &str = "/.vcp-devnode/bin";
+
+/// A volume mounted where the devnode binds a program its volumes would hide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "volume mount at {target} covers {program}, and {PROGRAM_DIR} (where the devnode would run it from) is covered too"
+)]
+pub struct ProgramHidden {
+    pub target: String,
+    pub program: PathBuf,
+}
+
+/// Where `program` is executed from once `mounts` are made, and the bind mount that puts it
+/// there when that is not its own path: its own path, unless a mount's target is that path
+/// or a directory above it; then [`PROGRAM_DIR`]`/<file name>`, bound read-only from the
+/// program before the covering mount hides it (see [`mount_order`]). A program that needs
+/// no binding stays where it is, so programs that find their files next to themselves
+/// (Debian's `postgres` finds its `share` directory from its own path) keep doing so.
+pub fn place_program(
+    program: &Path,
+    mounts: &[Mount],
+) -> Result<(PathBuf, Option<Mount>), ProgramHidden> {
+    let Some(cover) = mounts
+        .iter()
+        .find(|m| program.starts_with(Path::new(&m.target)))
+    else {
+        return Ok((program.to_owned(), None));
+    };
+    let dir = Path::new(PROGRAM_DIR);
+    if let Some(m) = mounts.iter().find(|m| {
+        let t = Path::new(&m.target);
+        dir.starts_with(t) || t.starts_with(dir)
+    }) {
+        return Err(ProgramHidden {
+            target: m.target.clone(),
+            program: program.to_owned(),
+        });
+    }
+    let name = program.file_name().unwrap_or(program.as_os_str());
+    let placed = dir.join(name);
+    tracing::debug!(program = %program.display(), covered_by = %cover.target, at = %placed.display(),
+        "program covered by a volume: bound at the devnode's program directory");
+    let bind = Mount {
+        source: program.to_owned(),
+        target: placed.display().to_string(),
+        read_only: true,
+    };
+    Ok((placed, Some(bind)))
 }
 
 /// The order to make `mounts` in: each source must still be reachable when it is mounted,
@@ -277,6 +342,89 @@ mod tests {
                 "/tmp"
             ]
         );
+    }
+
+    #[test]
+    fn a_program_under_a_volume_is_bound_outside_every_volume_before_the_volume_is_mounted() {
+        let m = |source: &str, target: &str| Mount {
+            source: source.into(),
+            target: target.into(),
+            read_only: false,
+        };
+        // The chart's Postgres in a workspace cloned under /tmp, with the devnode's state
+        // under /tmp too: the emptyDir at /tmp covers the entrypoint.
+        let program = Path::new("/tmp/ci-clone1/target/debug/vcp-devnode-postgres");
+        let mut mounts = vec![
+            m("/tmp/state/pods/u/volumes/data", "/var/lib/postgresql/data"),
+            m("/tmp/state/pods/u/volumes/tmp", "/tmp"),
+            m("/tmp/state/pods/u/etc/passwd", "/etc/passwd"),
+        ];
+        let (placed, bind) = place_program(program, &mounts).unwrap();
+        assert_eq!(placed, Path::new("/.vcp-devnode/bin/vcp-devnode-postgres"));
+        let bind = bind.unwrap();
+        assert_eq!(
+            bind,
+            Mount {
+                source: program.to_owned(),
+                target: "/.vcp-devnode/bin/vcp-devnode-postgres".into(),
+                read_only: true
+            }
+        );
+        mounts.push(bind);
+        let order: Vec<&str> = mount_order(&mounts)
+            .iter()
+            .map(|m| m.target.as_str())
+            .collect();
+        let at = |t: &str| order.iter().position(|o| *o == t).unwrap();
+        assert!(
+            at("/.vcp-devnode/bin/vcp-devnode-postgres") < at("/tmp"),
+            "bound while its source is still visible: {order:?}"
+        );
+        // A volume at the program's own path (a file subPath) covers it too.
+        let (placed, _) = place_program(
+            Path::new("/ws/vcp"),
+            &[m("/tmp/state/pods/u/volumes/b/vcp", "/ws/vcp")],
+        )
+        .unwrap();
+        assert_eq!(placed, Path::new("/.vcp-devnode/bin/vcp"));
+    }
+
+    #[test]
+    fn a_program_no_volume_covers_runs_from_its_own_path() {
+        let m = |target: &str| Mount {
+            source: "/state/v".into(),
+            target: target.into(),
+            read_only: false,
+        };
+        // Debian's postgres finds its share directory from its own path: it stays there.
+        let program = Path::new("/usr/lib/postgresql/15/bin/postgres");
+        let mounts = [
+            m("/tmp"),
+            m("/usr/lib/postgresql/15/binaries"),
+            m("/var/run"),
+        ];
+        assert_eq!(
+            place_program(program, &mounts).unwrap(),
+            (program.to_owned(), None)
+        );
+        assert_eq!(
+            place_program(program, &[]).unwrap(),
+            (program.to_owned(), None)
+        );
+    }
+
+    #[test]
+    fn a_covered_program_with_a_volume_over_the_program_directory_is_refused() {
+        let m = |target: &str| Mount {
+            source: "/state/v".into(),
+            target: target.into(),
+            read_only: false,
+        };
+        for over in ["/", "/.vcp-devnode", "/.vcp-devnode/bin/x"] {
+            let err = place_program(Path::new("/tmp/ws/vcp"), &[m("/tmp"), m(over)]).unwrap_err();
+            assert_eq!(err.target, over);
+            assert!(err.to_string().contains("/tmp/ws/vcp"), "{err}");
+        }
     }
 
     #[test]

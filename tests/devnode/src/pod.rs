@@ -761,13 +761,17 @@ impl Worker {
                 .unwrap_or_else(|| TERMINATION_MESSAGE_PATH.to_owned()),
             read_only: false,
         });
+        // A volume over the program's own path would hide it from the container.
+        let (program, bind) =
+            container::place_program(&exec.program, &mounts).map_err(|e| config(e.to_string()))?;
+        mounts.extend(bind);
         let slot = self
             .slot
             .expect("network is set up before containers start");
         Ok(Launch {
             name: format!("{}/{}", self.key(), c.name),
             netns: self.sh.net.netns(slot),
-            program: exec.program,
+            program,
             args: exec.args,
             env,
             mounts,

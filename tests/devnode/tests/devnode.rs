@@ -995,3 +995,72 @@ spec:{POD_PLACEMENT}
     assert!(message.contains("runAsNonRoot"), "{reason}: {message}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_program_whose_directory_a_volume_covers_still_runs_as_the_pods_user() -> Res {
+    // The chart's Postgres mounts an emptyDir at /tmp; a workspace cloned under /tmp holds
+    // the program the devnode runs for its image. Here the emptyDir covers the directory
+    // holding `vcp` itself, wherever the workspace is, with the Postgres pod's identity.
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "covered-program";
+    namespace(&client, ns).await?;
+    let bin_dir = std::fs::canonicalize(
+        vcp_dev::cluster::devnode_binary()?
+            .parent()
+            .ok_or_else(|| anyhow::anyhow!("the devnode binary has no directory"))?,
+    )?;
+    anyhow::ensure!(
+        bin_dir.join("vcp").is_file(),
+        "{} is not built: cargo build --workspace --bins",
+        bin_dir.join("vcp").display()
+    );
+    apply_yaml(
+        &client,
+        ns,
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: covered, namespace: {ns}}}
+spec:{POD_PLACEMENT}
+  restartPolicy: Never
+  securityContext: {{runAsNonRoot: true, runAsUser: 999, runAsGroup: 999, fsGroup: 999}}
+  volumes: [{{name: over, emptyDir: {{}}}}]
+  containers:
+    - name: c
+      image: "ghcr.io/vcp-dev/vcp:0.1.0"
+      command: [vcp, --version]
+      securityContext: {{allowPrivilegeEscalation: false}}
+      volumeMounts: [{{name: over, mountPath: "{dir}"}}]
+"#,
+            dir = bin_dir.display()
+        ),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let phase = eventually("pod covered finished", Duration::from_secs(60), || async {
+        Ok(pods
+            .get("covered")
+            .await?
+            .status
+            .and_then(|s| s.phase)
+            .filter(|p| p == "Succeeded" || p == "Failed"))
+    })
+    .await?;
+    let log = std::fs::read_to_string(
+        cluster
+            .state_dir()
+            .join("devnode/logs")
+            .join(format!("{ns}_covered_c.log")),
+    )?;
+    assert_eq!(phase, "Succeeded", "{log}");
+    let version = format!("vcp {}", env!("CARGO_PKG_VERSION"));
+    assert!(log.contains(&version), "{version} in {log}");
+    // It ran from the devnode's program directory, not its own (covered) path.
+    assert!(
+        log.contains("starting /.vcp-devnode/bin/vcp --version"),
+        "{log}"
+    );
+    Ok(())
+}
