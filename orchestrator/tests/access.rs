@@ -333,7 +333,7 @@ async fn revoked_kubeconfigs_are_refused_within_a_minute_and_the_rest_work_with_
             Some(&serde_json::json!({"name": "mine"})),
         )
         .await?;
-    assert_eq!(status, 202, "{body}");
+    assert_eq!(status, 201, "{body}");
     let (status, body) = stranger
         .raw(
             Method::POST,
