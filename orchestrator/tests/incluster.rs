@@ -13,8 +13,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 use vcp_dev::DevCluster;
@@ -28,81 +27,26 @@ type Res<T = ()> = anyhow::Result<T>;
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
 const TENANT_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn chart_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/vcp")
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Values for the dev cluster: vcp and Postgres on the devnode, control planes too (the dev
-/// plans), tenant apiservers as NodePorts on 127.0.0.1 (where the devnode forwards them).
-fn values() -> String {
-    format!(
-        r#"
-replicas: 2
-workers: 2
-serviceCIDR: {cidr}
-expose: {{mode: node-port, address: 127.0.0.1}}
-postgresql: {{enabled: true, storage: {{size: 1Gi}}}}
-logging: {{format: text, level: "info,vcp_orchestrator=debug"}}
-nodeSelector: {{vcp.dev/runtime: process}}
-tolerations: [{{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}}]
-plans:
-  default:
-    node_selector: {{vcp.dev/runtime: process}}
-    tolerations: [{{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}}]
-    policy:
-      placement:
-        node_selector: {{type: kwok}}
-"#,
-        cidr = vcp_dev::cluster::SERVICE_CIDR
-    )
+/// Runs the pinned helm against the cluster; its stdout.
+fn helm(cluster: &DevCluster, args: &[&str]) -> Res<String> {
+    Ok(vcp_dev::chart::helm(cluster.kubeconfig_path(), args)?)
 }
 
-/// Runs the pinned helm against the cluster.
-fn helm(cluster: &DevCluster, args: &[&str]) -> Res<Output> {
-    let out = Command::new(vcp_dev::bins::tool("helm")?)
-        .args(args)
-        .env("KUBECONFIG", cluster.kubeconfig_path())
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "helm {args:?}: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    Ok(out)
-}
-
-/// `helm install` (or `uninstall`) of release `release` in `ns` with [`values`].
+/// `helm install` of release `release` in `ns` with the dev cluster's values.
 fn install(cluster: &DevCluster, release: &str, ns: &str) -> Res {
     let dir = tempfile::tempdir()?;
-    let file = dir.path().join("values.yaml");
-    std::fs::write(&file, values())?;
-    let chart = chart_dir();
-    helm(
-        cluster,
-        &[
-            "install",
-            release,
-            chart.to_str().unwrap(),
-            "--namespace",
-            ns,
-            "--create-namespace",
-            "-f",
-            file.to_str().unwrap(),
-        ],
+    vcp_dev::chart::install(
+        cluster.kubeconfig_path(),
+        release,
+        ns,
+        &vcp_dev::chart::dev_values(None),
+        &dir.path().join("values.yaml"),
     )?;
     Ok(())
-}
-
-fn ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The pid the devnode reports for a pod's first container (`devnode://<pid>`).
@@ -133,55 +77,25 @@ fn uids(pid: u32) -> Res<(u32, u32)> {
     Ok((ids[0], ids[1]))
 }
 
-/// The end of a devnode container log, for failure messages.
-fn container_log(cluster: &DevCluster, ns: &str, pod: &str, container: &str) -> String {
-    let path = cluster
-        .state_dir()
-        .join("devnode/logs")
-        .join(format!("{ns}_{pod}_{container}.log"));
-    vcp_dev::process::log_tail(&path, 30)
-}
-
 /// Waits until `n` pods matching `selector` in `ns` are Ready; returns them.
 async fn ready_pods(
     cluster: &DevCluster,
-    pods: &Api<Pod>,
+    client: &Client,
+    ns: &str,
     selector: &str,
     n: usize,
     container: &str,
 ) -> Res<Vec<Pod>> {
-    let what = format!("{n} Ready pods {selector}");
-    let found = eventually(&what, INSTALL_TIMEOUT, || async {
-        let list = pods.list(&ListParams::default().labels(selector)).await?;
-        let ready: Vec<Pod> = list
-            .items
-            .into_iter()
-            .filter(|p| ready(p) && p.metadata.deletion_timestamp.is_none())
-            .collect();
-        Ok((ready.len() >= n).then_some(ready))
-    })
-    .await;
-    if found.is_err() {
-        // Say why: each pod's status and the end of its log.
-        for p in pods
-            .list(&ListParams::default().labels(selector))
-            .await?
-            .items
-        {
-            eprintln!(
-                "pod {}: {}\n{}",
-                p.name_any(),
-                serde_json::to_string(&p.status)?,
-                container_log(
-                    cluster,
-                    &p.namespace().unwrap_or_default(),
-                    &p.name_any(),
-                    container
-                )
-            );
-        }
-    }
-    found
+    Ok(vcp_dev::chart::ready_pods(
+        client,
+        cluster.state_dir(),
+        ns,
+        selector,
+        n,
+        container,
+        INSTALL_TIMEOUT,
+    )
+    .await?)
 }
 
 /// `kubectl port-forward` to `target` in `ns`: the local URL, and the process (killed on drop).
@@ -227,18 +141,6 @@ fn exec(cluster: &DevCluster, ns: &str, pod: &str, command: &[&str]) -> Res<Stri
         text(&out.stderr)
     );
     Ok(text(&out.stdout))
-}
-
-/// A Secret's value.
-async fn secret(client: &Client, ns: &str, name: &str, key: &str) -> Res<String> {
-    let s = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
-        .get(name)
-        .await?;
-    let v = s
-        .data
-        .and_then(|d| d.get(key).cloned())
-        .ok_or_else(|| anyhow::anyhow!("secret {name} has no {key}"))?;
-    Ok(String::from_utf8(v.0)?)
 }
 
 async fn tenant_client(kubeconfig: &str) -> Res<Client> {
@@ -502,7 +404,7 @@ async fn upgrade_under_load(
     let t0 = Instant::now();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let selector = "app.kubernetes.io/component=orchestrator";
-    let old: Vec<String> = ready_pods(cluster, &pods, selector, 2, "vcp")
+    let old: Vec<String> = ready_pods(cluster, client, ns, selector, 2, "vcp")
         .await?
         .iter()
         .map(|p| p.name_any())
@@ -540,8 +442,8 @@ async fn upgrade_under_load(
 
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("values.yaml");
-    std::fs::write(&file, values())?;
-    let chart = chart_dir();
+    std::fs::write(&file, vcp_dev::chart::dev_values(None))?;
+    let chart = vcp_dev::chart::chart_dir();
     let args: Vec<String> = [
         "upgrade",
         release,
@@ -576,7 +478,7 @@ async fn upgrade_under_load(
                 .items
                 .into_iter()
                 .partition(|p| !old.contains(&p.name_any()));
-            let ready = new.iter().filter(|p| ready(p)).count();
+            let ready = new.iter().filter(|p| vcp_dev::chart::pod_ready(p)).count();
             Ok((ready == 2 && left.is_empty()).then_some(new))
         },
     )
@@ -658,12 +560,12 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_provisions_a_tenant_and_
     let (release, ns) = ("vcp", "incluster-install");
     install(cluster, release, ns)?;
     println!("helm install: {:.1}s", t0.elapsed().as_secs_f64());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
 
     // Postgres: initialised by the image's entrypoint, Ready by its pg_isready probe, as 999.
     let pg = ready_pods(
         cluster,
-        &pods,
+        &client,
+        ns,
         "app.kubernetes.io/component=postgresql",
         1,
         "postgresql",
@@ -686,7 +588,8 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_provisions_a_tenant_and_
     // Service name and the generated password), each as 65532, each named after its pod.
     let vcps = ready_pods(
         cluster,
-        &pods,
+        &client,
+        ns,
         "app.kubernetes.io/component=orchestrator",
         2,
         "vcp",
@@ -772,7 +675,7 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_provisions_a_tenant_and_
     );
 
     // The API as NOTES.txt says: port-forward to the Service, the admin token from its Secret.
-    let token = secret(&client, ns, "vcp-admin-token", "token").await?;
+    let token = vcp_dev::chart::secret_value(&client, ns, "vcp-admin-token", "token").await?;
     let (url, _forward) = port_forward(cluster, ns, "service/vcp").await?;
     let api = ApiClient::new(&url, &token);
     let (status, body) = api.raw(reqwest::Method::GET, "/v1/tenants", None).await?;
@@ -793,7 +696,7 @@ async fn the_chart_runs_vcp_and_postgres_on_the_devnode_provisions_a_tenant_and_
     }
 
     // The inventory holds it, in the chart's Postgres, with the password the chart generated.
-    let password = secret(&client, ns, "vcp-postgresql", "password").await?;
+    let password = vcp_dev::chart::secret_value(&client, ns, "vcp-postgresql", "password").await?;
     let db = format!("postgres://vcp:{password}@{pg_ip}:5432/vcp");
     let (phase, _) = inventory_row(&db, "incluster")
         .await?
@@ -835,17 +738,18 @@ async fn a_replica_deleted_mid_provision_leaves_the_tenant_to_the_other_and_a_re
     );
     let pg = ready_pods(
         cluster,
-        &pods,
+        &client,
+        ns,
         "app.kubernetes.io/component=postgresql",
         1,
         "postgresql",
     )
     .await?
     .remove(0);
-    let vcps = ready_pods(cluster, &pods, selector, 2, "vcp").await?;
+    let vcps = ready_pods(cluster, &client, ns, selector, 2, "vcp").await?;
     println!("installed: {:.1}s", t0.elapsed().as_secs_f64());
-    let token = secret(&client, ns, &token_secret, "token").await?;
-    let password = secret(&client, ns, &db_secret, "password").await?;
+    let token = vcp_dev::chart::secret_value(&client, ns, &token_secret, "token").await?;
+    let password = vcp_dev::chart::secret_value(&client, ns, &db_secret, "password").await?;
     let pod_ip = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
     let db = format!(
         "postgres://vcp:{password}@{}:5432/vcp",
@@ -924,7 +828,7 @@ async fn a_replica_deleted_mid_provision_leaves_the_tenant_to_the_other_and_a_re
 
     // Reinstalled over the kept Secrets and volume: the new replicas find the tenant.
     install(cluster, release, ns)?;
-    let vcps = ready_pods(cluster, &pods, selector, 2, "vcp").await?;
+    let vcps = ready_pods(cluster, &client, ns, selector, 2, "vcp").await?;
     let api = api_of(&vcps[0])?;
     let t = api
         .get_tenant("adopted")
