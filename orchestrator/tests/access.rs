@@ -320,9 +320,26 @@ async fn revoked_kubeconfigs_are_refused_within_a_minute_and_the_rest_work_with_
             Some(&serde_json::json!({"reason": "x", "ttl": "2h"})),
         )
         .await?;
+    assert_eq!(status, 201, "{body}");
+    let expires = time::OffsetDateTime::parse(
+        body["expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )?;
+    let left = expires - time::OffsetDateTime::now_utc();
+    assert!(
+        left <= time::Duration::hours(1),
+        "2h asked, cut to 1h: {left}"
+    );
+    let (status, body) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants/keys/break-glass",
+            Some(&serde_json::json!({"reason": "", "ttl": "10m"})),
+        )
+        .await?;
     assert_eq!(
         (status, body["field"].as_str()),
-        (422, Some("ttl")),
+        (422, Some("reason")),
         "{body}"
     );
     // An owner may not, even for its own tenant (which need not be Ready).

@@ -564,7 +564,7 @@ pub struct BreakGlassRequest {
     /// Why, for the audit trail: 1 to 200 characters, no NUL.
     #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000]*$")]
     pub reason: String,
-    /// Lifetime like 15m or 1h: at most 1h, default 30m.
+    /// Lifetime like 15m or 1h, default 30m; a longer one is cut to 1h.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<TtlSchema>)]
     pub ttl: Option<String>,
