@@ -92,6 +92,10 @@ pub enum Error {
     Client(String),
     #[error("etcd snapshot: {0}")]
     Snapshot(String),
+    /// A kubeconfig asked of a tenant whose CA does not exist yet (its bring-up is before its
+    /// Certificates step).
+    #[error("tenant {0:?} has no CA yet")]
+    NoCa(String),
 }
 
 impl From<sqlx::Error> for Error {
@@ -128,6 +132,7 @@ impl Error {
             Error::Answer { .. } => "answer",
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
+            Error::NoCa(_) => "no_ca",
         }
     }
 

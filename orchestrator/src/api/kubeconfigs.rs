@@ -306,6 +306,17 @@ fn check_break_glass(req: &BreakGlassRequest) -> Result<Duration, Problem> {
     }
 }
 
+/// A tenant too early in its bring-up for a break-glass kubeconfig: no endpoint or no CA yet.
+fn no_endpoint(name: &str) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "no-endpoint",
+        "tenant has no endpoint",
+        &format!("tenant {name:?} has no apiserver endpoint or CA yet"),
+        None,
+    )
+}
+
 /// Issues a break-glass kubeconfig (admins only): a plain certificate for
 /// `vcp:break-glass:<token>` in `system:masters`, valid at most an hour (a longer `ttl` is
 /// cut to that). It works when the
@@ -320,7 +331,7 @@ fn check_break_glass(req: &BreakGlassRequest) -> Result<Duration, Problem> {
     Unauthorized,
     (status = 403, description = "only admins issue break-glass kubeconfigs", body = ProblemBody, content_type = "application/problem+json"),
     NoSuchTenant,
-    (status = 409, description = "the tenant has no endpoint yet", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "the tenant has no endpoint or CA yet", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "invalid reason or ttl", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
@@ -340,20 +351,17 @@ pub(super) async fn break_glass(
     let ttl = check_break_glass(&req)?;
     let ttl = time::Duration::try_from(ttl).map_err(|_| Problem::opaque())?;
     let Some(endpoint) = t.endpoint.clone() else {
-        return Err(Problem::new(
-            StatusCode::CONFLICT,
-            "no-endpoint",
-            "tenant has no endpoint",
-            &format!("tenant {:?} has no apiserver endpoint yet", t.name),
-            None,
-        ));
+        return Err(no_endpoint(&t.name));
     };
     let now = time::OffsetDateTime::now_utc();
     let signed = s
         .provisioner
         .sign_break_glass(&t, &endpoint, &caller.0.name, now, ttl)
         .await
-        .map_err(|e| Problem::internal(&e))?;
+        .map_err(|e| match e {
+            crate::Error::NoCa(_) => no_endpoint(&t.name),
+            e => Problem::internal(&e),
+        })?;
     let cert = signed.certificate;
     let user = format!(
         "{}{}",

@@ -88,9 +88,10 @@ impl Provisioner {
         let secrets: Api<Secret> =
             Api::namespaced(self.host.clone(), &control_plane_namespace(&t.key));
         let ca_secret = secrets
-            .get("ca")
+            .get_opt("ca")
             .await
-            .map_err(|e| Error::kube("read the tenant CA", e))?;
+            .map_err(|e| Error::kube("read the tenant CA", e))?
+            .ok_or_else(|| Error::NoCa(t.name.clone()))?;
         let ca = pki::Ca::load(&pki::CertKey {
             cert_pem: secret_str(&ca_secret, "tls.crt").unwrap_or_default(),
             key_pem: secret_str(&ca_secret, "tls.key").unwrap_or_default(),
