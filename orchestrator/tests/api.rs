@@ -586,6 +586,8 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
         listed,
         [
             "DELETE /v1/tenants/{name}",
+            "DELETE /v1/tenants/{name}/kubeconfigs/{serial}",
+            "DELETE /v1/tenants/{name}/users/{user}",
             "DELETE /v1/tokens/{name}",
             "GET /healthz",
             "GET /metrics",
@@ -603,6 +605,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /v1/versions",
             "PATCH /v1/tenants/{name}",
             "POST /v1/tenants",
+            "POST /v1/tenants/{name}/break-glass",
             "POST /v1/tenants/{name}/kubeconfigs",
             "POST /v1/tenants/{name}/restore",
             "POST /v1/tenants/{name}/snapshots",

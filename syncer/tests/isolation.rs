@@ -460,9 +460,18 @@ async fn a_secret_named_after_a_generated_token_keeps_its_pod_off_the_host() -> 
     .await?;
     let token = vcp_syncer::naming::token_secret_name(&first.uid().unwrap());
     let host_secrets = Api::<Secret>::namespaced(t.host.clone(), "isoc-apps");
-    let before = eventually("the first pod's token Secret", WAIT, || async {
-        Ok(host_secrets.get_opt(&token).await?)
-    })
+    // Settled: a token Secret written before its host pod existed is written again once the
+    // pod owns it (with a new token), which is not the overwrite this test looks for.
+    let before = eventually(
+        "the first pod's token Secret, owned by its host pod",
+        WAIT,
+        || async {
+            Ok(host_secrets
+                .get_opt(&token)
+                .await?
+                .filter(|s| !s.owner_references().is_empty()))
+        },
+    )
     .await?;
     // The tenant names a Secret after it and mounts it in a second pod.
     create::<Secret>(

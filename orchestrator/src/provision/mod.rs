@@ -556,9 +556,41 @@ impl Provisioner {
         );
         step!(
             Step::Syncer,
-            self.apply_component(r, Component::Syncer, &input).await
+            match self.apply_component(r, Component::Syncer, &input).await {
+                Ok(StepResult::Ready) => self.revocations_answered(&ns, endpoint.as_deref()).await,
+                other => other,
+            }
         );
         out
+    }
+
+    /// Whether the tenant apiserver gets answers from its syncer's revocation webhook: a
+    /// tenant is Ready only once it enforces revocations. Asked with a SubjectAccessReview for
+    /// a made-up user carrying a revocation group (the webhook's matchConditions send it
+    /// there); a webhook the apiserver cannot reach shows as the review's evaluation error.
+    async fn revocations_answered(&self, ns: &str, endpoint: Option<&str>) -> Result<StepResult> {
+        use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+        let client = self.tenant_client(ns, endpoint).await?;
+        let review: SubjectAccessReview = serde_json::from_value(json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": "vcp:revocation-probe",
+                "groups": [vcp_core::revocation::group_of("00")],
+                "nonResourceAttributes": {"path": "/version", "verb": "get"},
+            },
+        }))
+        .map_err(|e| Error::Config(format!("a SubjectAccessReview: {e}")))?;
+        let answer = Api::<SubjectAccessReview>::all(client)
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| Error::kube("ask the tenant apiserver about its revocation webhook", e))?;
+        Ok(match answer.status.and_then(|s| s.evaluation_error) {
+            Some(e) if !e.is_empty() => StepResult::Waiting(format!(
+                "the apiserver does not reach the syncer's revocation webhook yet: {e}"
+            )),
+            _ => StepResult::Ready,
+        })
     }
 
     async fn ensure_namespace(&self, t: &Tenant, ns: &str) -> Result<StepResult> {
