@@ -150,14 +150,15 @@ pub(super) async fn list_kubeconfigs(
 }
 
 /// Who calls, the tenant and the second path segment, in the order every handler checks them
-/// (401, then 400, then 404 for a tenant the caller may not see).
+/// (401, then 400, then 404 for a tenant the caller may not see, as in
+/// [`super::caller_and_tenant`]).
 async fn caller_tenant_and(
     s: &AppState,
     headers: &HeaderMap,
     path: Result<NameAnd, Problem>,
 ) -> Result<(super::auth::Caller, crate::inventory::Tenant, String), Problem> {
     let caller = super::auth::authenticate(s, headers).await?;
-    let NameAnd(Name(name), rest) = path?;
+    let NameAnd(name, rest) = path?;
     let t = super::find(s, &caller, &name).await?;
     Ok((caller, t, rest))
 }
