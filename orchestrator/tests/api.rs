@@ -586,6 +586,8 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
         listed,
         [
             "DELETE /v1/tenants/{name}",
+            "DELETE /v1/tenants/{name}/kubeconfigs/{serial}",
+            "DELETE /v1/tenants/{name}/users/{user}",
             "DELETE /v1/tokens/{name}",
             "GET /healthz",
             "GET /metrics",
@@ -603,6 +605,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /v1/versions",
             "PATCH /v1/tenants/{name}",
             "POST /v1/tenants",
+            "POST /v1/tenants/{name}/break-glass",
             "POST /v1/tenants/{name}/kubeconfigs",
             "POST /v1/tenants/{name}/restore",
             "POST /v1/tenants/{name}/snapshots",
@@ -806,6 +809,33 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
                 let (s, b) = (r.status().as_u16(), r.text().await?);
                 check(format!("{method} {path} retain_data={q}"), s, &b, true);
                 assert_eq!(s, 400, "retain_data={q}: {b}");
+            }
+        }
+        // `owner` where it is documented: a malformed one is the caller's mistake, for both
+        // roles, before the tenant is looked up.
+        if op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "owner")
+        {
+            for (q, want) in [
+                ("owner=UPPER", 422),
+                ("owner=", 422),
+                ("owner=%ff", 422),
+                ("owner=a&owner=b", 400),
+            ] {
+                for token in [&admin_token, &owner_token] {
+                    let r = http
+                        .request(m.clone(), format!("{}{concrete}?{q}", orch.url))
+                        .bearer_auth(token)
+                        .json(&json!({"user": "u", "groups": ["view"]}))
+                        .send()
+                        .await?;
+                    let (s, b) = (r.status().as_u16(), r.text().await?);
+                    check(format!("{method} {path} {q}"), s, &b, true);
+                    assert_eq!(s, want, "{method} {path} {q}: {b}");
+                }
             }
         }
     }
