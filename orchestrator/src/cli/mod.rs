@@ -602,6 +602,14 @@ impl Client {
             .ok_or_else(|| Error::Client(format!("empty answer from {path}")))
     }
 
+    /// This client for the tenants of `owner` (a name the server gave).
+    fn owned_by(&self, owner: &str) -> Client {
+        Client {
+            owner: Some(segment(owner)),
+            ..self.clone()
+        }
+    }
+
     pub async fn tenant(&self, name: &str) -> Result<TenantView> {
         self.get(&format!("/v1/tenants/{}", self::name(name)?))
             .await
@@ -742,6 +750,8 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
             let mut t: TenantView = client.post("/v1/tenants", &req).await?;
             if a.wait.wait {
                 progress(&format!("tenant {} created; waiting until Ready", t.name));
+                // The new tenant is the caller's, whatever `--owner` says: poll that one.
+                let client = client.owned_by(&t.owner);
                 t = follow(&client, &a.name, &a.wait, |t| t.phase == Phase::Ready)
                     .await?
                     .ok_or_else(|| Error::Client(format!("tenant {} vanished", a.name)))?;
