@@ -1290,6 +1290,76 @@ async fn tenant_names_are_unique_per_owner_and_admins_pick_one_by_owner() -> any
         .await?;
     assert_problem(s, &b, 400, Some("owner"));
 
+    // A fleet upgrade by name takes every owner's tenant of that name, each named with its
+    // owner.
+    for o in [x, y] {
+        let (s, b) = o
+            .raw(
+                Method::POST,
+                "/v1/tenants",
+                Some(&json!({"name": "pair", "version": "1.36"})),
+            )
+            .await?;
+        assert_eq!(s, 201, "{b}");
+    }
+    let (s, f) = admin
+        .raw(
+            Method::POST,
+            "/v1/upgrades",
+            Some(&json!({"target": "1.37", "selector": {"names": ["pair"]}})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{f}");
+    let mut entries: Vec<(&str, &str)> = f["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["owner"].as_str().unwrap()))
+        .collect();
+    entries.sort();
+    assert_eq!(entries, [("pair", "team-x"), ("pair", "team-y")], "{f}");
+    let (s, b) = admin
+        .raw(
+            Method::POST,
+            &format!("/v1/upgrades/{}/cancel", f["id"]),
+            Some(&json!({})),
+        )
+        .await?;
+    assert_eq!(s, 200, "{b}");
+
+    // The CLI: `--owner` (or VCP_OWNER) picks one; without it an admin is told to add it.
+    let vcp = |args: &[&str], owner: Option<&str>| {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"));
+        c.args(args)
+            .env("VCP_API_URL", &p.orchestrator.url)
+            .env("VCP_TOKEN", &p.admin_token)
+            .env_remove("VCP_OWNER");
+        if let Some(o) = owner {
+            c.env("VCP_OWNER", o);
+        }
+        c.output()
+    };
+    let out = vcp(&["tenant", "get", "twin", "-o", "json"], None).await?;
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8(out.stderr)?;
+    assert!(err.contains("?owner=") && err.contains("409"), "{err}");
+    let out = vcp(
+        &["tenant", "get", "twin", "--owner", "team-y", "-o", "json"],
+        None,
+    )
+    .await?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout)?["key"],
+        ty["key"]
+    );
+    let out = vcp(
+        &["tenant", "kubeconfigs", "twin", "-o", "json"],
+        Some("team-x"),
+    )
+    .await?;
+    assert!(out.status.success(), "{out:?}");
+
     // Deleting one owner's tenant leaves the other's alone.
     let (s, d) = x
         .raw(Method::DELETE, "/v1/tenants/twin?retain_data=true", None)
