@@ -289,6 +289,14 @@ pub(super) async fn revoke_user(
 pub const BREAK_GLASS_MAX_TTL: Duration = Duration::from_secs(3600);
 pub const BREAK_GLASS_TTL: Duration = Duration::from_secs(1800);
 
+/// The lifetimes a break-glass request may ask for, as a pattern for the OpenAPI document:
+/// what [`crate::names::parse_ttl`] takes, up to [`BREAK_GLASS_MAX_TTL`] (1 to 3600 seconds,
+/// 1 to 60 minutes, or one hour, leading zeros allowed). Unlike a kubeconfig's, a longer one
+/// is refused rather than capped, so the document must say where it ends; a unit test holds
+/// the two to the same answer.
+pub const BREAK_GLASS_TTL_PATTERN: &str =
+    "^0*(([1-9][0-9]{0,2}|[12][0-9]{3}|3[0-5][0-9]{2}|3600)s?|([1-9]|[1-5][0-9]|60)m|1h)$";
+
 /// Checks a break-glass request; its lifetime.
 fn check_break_glass(req: &BreakGlassRequest) -> Result<Duration, Problem> {
     let n = req.reason.chars().count();
@@ -394,6 +402,31 @@ mod tests {
             user: user.into(),
             groups: groups.iter().map(|g| (*g).to_owned()).collect(),
             ttl: ttl.map(str::to_owned),
+        }
+    }
+
+    /// The document's pattern takes exactly the lifetimes the server does.
+    #[test]
+    fn the_break_glass_ttl_pattern_is_the_servers_rule() {
+        let pattern = fancy_regex::Regex::new(BREAK_GLASS_TTL_PATTERN).unwrap();
+        let mut tried = Vec::new();
+        for n in 0..4000u32 {
+            for unit in ["", "s", "m", "h", "d", "x"] {
+                tried.push(format!("{n}{unit}"));
+                tried.push(format!("00{n}{unit}"));
+            }
+        }
+        tried.extend(["", "m", "1hh", "99999999999999999999999m"].map(str::to_owned));
+        for s in tried {
+            let server = BreakGlassRequest {
+                reason: "r".into(),
+                ttl: Some(s.clone()),
+            };
+            assert_eq!(
+                check_break_glass(&server).is_ok(),
+                pattern.is_match(&s).unwrap(),
+                "{s:?}"
+            );
         }
     }
 

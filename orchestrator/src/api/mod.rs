@@ -600,6 +600,7 @@ mod tests {
             ("CreateToken", "role", "Role"),
             ("IssueKubeconfig", "user", "Subject"),
             ("IssueKubeconfig", "ttl", "Ttl"),
+            ("BreakGlassRequest", "ttl", "BreakGlassTtl"),
             ("CreateFleetUpgrade", "target", "UpgradeTarget"),
             ("FleetSelector", "names", "Name"),
             ("FleetSelector", "version", "KubernetesVersion"),

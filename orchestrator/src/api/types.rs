@@ -566,7 +566,7 @@ pub struct BreakGlassRequest {
     pub reason: String,
     /// Lifetime like 15m or 1h: at most 1h, default 30m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<TtlSchema>)]
+    #[schema(value_type = Option<BreakGlassTtlSchema>)]
     pub ttl: Option<String>,
 }
 
@@ -1026,6 +1026,23 @@ named_schema!(
             ))
             .pattern(Some(names::TTL_PATTERN))
             .examples(["12h"])
+            .into()
+    }
+);
+
+named_schema!(
+    /// The schema of a break-glass kubeconfig's lifetime, `BreakGlassTtl` in the document: a
+    /// `Ttl` of at most an hour (longer is refused, not capped).
+    BreakGlassTtlSchema = "BreakGlassTtl",
+    {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "A lifetime of at most an hour: a positive number and a unit, `s` (or none), \
+                 `m` or `h` (`15m`, `1h`, `900`); longer is refused.",
+            ))
+            .pattern(Some(super::kubeconfigs::BREAK_GLASS_TTL_PATTERN))
+            .examples(["15m"])
             .into()
     }
 );
