@@ -16,7 +16,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
 use std::time::Duration;
 use tracing::field::Empty;
-use vcp_core::lifecycle::Phase;
+use vcp_core::lifecycle::{Desired, Phase};
 
 /// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
 fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
@@ -327,7 +327,7 @@ fn check_break_glass(req: &BreakGlassRequest) -> Result<Duration, Problem> {
     Unauthorized,
     (status = 403, description = "only admins issue break-glass kubeconfigs", body = ProblemBody, content_type = "application/problem+json"),
     NoSuchTenant,
-    (status = 409, description = "the tenant has no endpoint yet", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "the tenant has no endpoint or CA yet, or is being deleted", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "invalid reason or ttl", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
@@ -346,21 +346,35 @@ pub(super) async fn break_glass(
     let req = body(req)?;
     let ttl = check_break_glass(&req)?;
     let ttl = time::Duration::try_from(ttl).map_err(|_| Problem::opaque())?;
-    let Some(endpoint) = t.endpoint.clone() else {
-        return Err(Problem::new(
+    // Break-glass does not wait for Ready (it is for a tenant whose syncer is down), but it
+    // needs the tenant CA, which a deletion takes away and a first pass may not have made yet.
+    let no_ca = |why: &str| {
+        Problem::new(
             StatusCode::CONFLICT,
             "no-endpoint",
             "tenant has no endpoint",
-            &format!("tenant {:?} has no apiserver endpoint yet", t.name),
+            &format!("tenant {:?} {why}", t.name),
             None,
-        ));
+        )
+    };
+    if t.desired == Desired::Absent {
+        return Err(no_ca("is being deleted"));
+    }
+    let Some(endpoint) = t.endpoint.clone() else {
+        return Err(no_ca("has no apiserver endpoint yet"));
     };
     let now = time::OffsetDateTime::now_utc();
     let signed = s
         .provisioner
         .sign_break_glass(&t, &endpoint, &caller.0.name, now, ttl)
         .await
-        .map_err(|e| Problem::internal(&e))?;
+        .map_err(|e| {
+            if e.is_not_found() {
+                no_ca("has no CA on the host yet")
+            } else {
+                Problem::internal(&e)
+            }
+        })?;
     let cert = signed.certificate;
     let user = format!(
         "{}{}",
