@@ -1290,6 +1290,27 @@ async fn tenant_names_are_unique_per_owner_and_admins_pick_one_by_owner() -> any
         .await?;
     assert_problem(s, &b, 400, Some("owner"));
 
+    // A snapshot asked by an admin is of the tenant it picked, not of every tenant named so.
+    let (s, b) = admin
+        .raw(Method::POST, "/v1/tenants/twin/snapshots", None)
+        .await?;
+    assert_problem(s, &b, 409, Some("owner"));
+    let (s, b) = admin
+        .raw(
+            Method::POST,
+            "/v1/tenants/twin/snapshots?owner=team-x",
+            None,
+        )
+        .await?;
+    assert_eq!(s, 202, "{b}");
+    for (client, want) in [(x, 1), (y, 0)] {
+        let (s, l) = client
+            .raw(Method::GET, "/v1/tenants/twin/snapshots", None)
+            .await?;
+        assert_eq!(s, 200, "{l}");
+        assert_eq!(l["snapshots"].as_array().unwrap().len(), want, "{l}");
+    }
+
     // A fleet upgrade by name takes every owner's tenant of that name, each named with its
     // owner.
     for o in [x, y] {
