@@ -112,6 +112,12 @@ impl Error {
         }
     }
 
+    /// Whether the host answered 404: the object asked for is not there (yet, or any more).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Kube { source, .. }
+            if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404))
+    }
+
     /// The variant's name, as metrics label failures (`vcp_reconcile_errors_total{error}`).
     pub fn variant(&self) -> &'static str {
         match self {

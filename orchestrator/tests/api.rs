@@ -811,6 +811,33 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
                 assert_eq!(s, 400, "retain_data={q}: {b}");
             }
         }
+        // `owner` where it is documented: a malformed one is the caller's mistake, for both
+        // roles, before the tenant is looked up.
+        if op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "owner")
+        {
+            for (q, want) in [
+                ("owner=UPPER", 422),
+                ("owner=", 422),
+                ("owner=%ff", 422),
+                ("owner=a&owner=b", 400),
+            ] {
+                for token in [&admin_token, &owner_token] {
+                    let r = http
+                        .request(m.clone(), format!("{}{concrete}?{q}", orch.url))
+                        .bearer_auth(token)
+                        .json(&json!({"user": "u", "groups": ["view"]}))
+                        .send()
+                        .await?;
+                    let (s, b) = (r.status().as_u16(), r.text().await?);
+                    check(format!("{method} {path} {q}"), s, &b, true);
+                    assert_eq!(s, want, "{method} {path} {q}: {b}");
+                }
+            }
+        }
     }
     assert!(tried > 300, "only {tried} malformed requests");
     eprintln!(
@@ -1139,5 +1166,233 @@ async fn the_audit_trail_reads_back_in_order_filtered_paged_and_scoped_to_owners
         "{table}"
     );
     assert!(String::from_utf8(out.stderr)?.contains("more entries follow"));
+    Ok(())
+}
+
+/// Tenant names are unique per owner (issue 15): two owners may each have a tenant of the
+/// same name and neither learns of the other's; an admin, who sees both, picks one with
+/// `?owner=` and is told which owners to pick from without it.
+#[tokio::test]
+async fn tenant_names_are_unique_per_owner_and_admins_pick_one_by_owner() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-api-names", 0).await?;
+    let admin = &p.admin;
+    let mut owners = Vec::new();
+    for name in ["team-x", "team-y"] {
+        let (s, b) = admin
+            .raw(
+                Method::POST,
+                "/v1/tokens",
+                Some(&json!({"name": name, "role": "owner"})),
+            )
+            .await?;
+        assert_eq!(s, 201, "{b}");
+        owners.push(admin.with_token(b["token"].as_str().unwrap()));
+    }
+    let (x, y) = (&owners[0], &owners[1]);
+    let twin = json!({"name": "twin"});
+
+    // Both create the name: neither is told the other has it.
+    let (s, tx) = x.raw(Method::POST, "/v1/tenants", Some(&twin)).await?;
+    assert_eq!(s, 201, "{tx}");
+    let (s, ty) = y.raw(Method::POST, "/v1/tenants", Some(&twin)).await?;
+    assert_eq!(
+        s, 201,
+        "the other owner's tenant of this name must not conflict: {ty}"
+    );
+    assert_ne!(tx["key"], ty["key"]);
+    // The same owner twice: its own tenant conflicts.
+    let (s, b) = x.raw(Method::POST, "/v1/tenants", Some(&twin)).await?;
+    assert_problem(s, &b, 409, Some("name"));
+    assert!(
+        b["detail"].as_str().unwrap().contains("already exists"),
+        "{b}"
+    );
+
+    // Each owner sees its own only, by name and in its list; another owner's name is 404.
+    for (client, me, other) in [(x, "team-x", "team-y"), (y, "team-y", "team-x")] {
+        let (s, t) = client.raw(Method::GET, "/v1/tenants/twin", None).await?;
+        assert_eq!((s, t["owner"].as_str()), (200, Some(me)), "{t}");
+        let (s, t) = client
+            .raw(Method::GET, &format!("/v1/tenants/twin?owner={me}"), None)
+            .await?;
+        assert_eq!((s, t["owner"].as_str()), (200, Some(me)), "{t}");
+        let (s, b) = client
+            .raw(
+                Method::GET,
+                &format!("/v1/tenants/twin?owner={other}"),
+                None,
+            )
+            .await?;
+        assert_problem(s, &b, 404, None);
+        let (s, b) = client
+            .raw(
+                Method::GET,
+                &format!("/v1/tenants/twin/kubeconfigs?owner={other}"),
+                None,
+            )
+            .await?;
+        assert_problem(s, &b, 404, None);
+        let (_, list) = client.raw(Method::GET, "/v1/tenants", None).await?;
+        let items = list["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "{list}");
+        assert_eq!(items[0]["owner"], me);
+    }
+
+    // An admin sees both: without `owner` the name is ambiguous, on every route of a tenant.
+    for path in [
+        "/v1/tenants/twin",
+        "/v1/tenants/twin/kubeconfigs",
+        "/v1/tenants/twin/usage",
+    ] {
+        let (s, b) = admin.raw(Method::GET, path, None).await?;
+        assert_problem(s, &b, 409, Some("owner"));
+        assert_eq!(b["type"], "https://vcp.dev/problems/ambiguous-name", "{b}");
+        let detail = b["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("team-x") && detail.contains("team-y") && detail.contains("?owner="),
+            "{b}"
+        );
+    }
+    for (owner, key) in [("team-x", &tx["key"]), ("team-y", &ty["key"])] {
+        let (s, t) = admin
+            .raw(
+                Method::GET,
+                &format!("/v1/tenants/twin?owner={owner}"),
+                None,
+            )
+            .await?;
+        assert_eq!((s, &t["key"]), (200, key), "{t}");
+    }
+    // `owner` beside a route's own query parameters.
+    let (s, u) = admin
+        .raw(
+            Method::GET,
+            "/v1/tenants/twin/usage?owner=team-y&limit=5&since=2026-01-01T00:00:00Z",
+            None,
+        )
+        .await?;
+    assert_eq!(s, 200, "{u}");
+    let (s, b) = admin
+        .raw(Method::GET, "/v1/tenants/twin?owner=team-z", None)
+        .await?;
+    assert_problem(s, &b, 404, None);
+    let (s, b) = admin
+        .raw(Method::GET, "/v1/tenants/twin?owner=Team_X", None)
+        .await?;
+    assert_problem(s, &b, 422, Some("owner"));
+    let (s, b) = admin
+        .raw(
+            Method::GET,
+            "/v1/tenants/twin?owner=team-x&owner=team-y",
+            None,
+        )
+        .await?;
+    assert_problem(s, &b, 400, Some("owner"));
+
+    // A snapshot asked by an admin is of the tenant it picked, not of every tenant named so.
+    let (s, b) = admin
+        .raw(Method::POST, "/v1/tenants/twin/snapshots", None)
+        .await?;
+    assert_problem(s, &b, 409, Some("owner"));
+    let (s, b) = admin
+        .raw(
+            Method::POST,
+            "/v1/tenants/twin/snapshots?owner=team-x",
+            None,
+        )
+        .await?;
+    assert_eq!(s, 202, "{b}");
+    for (client, want) in [(x, 1), (y, 0)] {
+        let (s, l) = client
+            .raw(Method::GET, "/v1/tenants/twin/snapshots", None)
+            .await?;
+        assert_eq!(s, 200, "{l}");
+        assert_eq!(l["snapshots"].as_array().unwrap().len(), want, "{l}");
+    }
+
+    // A fleet upgrade by name takes every owner's tenant of that name, each named with its
+    // owner.
+    for o in [x, y] {
+        let (s, b) = o
+            .raw(
+                Method::POST,
+                "/v1/tenants",
+                Some(&json!({"name": "pair", "version": "1.36"})),
+            )
+            .await?;
+        assert_eq!(s, 201, "{b}");
+    }
+    let (s, f) = admin
+        .raw(
+            Method::POST,
+            "/v1/upgrades",
+            Some(&json!({"target": "1.37", "selector": {"names": ["pair"]}})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{f}");
+    let mut entries: Vec<(&str, &str)> = f["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["owner"].as_str().unwrap()))
+        .collect();
+    entries.sort();
+    assert_eq!(entries, [("pair", "team-x"), ("pair", "team-y")], "{f}");
+    let (s, b) = admin
+        .raw(
+            Method::POST,
+            &format!("/v1/upgrades/{}/cancel", f["id"]),
+            Some(&json!({})),
+        )
+        .await?;
+    assert_eq!(s, 200, "{b}");
+
+    // The CLI: `--owner` (or VCP_OWNER) picks one; without it an admin is told to add it.
+    let vcp = |args: &[&str], owner: Option<&str>| {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"));
+        c.args(args)
+            .env("VCP_API_URL", &p.orchestrator.url)
+            .env("VCP_TOKEN", &p.admin_token)
+            .env_remove("VCP_OWNER");
+        if let Some(o) = owner {
+            c.env("VCP_OWNER", o);
+        }
+        c.output()
+    };
+    let out = vcp(&["tenant", "get", "twin", "-o", "json"], None).await?;
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8(out.stderr)?;
+    assert!(err.contains("?owner=") && err.contains("409"), "{err}");
+    let out = vcp(
+        &["tenant", "get", "twin", "--owner", "team-y", "-o", "json"],
+        None,
+    )
+    .await?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout)?["key"],
+        ty["key"]
+    );
+    let out = vcp(
+        &["tenant", "kubeconfigs", "twin", "-o", "json"],
+        Some("team-x"),
+    )
+    .await?;
+    assert!(out.status.success(), "{out:?}");
+
+    // Deleting one owner's tenant leaves the other's alone.
+    let (s, d) = x
+        .raw(Method::DELETE, "/v1/tenants/twin?retain_data=true", None)
+        .await?;
+    assert_eq!((s, &d["key"]), (202, &tx["key"]), "{d}");
+    let (s, t) = y.raw(Method::GET, "/v1/tenants/twin", None).await?;
+    assert_eq!((s, t["phase"].as_str()), (200, Some("Pending")), "{t}");
+    let (s, b) = admin.raw(Method::DELETE, "/v1/tenants/twin", None).await?;
+    assert_problem(s, &b, 409, Some("owner"));
+    let (s, d) = admin
+        .raw(Method::DELETE, "/v1/tenants/twin?owner=team-y", None)
+        .await?;
+    assert_eq!((s, &d["key"]), (202, &ty["key"]), "{d}");
     Ok(())
 }

@@ -214,20 +214,31 @@ async fn schemathesis_finds_the_server_and_its_openapi_document_in_agreement() -
     // generated sequence deleted that already) go now, and all of them must be gone.
     let (s, list) = admin.raw(Method::GET, "/v1/tenants", None).await?;
     anyhow::ensure!(s == 200, "{list}");
-    let live: Vec<String> = list["items"]
+    // By name and owner: names are unique per owner only, and a generated tenant may have
+    // the fixture's name.
+    let live: Vec<(String, String)> = list["items"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|t| t["phase"] != "Deleting")
-        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .filter_map(|t| {
+            Some((
+                t["name"].as_str()?.to_owned(),
+                t["owner"].as_str()?.to_owned(),
+            ))
+        })
         .collect();
     anyhow::ensure!(
         live.len() <= 2,
         "more tenants live than the hooks allow: {live:?}"
     );
-    for name in &live {
+    for (name, owner) in &live {
         let (s, t) = admin
-            .raw(Method::DELETE, &format!("/v1/tenants/{name}"), None)
+            .raw(
+                Method::DELETE,
+                &format!("/v1/tenants/{name}?owner={owner}"),
+                None,
+            )
             .await?;
         anyhow::ensure!(s == 202 || s == 404, "{t}");
     }

@@ -77,16 +77,22 @@ async fn migrations_apply_to_an_empty_database_and_again_as_a_no_op() -> anyhow:
     Ok(())
 }
 
+/// Names are unique per owner (migration 0009): another owner's tenant of the same name
+/// neither blocks a create nor is seen by it; the same owner's does.
 #[tokio::test]
-async fn names_are_unique_among_live_tenants_and_free_again_after_deletion() -> anyhow::Result<()> {
+async fn names_are_unique_per_owner_among_live_tenants_and_free_again_after_deletion()
+-> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "names").await?;
     let a = inv
         .create_tenant(&tenant("demo", "demoaaaaaa", "alice"), "alice")
         .await?;
     assert_eq!(a.phase, "Pending");
+    let b = inv
+        .create_tenant(&tenant("demo", "demobbbbbb", "bob"), "bob")
+        .await?;
     assert!(matches!(
-        inv.create_tenant(&tenant("demo", "demobbbbbb", "bob"), "bob").await,
+        inv.create_tenant(&tenant("demo", "demodddddd", "alice"), "alice").await,
         Err(Error::Duplicate(n)) if n == "demo"
     ));
     assert!(matches!(
@@ -94,23 +100,40 @@ async fn names_are_unique_among_live_tenants_and_free_again_after_deletion() -> 
             .await,
         Err(Error::KeyCollision)
     ));
-    assert!(
-        inv.get_tenant("demo", Some("bob")).await?.is_none(),
-        "owners see only their own"
+    let ids = |ts: Vec<vcp_orchestrator::inventory::Tenant>| -> Vec<i64> {
+        ts.into_iter().map(|t| t.id).collect()
+    };
+    assert_eq!(ids(inv.tenants_named("demo", Some("bob")).await?), [b.id]);
+    assert_eq!(ids(inv.tenants_named("demo", Some("alice")).await?), [a.id]);
+    assert_eq!(
+        ids(inv.tenants_named("demo", None).await?),
+        [a.id, b.id],
+        "every owner's, by owner"
     );
-    assert!(inv.get_tenant("demo", Some("alice")).await?.is_some());
-    assert_eq!(inv.list_tenants(Some("bob")).await?.len(), 0);
+    assert!(inv.tenants_named("demo", Some("carol")).await?.is_empty());
+    assert_eq!(inv.list_tenants(Some("bob")).await?.len(), 1);
 
-    let d = inv
-        .request_delete("demo", None, false, "alice")
-        .await?
-        .unwrap();
-    assert_eq!((d.desired.as_str(), d.generation), ("absent", 2));
-    let claimed = inv.claim("w1", Duration::from_secs(30)).await?.unwrap();
-    assert!(inv.tombstone(&claimed, "w1", "reconciler/w1").await?);
-    assert!(inv.get_tenant("demo", None).await?.is_none());
+    let d = inv.request_delete(&a, false, "alice").await?.unwrap();
+    assert_eq!(
+        (d.id, d.desired.as_str(), d.generation),
+        (a.id, "absent", 2)
+    );
+    let bob_s = inv.tenants_named("demo", Some("bob")).await?.remove(0);
+    assert_eq!(
+        (bob_s.desired.as_str(), bob_s.generation),
+        ("present", 1),
+        "deleting alice's tenant leaves bob's of the same name alone"
+    );
+    // Both are due; tombstone alice's, whichever a worker claims first.
+    for _ in 0..2 {
+        let claimed = inv.claim("w1", Duration::from_secs(30)).await?.unwrap();
+        if claimed.id == a.id {
+            assert!(inv.tombstone(&claimed, "w1", "reconciler/w1").await?);
+        }
+    }
+    assert_eq!(ids(inv.tenants_named("demo", None).await?), [b.id]);
     let again = inv
-        .create_tenant(&tenant("demo", "democccccc", "bob"), "bob")
+        .create_tenant(&tenant("demo", "democccccc", "alice"), "alice")
         .await?;
     assert_ne!(again.key, a.key);
     let trail = inv.audit_trail(a.id).await?;
@@ -134,12 +157,12 @@ async fn a_deletion_accepted_during_a_pass_outlives_the_passs_outcome() -> anyho
         .await?;
     let claimed = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
     assert_eq!(claimed.generation, 1);
-    inv.request_delete("shop", None, false, "o").await?.unwrap();
+    inv.request_delete(&claimed, false, "o").await?.unwrap();
     assert!(
         inv.finish(&claimed, "w", &outcome("Provisioning", 1), "w")
             .await?
     );
-    let t = inv.get_tenant("shop", None).await?.unwrap();
+    let t = inv.tenants_named("shop", None).await?.remove(0);
     assert_eq!(
         (t.phase.as_str(), t.desired.as_str()),
         ("Deleting", "absent")
@@ -348,7 +371,7 @@ async fn unknown_lifecycle_values_in_the_database_are_errors_not_defaults() -> a
     .execute(inv.pool())
     .await?;
     assert!(matches!(
-        inv.get_tenant("odd", None).await,
+        inv.tenants_named("odd", None).await,
         Err(Error::Database(_))
     ));
 
@@ -361,7 +384,7 @@ async fn unknown_lifecycle_values_in_the_database_are_errors_not_defaults() -> a
         .execute(inv.pool())
         .await?;
     assert!(matches!(
-        inv.get_tenant("odd", None).await,
+        inv.tenants_named("odd", None).await,
         Err(Error::Database(_))
     ));
     assert!(inv.list_tenants(None).await.is_err());
@@ -551,7 +574,7 @@ async fn usage_samples_are_recorded_once_per_gap_and_served_latest_and_by_range(
     );
 
     // A deleted tenant keeps its samples (billing), and its row cannot be removed under them.
-    let d = inv.request_delete("a", None, false, "o").await?.unwrap();
+    let d = inv.request_delete(&a, false, "o").await?.unwrap();
     sqlx::query("UPDATE tenants SET next_reconcile_at = now() WHERE id = $1")
         .bind(d.id)
         .execute(inv.pool())

@@ -34,11 +34,14 @@ def after_call(context, case, response):
     however many examples run."""
     if case.method.upper() != "POST" or case.path != "/v1/tenants" or response.status_code != 201:
         return
-    _created.append(json.loads(response.content)["name"])
+    created = json.loads(response.content)
+    # With its owner: names are unique per owner only, and the run's admin token sees the
+    # test's own fixture tenant too, which a generated name may repeat.
+    _created.append((created["name"], created["owner"]))
     while len(_created) > 1:
-        name = _created.pop(0)
+        name, owner = _created.pop(0)
         r = requests.delete(
-            f"{URL}/v1/tenants/{quote(name, safe='')}",
+            f"{URL}/v1/tenants/{quote(name, safe='')}?owner={quote(owner, safe='')}",
             headers={"Authorization": f"Bearer {TOKEN}"},
             timeout=30,
         )

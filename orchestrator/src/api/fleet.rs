@@ -181,6 +181,7 @@ async fn detail(s: &AppState, f: FleetRow) -> Result<FleetUpgradeDetail, Problem
         .into_iter()
         .map(|e| FleetTenantView {
             name: e.name,
+            owner: e.owner,
             wave: u32::try_from(e.wave).unwrap_or(0),
             from: e.from_version,
             target: e.target_version,

@@ -16,7 +16,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
 use std::time::Duration;
 use tracing::field::Empty;
-use vcp_core::lifecycle::Phase;
+use vcp_core::lifecycle::{Desired, Phase};
 
 /// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
 fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
@@ -150,14 +150,15 @@ pub(super) async fn list_kubeconfigs(
 }
 
 /// Who calls, the tenant and the second path segment, in the order every handler checks them
-/// (401, then 400, then 404 for a tenant the caller may not see).
+/// (401, then 400, then 404 for a tenant the caller may not see, as in
+/// [`super::caller_and_tenant`]).
 async fn caller_tenant_and(
     s: &AppState,
     headers: &HeaderMap,
     path: Result<NameAnd, Problem>,
 ) -> Result<(super::auth::Caller, crate::inventory::Tenant, String), Problem> {
     let caller = super::auth::authenticate(s, headers).await?;
-    let NameAnd(Name(name), rest) = path?;
+    let NameAnd(name, rest) = path?;
     let t = super::find(s, &caller, &name).await?;
     Ok((caller, t, rest))
 }
@@ -306,13 +307,14 @@ fn check_break_glass(req: &BreakGlassRequest) -> Result<Duration, Problem> {
     }
 }
 
-/// A tenant too early in its bring-up for a break-glass kubeconfig: no endpoint or no CA yet.
-fn no_endpoint(name: &str) -> Problem {
+/// A tenant too early in its bring-up, or too late in its deletion, for a break-glass
+/// kubeconfig: `why` completes "tenant <name> ...".
+fn no_endpoint(name: &str, why: &str) -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
         "no-endpoint",
         "tenant has no endpoint",
-        &format!("tenant {name:?} has no apiserver endpoint or CA yet"),
+        &format!("tenant {name:?} {why}"),
         None,
     )
 }
@@ -331,7 +333,7 @@ fn no_endpoint(name: &str) -> Problem {
     Unauthorized,
     (status = 403, description = "only admins issue break-glass kubeconfigs", body = ProblemBody, content_type = "application/problem+json"),
     NoSuchTenant,
-    (status = 409, description = "the tenant has no endpoint or CA yet", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "the tenant has no endpoint or CA yet, or is being deleted", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "invalid reason or ttl", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
@@ -350,8 +352,13 @@ pub(super) async fn break_glass(
     let req = body(req)?;
     let ttl = check_break_glass(&req)?;
     let ttl = time::Duration::try_from(ttl).map_err(|_| Problem::opaque())?;
+    // Break-glass does not wait for Ready (it is for a tenant whose syncer is down), but it
+    // needs the tenant CA, which a deletion takes away and a first pass may not have made yet.
+    if t.desired == Desired::Absent {
+        return Err(no_endpoint(&t.name, "is being deleted"));
+    }
     let Some(endpoint) = t.endpoint.clone() else {
-        return Err(no_endpoint(&t.name));
+        return Err(no_endpoint(&t.name, "has no apiserver endpoint yet"));
     };
     let now = time::OffsetDateTime::now_utc();
     let signed = s
@@ -359,7 +366,7 @@ pub(super) async fn break_glass(
         .sign_break_glass(&t, &endpoint, &caller.0.name, now, ttl)
         .await
         .map_err(|e| match e {
-            crate::Error::NoCa(_) => no_endpoint(&t.name),
+            crate::Error::NoCa(_) => no_endpoint(&t.name, "has no CA on the host yet"),
             e => Problem::internal(&e),
         })?;
     let cert = signed.certificate;

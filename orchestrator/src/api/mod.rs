@@ -69,7 +69,8 @@ pub struct AppState {
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     modifiers(&BearerAuth),
-    components(schemas(ProblemBody)),
+    // Serial is referred to by path parameters only, which utoipa does not collect.
+    components(schemas(ProblemBody, types::SerialSchema)),
 )]
 struct ApiDoc;
 
@@ -131,6 +132,7 @@ pub fn openapi_for(
     plans: Vec<String>,
 ) -> utoipa::openapi::OpenApi {
     let mut doc = api_routes().into_openapi();
+    with_owner(&mut doc);
     types::with_choices(
         &mut doc,
         catalog.spellings(),
@@ -138,6 +140,75 @@ pub fn openapi_for(
         plans,
     );
     doc
+}
+
+/// Documents the `owner` query parameter on every route of one tenant, with the answers it
+/// adds: [`Name`] reads it for all of them, so the document adds it to all of them in one place
+/// rather than in a dozen annotations that could drift from the extractor.
+fn with_owner(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::IntoParams;
+    use utoipa::openapi::path::ParameterIn;
+    for (path, item) in doc.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/tenants/{name}") {
+            continue;
+        }
+        let ops = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in ops.into_iter().flatten() {
+            op.parameters.get_or_insert_with(Vec::new).extend(
+                OwnerQuery::into_params(|| Some(ParameterIn::Query))
+                    .into_iter()
+                    .map(utoipa::openapi::RefOr::T),
+            );
+            let answers = &mut op.responses.responses;
+            answer(answers, "400", "malformed query (`owner` given twice)");
+            answer(
+                answers,
+                "409",
+                "an admin named a tenant that live tenants of several owners have without \
+                 `owner` (`ambiguous-name`; the detail names the owners)",
+            );
+            answer(
+                answers,
+                "422",
+                "`owner` not a token name (`field` is `owner`)",
+            );
+        }
+    }
+}
+
+/// Adds `why` to the documented answer `status`, or documents it as a problem.
+fn answer(
+    answers: &mut std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::Response>,
+    >,
+    status: &str,
+    why: &str,
+) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    match answers.get_mut(status) {
+        Some(RefOr::T(r)) => r.description = format!("{}; or {why}", r.description),
+        _ => {
+            let problem = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ProblemBody")))
+                .build();
+            answers.insert(
+                status.to_owned(),
+                RefOr::T(
+                    ResponseBuilder::new()
+                        .description(why)
+                        .content("application/problem+json", problem)
+                        .build(),
+                ),
+            );
+        }
+    }
 }
 
 /// The router.
@@ -203,8 +274,41 @@ fn object_body<T: serde::de::DeserializeOwned>(
         .map_err(Problem::from_rejection)
 }
 
-/// The `{name}` of a path, with a problem+json rejection (a name that is not UTF-8, say).
-struct Name(String);
+/// The `{name}` of a path, with a problem+json rejection (a name that is not UTF-8, say), and
+/// the request's query string, from which the tenant routes read `owner` ([`Name::owner`]):
+/// every handler that takes a `Name` gets it without a parameter of its own. The token route
+/// that also takes a `Name` never reads it.
+struct Name {
+    name: String,
+    uri: axum::http::Uri,
+}
+
+/// The `owner` query parameter of the tenant routes; their other parameters are their own.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct OwnerQuery {
+    /// The owner (token name) whose tenant of this name is meant. Names are unique per owner,
+    /// so an admin needs it when live tenants of several owners have the name (409
+    /// `ambiguous-name` otherwise); an owner may give only its own name (any other answers
+    /// 404: an owner sees only its own tenants).
+    #[param(value_type = Option<types::NameSchema>)]
+    owner: Option<String>,
+}
+
+impl Name {
+    /// The `owner` the caller asked for: 400 for a malformed query (`owner` given twice, say),
+    /// 422 for an owner no token could be named (token names are tenant names).
+    fn owner(&self) -> Result<Option<String>, Problem> {
+        let axum::extract::Query(q) = axum::extract::Query::<OwnerQuery>::try_from_uri(&self.uri)
+            .map_err(Problem::from_query_rejection)?;
+        if let Some(o) = &q.owner {
+            TenantName::parse(o).map_err(|e| {
+                Problem::invalid("owner", &format!("{o:?} is not a token name: {e}"))
+            })?;
+        }
+        Ok(q.owner)
+    }
+}
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Name {
     type Rejection = Problem;
@@ -214,7 +318,10 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Name {
         state: &S,
     ) -> Result<Name, Problem> {
         match Path::<String>::from_request_parts(parts, state).await {
-            Ok(Path(n)) => Ok(Name(n)),
+            Ok(Path(name)) => Ok(Name {
+                name,
+                uri: parts.uri.clone(),
+            }),
             Err(e) => Err(Problem::new(
                 StatusCode::BAD_REQUEST,
                 "malformed",
@@ -237,7 +344,13 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for NameAnd {
         state: &S,
     ) -> Result<NameAnd, Problem> {
         match Path::<(String, String)>::from_request_parts(parts, state).await {
-            Ok(Path((n, x))) => Ok(NameAnd(Name(n), x)),
+            Ok(Path((name, x))) => Ok(NameAnd(
+                Name {
+                    name,
+                    uri: parts.uri.clone(),
+                },
+                x,
+            )),
             Err(e) => Err(Problem::new(
                 StatusCode::BAD_REQUEST,
                 "malformed",
@@ -257,20 +370,63 @@ fn existing_name(name: &str, what: &str) -> Result<(), Problem> {
         .map_err(|_| Problem::not_found(&format!("no {what} named {name:?}")))
 }
 
-/// A live tenant the caller may see, by the name in a path; 404 otherwise.
-async fn find(s: &AppState, caller: &Caller, name: &str) -> Result<Tenant, Problem> {
+/// Whose tenants a lookup by name searches: `Some(None)` every owner's (an admin without
+/// `owner`), `Some(Some(o))` only `o`'s, `None` nobody's (an owner asking for another owner's,
+/// answered 404 as if it did not exist, so owners learn nothing of each other).
+fn owner_filter<'a>(scope: Option<&'a str>, asked: Option<&'a str>) -> Option<Option<&'a str>> {
+    match (scope, asked) {
+        (Some(me), Some(o)) if o != me => None,
+        (Some(me), _) => Some(Some(me)),
+        (None, o) => Some(o),
+    }
+}
+
+/// The one tenant of `found` (the live tenants named `name` the caller may see): 404 for
+/// none; 409 `ambiguous-name` for several, which only an admin without `owner` can meet
+/// (names are unique per owner), naming their owners so it can pick one.
+fn the_one(name: &str, mut found: Vec<Tenant>) -> Result<Tenant, Problem> {
+    match found.len() {
+        0 => Err(Problem::not_found(&format!("no tenant named {name:?}"))),
+        1 => Ok(found.remove(0)),
+        _ => {
+            let owners: Vec<&str> = found.iter().map(|t| t.owner.as_str()).collect();
+            Err(Problem::new(
+                StatusCode::CONFLICT,
+                "ambiguous-name",
+                "ambiguous tenant name",
+                &format!(
+                    "tenants of several owners are named {name:?} (owners: {}); add \
+                     ?owner=<owner> to pick one",
+                    owners.join(", ")
+                ),
+                Some("owner"),
+            ))
+        }
+    }
+}
+
+/// A live tenant the caller may see, by the name in a path and the `owner` query parameter;
+/// 404 otherwise, 409 when an admin's name matches several owners' tenants.
+async fn find(s: &AppState, caller: &Caller, name: &Name) -> Result<Tenant, Problem> {
+    let asked = name.owner()?;
+    let name = name.name.as_str();
     existing_name(name, "tenant")?;
     tracing::Span::current().record("tenant", name);
-    s.inventory
-        .get_tenant(name, caller.scope())
+    let Some(owner) = owner_filter(caller.scope(), asked.as_deref()) else {
+        return Err(Problem::not_found(&format!("no tenant named {name:?}")));
+    };
+    let found = s
+        .inventory
+        .tenants_named(name, owner)
         .await
-        .map_err(|e| Problem::internal(&e))?
-        .ok_or_else(|| Problem::not_found(&format!("no tenant named {name:?}")))
+        .map_err(|e| Problem::internal(&e))?;
+    the_one(name, found)
 }
 
 /// Who calls and the live tenant named in the path, if the caller may see it: 401 without a
-/// valid token, 400 for a malformed path, 404 for a tenant that does not exist or is another
-/// owner's. Called first in every handler of `/v1/tenants/{name}/...`, so a caller learns
+/// valid token, 400 for a malformed path or query, 422 for a malformed `owner`, 404 for a
+/// tenant that does not exist or is another owner's, 409 for an admin's name that several
+/// owners hold. Called first in every handler of `/v1/tenants/{name}/...`, so a caller learns
 /// nothing of other owners' tenants from any later check.
 async fn caller_and_tenant(
     s: &AppState,
@@ -278,7 +434,7 @@ async fn caller_and_tenant(
     name: Result<Name, Problem>,
 ) -> Result<(Caller, Tenant), Problem> {
     let caller = auth::authenticate(s, headers).await?;
-    let Name(name) = name?;
+    let name = name?;
     let t = find(s, &caller, &name).await?;
     Ok((caller, t))
 }
@@ -415,6 +571,11 @@ mod tests {
                     if p["in"] == "path" && p["name"] == "id" {
                         assert_eq!(p["schema"]["type"], "integer", "{method} {path}");
                         assert_eq!(p["schema"]["minimum"], 1, "{method} {path}");
+                    } else if p["in"] == "query" && p["name"] == "owner" {
+                        assert_eq!(
+                            p["schema"]["$ref"], "#/components/schemas/Name",
+                            "{method} {path}"
+                        );
                     } else if p["in"] == "path" {
                         let schema = match p["name"].as_str() {
                             Some("serial") => "Serial",
@@ -440,6 +601,7 @@ mod tests {
             ("CreateToken", "role", "Role"),
             ("IssueKubeconfig", "user", "Subject"),
             ("IssueKubeconfig", "ttl", "Ttl"),
+            ("BreakGlassRequest", "ttl", "Ttl"),
             ("CreateFleetUpgrade", "target", "UpgradeTarget"),
             ("FleetSelector", "names", "Name"),
             ("FleetSelector", "version", "KubernetesVersion"),
@@ -450,6 +612,104 @@ mod tests {
                 body(schema, field).contains(&format!("#/components/schemas/{rule}")),
                 "{schema}.{field}: {}",
                 body(schema, field)
+            );
+        }
+    }
+
+    /// Every route of one tenant takes `owner` and documents what it may answer for it; no
+    /// other route takes it.
+    #[test]
+    fn every_route_of_one_tenant_documents_owner() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let mut ops = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let takes_owner = op["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|p| p["name"] == "owner" && p["in"] == "query");
+                let one_tenant = path.starts_with("/v1/tenants/{name}");
+                assert_eq!(takes_owner, one_tenant, "{method} {path}");
+                if one_tenant {
+                    ops += 1;
+                    let r = &op["responses"];
+                    assert!(r["400"]["description"].to_string().contains("`owner`"));
+                    assert!(
+                        r["409"]["description"]
+                            .to_string()
+                            .contains("ambiguous-name"),
+                        "{method} {path}"
+                    );
+                    assert!(r["422"]["description"].to_string().contains("`owner`"));
+                }
+            }
+        }
+        assert_eq!(ops, 12);
+    }
+
+    #[test]
+    fn an_owner_searches_only_its_own_tenants_and_an_admin_whose_it_names() {
+        assert_eq!(owner_filter(None, None), Some(None), "admin: every owner's");
+        assert_eq!(owner_filter(None, Some("b")), Some(Some("b")));
+        assert_eq!(owner_filter(Some("a"), None), Some(Some("a")));
+        assert_eq!(owner_filter(Some("a"), Some("a")), Some(Some("a")));
+        assert_eq!(owner_filter(Some("a"), Some("b")), None, "404, never b's");
+    }
+
+    #[test]
+    fn owner_is_read_from_the_query_and_checked() {
+        let owner = |uri: &str| {
+            Name {
+                name: "t".into(),
+                uri: uri.parse().unwrap(),
+            }
+            .owner()
+        };
+        assert_eq!(owner("/v1/tenants/t").unwrap(), None);
+        assert_eq!(
+            owner("/v1/tenants/t/usage?limit=5&owner=team-a").unwrap(),
+            Some("team-a".into())
+        );
+        let e = owner("/v1/tenants/t?owner=Team_A").unwrap_err();
+        assert_eq!(
+            (e.status(), e.field()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("owner"))
+        );
+        let e = owner("/v1/tenants/t?owner=").unwrap_err();
+        assert_eq!(e.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let e = owner("/v1/tenants/t?owner=a&owner=b").unwrap_err();
+        assert_eq!(
+            (e.status(), e.field()),
+            (StatusCode::BAD_REQUEST, Some("owner"))
+        );
+    }
+
+    /// Every `$ref` names a schema the document has (a path parameter's schema is not
+    /// collected on its own: schemathesis could not resolve `Serial`).
+    #[test]
+    fn every_reference_resolves() {
+        fn refs(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    if let Some(r) = m.get("$ref").and_then(|r| r.as_str()) {
+                        out.push(r.to_owned());
+                    }
+                    m.values().for_each(|v| refs(v, out));
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+                _ => {}
+            }
+        }
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        assert!(!all.is_empty());
+        for r in all {
+            let name = r.strip_prefix("#/components/schemas/").unwrap();
+            assert!(
+                doc["components"]["schemas"][name].is_object(),
+                "{r} is not in the document"
             );
         }
     }

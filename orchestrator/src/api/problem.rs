@@ -61,7 +61,7 @@ pub enum AdminOnly {
 pub enum NoSuchTenant {
     #[response(
         status = 404,
-        description = "no such tenant, or another owner's",
+        description = "no such tenant (none of `owner`'s, when given), or another owner's",
         content_type = "application/problem+json"
     )]
     NotFound(ProblemBody),

@@ -36,7 +36,7 @@ pub(super) async fn create_snapshot(
     let (caller, t) = caller_and_tenant(&s, &headers, name).await?;
     let row = s
         .inventory
-        .request_snapshot(&t.name, caller.scope(), &caller.0.name)
+        .request_snapshot(&t, &caller.0.name)
         .await
         .map_err(|e| Problem::internal(&e))?
         .ok_or_else(|| Problem::not_found(&format!("no tenant named {:?}", t.name)))?;

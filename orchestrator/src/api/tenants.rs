@@ -6,7 +6,7 @@ use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
 use super::types::NameSchema;
 use super::{
     AppState, CreateTenant, DeleteQuery, Name, Problem, ProblemBody, TenantList, TenantUsage,
-    TenantView, body, caller_and_tenant, existing_name,
+    TenantView, body, caller_and_tenant, find,
 };
 use crate::Error;
 use crate::inventory::{NewTenant, Tenant};
@@ -99,7 +99,7 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Problem> {
     (status = 201, description = "accepted; phase Pending", body = TenantView),
     BodyRefused,
     Unauthorized,
-    (status = 409, description = "a live tenant has this name", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "the caller already has a live tenant of this name (names are unique per owner; another owner's tenant of the same name does not conflict)", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "invalid name, version, plan, labels, maintenance_window or fleet_upgrades", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
@@ -146,10 +146,12 @@ pub(super) async fn create_tenant(
         match s.inventory.create_tenant(&new, &caller.0.name).await {
             Ok(t) => return Ok((StatusCode::CREATED, Json(view(&s, t).await?))),
             Err(Error::KeyCollision) => continue,
+            // Only the caller's own tenants count: names are unique per owner, so another
+            // owner's tenant of this name neither blocks this one nor shows here.
             Err(Error::Duplicate(n)) => {
                 return Err(Problem::conflict(
                     "name",
-                    &format!("a tenant named {n:?} already exists"),
+                    &format!("a tenant named {n:?} of yours already exists"),
                 ));
             }
             Err(e) => return Err(Problem::internal(&e)),
@@ -212,7 +214,7 @@ pub(super) async fn delete_tenant(
     q: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<(StatusCode, Json<TenantView>), Problem> {
     let caller = authenticate(&s, &headers).await?;
-    let Name(name) = name?;
+    let name = name?;
     let Query(q) = q.map_err(|e| {
         Problem::new(
             StatusCode::BAD_REQUEST,
@@ -222,13 +224,12 @@ pub(super) async fn delete_tenant(
             Some("retain_data"),
         )
     })?;
-    existing_name(&name, "tenant")?;
-    tracing::Span::current().record("tenant", name.as_str());
+    let t = find(&s, &caller, &name).await?;
     let t = s
         .inventory
-        .request_delete(&name, caller.scope(), q.retain_data, &caller.0.name)
+        .request_delete(&t, q.retain_data, &caller.0.name)
         .await
         .map_err(|e| Problem::internal(&e))?
-        .ok_or_else(|| Problem::not_found(&format!("no tenant named {name:?}")))?;
+        .ok_or_else(|| Problem::not_found(&format!("no tenant named {:?}", t.name)))?;
     Ok((StatusCode::ACCEPTED, Json(view(&s, t).await?)))
 }

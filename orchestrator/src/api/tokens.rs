@@ -120,7 +120,7 @@ pub(super) async fn revoke_token(
     if !caller.admin() {
         return Err(Problem::forbidden("only admins revoke tokens"));
     }
-    let Name(name) = name?;
+    let name = name?.name;
     existing_name(&name, "live token")?;
     match s.inventory.revoke_token(&name, &caller.0.name).await {
         Ok(true) => Ok(StatusCode::NO_CONTENT),

@@ -772,8 +772,9 @@ pub struct FleetSelector {
         pattern = "^[A-Za-z0-9._/-]{1,253}=[A-Za-z0-9._/-]{0,63}(,[A-Za-z0-9._/-]{1,253}=[A-Za-z0-9._/-]{0,63})*$"
     )]
     pub labels: Option<String>,
-    /// Only these tenants (each must exist, run a version below the target, and be allowed
-    /// to move to it by the skew rules), at most 1000.
+    /// Only tenants of these names, at most 1000: every live tenant of a name, whoever owns
+    /// it (names are unique per owner only). Each name must exist, and its tenants run a
+    /// version below the target that the skew rules allow to move to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<NameSchema>>, max_items = 1000)]
     pub names: Option<Vec<String>>,
@@ -835,6 +836,10 @@ pub struct FleetUpgradeView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FleetTenantView {
     pub name: String,
+    /// The tenant's owner: tenant names are unique per owner only, so two entries may share a
+    /// name.
+    #[serde(default)]
+    pub owner: String,
     pub wave: u32,
     pub from: String,
     pub target: String,

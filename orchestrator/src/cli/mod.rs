@@ -38,6 +38,11 @@ pub struct Connection {
     /// Bearer token (admin or owner).
     #[arg(long, env = "VCP_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
+    /// For commands that name a tenant: whose tenant of that name (a token name). Tenant
+    /// names are unique per owner, so an admin needs it when several owners have a tenant of
+    /// the name; an owner sees only its own tenants.
+    #[arg(long, env = "VCP_OWNER", global = true)]
+    pub owner: Option<String>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -46,6 +51,7 @@ impl std::fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("api_url", &self.api_url)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("owner", &self.owner)
             .finish()
     }
 }
@@ -504,6 +510,8 @@ fn duration(s: &str) -> Result<Duration, String> {
 pub struct Client {
     base: String,
     token: String,
+    /// `--owner`, checked: added to every request about one tenant ([`with_owner`]).
+    owner: Option<String>,
     http: reqwest::Client,
 }
 
@@ -529,9 +537,11 @@ impl Client {
             .clone()
             .filter(|t| !t.trim().is_empty())
             .ok_or_else(|| Error::Client("no token: set VCP_TOKEN or pass --token".into()))?;
+        let owner = c.owner.as_deref().map(name).transpose()?;
         Ok(Client {
             base: c.api_url.trim_end_matches('/').to_owned(),
             token,
+            owner,
             http,
         })
     }
@@ -542,7 +552,7 @@ impl Client {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<Option<T>> {
-        let url = format!("{}{path}", self.base);
+        let url = format!("{}{}", self.base, with_owner(path, self.owner.as_deref()));
         let mut req = self
             .http
             .request(method, &url)
@@ -592,6 +602,14 @@ impl Client {
             .ok_or_else(|| Error::Client(format!("empty answer from {path}")))
     }
 
+    /// This client for the tenants of `owner` (a name the server gave).
+    fn owned_by(&self, owner: &str) -> Client {
+        Client {
+            owner: Some(segment(owner)),
+            ..self.clone()
+        }
+    }
+
     pub async fn tenant(&self, name: &str) -> Result<TenantView> {
         self.get(&format!("/v1/tenants/{}", self::name(name)?))
             .await
@@ -604,6 +622,22 @@ fn name(name: &str) -> Result<String> {
     crate::names::TenantName::parse(name)
         .map(|_| segment(name))
         .map_err(|e| Error::Client(format!("{name:?}: {e}")))
+}
+
+/// `path` with `owner=` added when it is about one tenant (`/v1/tenants/<name>...`): in one
+/// place, so every command that names a tenant (and every `--wait` that polls one) means the
+/// same owner's. `owner` is already a checked, escaped name.
+fn with_owner(path: &str, owner: Option<&str>) -> String {
+    let one_tenant = path
+        .strip_prefix("/v1/tenants/")
+        .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('?'));
+    match owner {
+        Some(o) if one_tenant => {
+            let sep = if path.contains('?') { '&' } else { '?' };
+            format!("{path}{sep}owner={o}")
+        }
+        _ => path.to_owned(),
+    }
 }
 
 /// A name as one URL path segment: anything outside the name alphabet is escaped.
@@ -716,6 +750,8 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
             let mut t: TenantView = client.post("/v1/tenants", &req).await?;
             if a.wait.wait {
                 progress(&format!("tenant {} created; waiting until Ready", t.name));
+                // The new tenant is the caller's, whatever `--owner` says: poll that one.
+                let client = client.owned_by(&t.owner);
                 t = follow(&client, &a.name, &a.wait, |t| t.phase == Phase::Ready)
                     .await?
                     .ok_or_else(|| Error::Client(format!("tenant {} vanished", a.name)))?;
@@ -1426,6 +1462,30 @@ mod tests {
             segment("2026-01-01T00:00:00+02:00"),
             "2026-01-01T00%3A00%3A00%2B02%3A00"
         );
+    }
+
+    #[test]
+    fn owner_goes_with_every_request_about_one_tenant() {
+        let o = Some("team-b");
+        assert_eq!(with_owner("/v1/tenants/a", o), "/v1/tenants/a?owner=team-b");
+        assert_eq!(
+            with_owner("/v1/tenants/a?retain_data=true", o),
+            "/v1/tenants/a?retain_data=true&owner=team-b"
+        );
+        assert_eq!(
+            with_owner("/v1/tenants/a/kubeconfigs/0f", o),
+            "/v1/tenants/a/kubeconfigs/0f?owner=team-b"
+        );
+        // Not about one tenant: the list, creating one, tokens, the fleet.
+        for p in [
+            "/v1/tenants",
+            "/v1/tenants/",
+            "/v1/tokens/a",
+            "/v1/fleet-upgrades",
+        ] {
+            assert_eq!(with_owner(p, o), p);
+        }
+        assert_eq!(with_owner("/v1/tenants/a", None), "/v1/tenants/a");
     }
 
     #[test]

@@ -629,6 +629,7 @@ pub fn fleet_detail(d: &FleetUpgradeDetail, now: OffsetDateTime, width: usize) -
         .map(|t| {
             vec![
                 t.name.clone(),
+                t.owner.clone(),
                 t.wave.to_string(),
                 format!("{} -> {}", t.from, t.target),
                 t.state.as_str().to_owned(),
@@ -640,7 +641,7 @@ pub fn fleet_detail(d: &FleetUpgradeDetail, now: OffsetDateTime, width: usize) -
         })
         .collect();
     out.push_str(&table(
-        &["TENANT", "WAVE", "VERSION", "STATE", "REASON"],
+        &["TENANT", "OWNER", "WAVE", "VERSION", "STATE", "REASON"],
         &rows,
         width,
     ));
@@ -818,6 +819,7 @@ mod tests {
         );
         let t = FleetTenantView {
             name: "a".repeat(40),
+            owner: "team-a".into(),
             wave: 2,
             from: "1.36".into(),
             target: "1.37".into(),

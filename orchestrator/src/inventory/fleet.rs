@@ -80,6 +80,8 @@ const FLEET_COLUMNS: &str = "id, target_version, selector, chain, canary, max_pa
 pub struct FleetEntryRow {
     pub tenant_id: i64,
     pub name: String,
+    /// Names are unique per owner only: the name and its owner tell two entries apart.
+    pub owner: String,
     pub plan: String,
     pub maintenance_window: Option<Json<MaintenanceWindow>>,
     pub wave: i32,
@@ -241,11 +243,11 @@ impl Inventory {
         .await?)
     }
 
-    /// A fleet upgrade's entries in plan order, with their tenants' names, plans and windows
+    /// A fleet upgrade's entries in plan order, with their tenants' names, owners, plans and windows
     /// and their own upgrades' states.
     pub async fn fleet_entries(&self, id: i64) -> Result<Vec<FleetEntryRow>> {
         Ok(sqlx::query_as(
-            "SELECT e.tenant_id, t.name, t.plan, t.maintenance_window, e.wave, e.from_version,
+            "SELECT e.tenant_id, t.name, t.owner, t.plan, t.maintenance_window, e.wave, e.from_version,
                e.target_version, e.chain, e.forced, e.state, e.upgrade_id, e.reason,
                e.started_at, e.finished_at, u.state AS upgrade_state, u.reason AS upgrade_reason
              FROM fleet_upgrade_tenants e

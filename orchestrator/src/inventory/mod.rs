@@ -351,8 +351,8 @@ impl Inventory {
         Ok(())
     }
 
-    /// Creates a tenant and its audit entry; a live tenant of the same name is a
-    /// [`Error::Duplicate`].
+    /// Creates a tenant and its audit entry; a live tenant of the same name and owner is a
+    /// [`Error::Duplicate`] (another owner's of that name is not: names are per owner).
     pub async fn create_tenant(&self, t: &NewTenant, actor: &str) -> Result<Tenant> {
         let mut tx = self.pool.begin().await?;
         let row: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -373,7 +373,7 @@ impl Inventory {
         .fetch_one(&mut *tx)
         .await
         .map_err(|e| match unique_violation(&e).as_deref() {
-            Some("tenants_live_name") => Error::Duplicate(t.name.clone()),
+            Some("tenants_live_owner_name") => Error::Duplicate(t.name.clone()),
             Some("tenants_key_key") => Error::KeyCollision,
             _ => Error::Database(e),
         })?;
@@ -403,15 +403,18 @@ impl Inventory {
         .await?)
     }
 
-    /// A live tenant by name (optionally only if `owner` owns it).
-    pub async fn get_tenant(&self, name: &str, owner: Option<&str>) -> Result<Option<Tenant>> {
+    /// The live tenants of this name, by owner (only `owner`'s when given). Names are unique
+    /// per owner (migration 0009), so an owner's lookup finds at most one; without `owner`
+    /// (an admin's) it may find one per owner holding the name, and the caller decides.
+    pub async fn tenants_named(&self, name: &str, owner: Option<&str>) -> Result<Vec<Tenant>> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {TENANT_COLUMNS} FROM tenants
-             WHERE deleted_at IS NULL AND name = $1 AND ($2::text IS NULL OR owner = $2)"
+             WHERE deleted_at IS NULL AND name = $1 AND ($2::text IS NULL OR owner = $2)
+             ORDER BY owner, id"
         )))
         .bind(name)
         .bind(owner)
-        .fetch_optional(&self.pool)
+        .fetch_all(&self.pool)
         .await?)
     }
 
@@ -425,24 +428,23 @@ impl Inventory {
         .await?)
     }
 
-    /// Marks a live tenant for deletion; `None` if there is none (for this owner).
+    /// Marks a live tenant for deletion; `None` if it is gone already. By id, not by name: an
+    /// admin's name may match several owners' tenants, so the caller resolves it first.
     pub async fn request_delete(
         &self,
-        name: &str,
-        owner: Option<&str>,
+        t: &Tenant,
         retain_data: bool,
         actor: &str,
     ) -> Result<Option<Tenant>> {
         let mut tx = self.pool.begin().await?;
         let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE tenants SET desired = $4, phase = $5, retain_data = $3,
-               generation = generation + CASE WHEN desired = $4 THEN 0 ELSE 1 END,
+            "UPDATE tenants SET desired = $3, phase = $4, retain_data = $2,
+               generation = generation + CASE WHEN desired = $3 THEN 0 ELSE 1 END,
                next_reconcile_at = now(), updated_at = now()
-             WHERE deleted_at IS NULL AND name = $1 AND ($2::text IS NULL OR owner = $2)
+             WHERE deleted_at IS NULL AND id = $1
              RETURNING {TENANT_COLUMNS}"
         )))
-        .bind(name)
-        .bind(owner)
+        .bind(t.id)
         .bind(retain_data)
         .bind(Desired::Absent)
         .bind(Phase::Deleting)
@@ -454,7 +456,7 @@ impl Inventory {
                 actor,
                 "tenant.delete",
                 Some(t.id),
-                serde_json::json!({"name": name, "retain_data": retain_data}),
+                serde_json::json!({"name": t.name, "retain_data": retain_data}),
             )
             .await?;
             notify(&mut tx).await?;

@@ -103,23 +103,17 @@ pub(super) async fn snapshot_hop(
 }
 
 impl Inventory {
-    /// Asks for a snapshot of a live, present tenant the caller may see (`owner`: an owner's
-    /// own only) and wakes the workers; `None` if there is no such tenant.
-    pub async fn request_snapshot(
-        &self,
-        name: &str,
-        owner: Option<&str>,
-        actor: &str,
-    ) -> Result<Option<SnapshotRow>> {
+    /// Asks for a snapshot of a live, present tenant (one the API found for the caller) and
+    /// wakes the workers; `None` if it is gone or being deleted meanwhile. By id, not by name:
+    /// an admin's name may match several owners' tenants.
+    pub async fn request_snapshot(&self, t: &Tenant, actor: &str) -> Result<Option<SnapshotRow>> {
         let mut tx = self.pool.begin().await?;
         let t: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE tenants SET next_reconcile_at = now()
-             WHERE name = $1 AND deleted_at IS NULL AND desired = $3
-               AND ($2::text IS NULL OR owner = $2)
+             WHERE id = $1 AND deleted_at IS NULL AND desired = $2
              RETURNING {TENANT_COLUMNS}"
         )))
-        .bind(name)
-        .bind(owner)
+        .bind(t.id)
         .bind(Desired::Present)
         .fetch_optional(&mut *tx)
         .await?;

@@ -42,7 +42,8 @@ pub struct Selector {
     /// Label selector: every pair must be among the tenant's labels (a key given twice
     /// with two values matches nothing).
     pub labels: Vec<(String, String)>,
-    /// Only these tenants, by name.
+    /// Only tenants of these names: every tenant of a name, whoever owns it (names are
+    /// unique per owner only, and fleet upgrades are an admin's, across owners).
     pub names: Option<BTreeSet<String>>,
     /// Only tenants on this minor.
     pub version: Option<String>,

@@ -210,6 +210,7 @@ mod tests {
         let row = |plan: &str, own: Option<&str>| FleetEntryRow {
             tenant_id: 1,
             name: "a".into(),
+            owner: "o".into(),
             plan: plan.into(),
             maintenance_window: own.map(|w| Json(w.parse().unwrap())),
             wave: 0,

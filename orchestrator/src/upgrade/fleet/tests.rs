@@ -211,6 +211,32 @@ fn a_selected_tenant_two_minors_behind_is_skipped_without_chain_and_moved_with_i
     );
 }
 
+/// Names are unique per owner only: a name in `selector.names` means every live tenant of
+/// that name, whoever owns it, each its own entry.
+#[test]
+fn a_selected_name_takes_every_owners_tenant_of_that_name() {
+    let c = Catalog::builtin();
+    let tenants = [
+        tenant(7, "twin", "1.36", &[]),
+        tenant(3, "twin", "1.36", &[]),
+        tenant(5, "other", "1.36", &[]),
+    ];
+    let p = plan(
+        &c,
+        &Request {
+            selector: Selector {
+                names: Some(["twin".to_owned()].into()),
+                ..Default::default()
+            },
+            ..request("1.37")
+        },
+        &tenants,
+    )
+    .unwrap();
+    let ids: Vec<(i64, &str)> = p.iter().map(|e| (e.tenant_id, e.name.as_str())).collect();
+    assert_eq!(ids, [(3, "twin"), (7, "twin")], "both, by name then id");
+}
+
 fn pace(max_parallel: u32, failure_budget: u32, soak: u64) -> Pace {
     Pace {
         max_parallel,
