@@ -7,6 +7,23 @@ use vcp_dev::cluster::DevCluster;
 use vcp_dev::platform::ApiClient;
 use vcp_dev::postgres::EphemeralPostgres;
 
+/// Owner tokens of these names, created by `admin`; a client with each.
+async fn owner_tokens(admin: &ApiClient, names: &[&str]) -> anyhow::Result<Vec<ApiClient>> {
+    let mut owners = Vec::new();
+    for name in names {
+        let (s, b) = admin
+            .raw(
+                Method::POST,
+                "/v1/tokens",
+                Some(&json!({"name": name, "role": "owner"})),
+            )
+            .await?;
+        assert_eq!(s, 201, "{b}");
+        owners.push(admin.with_token(b["token"].as_str().unwrap()));
+    }
+    Ok(owners)
+}
+
 fn assert_problem(status: u16, body: &Value, want: u16, field: Option<&str>) {
     assert_eq!(status, want, "{body}");
     assert!(
@@ -39,18 +56,7 @@ async fn tokens_roles_isolation_and_bad_input() -> anyhow::Result<()> {
     assert_problem(s, &b, 401, None);
 
     // Owner tokens: created by an admin, shown once.
-    let mut owners = Vec::new();
-    for name in ["team-a", "team-b"] {
-        let (s, b) = admin
-            .raw(
-                Method::POST,
-                "/v1/tokens",
-                Some(&json!({"name": name, "role": "owner"})),
-            )
-            .await?;
-        assert_eq!(s, 201, "{b}");
-        owners.push(admin.with_token(b["token"].as_str().unwrap()));
-    }
+    let owners = owner_tokens(admin, &["team-a", "team-b"]).await?;
     let (a, b) = (&owners[0], &owners[1]);
     let (s, body) = a
         .raw(
@@ -988,18 +994,7 @@ async fn the_audit_trail_reads_back_in_order_filtered_paged_and_scoped_to_owners
         .to_owned();
 
     // A scripted sequence: owners, their tenants, a deletion, a token revoked.
-    let mut owners = Vec::new();
-    for name in ["team-a", "team-b", "ci"] {
-        let (s, b) = admin
-            .raw(
-                Method::POST,
-                "/v1/tokens",
-                Some(&json!({"name": name, "role": "owner"})),
-            )
-            .await?;
-        assert_eq!(s, 201, "{b}");
-        owners.push(admin.with_token(b["token"].as_str().unwrap()));
-    }
+    let owners = owner_tokens(admin, &["team-a", "team-b", "ci"]).await?;
     let (a, b) = (&owners[0], &owners[1]);
     for (owner, tenant) in [(a, "shop"), (b, "blog"), (a, "cart")] {
         let (s, body) = owner
@@ -1177,18 +1172,7 @@ async fn tenant_names_are_unique_per_owner_and_admins_pick_one_by_owner() -> any
     let cluster = DevCluster::shared().await?;
     let p = vcp_dev::testing::platform(cluster, "vcp-api-names", 0).await?;
     let admin = &p.admin;
-    let mut owners = Vec::new();
-    for name in ["team-x", "team-y"] {
-        let (s, b) = admin
-            .raw(
-                Method::POST,
-                "/v1/tokens",
-                Some(&json!({"name": name, "role": "owner"})),
-            )
-            .await?;
-        assert_eq!(s, 201, "{b}");
-        owners.push(admin.with_token(b["token"].as_str().unwrap()));
-    }
+    let owners = owner_tokens(admin, &["team-x", "team-y"]).await?;
     let (x, y) = (&owners[0], &owners[1]);
     let twin = json!({"name": "twin"});
 

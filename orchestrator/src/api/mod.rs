@@ -322,15 +322,20 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Name {
                 name,
                 uri: parts.uri.clone(),
             }),
-            Err(e) => Err(Problem::new(
-                StatusCode::BAD_REQUEST,
-                "malformed",
-                "malformed path",
-                &e.body_text(),
-                Some("name"),
-            )),
+            Err(e) => Err(malformed_path(&e, Some("name"))),
         }
     }
+}
+
+/// 400 for a path axum could not take apart (a segment that is not UTF-8, say).
+fn malformed_path(e: &axum::extract::rejection::PathRejection, field: Option<&str>) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "malformed",
+        "malformed path",
+        &e.body_text(),
+        field,
+    )
 }
 
 /// A tenant name and the path segment after it (a serial, a user), from a URL path.
@@ -351,13 +356,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for NameAnd {
                 },
                 x,
             )),
-            Err(e) => Err(Problem::new(
-                StatusCode::BAD_REQUEST,
-                "malformed",
-                "malformed path",
-                &e.body_text(),
-                None,
-            )),
+            Err(e) => Err(malformed_path(&e, None)),
         }
     }
 }
