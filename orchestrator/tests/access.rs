@@ -16,31 +16,12 @@ const REVOKED_WITHIN: Duration = Duration::from_secs(60);
 
 /// kubectl with a kubeconfig: (succeeded, stderr).
 fn kubectl(cluster: &DevCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(cluster.kubectl())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (ok, _, err) = testing::kubectl_with(cluster, kubeconfig, args);
+    (ok, err)
 }
 
 async fn vcp(url: &str, token: &str, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
-        .args(args)
-        .env("VCP_API_URL", url)
-        .env("VCP_TOKEN", token)
-        .env_remove("RUST_LOG")
-        .output()
-        .await?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout)?,
-        String::from_utf8(out.stderr)?,
-    ))
+    testing::vcp_client(env!("CARGO_BIN_EXE_vcp"), url, token, 80, args).await
 }
 
 /// Waits until kubectl with `kubeconfig` is refused; the delay and kubectl's message.

@@ -31,34 +31,18 @@ impl Run {
 }
 
 async fn vcp(url: &str, token: &str, args: &[&str]) -> anyhow::Result<Run> {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
-        .args(args)
-        .env("VCP_API_URL", url)
-        .env("VCP_TOKEN", token)
-        .env("COLUMNS", "80")
-        .env_remove("RUST_LOG")
-        .output()
-        .await?;
+    let (code, stdout, stderr) =
+        vcp_dev::testing::vcp_client(env!("CARGO_BIN_EXE_vcp"), url, token, 80, args).await?;
     Ok(Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout)?,
-        stderr: String::from_utf8(out.stderr)?,
+        code,
+        stdout,
+        stderr,
     })
 }
 
 /// kubectl with a kubeconfig: (succeeded, stdout, stderr).
 fn kubectl(cluster: &DevCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(cluster.kubectl())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    vcp_dev::testing::kubectl_with(cluster, kubeconfig, args)
 }
 
 /// kubectl that must succeed; its stdout.

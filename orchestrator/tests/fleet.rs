@@ -35,19 +35,7 @@ fn templates_with_expired(dir: &Path) -> anyhow::Result<()> {
 
 /// What one `vcp` client command did: (exit code, stdout, stderr).
 async fn vcp(url: &str, token: &str, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
-        .args(args)
-        .env("VCP_API_URL", url)
-        .env("VCP_TOKEN", token)
-        .env("COLUMNS", "120")
-        .env_remove("RUST_LOG")
-        .output()
-        .await?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout)?,
-        String::from_utf8(out.stderr)?,
-    ))
+    vcp_dev::testing::vcp_client(env!("CARGO_BIN_EXE_vcp"), url, token, 120, args).await
 }
 
 /// Creates the tenants (on 1.36, labelled env=dev) and waits until all are Ready.

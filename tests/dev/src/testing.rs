@@ -9,6 +9,50 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// What one `vcp` client command (`program`, the test crate's `CARGO_BIN_EXE_vcp`) did
+/// against the API at `url` with `token`, `columns` wide: (exit code, stdout, stderr).
+pub async fn vcp_client(
+    program: &str,
+    url: &str,
+    token: &str,
+    columns: u16,
+    args: &[&str],
+) -> anyhow::Result<(i32, String, String)> {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .env("VCP_API_URL", url)
+        .env("VCP_TOKEN", token)
+        .env("COLUMNS", columns.to_string())
+        .env_remove("RUST_LOG")
+        .env_remove("VCP_OWNER")
+        .output()
+        .await?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout)?,
+        String::from_utf8(out.stderr)?,
+    ))
+}
+
+/// kubectl of `cluster`'s version with `kubeconfig`: (succeeded, stdout, stderr).
+pub fn kubectl_with(
+    cluster: &crate::cluster::DevCluster,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+) -> (bool, String, String) {
+    let out = std::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Polls `f` every 250 ms until it yields a value; fails after `timeout`, naming `what`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
 where
