@@ -772,3 +772,69 @@ pub async fn kubelet(b: KubeletBench) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `bench authz` settings.
+pub struct AuthzBench {
+    /// GETs per kubeconfig and pass.
+    pub requests: usize,
+}
+
+/// What the revocation webhook costs a request: a tenant provisioned by a real `vcp serve`,
+/// then GETs of ConfigMaps that do not exist, each of a new name so no answer comes from the
+/// apiserver's authorization cache, through a revocable kubeconfig (webhook, then RBAC) and a
+/// break-glass one (`system:masters`: no authorizer at all), alternating passes. One line:
+/// each side's median and p95, and the median added.
+pub async fn authz(b: AuthzBench) -> anyhow::Result<()> {
+    let (cluster, _orch, api) = bench_platform(false, 2).await?;
+    api.create_tenant("authz").await?;
+    api.wait_ready("authz", Duration::from_secs(300)).await?;
+    let client = |yaml: String| async move {
+        let kc = kube::config::Kubeconfig::from_yaml(&yaml)?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        anyhow::Ok(Client::try_from(cfg)?)
+    };
+    let revocable = client(api.kubeconfig("authz", "bench", &["view"], "1h").await?).await?;
+    let (status, glass) = api
+        .raw(
+            reqwest::Method::POST,
+            "/v1/tenants/authz/break-glass",
+            Some(&serde_json::json!({"reason": "vcp-dev bench authz", "ttl": "15m"})),
+        )
+        .await?;
+    anyhow::ensure!(status == 201, "break-glass: {status} {glass}");
+    let glass = client(glass["kubeconfig"].as_str().unwrap_or_default().to_owned()).await?;
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for pass in 0..4 {
+        for (side, c) in [&revocable, &glass].into_iter().enumerate() {
+            let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                Api::namespaced(c.clone(), "default");
+            for i in 0..b.requests {
+                let name = format!("absent-{pass}-{side}-{i}");
+                let t = Instant::now();
+                let got = cms.get_opt(&name).await?;
+                let ms = t.elapsed().as_secs_f64() * 1000.0;
+                anyhow::ensure!(got.is_none(), "{name} exists");
+                // The first pass warms connections up; it is not counted.
+                if pass > 0 {
+                    times[side].push(ms);
+                }
+            }
+        }
+    }
+    let [webhook, none] = times;
+    let (wm, wp) = (
+        percentile(webhook.clone(), 0.5),
+        percentile(webhook.clone(), 0.95),
+    );
+    let (nm, np) = (
+        percentile(none.clone(), 0.5),
+        percentile(none.clone(), 0.95),
+    );
+    println!(
+        "bench-authz requests={} revocable_median_ms={wm:.2} revocable_p95_ms={wp:.2} break_glass_median_ms={nm:.2} break_glass_p95_ms={np:.2} added_median_ms={:.2}",
+        webhook.len(),
+        wm - nm
+    );
+    drop(cluster);
+    Ok(())
+}

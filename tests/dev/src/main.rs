@@ -106,6 +106,13 @@ enum Bench {
         #[arg(long, env = "VCP_BENCH_EXECS", default_value_t = 50)]
         execs: usize,
     },
+    /// What the revocation webhook costs a tenant API request: a revocable kubeconfig against
+    /// a break-glass one (one summary line).
+    Authz {
+        /// GETs per kubeconfig and pass (three counted passes).
+        #[arg(long, env = "VCP_BENCH_REQUESTS", default_value_t = 300)]
+        requests: usize,
+    },
     /// Tenants created at once through `vcp serve`: time to Ready, vcp's RSS and CPU.
     Provision {
         /// Tenants to create.
@@ -360,6 +367,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 syncer,
             })
             .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Authz { requests }) => {
+            bench::authz(bench::AuthzBench { requests }).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(Bench::Kubelet { log_mib, execs }) => {
