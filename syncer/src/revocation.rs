@@ -132,17 +132,7 @@ pub async fn answer(
     };
     let current = revoked.borrow().clone();
     let (status, value) = review(&body, current.as_deref());
-    let mut res = hyper::Response::new(
-        http_body_util::Full::new(Bytes::from(value.to_string()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    res
+    crate::kubelet::json(status, &value)
 }
 
 #[cfg(test)]

@@ -320,6 +320,21 @@ fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     res
 }
 
+/// A JSON answer (the metrics API's objects, the revocation webhook's reviews).
+pub(crate) fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    let mut res = Response::new(
+        Full::new(Bytes::from(v.to_string()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
 fn header_str<B>(res: &Response<B>, name: &str) -> String {
     res.headers()
         .get(name)

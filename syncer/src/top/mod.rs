@@ -20,11 +20,9 @@ pub mod translate;
 
 use crate::engine::Engine;
 use crate::kinds::pods::nodes::VIRTUAL_NODE_LABEL;
-use crate::kubelet::Body;
+use crate::kubelet::{Body, json};
 use crate::{Result, kube_err};
 use base64::Engine as _;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -102,20 +100,6 @@ pub async fn register(
         .await
         .map_err(kube_err("apply the tenant's metrics APIService".into()))?;
     Ok(())
-}
-
-fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
-    let mut res = Response::new(
-        Full::new(Bytes::from(v.to_string()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    res
 }
 
 fn failure(status: StatusCode, reason: &str, message: &str) -> Response<Body> {
