@@ -35,7 +35,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -256,7 +256,7 @@ async fn serve(
         client,
         node: cfg.node_name.clone(),
         net,
-        slots: Mutex::new(BTreeSet::new()),
+        slots: Mutex::new(network::Slots::default()),
         images: cfg.images.clone(),
         pods_dir: cfg.state_dir.join("pods"),
         logs_dir,

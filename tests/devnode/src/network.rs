@@ -140,9 +140,33 @@ impl Network {
     }
 }
 
-/// Free pod slots, lowest first (pure IPAM over the slots in use).
-pub fn free_slot(used: &BTreeSet<u8>) -> Option<u8> {
-    (2..=254u8).find(|n| !used.contains(n))
+/// The pod slots in use and the last one handed out (pure IPAM).
+///
+/// Slots go round-robin, like host-local IPAM: a freed address is not handed out again
+/// until every other one has been. Something that still holds a gone pod's IP (a stale
+/// endpoint, a test checking the pod's namespace is gone) then never meets a new pod
+/// behind it.
+#[derive(Debug, Default)]
+pub struct Slots {
+    used: BTreeSet<u8>,
+    last: u8,
+}
+
+impl Slots {
+    /// Takes the next free slot after the last one handed out, wrapping around.
+    pub fn take(&mut self) -> Option<u8> {
+        let after = self.last.max(1);
+        let slot = (after + 1..=254)
+            .chain(2..=after)
+            .find(|n| !self.used.contains(n))?;
+        self.used.insert(slot);
+        self.last = slot;
+        Some(slot)
+    }
+
+    pub fn release(&mut self, slot: u8) {
+        self.used.remove(&slot);
+    }
 }
 
 #[cfg(test)]
@@ -168,12 +192,22 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_handed_out_lowest_first_and_run_out() {
-        let mut used = BTreeSet::new();
-        assert_eq!(free_slot(&used), Some(2));
-        used.extend([2, 3, 5]);
-        assert_eq!(free_slot(&used), Some(4));
-        used.extend(2..=254);
-        assert_eq!(free_slot(&used), None);
+    fn slots_go_round_robin_skip_used_ones_and_run_out() {
+        let mut slots = Slots::default();
+        assert_eq!(slots.take(), Some(2));
+        assert_eq!(slots.take(), Some(3));
+        slots.release(2);
+        assert_eq!(slots.take(), Some(4), "a freed slot waits its turn");
+        for n in 5..=254 {
+            assert_eq!(slots.take(), Some(n));
+        }
+        assert_eq!(
+            slots.take(),
+            Some(2),
+            "after 254 it wraps to the freed slot"
+        );
+        assert_eq!(slots.take(), None, "every slot is in use");
+        slots.release(100);
+        assert_eq!(slots.take(), Some(100));
     }
 }

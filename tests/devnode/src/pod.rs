@@ -38,7 +38,7 @@ pub struct Shared {
     pub client: Client,
     pub node: String,
     pub net: Network,
-    pub slots: Mutex<BTreeSet<u8>>,
+    pub slots: Mutex<network::Slots>,
     pub images: ImageDirs,
     pub pods_dir: PathBuf,
     pub logs_dir: PathBuf,
@@ -319,10 +319,8 @@ impl Worker {
 
     fn setup_network(&mut self) -> Result<(), String> {
         let slot = {
-            let mut used = self.sh.slots.lock().unwrap_or_else(|e| e.into_inner());
-            let slot = network::free_slot(&used).ok_or("the devnode's pod network is full")?;
-            used.insert(slot);
-            slot
+            let mut slots = self.sh.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.take().ok_or("the devnode's pod network is full")?
         };
         match self.sh.net.add_pod(slot) {
             Ok(ip) => {
@@ -336,7 +334,7 @@ impl Worker {
                     .slots
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .remove(&slot);
+                    .release(slot);
                 Err(e.to_string())
             }
         }
@@ -1004,7 +1002,7 @@ impl Worker {
                 .slots
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(&slot);
+                .release(slot);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         if delete_from_api {
