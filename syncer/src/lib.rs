@@ -231,6 +231,17 @@ pub struct Args {
     /// The only front-proxy client certificate common name the metrics API admits.
     #[arg(long, env = "VCP_METRICS_API_CLIENT_NAME", default_value = top::DEFAULT_CLIENT)]
     pub metrics_api_client_name: String,
+    /// What tenant pods' service-account tokens must be issued under: an opaque value vcp
+    /// changes when the tenant's signing key or CA changes (a rotation). A host token Secret
+    /// recorded under another value is reissued at once instead of at 80% of its lifetime, so
+    /// no pod holds a token of a key about to be retired.
+    #[arg(long, env = "VCP_TOKEN_GENERATION", default_value = "")]
+    pub token_generation: String,
+    /// The CA bundle tenant pods get as `ca.crt` beside their token, read at each issue; by
+    /// default the tenant's `kube-root-ca.crt`. vcp gives the file its own trust bundle, which
+    /// holds the old and the new CA while the tenant CA rotates.
+    #[arg(long, env = "VCP_TOKEN_CA")]
+    pub token_ca: Option<PathBuf>,
     /// Log format: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, env = "VCP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -323,6 +334,10 @@ pub async fn run(args: Args) -> Result<()> {
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
     engine.resync = Duration::from_secs(args.resync_seconds);
     engine.control_plane_namespace = args.host_namespace.clone();
+    engine.tokens = kinds::pods::tokens::TokenSource {
+        generation: args.token_generation.clone(),
+        ca_file: args.token_ca.clone(),
+    };
     engine.host_access =
         args.host_role
             .clone()

@@ -107,6 +107,9 @@ pub struct Engine {
     /// Where the tenant apiserver reaches the syncer's kubelet endpoint, if it serves one
     /// (virtual nodes carry it).
     pub kubelet_endpoint: Option<pods::nodes::KubeletEndpoint>,
+    /// Under what tenant pods' tokens are issued, and their CA (`--token-generation`,
+    /// `--token-ca`).
+    pub tokens: pods::tokens::TokenSource,
 }
 
 impl Engine {
@@ -151,6 +154,7 @@ impl Engine {
             host_namespace_set: tokio::sync::watch::channel(None).0,
             host_access: None,
             kubelet_endpoint: None,
+            tokens: Default::default(),
         }
     }
 

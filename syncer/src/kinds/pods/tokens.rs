@@ -4,7 +4,10 @@
 //! of the pod's service account, bound to the tenant pod (it dies with the pod), and keeps it in
 //! a host Secret [`crate::naming::token_secret_name`] with the tenant CA (`kube-root-ca.crt`) and the
 //! tenant namespace; the host pod's projected volume reads from it. The token is renewed at 80%
-//! of its lifetime. The Secret is marked as generated (a tenant Secret can never adopt it) and
+//! of its lifetime, or at once when it was issued under another token generation than the
+//! syncer's (`--token-generation`: vcp changes it when it rotates the tenant's CA or signing
+//! key, so a token signed by a key about to be retired, or a CA bundle about to go stale, is
+//! replaced while both are still trusted). The Secret is marked as generated (a tenant Secret can never adopt it) and
 //! owned by the host pod, so the host's garbage collector removes it with the pod. Tokens are
 //! never logged.
 
@@ -25,6 +28,32 @@ use vcp_core::naming;
 
 const ANN_EXPIRES: &str = "vcp.dev/token-expires";
 const ANN_RENEW: &str = "vcp.dev/token-renew-after";
+/// The token generation a host token Secret was issued under; vcp reads it on the host to
+/// know when every pod holds a token of the current generation.
+pub const ANN_GENERATION: &str = "vcp.dev/token-generation";
+
+/// Under what tenant pods' tokens are issued.
+#[derive(Debug, Clone, Default)]
+pub struct TokenSource {
+    /// The current token generation; tokens recorded under another are reissued.
+    pub generation: String,
+    /// The CA bundle pods get as `ca.crt`; the tenant's `kube-root-ca.crt` when `None`.
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+/// Whether a host token Secret may be kept: it is not due for renewal and was issued under
+/// the current generation.
+fn still_fresh(annotations: &BTreeMap<String, String>, generation: &str, now: Timestamp) -> bool {
+    let renew_after = annotations
+        .get(ANN_RENEW)
+        .and_then(|s| s.parse::<Timestamp>().ok());
+    let same_generation = annotations
+        .get(ANN_GENERATION)
+        .map(String::as_str)
+        .unwrap_or_default()
+        == generation;
+    same_generation && renew_after.is_some_and(|r| now < r)
+}
 
 /// Ensures the host token Secret of tenant pod `t` is present and fresh; `host_pod` (once it
 /// exists) becomes its owner.
@@ -55,11 +84,7 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
             .await;
             return Ok(());
         }
-        let renew_after = cur
-            .annotations()
-            .get(ANN_RENEW)
-            .and_then(|s| s.parse::<Timestamp>().ok());
-        let fresh = renew_after.is_some_and(|r| Timestamp::now() < r);
+        let fresh = still_fresh(cur.annotations(), &e.tokens.generation, Timestamp::now());
         let owned = host_pod.is_none()
             || cur
                 .owner_references()
@@ -98,16 +123,20 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
     let token = status
         .token
         .ok_or_else(|| Error::Token(format!("empty token for service account {ns}/{sa}")))?;
-    let ca = Api::<ConfigMap>::namespaced(e.tenant.clone(), &ns)
-        .get_opt("kube-root-ca.crt")
-        .await
-        .map_err(kube_err(format!("get {ns}/kube-root-ca.crt")))?
-        .and_then(|cm| cm.data?.get("ca.crt").cloned())
-        .ok_or_else(|| {
-            Error::Token(format!(
-                "the tenant has not published {ns}/kube-root-ca.crt yet"
-            ))
-        })?;
+    let ca = match &e.tokens.ca_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|err| Error::Token(format!("read the token CA {}: {err}", path.display())))?,
+        None => Api::<ConfigMap>::namespaced(e.tenant.clone(), &ns)
+            .get_opt("kube-root-ca.crt")
+            .await
+            .map_err(kube_err(format!("get {ns}/kube-root-ca.crt")))?
+            .and_then(|cm| cm.data?.get("ca.crt").cloned())
+            .ok_or_else(|| {
+                Error::Token(format!(
+                    "the tenant has not published {ns}/kube-root-ca.crt yet"
+                ))
+            })?,
+    };
     let expires = status
         .expiration_timestamp
         .map(|t| t.0)
@@ -132,6 +161,7 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
                 (naming::ANN_GENERATED.to_owned(), format!("pod/{uid}")),
                 (ANN_EXPIRES.to_owned(), expires.to_string()),
                 (ANN_RENEW.to_owned(), renew.to_string()),
+                (ANN_GENERATION.to_owned(), e.tokens.generation.clone()),
             ])),
             owner_references: host_pod.and_then(|p| {
                 Some(vec![OwnerReference {
@@ -177,4 +207,39 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
         .map_err(kube_err(format!("renew host secret {host_ns}/{name}")))?;
     tracing::info!(ns = %ns, pod = %t.name_any(), "renewed tenant token for host pod");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotations(renew_after: &str, generation: Option<&str>) -> BTreeMap<String, String> {
+        let mut a = BTreeMap::from([(ANN_RENEW.to_owned(), renew_after.to_owned())]);
+        if let Some(g) = generation {
+            a.insert(ANN_GENERATION.to_owned(), g.to_owned());
+        }
+        a
+    }
+
+    #[test]
+    fn a_token_is_kept_until_its_renewal_time_or_a_new_generation() {
+        let now: Timestamp = "2026-11-25T12:00:00Z".parse().unwrap();
+        let later = "2026-11-25T12:30:00Z";
+        let earlier = "2026-11-25T11:30:00Z";
+        assert!(still_fresh(&annotations(later, Some("g1")), "g1", now));
+        assert!(
+            !still_fresh(&annotations(earlier, Some("g1")), "g1", now),
+            "due"
+        );
+        assert!(
+            !still_fresh(&annotations(later, Some("g1")), "g2", now),
+            "issued under the key being retired"
+        );
+        assert!(
+            still_fresh(&annotations(later, None), "", now),
+            "a syncer without generations keeps what older syncers wrote"
+        );
+        assert!(!still_fresh(&annotations(later, None), "g1", now));
+        assert!(!still_fresh(&annotations("garbage", Some("g1")), "g1", now));
+    }
 }
