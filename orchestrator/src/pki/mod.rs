@@ -11,6 +11,8 @@ use std::net::IpAddr;
 use time::Duration;
 pub use vcp_pki::*;
 
+pub mod rotation;
+
 /// Lifetime of a tenant's CAs.
 pub const CA_VALIDITY: Duration = Duration::days(5 * 365);
 /// Lifetime of component certificates; renewed when a third of it is left.
