@@ -45,6 +45,9 @@ pub const ANN_UID: &str = "vcp.dev/tenant-uid";
 /// On host objects the syncer generates itself (token Secrets): what they were made for. A
 /// tenant object never adopts a host object carrying it.
 pub const ANN_GENERATED: &str = "vcp.dev/generated-for";
+/// The token generation a host token Secret was issued under (the syncer's
+/// `--token-generation`): vcp reads it to know when every pod holds a token of the current one.
+pub const ANN_TOKEN_GENERATION: &str = "vcp.dev/token-generation";
 /// On a host Service the syncer keeps while it recreates the tenant Service with the host's
 /// ClusterIP (a ClusterIP cannot change in place): when it started (RFC 3339). Garbage
 /// collection leaves such a host object alone for [`RECREATING_GRACE_SECONDS`], so the

@@ -370,7 +370,7 @@ async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<M
             continue;
         };
         let start = Instant::now();
-        let pass = prov.pass(&t, time::OffsetDateTime::now_utc()).await;
+        let pass = prov.pass(&t, &actor, time::OffsetDateTime::now_utc()).await;
         let kind = match t.desired {
             Desired::Present => PassKind::BringUp,
             Desired::Absent => PassKind::TearDown,

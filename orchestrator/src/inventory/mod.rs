@@ -15,6 +15,7 @@
 
 pub mod audit;
 pub mod fleet;
+pub mod rotations;
 
 use crate::pki::CertInfo;
 use crate::render::Catalog;

@@ -303,8 +303,16 @@ mod tests {
         assert_eq!(advance(Phase::Retire, &go), Some(Phase::Done));
         assert_eq!(advance(Phase::Done, &go), None);
         for p in PHASES {
-            assert_eq!(advance(p, &progress(false, true, 99, 0)), None, "{p} not ready");
-            assert_eq!(advance(p, &progress(true, false, 99, 0)), None, "{p} stale tokens");
+            assert_eq!(
+                advance(p, &progress(false, true, 99, 0)),
+                None,
+                "{p} not ready"
+            );
+            assert_eq!(
+                advance(p, &progress(true, false, 99, 0)),
+                None,
+                "{p} stale tokens"
+            );
         }
     }
 

@@ -5,7 +5,7 @@
 //! revoked serials go to the host ConfigMap its syncer enforces them from
 //! ([`Provisioner::write_revocations`]): right after a revocation, and again on every pass.
 
-use super::{Provisioner, secret_str};
+use super::Provisioner;
 use crate::inventory::Tenant;
 use crate::pki::{self, CertInfo};
 use crate::{Error, Result, render};
@@ -92,10 +92,11 @@ impl Provisioner {
             .await
             .map_err(|e| Error::kube("read the tenant CA", e))?
             .ok_or_else(|| Error::NoCa(t.name.clone()))?;
-        let ca = pki::Ca::load(&pki::CertKey {
-            cert_pem: secret_str(&ca_secret, "tls.crt").unwrap_or_default(),
-            key_pem: secret_str(&ca_secret, "tls.key").unwrap_or_default(),
-        })?;
+        // Mid-rotation, kubeconfigs are signed by the CA the apiserver's clients move to and
+        // carry both CAs, so they keep working when the old one is retired.
+        let m = self.ca_of(&ca_secret)?;
+        let ca = m.signer(false);
+        let ca_bundle = m.bundle();
         // The serial is chosen first, so the certificate can carry it in its revocation group.
         let serial = pki::new_serial()?;
         let group = vcp_core::revocation::group_of(&pki::hex(&serial));
@@ -113,7 +114,7 @@ impl Provisioner {
         let kubeconfig = render::kubeconfig::embedded(
             &t.name,
             endpoint,
-            &ca.cert_key().cert_pem,
+            &ca_bundle,
             user,
             &pair.cert_pem,
             &pair.key_pem,

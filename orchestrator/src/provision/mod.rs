@@ -9,10 +9,13 @@
 
 pub mod host;
 pub mod kubeconfig;
+mod rotations;
 mod snapshots;
 pub mod steps;
 
+use crate::inventory::rotations::RotationRow;
 use crate::inventory::{Inventory, NewRestore, Outcome, RestoreRow, Tenant};
+use crate::pki::rotation::{self, Target};
 use crate::pki::{self, ApiNames, Ca, CertKey};
 use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
 use crate::upgrade;
@@ -143,7 +146,7 @@ impl Provisioner {
     /// One pass over a claimed tenant.
     #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, desired = %t.desired,
         generation = t.generation))]
-    pub async fn pass(&self, t: &Tenant, now: OffsetDateTime) -> Pass {
+    pub async fn pass(&self, t: &Tenant, actor: &str, now: OffsetDateTime) -> Pass {
         match t.desired {
             Desired::Absent => {
                 let (r, error) = match self.tear_down(t).await {
@@ -164,22 +167,23 @@ impl Provisioner {
                     error,
                 }
             }
-            Desired::Present => self.present(t, now).await,
+            Desired::Present => self.present(t, actor, now).await,
         }
     }
 
     /// A pass over a tenant that should exist: its restore or its bring-up, then its pending
     /// snapshots and its upgrade.
-    async fn present(&self, t: &Tenant, now: OffsetDateTime) -> Pass {
+    async fn present(&self, t: &Tenant, actor: &str, now: OffsetDateTime) -> Pass {
         let mut endpoint = t.endpoint.clone();
         let mut error = None;
         let loaded = async {
             let upgrade = self.inventory.active_upgrade(t.id).await?;
             let restore = self.inventory.active_restore(t.id).await?;
             let pending = self.inventory.pending_snapshots(t.id).await?;
-            Ok::<_, Error>((upgrade, restore, pending))
+            let rotation = self.inventory.active_rotation(t.id).await?;
+            Ok::<_, Error>((upgrade, restore, pending, rotation))
         };
-        let (upgrade, restore, pending) = match loaded.await {
+        let (upgrade, restore, pending, rotation) = match loaded.await {
             Ok(x) => x,
             Err(e) => {
                 // Without knowing what moves the tenant, do nothing this pass.
@@ -206,10 +210,30 @@ impl Provisioner {
         if let Some(r) = restore.as_ref().filter(|r| !r.restored) {
             return self.restore_pass(t, r, now).await;
         }
-        let results = self.bring_up(t, &mut endpoint, &mut error).await;
+        let mut generation = None;
+        let results = self
+            .bring_up(
+                t,
+                rotation.as_ref(),
+                &mut endpoint,
+                &mut generation,
+                &mut error,
+            )
+            .await;
         let mut v = steps::bring_up(&results, prev, now);
         let all_ready = results.len() == Step::ALL.len()
             && results.iter().all(|(_, r)| *r == StepResult::Ready);
+        if let (Some(r), Some(g)) = (&rotation, &generation) {
+            match self.advance_rotation(t, r, all_ready, g, actor, now).await {
+                Ok(_) => {}
+                Err(e) => {
+                    error = Some(e.variant());
+                    tracing::warn!(error = %e.public(), "moving the rotation on failed");
+                }
+            }
+            // Phases take seconds to roll out: look again soon, not at the idle requeue.
+            v.requeue_after = v.requeue_after.min(steps::REQUEUE_WAITING);
+        }
 
         // Snapshots are taken from a control plane that is up.
         let mut taken = BTreeMap::new();
@@ -449,7 +473,9 @@ impl Provisioner {
     async fn bring_up(
         &self,
         t: &Tenant,
+        rotation: Option<&RotationRow>,
         endpoint: &mut Option<String>,
+        generation: &mut Option<String>,
         error: &mut Option<&'static str>,
     ) -> Vec<(Step, StepResult)> {
         let mut out = Vec::new();
@@ -520,8 +546,9 @@ impl Provisioner {
                 return out;
             }
         };
-        let rollout = match self.ensure_pki(t, &ns, plan, &external).await {
+        let rollout = match self.ensure_pki(t, &ns, plan, &external, rotation).await {
             Ok(r) => {
+                *generation = r.get(ROLLOUT_TOKENS).cloned();
                 out.push((Step::Certificates, StepResult::Ready));
                 r
             }
@@ -650,6 +677,7 @@ impl Provisioner {
         ns: &str,
         plan: &Plan,
         external: &str,
+        rotation: Option<&RotationRow>,
     ) -> Result<BTreeMap<String, String>> {
         let secrets: Api<Secret> = Api::namespaced(self.host.clone(), ns);
         let now = OffsetDateTime::now_utc();
@@ -664,32 +692,54 @@ impl Provisioner {
             .collect();
         let mut cas = BTreeMap::new();
         for (name, purpose) in pki::CAS {
-            let pair = match stored.get(name).and_then(cert_key_of) {
-                Some(p) => p,
+            let ca_secret = match stored.get(name).filter(|s| cert_key_of(s).is_some()) {
+                Some(s) => s.clone(),
                 None => {
                     let ca = Ca::generate(&format!("{}-{purpose}", t.key), now, pki::CA_VALIDITY)?;
                     self.create_secret(&secrets, name, t, pair_data(ca.cert_key(), None), None)
                         .await?;
                     // Another replica may have won the race: use whatever is stored now.
-                    self.get_pair(&secrets, name)
-                        .await?
-                        .ok_or_else(|| Error::Config(format!("secret {name} vanished")))?
+                    secrets
+                        .get(name)
+                        .await
+                        .map_err(|e| Error::kube(format!("read secret {name}"), e))?
                 }
             };
-            let info = pki::inspect(purpose, &pair.cert_pem)?;
-            self.inventory
-                .record_certificate(t.id, purpose, &info)
+            let target: Target = name
+                .parse()
+                .map_err(|e: String| Error::Config(format!("CA secret {name}: {e}")))?;
+            let m = self
+                .ca_material(t, &secrets, ca_secret, target, purpose, rotation, now)
                 .await?;
-            cas.insert(name, Ca::load(&pair)?);
+            for (ca, which) in [
+                (Some(&m.current), purpose.to_owned()),
+                (m.next.as_ref(), format!("{purpose}-next")),
+            ] {
+                if let Some(ca) = ca {
+                    let info = pki::inspect(&which, &ca.cert_key().cert_pem)?;
+                    self.inventory
+                        .record_certificate(t.id, &which, &info)
+                        .await?;
+                }
+            }
+            cas.insert(name, m);
         }
-        if !stored.contains_key("sa") {
-            let (key, public) = pki::service_account_key()?;
-            let data = BTreeMap::from([
-                ("sa.key".to_owned(), ByteString(key.into_bytes())),
-                ("sa.pub".to_owned(), ByteString(public.into_bytes())),
-            ]);
-            self.create_secret(&secrets, "sa", t, data, None).await?;
-        }
+        let sa_secret = match stored.get("sa") {
+            Some(s) => s.clone(),
+            None => {
+                let (key, public) = pki::service_account_key()?;
+                let data = BTreeMap::from([
+                    ("sa.key".to_owned(), ByteString(key.into_bytes())),
+                    ("sa.pub".to_owned(), ByteString(public.into_bytes())),
+                ]);
+                self.create_secret(&secrets, "sa", t, data, None).await?;
+                secrets
+                    .get("sa")
+                    .await
+                    .map_err(|e| Error::kube("read secret sa", e))?
+            }
+        };
+        let sa = self.sa_material(t, &secrets, sa_secret, rotation).await?;
         let names = ApiNames {
             namespace: ns.to_owned(),
             cluster_domain: self.config.settings.cluster_domain.clone(),
@@ -700,13 +750,23 @@ impl Provisioner {
         };
         let mut serials = BTreeMap::new();
         for leaf in pki::plan(&names) {
-            let ca = &cas[leaf.ca];
+            let material = &cas[leaf.ca];
+            // Users' kubeconfigs verify the apiserver's serving certificate with the CA they
+            // were handed: it moves to a new cluster CA last (see pki::rotation).
+            let ca = material.signer(leaf.name == "apiserver");
+            let bundle = material.bundle();
+            let signer = rotation::fingerprint(&ca.cert_key().cert_pem);
+            let legacy_signer = rotation::fingerprint(&material.current.cert_key().cert_pem);
             let digest = leaf.spec.digest();
             let existing = stored.get(leaf.name).cloned();
             let current = existing.as_ref().and_then(|s| {
                 let cert = secret_str(s, "tls.crt")?;
-                let ok = s.metadata.annotations.as_ref()?.get(ANN_SPEC) == Some(&digest)
-                    && secret_str(s, "ca.crt").as_deref() == Some(ca.cert_key().cert_pem.as_str())
+                let ann = s.metadata.annotations.as_ref()?;
+                // Leaves from before rotations carry no signer: the CA in use signed them.
+                let signed_by = ann.get(ANN_SIGNER).unwrap_or(&legacy_signer);
+                let ok = ann.get(ANN_SPEC) == Some(&digest)
+                    && *signed_by == signer
+                    && secret_str(s, "ca.crt").as_deref() == Some(bundle.as_str())
                     && !pki::needs_renewal(&pki::inspect(leaf.name, &cert).ok()?, now);
                 ok.then_some(cert)
             });
@@ -714,16 +774,17 @@ impl Provisioner {
                 Some(c) => c,
                 None => {
                     let pair = ca.issue(&leaf.spec, now, pki::LEAF_VALIDITY)?;
-                    let data = pair_data(&pair, Some(&ca.cert_key().cert_pem));
+                    let data = pair_data(&pair, Some(&bundle));
+                    let spec = [(ANN_SPEC, digest.as_str()), (ANN_SIGNER, signer.as_str())];
                     match existing {
                         None => {
-                            self.create_secret(&secrets, leaf.name, t, data, Some(&digest))
+                            self.create_secret(&secrets, leaf.name, t, data, Some(&spec))
                                 .await?
                         }
                         Some(old) => {
                             // Replace with the version we read: a concurrent writer makes
                             // this a 409, and the next pass starts from what it wrote.
-                            let mut s = secret(leaf.name, t, data, Some(&digest));
+                            let mut s = secret(leaf.name, t, data, Some(&spec));
                             s.metadata.resource_version = old.metadata.resource_version;
                             secrets
                                 .replace(leaf.name, &PostParams::default(), &s)
@@ -750,6 +811,14 @@ impl Provisioner {
                 .await?;
             serials.insert(leaf.name, info.serial);
         }
+        // The service-account keys roll the apiserver and the controller-manager that read
+        // them; the token generation reissues pods' tokens (and their CA bundle).
+        serials.insert(
+            "sa",
+            rotation::fingerprint(&format!("{}{}", sa.trusted, sa.signing_public)),
+        );
+        let tokens =
+            rotation::token_generation(&cas["ca"].bundle(), &sa.trusted, &sa.signing_public);
         let digest = |names: &[&str]| {
             let mut h = Sha256::new();
             for n in names {
@@ -767,26 +836,20 @@ impl Provisioner {
                     "apiserver-etcd-client",
                     "front-proxy-client",
                     "apiserver-kubelet-client",
+                    "sa",
                 ]),
             ),
             (
                 "controller_manager".to_owned(),
-                digest(&["controller-manager"]),
+                digest(&["controller-manager", "sa"]),
             ),
             ("coredns".to_owned(), digest(&["coredns"])),
             (
                 "syncer".to_owned(),
                 digest(&["syncer", "syncer-kubelet", "front-proxy-client"]),
             ),
+            (ROLLOUT_TOKENS.to_owned(), tokens),
         ]))
-    }
-
-    async fn get_pair(&self, secrets: &Api<Secret>, name: &str) -> Result<Option<CertKey>> {
-        let s = secrets
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::kube(format!("read secret {name}"), e))?;
-        Ok(s.as_ref().and_then(cert_key_of))
     }
 }
 
@@ -804,10 +867,10 @@ impl Provisioner {
         name: &str,
         t: &Tenant,
         data: BTreeMap<String, ByteString>,
-        spec: Option<&str>,
+        annotations: Option<&[(&str, &str)]>,
     ) -> Result<()> {
         match secrets
-            .create(&PostParams::default(), &secret(name, t, data, spec))
+            .create(&PostParams::default(), &secret(name, t, data, annotations))
             .await
         {
             Ok(_) => Ok(()),
@@ -1142,6 +1205,10 @@ pub fn endpoint(expose: &Expose, key: &str, live: &Service) -> Option<(String, S
 
 /// Annotation with the digest of the plan a leaf certificate was issued for.
 const ANN_SPEC: &str = "vcp.dev/certificate-spec";
+/// Annotation with the fingerprint of the CA that signed a leaf (see pki::rotation).
+const ANN_SIGNER: &str = "vcp.dev/certificate-signer";
+/// The rollout entry that carries the token generation, which the syncer gets as an argument.
+pub const ROLLOUT_TOKENS: &str = "tokens";
 
 fn pair_data(p: &CertKey, ca: Option<&str>) -> BTreeMap<String, ByteString> {
     let mut d = BTreeMap::from([
@@ -1164,7 +1231,7 @@ fn secret(
     name: &str,
     t: &Tenant,
     data: BTreeMap<String, ByteString>,
-    spec: Option<&str>,
+    annotations: Option<&[(&str, &str)]>,
 ) -> Secret {
     Secret {
         metadata: ObjectMeta {
@@ -1173,7 +1240,11 @@ fn secret(
                 (render::LABEL_CONTROL_PLANE_OF.to_owned(), t.key.to_string()),
                 (render::LABEL_MANAGED_BY.to_owned(), "vcp".to_owned()),
             ])),
-            annotations: spec.map(|d| BTreeMap::from([(ANN_SPEC.to_owned(), d.to_owned())])),
+            annotations: annotations.map(|a| {
+                a.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect()
+            }),
             ..ObjectMeta::default()
         },
         type_: Some(

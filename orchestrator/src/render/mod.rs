@@ -478,6 +478,12 @@ fn context(input: &Input<'_>) -> Value {
             json!(input.rollout.get(c.as_str()).cloned().unwrap_or_default()),
         );
     }
+    // Not a component's digest: the token generation the syncer is started with (a change
+    // rolls it too, and it reissues every pod's token; see pki::rotation).
+    rollout.insert(
+        "tokens".to_owned(),
+        json!(input.rollout.get("tokens").cloned().unwrap_or_default()),
+    );
     ctx["rollout"] = Value::Object(rollout);
     // Pods of vcp's Jobs: never matched by the etcd StatefulSet's or Service's selector.
     ctx["labels_etcd_snapshot"] = labels(input.key, "etcd-snapshot").0;

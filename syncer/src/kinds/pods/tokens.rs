@@ -28,9 +28,7 @@ use vcp_core::naming;
 
 const ANN_EXPIRES: &str = "vcp.dev/token-expires";
 const ANN_RENEW: &str = "vcp.dev/token-renew-after";
-/// The token generation a host token Secret was issued under; vcp reads it on the host to
-/// know when every pod holds a token of the current generation.
-pub const ANN_GENERATION: &str = "vcp.dev/token-generation";
+use vcp_core::naming::ANN_TOKEN_GENERATION as ANN_GENERATION;
 
 /// Under what tenant pods' tokens are issued.
 #[derive(Debug, Clone, Default)]

@@ -1,0 +1,300 @@
+//! The host side of rotations: a pass turns the phase the inventory holds for a tenant's
+//! rotation ([`crate::pki::rotation`]) into its CA and key Secrets, reads back what to trust and
+//! what signs, and, once the control plane is Ready with it and every pod's token is of the
+//! phase's generation, moves the rotation on.
+//!
+//! inventory phase -> CA / `sa` Secret (`next.*`, phase annotation) -> [`CaMaterial`] and
+//! [`SaMaterial`] -> leaf Secrets, the derived `signing.key` / `trusted.pub`, rollout digests and
+//! the token generation the syncer gets -> Ready + tokens current -> next phase.
+
+use super::{Provisioner, secret_str};
+use crate::inventory::Tenant;
+use crate::inventory::rotations::RotationRow;
+use crate::pki::rotation::{self, Phase, SecretChange, Signer, Target};
+use crate::pki::{self, Ca, CertKey};
+use crate::{Error, Result};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams, PostParams};
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+use vcp_core::naming::{ANN_GENERATED, ANN_TOKEN_GENERATION, LABEL_TENANT};
+
+/// A CA as its Secret holds it now.
+#[derive(Debug)]
+pub struct CaMaterial {
+    pub current: Ca,
+    pub next: Option<Ca>,
+    /// The phase of the next CA (`None` without one).
+    pub phase: Option<Phase>,
+}
+
+impl CaMaterial {
+    /// Every certificate to trust, as one PEM bundle.
+    pub fn bundle(&self) -> String {
+        rotation::trusted(
+            &self.current.cert_key().cert_pem,
+            self.next.as_ref().map(|c| c.cert_key().cert_pem.as_str()),
+        )
+    }
+
+    /// The CA that signs a leaf now; `held_by_users`: see [`rotation::signer`].
+    pub fn signer(&self, held_by_users: bool) -> &Ca {
+        match (rotation::signer(self.phase, held_by_users), &self.next) {
+            (Signer::Next, Some(next)) => next,
+            _ => &self.current,
+        }
+    }
+}
+
+/// The service-account keys as their Secret holds them now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaMaterial {
+    /// Every public key tokens may be signed with (`trusted.pub`).
+    pub trusted: String,
+    /// The key that signs (`signing.key`) and its public half.
+    pub signing_key: String,
+    pub signing_public: String,
+}
+
+const NEXT_CERT: &str = "next.crt";
+const NEXT_KEY: &str = "next.key";
+const SA_NEXT_KEY: &str = "next.key";
+const SA_NEXT_PUB: &str = "next.pub";
+
+fn bytes(s: &str) -> ByteString {
+    ByteString(s.as_bytes().to_vec())
+}
+
+fn phase_of(s: &Secret) -> Option<Phase> {
+    s.metadata
+        .annotations
+        .as_ref()?
+        .get(rotation::ANN_PHASE)?
+        .parse()
+        .ok()
+}
+
+/// The phase a rotation of `target` asks of its Secret, if one is under way for it.
+fn asked(rotation: Option<&RotationRow>, target: Target) -> Option<Phase> {
+    let (t, p) = rotation?.parsed()?;
+    (t == target).then_some(p)
+}
+
+impl Provisioner {
+    /// Writes `s` back over the version it was read at: a concurrent writer makes this a
+    /// 409, and the next pass starts from what it wrote.
+    async fn replace_secret(&self, secrets: &Api<Secret>, s: &Secret) -> Result<Secret> {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        secrets
+            .replace(&name, &PostParams::default(), s)
+            .await
+            .map_err(|e| Error::kube(format!("update secret {name}"), e))
+    }
+
+    /// The CA of Secret `name`, after applying what the rotation (if it targets `target`) asks
+    /// of it: a next CA generated in `trust`, the phase annotated, the swap in `retire`.
+    pub(super) async fn ca_material(
+        &self,
+        t: &Tenant,
+        secrets: &Api<Secret>,
+        stored: Secret,
+        target: Target,
+        purpose: &str,
+        rotation: Option<&RotationRow>,
+        now: OffsetDateTime,
+    ) -> Result<CaMaterial> {
+        let mut s = stored;
+        let has_next = secret_str(&s, NEXT_CERT).is_some();
+        if let Some(phase) = asked(rotation, target) {
+            let change = rotation::secret_change(phase, has_next);
+            let mut changed = s.clone();
+            let data = changed.data.get_or_insert_with(BTreeMap::new);
+            let ann = changed
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new);
+            match change {
+                SecretChange::Next(p) => {
+                    if !has_next {
+                        let ca = Ca::generate(
+                            &format!("{}-{purpose}-{}", t.key, now.unix_timestamp()),
+                            now,
+                            pki::CA_VALIDITY,
+                        )?;
+                        data.insert(NEXT_CERT.into(), bytes(&ca.cert_key().cert_pem));
+                        data.insert(NEXT_KEY.into(), bytes(&ca.cert_key().key_pem));
+                        tracing::info!(tenant = %t.name, ca = purpose, "new CA generated for a rotation");
+                    }
+                    ann.insert(rotation::ANN_PHASE.into(), p.as_str().into());
+                }
+                SecretChange::Swap => {
+                    let cert = data.remove(NEXT_CERT);
+                    let key = data.remove(NEXT_KEY);
+                    if let (Some(cert), Some(key)) = (cert, key) {
+                        data.insert("tls.crt".into(), cert);
+                        data.insert("tls.key".into(), key);
+                    }
+                    ann.remove(rotation::ANN_PHASE);
+                    tracing::info!(tenant = %t.name, ca = purpose, "old CA retired");
+                }
+                SecretChange::Keep => {}
+            }
+            if changed != s {
+                s = self.replace_secret(secrets, &changed).await?;
+            }
+        }
+        self.ca_of(&s)
+    }
+
+    /// The CA material a CA Secret holds.
+    pub(super) fn ca_of(&self, s: &Secret) -> Result<CaMaterial> {
+        let load = |cert: &str, key: &str| -> Result<Option<Ca>> {
+            match (secret_str(s, cert), secret_str(s, key)) {
+                (Some(cert_pem), Some(key_pem)) => {
+                    Ok(Some(Ca::load(&CertKey { cert_pem, key_pem })?))
+                }
+                _ => Ok(None),
+            }
+        };
+        let current = load("tls.crt", "tls.key")?.ok_or_else(|| {
+            Error::Config(format!(
+                "secret {} holds no CA",
+                s.metadata.name.as_deref().unwrap_or_default()
+            ))
+        })?;
+        let next = load(NEXT_CERT, NEXT_KEY)?;
+        let phase = next.as_ref().and_then(|_| phase_of(s));
+        Ok(CaMaterial {
+            current,
+            next,
+            phase,
+        })
+    }
+
+    /// The service-account keys, after applying what the rotation asks of Secret `sa` and
+    /// writing the two files components read from it: `trusted.pub` and `signing.key`.
+    pub(super) async fn sa_material(
+        &self,
+        t: &Tenant,
+        secrets: &Api<Secret>,
+        stored: Secret,
+        rotation: Option<&RotationRow>,
+    ) -> Result<SaMaterial> {
+        let s = stored;
+        let mut changed = s.clone();
+        let data = changed.data.get_or_insert_with(BTreeMap::new);
+        let ann = changed
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new);
+        let text = |d: &BTreeMap<String, ByteString>, k: &str| {
+            d.get(k).and_then(|b| String::from_utf8(b.0.clone()).ok())
+        };
+        let has_next = data.contains_key(SA_NEXT_KEY);
+        if let Some(phase) = asked(rotation, Target::ServiceAccountKey) {
+            match rotation::secret_change(phase, has_next) {
+                SecretChange::Next(p) => {
+                    if !has_next {
+                        let (key, public) = pki::service_account_key()?;
+                        data.insert(SA_NEXT_KEY.into(), bytes(&key));
+                        data.insert(SA_NEXT_PUB.into(), bytes(&public));
+                        tracing::info!(tenant = %t.name, "new service-account key generated for a rotation");
+                    }
+                    ann.insert(rotation::ANN_PHASE.into(), p.as_str().into());
+                }
+                SecretChange::Swap => {
+                    if let (Some(k), Some(p)) = (data.remove(SA_NEXT_KEY), data.remove(SA_NEXT_PUB))
+                    {
+                        data.insert("sa.key".into(), k);
+                        data.insert("sa.pub".into(), p);
+                    }
+                    ann.remove(rotation::ANN_PHASE);
+                    tracing::info!(tenant = %t.name, "old service-account key retired");
+                }
+                SecretChange::Keep => {}
+            }
+        }
+        let current_key = text(data, "sa.key").unwrap_or_default();
+        let current_pub = text(data, "sa.pub").unwrap_or_default();
+        let next = text(data, SA_NEXT_KEY).zip(text(data, SA_NEXT_PUB));
+        let phase = next.as_ref().and_then(|_| {
+            changed
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(rotation::ANN_PHASE)?
+                .parse()
+                .ok()
+        });
+        let (signing_key, signing_public) = match (rotation::signer(phase, false), &next) {
+            (Signer::Next, Some((k, p))) => (k.clone(), p.clone()),
+            _ => (current_key, current_pub.clone()),
+        };
+        let m = SaMaterial {
+            trusted: rotation::trusted(&current_pub, next.as_ref().map(|(_, p)| p.as_str())),
+            signing_key,
+            signing_public,
+        };
+        let data = changed.data.get_or_insert_with(BTreeMap::new);
+        data.insert("trusted.pub".into(), bytes(&m.trusted));
+        data.insert("signing.key".into(), bytes(&m.signing_key));
+        if changed != s {
+            self.replace_secret(secrets, &changed).await?;
+        }
+        Ok(m)
+    }
+
+    /// Whether every token the tenant's syncer keeps on the host for a pod was issued under
+    /// `generation` (host token Secrets carry it; see the syncer's `pods::tokens`).
+    pub(super) async fn tokens_current(&self, t: &Tenant, generation: &str) -> Result<bool> {
+        let all: Api<Secret> = Api::all(self.host.clone());
+        let list = all
+            .list_metadata(&ListParams::default().labels(&format!("{LABEL_TENANT}={}", t.key)))
+            .await
+            .map_err(|e| Error::kube("list the tenant's host secrets", e))?;
+        let stale = list
+            .items
+            .iter()
+            .filter_map(|s| s.metadata.annotations.as_ref())
+            .filter(|a| a.get(ANN_GENERATED).is_some_and(|g| g.starts_with("pod/")))
+            .filter(|a| a.get(ANN_TOKEN_GENERATION).map(String::as_str) != Some(generation))
+            .count();
+        if stale > 0 {
+            tracing::info!(tenant = %t.name, stale, "pods still hold tokens of an earlier generation");
+        }
+        Ok(stale == 0)
+    }
+
+    /// Moves the tenant's rotation on if its phase is done: the control plane is Ready with
+    /// this pass's material (`ready`) and every pod's token is of `generation`. Whether it
+    /// moved.
+    pub(super) async fn advance_rotation(
+        &self,
+        t: &Tenant,
+        r: &RotationRow,
+        ready: bool,
+        generation: &str,
+        actor: &str,
+        now: OffsetDateTime,
+    ) -> Result<bool> {
+        let Some((_, phase)) = r.parsed() else {
+            return Ok(false);
+        };
+        let tokens_current = ready && self.tokens_current(t, generation).await?;
+        let progress = rotation::Progress {
+            ready,
+            tokens_current,
+            in_phase: now - r.phase_since,
+            overlap: r.overlap(),
+        };
+        let Some(to) = rotation::advance(phase, &progress) else {
+            return Ok(false);
+        };
+        let moved = self.inventory.advance_rotation(r, to, actor, now).await?;
+        if moved {
+            tracing::info!(tenant = %t.name, target = %r.target, from = %phase, to = %to, "rotation moved on");
+        }
+        Ok(moved)
+    }
+}
