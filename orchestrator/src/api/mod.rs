@@ -19,6 +19,7 @@ mod fleet;
 mod health;
 mod kubeconfigs;
 mod problem;
+mod rotations;
 mod snapshots;
 mod tenants;
 mod tokens;
@@ -41,6 +42,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 pub use problem::{Problem, ProblemBody};
+pub use rotations::{RotateTenant, RotationList, RotationTarget, RotationView};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use types::*;
@@ -94,6 +96,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
             snapshots::list_snapshots
         ))
         .routes(routes!(snapshots::restore_tenant))
+        .routes(routes!(rotations::rotate_tenant))
+        .routes(routes!(rotations::list_rotations))
         .routes(routes!(
             kubeconfigs::issue_kubeconfig,
             kubeconfigs::list_kubeconfigs
@@ -494,7 +498,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 25);
+        assert_eq!(ops, 27);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
@@ -644,7 +648,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 12);
+        assert_eq!(ops, 14);
     }
 
     #[test]

@@ -10,9 +10,9 @@ use crate::api::{
     AuditPage, AutoUpdate, CreateFleetUpgrade, CreateTenant, CreateToken, FleetSelector,
     FleetState, FleetUpgradeAction, FleetUpgradeDetail, FleetUpgradeList, FleetUpgrades,
     IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView, MaintenanceWindow, Phase,
-    ProblemBody, RestoreState, RestoreTenant, RestoreView, Role, SnapshotList, SnapshotState,
-    SnapshotView, TenantList, TenantView, TokenCreated, TokenList, UpgradeState, UpgradeTenant,
-    UsageSamples, VersionList,
+    ProblemBody, RestoreState, RestoreTenant, RestoreView, Role, RotateTenant, RotationList,
+    RotationTarget, RotationView, SnapshotList, SnapshotState, SnapshotView, TenantList,
+    TenantView, TokenCreated, TokenList, UpgradeState, UpgradeTenant, UsageSamples, VersionList,
 };
 use crate::{Error, Result};
 use output::Format;
@@ -101,6 +101,54 @@ pub enum TenantCommand {
     /// Change a tenant's fleet upgrade settings: its maintenance window, whether fleet
     /// upgrades may move it.
     Update(TenantUpdate),
+    /// Rotate one of a tenant's CAs or its service-account key without downtime (admins; and
+    /// with --wait, follow its phases until done).
+    Rotate(TenantRotate),
+    /// List a tenant's rotations, newest first, with the kubeconfigs a CA rotation ends.
+    Rotations {
+        /// Tenant name.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+/// `vcp tenant rotate NAME --target ...`
+#[derive(Debug, clap::Args)]
+pub struct TenantRotate {
+    /// Tenant name.
+    pub name: String,
+    /// What to rotate.
+    #[arg(long, env = "VCP_ROTATE_TARGET", value_enum)]
+    pub target: RotateTargetArg,
+    /// How long phase `sign` lasts at least (e.g. 0s, 90m, 12h; at most 30d): for `ca`, the
+    /// time users have to fetch new kubeconfigs. Default: the server's per target.
+    #[arg(long, env = "VCP_ROTATE_OVERLAP")]
+    pub overlap: Option<String>,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `--target` of `vcp tenant rotate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RotateTargetArg {
+    Ca,
+    EtcdCa,
+    FrontProxyCa,
+    ServiceAccountKey,
+}
+
+impl From<RotateTargetArg> for RotationTarget {
+    fn from(t: RotateTargetArg) -> RotationTarget {
+        match t {
+            RotateTargetArg::Ca => RotationTarget::Ca,
+            RotateTargetArg::EtcdCa => RotationTarget::EtcdCa,
+            RotateTargetArg::FrontProxyCa => RotationTarget::FrontProxyCa,
+            RotateTargetArg::ServiceAccountKey => RotationTarget::ServiceAccountKey,
+        }
+    }
 }
 
 /// `--fleet-upgrades`: whether fleet upgrades may move a tenant.
@@ -869,6 +917,48 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
             match o.output {
                 Format::Table => print(&output::kubeconfigs_table(&list.items, now(), width)),
                 f => print(&output::structured(&list, f)),
+            }
+        }
+        TenantCommand::Rotate(a) => {
+            let seg = self::name(&a.name)?;
+            let req = RotateTenant {
+                target: a.target.into(),
+                overlap: a.overlap.clone(),
+            };
+            let mut r: RotationView = client
+                .post(&format!("/v1/tenants/{seg}/rotate"), &req)
+                .await?;
+            let start = Instant::now();
+            let mut shown = String::new();
+            while a.wait.wait && r.finished_at.is_none() {
+                if r.phase != shown {
+                    eprintln!("rotation {} of {}: phase {}", r.id, a.name, r.phase);
+                    shown = r.phase.clone();
+                }
+                if start.elapsed() > a.wait.timeout {
+                    return Err(Error::Client(format!(
+                        "rotation {} of {} still in phase {} after {:?}",
+                        r.id, a.name, r.phase, a.wait.timeout
+                    )));
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let l: RotationList = client.get(&format!("/v1/tenants/{seg}/rotations")).await?;
+                if let Some(x) = l.items.into_iter().find(|x| x.id == r.id) {
+                    r = x;
+                }
+            }
+            match a.output.output {
+                Format::Table => print(&output::rotations_table(&[r], now(), width)),
+                f => print(&output::structured(&r, f)),
+            }
+        }
+        TenantCommand::Rotations { name, output: o } => {
+            let l: RotationList = client
+                .get(&format!("/v1/tenants/{}/rotations", self::name(&name)?))
+                .await?;
+            match o.output {
+                Format::Table => print(&output::rotations_table(&l.items, now(), width)),
+                f => print(&output::structured(&l, f)),
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::api::{
     AuditEntryView, FleetUpgradeDetail, FleetUpgradeView, Hard, KubeconfigView, Phase, RestoreView,
-    SnapshotView, TenantView, TokenView, Usage, UsageSamples, VersionList,
+    RotationView, SnapshotView, TenantView, TokenView, Usage, UsageSamples, VersionList,
 };
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -471,6 +471,40 @@ pub fn tokens_table(items: &[TokenView], now: OffsetDateTime, width: usize) -> S
         })
         .collect();
     table(&["NAME", "ROLE", "STATE", "AGE"], &rows, width)
+}
+
+/// Rotations: target, phase and for how long, and the kubeconfigs a CA rotation ends.
+pub fn rotations_table(rotations: &[RotationView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = rotations
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                serde_json::to_value(r.target)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                r.phase.clone(),
+                age(r.phase_since, now),
+                format!("{}s", r.overlap_seconds),
+                r.requested_by.clone(),
+                if r.reissue.is_empty() {
+                    String::new()
+                } else {
+                    r.reissue
+                        .iter()
+                        .map(|k| format!("{} ({})", k.serial, k.user))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "TARGET", "PHASE", "SINCE", "OVERLAP", "BY", "REISSUE"],
+        &rows,
+        width,
+    )
 }
 
 /// Snapshots, then restores (each table only when it has rows).
