@@ -287,3 +287,17 @@ impl Poller {
         ))
     }
 }
+
+/// Reads a pod's default gateway from `/proc/net/route`, in Python: the node address a pod on
+/// the devnode sees (the host side of its bridge), where the devnode serves NodePorts to pods
+/// as kube-proxy serves them on every node address.
+pub const PY_DEFAULT_GATEWAY: &str = r#"
+def default_gateway():
+    import socket
+    with open("/proc/net/route") as f:
+        for line in f.readlines()[1:]:
+            iface, dest, gw, flags = line.split()[:4]
+            if dest == "00000000" and int(flags, 16) & 2:
+                return socket.inet_ntoa(int(gw, 16).to_bytes(4, "little"))
+    raise RuntimeError("no default route")
+"#;
