@@ -203,9 +203,17 @@ pub struct Plan {
 /// run control planes (the plan's control-plane node selector) are never a tenant pod's, and
 /// the static band of the host's service CIDR (where fixed addresses such as cluster DNS
 /// live) is never a tenant Service's ClusterIP.
+///
+/// Except where the plan's workload pool asks for a control-plane label itself
+/// (`placement.node_selector` with the same key and value): that plan shares its
+/// control-plane nodes with its tenants on purpose (the dev environment's process-workloads
+/// plan, whose only real node runs both), and avoiding the label would leave its pods no node.
 pub fn syncer_policy(plan: &Plan, settings: &Settings) -> TenantPolicy {
     let mut p = plan.policy.clone();
     for (k, v) in &plan.node_selector {
+        if p.placement.node_selector.get(k) == Some(v) {
+            continue;
+        }
         p.placement
             .avoid_node_labels
             .entry(k.clone())

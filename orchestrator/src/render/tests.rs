@@ -268,6 +268,26 @@ fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresse
 }
 
 #[test]
+fn a_plan_whose_pool_is_its_control_plane_nodes_does_not_avoid_them() {
+    let plans = parse_plans(
+        r#"
+shared:
+  node_selector: {vcp.dev/runtime: process, zone: a}
+  policy:
+    placement:
+      node_selector: {vcp.dev/runtime: process}
+"#,
+    )
+    .unwrap();
+    let p = syncer_policy(&plans["shared"], &settings());
+    assert_eq!(
+        p.placement.avoid_node_labels,
+        BTreeMap::from([("zone".to_owned(), "a".to_owned())]),
+        "only the label the pool asks for is shared"
+    );
+}
+
+#[test]
 fn plans_with_a_policy_that_cannot_work_are_refused() {
     let err = parse_plans("default: {policy: {services: {node_port_services: 1}}}")
         .unwrap_err()

@@ -29,7 +29,19 @@ default:
   policy:
     placement:
       node_selector: {type: kwok}
+# As default, but tenant workloads run on the process node too, as real processes: for tests
+# whose tenant pods must really do something (call their apiserver with their token).
+process-workloads:
+  node_selector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  policy:
+    placement:
+      node_selector: {vcp.dev/runtime: process}
+      tolerations: [{key: vcp.dev/runtime, operator: Exists}]
 "#;
+
+/// The plan of [`DEV_PLANS`] whose tenant workloads run on the process node.
+pub const PROCESS_WORKLOADS_PLAN: &str = "process-workloads";
 
 /// Image name of the syncer in the dev environment (the devnode maps it to the workspace build).
 pub const DEV_SYNCER_IMAGE: &str = "vcp.dev/vcp-syncer:dev";
@@ -242,6 +254,17 @@ impl ApiClient {
             reqwest::Method::POST,
             "/v1/tenants",
             Some(&json!({"name": name})),
+        )
+        .await
+    }
+
+    /// Creates tenant `name` on `plan` (one of the server's plans, e.g.
+    /// [`PROCESS_WORKLOADS_PLAN`]).
+    pub async fn create_tenant_with_plan(&self, name: &str, plan: &str) -> anyhow::Result<Value> {
+        self.call(
+            reqwest::Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": name, "plan": plan})),
         )
         .await
     }

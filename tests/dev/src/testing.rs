@@ -287,3 +287,239 @@ impl Poller {
         ))
     }
 }
+
+/// Reads a pod's default gateway from `/proc/net/route`, in Python: the node address a pod on
+/// the devnode sees (the host side of its bridge), where the devnode serves NodePorts to pods
+/// as kube-proxy serves them on every node address.
+pub const PY_DEFAULT_GATEWAY: &str = r#"
+def default_gateway():
+    import socket
+    with open("/proc/net/route") as f:
+        for line in f.readlines()[1:]:
+            iface, dest, gw, flags = line.split()[:4]
+            if dest == "00000000" and int(flags, 16) & 2:
+                return socket.inet_ntoa(int(gw, 16).to_bytes(4, "little"))
+    raise RuntimeError("no default route")
+"#;
+
+/// The token poller's script: every 200 ms it reads the pod's service-account token and CA
+/// afresh (both change on rotation; the CA may be a bundle of several certificates, which
+/// `cafile=` takes as concatenated PEM), calls the tenant apiserver through the NodePort
+/// (`NODE_PORT`) on the pod's node address, verifying the serving certificate as
+/// `kubernetes.default.svc`, and POSTs a SelfSubjectReview with the token. One line per call:
+/// `ok answered=<n> failed=<n> user=<name>` or `failed answered=<n> failed=<n> <reason>`;
+/// the counters are cumulative, so the last line alone has the totals.
+const TOKEN_POLLER_PY: &str = r#"
+import http.client, json, os, socket, ssl, sys, time
+SA = "/var/run/secrets/kubernetes.io/serviceaccount"
+PORT = int(os.environ["NODE_PORT"])
+NAME = "kubernetes.default.svc"
+PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+BODY = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+
+def call(gw):
+    with open(SA + "/token") as f:
+        token = f.read().strip()
+    ctx = ssl.create_default_context(cafile=SA + "/ca.crt")
+    conn = http.client.HTTPSConnection(gw, PORT, timeout=10)
+    try:
+        raw = socket.create_connection((gw, PORT), timeout=10)
+        try:
+            conn.sock = ctx.wrap_socket(raw, server_hostname=NAME)
+        except ssl.SSLError as e:
+            raw.close()
+            return None, "TLS error: %s" % e
+        conn.request("POST", PATH, BODY, {"Authorization": "Bearer " + token,
+                                          "Content-Type": "application/json"})
+        r = conn.getresponse()
+        text = r.read().decode("utf-8", "replace")
+        if r.status == 201:
+            return json.loads(text)["status"]["userInfo"]["username"], None
+        return None, "HTTP %d: %s" % (r.status, " ".join(text.split())[:300])
+    finally:
+        conn.close()
+
+answered = failed = 0
+gw = default_gateway()
+print("token-poller: calling %s:%d as %s" % (gw, PORT, NAME), flush=True)
+while True:
+    t0 = time.monotonic()
+    try:
+        user, why = call(gw)
+    except Exception as e:
+        user, why = None, "%s: %s" % (type(e).__name__, e)
+    if why is None:
+        answered += 1
+        print("ok answered=%d failed=%d user=%s" % (answered, failed, user), flush=True)
+    else:
+        failed += 1
+        print("failed answered=%d failed=%d %s" % (answered, failed, why), flush=True)
+    time.sleep(max(0.0, 0.2 - (time.monotonic() - t0)))
+"#;
+
+/// What a [`TokenPoller`] saw so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenCounts {
+    /// Calls the tenant apiserver answered for the token (201 with a user).
+    pub answered: u64,
+    pub failed: u64,
+    /// One line per failed call, with its reason (TLS error, HTTP status and body excerpt).
+    pub failures: Vec<String>,
+}
+
+impl TokenCounts {
+    /// The counts in a poller's log (pure): the last result line's totals, and every failure.
+    pub fn from_log(log: &str) -> TokenCounts {
+        let mut counts = TokenCounts::default();
+        for line in log.lines() {
+            let mut words = line.splitn(4, ' ');
+            let (Some(verdict), Some(a), Some(f)) = (words.next(), words.next(), words.next())
+            else {
+                continue;
+            };
+            let (Some(a), Some(f)) = (
+                a.strip_prefix("answered=").and_then(|n| n.parse().ok()),
+                f.strip_prefix("failed=").and_then(|n| n.parse().ok()),
+            ) else {
+                continue;
+            };
+            match verdict {
+                "ok" => {}
+                "failed" => counts.failures.push(line.to_owned()),
+                _ => continue,
+            }
+            (counts.answered, counts.failed) = (a, f);
+        }
+        counts
+    }
+}
+
+/// A tenant pod on the devnode that calls its tenant apiserver with its own service-account
+/// token every 200 ms (a SelfSubjectReview, which any authenticated user may make), over TLS
+/// verified against its mounted `ca.crt`, reading both files afresh each time: what a workload
+/// sees of a CA or service-account key rotation. The pod reaches the apiserver's NodePort on
+/// its node address (its default gateway), as a pod would through kube-proxy; the tenant must
+/// place its pods on the devnode (plan [`crate::platform::PROCESS_WORKLOADS_PLAN`]).
+///
+/// The counts live in the pod's log, read through the tenant apiserver, so the test process
+/// keeps no state the pod does not: they survive anything but the pod itself.
+pub struct TokenPoller {
+    pods: Api<Pod>,
+    namespace: String,
+    name: String,
+}
+
+impl TokenPoller {
+    /// The poller pod's name.
+    pub const NAME: &'static str = "token-poller";
+
+    /// Starts the poller in `namespace` of the tenant `tenant` (the namespace must exist with
+    /// its default service account), calling the tenant apiserver at NodePort `node_port`;
+    /// returns once the pod runs and its first call was answered.
+    pub async fn start(
+        tenant: Client,
+        namespace: &str,
+        node_port: u16,
+    ) -> anyhow::Result<TokenPoller> {
+        let pods: Api<Pod> = Api::namespaced(tenant, namespace);
+        let script = format!("{PY_DEFAULT_GATEWAY}\n{TOKEN_POLLER_PY}");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": Self::NAME, "labels": {"app": Self::NAME}},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "poller",
+                    "image": "vcp.dev/host:any",
+                    "command": ["python3", "-u", "-c", script],
+                    "env": [{"name": "NODE_PORT", "value": node_port.to_string()}],
+                }],
+            },
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+        let poller = TokenPoller {
+            pods,
+            namespace: namespace.to_owned(),
+            name: Self::NAME.to_owned(),
+        };
+        eventually(
+            "the token poller's first answered call",
+            Duration::from_secs(180),
+            || async {
+                let p = poller.pods.get(&poller.name).await?;
+                let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                anyhow::ensure!(
+                    !matches!(phase.as_deref(), Some("Failed" | "Succeeded")),
+                    "the token poller stopped ({phase:?}): {:?}\n{}",
+                    p.status,
+                    poller.log().await.unwrap_or_default()
+                );
+                if !running(&p) {
+                    return Ok(None);
+                }
+                // The log may not be readable yet (the container only just started).
+                let Ok(log) = poller.log().await else {
+                    return Ok(None);
+                };
+                Ok((TokenCounts::from_log(&log).answered > 0).then_some(()))
+            },
+        )
+        .await?;
+        Ok(poller)
+    }
+
+    /// The pod's log so far.
+    pub async fn log(&self) -> anyhow::Result<String> {
+        Ok(self
+            .pods
+            .logs(&self.name, &kube::api::LogParams::default())
+            .await?)
+    }
+
+    /// The counts so far; fails if the pod no longer runs (its counts would be incomplete).
+    pub async fn counts(&self) -> anyhow::Result<TokenCounts> {
+        let p = self.pods.get(&self.name).await?;
+        let log = self.log().await?;
+        anyhow::ensure!(
+            running(&p),
+            "the token poller is not running: {:?}\n{log}",
+            p.status
+        );
+        Ok(TokenCounts::from_log(&log))
+    }
+
+    /// Reads the counts from now on through another tenant client (one that trusts a rotated
+    /// CA, say).
+    pub fn reconnect(&mut self, tenant: Client) {
+        self.pods = Api::namespaced(tenant, &self.namespace);
+    }
+
+    /// The final counts, then deletes the pod.
+    pub async fn stop(self) -> anyhow::Result<TokenCounts> {
+        let counts = self.counts().await?;
+        self.pods
+            .delete(&self.name, &kube::api::DeleteParams::default())
+            .await?;
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_counts_are_the_last_totals_and_every_failure() {
+        let log = "token-poller: calling 10.245.0.1:30443 as kubernetes.default.svc\n\
+                   ok answered=1 failed=0 user=system:serviceaccount:apps:default\n\
+                   failed answered=1 failed=1 HTTP 401: {\"kind\":\"Status\"}\n\
+                   failed answered=1 failed=2 TLS error: certificate verify failed\n\
+                   ok answered=2 failed=2 user=system:serviceaccount:apps:default\n\
+                   ok answered=3 fail";
+        let c = TokenCounts::from_log(log);
+        assert_eq!((c.answered, c.failed), (2, 2), "a cut last line is skipped");
+        assert_eq!(c.failures.len(), 2);
+        assert!(c.failures[0].ends_with("HTTP 401: {\"kind\":\"Status\"}"));
+        assert_eq!(TokenCounts::from_log(""), TokenCounts::default());
+    }
+}

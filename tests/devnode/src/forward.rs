@@ -3,8 +3,17 @@
 //! - The gateway forwarder: pods reach the host apiserver at `<gateway>:443` (named
 //!   `kubernetes.default.svc` in their hosts file), forwarded to the apiserver on 127.0.0.1.
 //! - NodePorts: for every NodePort Service with ready endpoints on this devnode's network, the
-//!   devnode listens on `127.0.0.1:<nodePort>` and forwards each connection to one ready
-//!   endpoint (round robin). Endpoints elsewhere (kwok IPs) are never dialled.
+//!   devnode listens on `127.0.0.1:<nodePort>` and on `<gateway>:<nodePort>`, and forwards each
+//!   connection to one ready endpoint (round robin). Endpoints elsewhere (kwok IPs) are never
+//!   dialled.
+//!
+//! Why two addresses: kube-proxy serves a NodePort on every address of the node. The host
+//! (tests, kubectl) reaches the devnode as 127.0.0.1, its Node's InternalIP; a pod cannot,
+//! since 127.0.0.1 in its network namespace is its own loopback. The node address a pod sees
+//! is the gateway, the host side of the pod bridge and every pod's default route, so a pod on
+//! the devnode reaches `<default gateway>:<nodePort>` as it would reach its node's IP under
+//! kube-proxy. Each address binds on its own: one that is taken (another dev cluster's
+//! NodePort on 127.0.0.1) does not keep the other from serving.
 
 use crate::network::Network;
 use k8s_openapi::api::core::v1::Service;
@@ -12,7 +21,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -123,26 +132,30 @@ pub fn endpoints(
     out
 }
 
-/// Keeps one listener per NodePort in step with the Services, until dropped.
+/// Keeps one listener per NodePort and node address (127.0.0.1 and the gateway) in step with
+/// the Services, until dropped.
 pub async fn node_ports(services: Store<Service>, slices: Store<EndpointSlice>, net: Network) {
-    let mut open: BTreeMap<u16, (NodePortRule, JoinHandle<()>)> = BTreeMap::new();
+    let addresses = [IpAddr::from(Ipv4Addr::LOCALHOST), net.gateway().into()];
+    let mut open: BTreeMap<(u16, IpAddr), (NodePortRule, JoinHandle<()>)> = BTreeMap::new();
     loop {
         let wanted: BTreeMap<u16, NodePortRule> = rules(&services.state())
             .into_iter()
             .map(|r| (r.node_port, r))
             .collect();
-        open.retain(|port, (rule, task)| {
+        open.retain(|(port, _), (rule, task)| {
             let keep = wanted.get(port) == Some(rule);
             if !keep {
                 task.abort();
             }
             keep
         });
-        for (port, rule) in wanted {
-            if open.contains_key(&port) {
-                continue;
-            }
-            match TcpListener::bind(("127.0.0.1", port)).await {
+        let missing: Vec<(u16, IpAddr, NodePortRule)> = wanted
+            .values()
+            .flat_map(|r| addresses.map(|a| (r.node_port, a, r.clone())))
+            .filter(|(port, address, _)| !open.contains_key(&(*port, *address)))
+            .collect();
+        for (port, address, rule) in missing {
+            match TcpListener::bind((address, port)).await {
                 Ok(listener) => {
                     let (slices, net, r, next) = (
                         slices.clone(),
@@ -155,10 +168,12 @@ pub async fn node_ports(services: Store<Service>, slices: Store<EndpointSlice>, 
                         (!eps.is_empty())
                             .then(|| eps[next.fetch_add(1, Ordering::Relaxed) % eps.len()])
                     }));
-                    tracing::info!(node_port = port, service = %format!("{}/{}", rule.namespace, rule.service), "forwarding");
-                    open.insert(port, (rule, task));
+                    tracing::info!(node_port = port, %address, service = %format!("{}/{}", rule.namespace, rule.service), "forwarding");
+                    open.insert((port, address), (rule, task));
                 }
-                Err(e) => tracing::debug!(node_port = port, error = %e, "cannot listen yet"),
+                Err(e) => {
+                    tracing::debug!(node_port = port, %address, error = %e, "cannot listen yet")
+                }
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

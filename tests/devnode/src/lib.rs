@@ -6,9 +6,9 @@
 //! turns the spec into processes: a network namespace and IP from [`network`], files from
 //! [`volumes`], a hosts file from [`dns`], executables from [`images`], processes from
 //! [`container`]; and writes back a status built by [`status`]. [`forward`] stands in for
-//! kube-proxy: the apiserver gateway for pods, and NodePorts on 127.0.0.1. [`kubelet`] serves
-//! the kubelet API the host apiserver calls (logs, exec, port-forward) and metrics-server
-//! scrapes (resource usage from [`usage`]).
+//! kube-proxy: the apiserver gateway for pods, and NodePorts on 127.0.0.1 (for the host) and
+//! on the gateway (for pods). [`kubelet`] serves the kubelet API the host apiserver calls
+//! (logs, exec, port-forward) and metrics-server scrapes (resource usage from [`usage`]).
 
 #![forbid(unsafe_code)]
 

@@ -3,7 +3,8 @@
 //! The Node carries the label `vcp.dev/runtime=process` and the taint
 //! `vcp.dev/runtime=process:NoSchedule`, so only pods that ask for it (the control-plane
 //! templates) land here; kwok never manages it (no kwok annotation). Its InternalIP is
-//! 127.0.0.1: that is where its NodePorts listen. With a kubelet endpoint ([`crate::kubelet`])
+//! 127.0.0.1: that is where its NodePorts listen for the host (pods reach them on the
+//! gateway, see [`crate::forward`]). With a kubelet endpoint ([`crate::kubelet`])
 //! it also names `localhost` (InternalDNS, which the host apiserver prefers and the serving
 //! certificate names) and publishes the port in `daemonEndpoints`. Every 10 s the Lease in
 //! `kube-node-lease` is renewed and the Ready condition refreshed.

@@ -461,6 +461,108 @@ async fn etcd_and_kube_apiserver_run_as_real_pods_and_serve_through_pod_ip_and_n
 }
 
 #[tokio::test]
+async fn a_pod_reaches_a_node_port_on_its_default_gateway_as_on_its_nodes_address() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let client = cluster.connect().await?;
+    let ns = "node-port-gw";
+    namespace(&client, ns).await?;
+    apply_yaml(
+        &client,
+        ns,
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: {ns}, labels: {{app: web}}}}
+spec:{POD_PLACEMENT}
+  containers:
+  - name: web
+    image: vcp.dev/host:any
+    command: [sh, -c, "cd /site && echo served-through-the-gateway > index.html && exec python3 -m http.server --bind $POD_IP 8080"]
+    env: [{{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}]
+    readinessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1}}
+    volumeMounts: [{{name: site, mountPath: /site}}]
+  volumes: [{{name: site, emptyDir: {{}}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  type: NodePort
+  selector: {{app: web}}
+  ports: [{{name: http, port: 80, targetPort: 8080}}]
+"#
+        ),
+    )
+    .await?;
+    let node_port = Api::<Service>::namespaced(client.clone(), ns)
+        .get("web")
+        .await?
+        .spec
+        .and_then(|s| s.ports)
+        .and_then(|p| p[0].node_port)
+        .expect("a NodePort");
+    // The client finds the node's address as a pod would, from its default route; until the
+    // devnode sees web's ready endpoint a connection is accepted and closed, so it retries.
+    let script = format!(
+        r#"{gateway}
+import time, urllib.request
+gw = default_gateway()
+for attempt in range(120):
+    try:
+        body = urllib.request.urlopen("http://%s:{node_port}/" % gw, timeout=2).read().decode()
+        print("via %s: %s" % (gw, body.strip()))
+        break
+    except Exception as e:
+        time.sleep(0.5)
+else:
+    raise SystemExit("never reached %s:{node_port}" % gw)
+"#,
+        gateway = vcp_dev::testing::PY_DEFAULT_GATEWAY
+    );
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "client", "namespace": ns},
+        "spec": {
+            "nodeSelector": {"vcp.dev/runtime": "process"},
+            "tolerations": [{"key": "vcp.dev/runtime", "operator": "Exists"}],
+            "restartPolicy": "Never",
+            "containers": [{"name": "client", "image": "vcp.dev/host:any",
+                "command": ["python3", "-c", script]}],
+        },
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.create(&PostParams::default(), &pod).await?;
+    let log = cluster
+        .state_dir()
+        .join(format!("devnode/logs/{ns}_client_client.log"));
+    eventually("the client to finish", Duration::from_secs(120), || async {
+        let p = pods.get("client").await?;
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        anyhow::ensure!(
+            phase != "Failed",
+            "client failed: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Ok((phase == "Succeeded").then_some(()))
+    })
+    .await?;
+    let text = std::fs::read_to_string(&log)?;
+    let gateway = text
+        .lines()
+        .find_map(|l| l.strip_prefix("via "))
+        .unwrap_or_default();
+    assert!(
+        gateway.starts_with("10.245.") && gateway.contains(".1: served-through-the-gateway"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_changed_secret_shows_in_the_mounted_file_and_a_deleted_pod_leaves_nothing() -> Res {
     let cluster = DevCluster::shared().await?;
     let client = cluster.connect().await?;
