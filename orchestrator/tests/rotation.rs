@@ -1,8 +1,15 @@
 //! CA and service-account-key rotation of a tenant, against a real `vcp serve`, a real tenant
 //! apiserver and its syncer on the dev cluster, with a tenant pod that really runs (on the
 //! devnode, plan `process-workloads`) and calls its apiserver with its own service-account
-//! token throughout ([`testing::TokenPoller`]): what a workload sees of a rotation.
+//! token throughout ([`testing::TokenPoller`]): what a workload sees of a rotation. Each of the
+//! four rotations runs with a client polling the tenant apiserver from outside and that pod
+//! polling from inside; both count failed requests, and the target is zero.
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use reqwest::Method;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use vcp_dev::cluster::DevCluster;
 use vcp_dev::platform::PROCESS_WORKLOADS_PLAN;
@@ -15,6 +22,253 @@ fn node_port(tenant: &serde_json::Value) -> anyhow::Result<u16> {
         .rsplit_once(':')
         .and_then(|(_, port)| port.trim_end_matches('/').parse().ok())
         .ok_or_else(|| anyhow::anyhow!("no port in the tenant's endpoint {endpoint:?}"))
+}
+
+/// A kubeconfig of tenant `rotor` for `user`, written to `dir/<file>`.
+async fn issue(
+    api: &vcp_dev::platform::ApiClient,
+    dir: &Path,
+    user: &str,
+    file: &str,
+) -> anyhow::Result<PathBuf> {
+    let path = dir.join(file);
+    std::fs::write(
+        &path,
+        api.kubeconfig("rotor", user, &["admin"], "2h").await?,
+    )?;
+    Ok(path)
+}
+
+/// A polling client of the tenant through `kubeconfig`, asking for ConfigMap `probe` in
+/// `apps` (the test creates it).
+async fn outside_poller(kubeconfig: &Path) -> anyhow::Result<testing::Poller> {
+    let client = vcp_dev::cluster::client_from(kubeconfig).await?;
+    Ok(testing::Poller::start(
+        Api::<ConfigMap>::namespaced(client, "apps"),
+        "probe",
+    ))
+}
+
+/// The rotation `id` of tenant `rotor` as the API shows it.
+async fn rotation(api: &vcp_dev::platform::ApiClient, id: i64) -> anyhow::Result<Value> {
+    let (code, list) = api
+        .raw(Method::GET, "/v1/tenants/rotor/rotations", None)
+        .await?;
+    anyhow::ensure!(code == 200, "{code}: {list}");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["id"] == id)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no rotation {id}: {list}"))
+}
+
+/// Waits until rotation `id` is in `phase` (or past it, for "done"); prints each phase seen.
+async fn until_phase(
+    api: &vcp_dev::platform::ApiClient,
+    id: i64,
+    phase: &str,
+    since: Instant,
+) -> anyhow::Result<Value> {
+    let mut shown = String::new();
+    loop {
+        let r = rotation(api, id).await?;
+        let now = r["phase"].as_str().unwrap_or_default().to_owned();
+        if now != shown {
+            eprintln!(
+                "  {:>6.1}s rotation {id} ({}): phase {now}",
+                since.elapsed().as_secs_f64(),
+                r["target"]
+            );
+            shown = now.clone();
+        }
+        if now == phase {
+            return Ok(r);
+        }
+        anyhow::ensure!(
+            since.elapsed() < Duration::from_secs(600),
+            "rotation {id} still in {now} after {:?}, waiting for {phase}",
+            since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = testing::platform(cluster, "vcp-rotations", 2).await?;
+    let api = &p.admin;
+    let dir = p.dir.path().to_owned();
+    api.create_tenant_with_plan("rotor", PROCESS_WORKLOADS_PLAN)
+        .await?;
+    let t = api.wait_ready("rotor", Duration::from_secs(240)).await?;
+    let mut kubeconfig = issue(api, &dir, "rotor-admin", "admin-0").await?;
+    let tenant = vcp_dev::cluster::client_from(&kubeconfig).await?;
+    testing::namespace(&tenant, "apps").await?;
+    Api::<ConfigMap>::namespaced(tenant.clone(), "apps")
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "probe"}}))?,
+        )
+        .await?;
+    let mut inside = TokenPoller::start(tenant, "apps", node_port(&t)?).await?;
+
+    // Admins only; one at a time; garbage refused.
+    let (code, body) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants/rotor/rotate",
+            Some(&serde_json::json!({"target": "root-ca"})),
+        )
+        .await?;
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants/rotor/rotate",
+            Some(&serde_json::json!({"target": "ca", "overlap": "31d"})),
+        )
+        .await?;
+    assert_eq!(
+        (code, body["field"].as_str()),
+        (422, Some("overlap")),
+        "{body}"
+    );
+
+    let mut n = 0;
+    for (target, overlap) in [
+        ("service-account-key", "0s"),
+        ("front-proxy-ca", "0s"),
+        ("etcd-ca", "0s"),
+        // Long enough to fetch a new kubeconfig in `sign`, as a user is told to.
+        ("ca", "20s"),
+    ] {
+        n += 1;
+        let before = inside.counts().await?;
+        let mut outside = outside_poller(&kubeconfig).await?;
+        let since = Instant::now();
+        let (code, r) = api
+            .raw(
+                Method::POST,
+                "/v1/tenants/rotor/rotate",
+                Some(&serde_json::json!({"target": target, "overlap": overlap})),
+            )
+            .await?;
+        assert_eq!(code, 202, "{r}");
+        assert_eq!(r["phase"], "trust", "{r}");
+        let id = r["id"].as_i64().unwrap();
+        let (code, busy) = api
+            .raw(
+                Method::POST,
+                "/v1/tenants/rotor/rotate",
+                Some(&serde_json::json!({"target": "etcd-ca"})),
+            )
+            .await?;
+        assert_eq!(code, 409, "{busy}");
+        assert!(
+            busy["type"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("rotation-in-progress"),
+            "{busy}"
+        );
+        if target == "ca" {
+            // The kubeconfig in use holds only the old CA: listed, and replaced in `sign`.
+            let old_serial = {
+                let r = rotation(api, id).await?;
+                let reissue: Vec<&str> = r["reissue"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|k| k["user"].as_str().unwrap_or_default())
+                    .collect();
+                assert!(reissue.contains(&"rotor-admin"), "{r}");
+                r["reissue"][0]["serial"].as_str().unwrap().to_owned()
+            };
+            until_phase(api, id, "sign", since).await?;
+            let old = kubeconfig.clone();
+            kubeconfig = issue(api, &dir, "rotor-admin", &format!("admin-{n}")).await?;
+            let (ok, failed) = outside.finish().await?;
+            eprintln!("  old kubeconfig until sign: {ok} answered, {failed} failed");
+            assert_eq!(
+                failed, 0,
+                "{target}: the old kubeconfig failed before sign ended"
+            );
+            outside = outside_poller(&kubeconfig).await?;
+            inside.reconnect(vcp_dev::cluster::client_from(&kubeconfig).await?);
+            until_phase(api, id, "done", since).await?;
+            let (ok, err) = {
+                let (ok, _, err) = testing::kubectl_with(cluster, &old, &["get", "namespaces"]);
+                (ok, err)
+            };
+            assert!(!ok, "a kubeconfig of the retired CA still works");
+            eprintln!(
+                "  kubeconfig {old_serial} of the old CA after the rotation: {}",
+                err.trim()
+            );
+        } else {
+            until_phase(api, id, "done", since).await?;
+        }
+        let took = since.elapsed();
+        let (ok, failed) = outside.finish().await?;
+        let after = inside.counts().await?;
+        let (in_ok, in_failed) = (
+            after.answered - before.answered,
+            after.failed - before.failed,
+        );
+        println!(
+            "rotation of {target} took {:.0}s: outside client {ok} answered / {failed} failed; \
+             tenant pod's token {in_ok} answered / {in_failed} failed",
+            took.as_secs_f64()
+        );
+        assert_eq!(failed, 0, "{target}: the outside client failed");
+        assert_eq!(
+            in_failed, 0,
+            "{target}: the pod failed: {:#?}",
+            after.failures
+        );
+        assert!(ok > 0 && in_ok > 0);
+    }
+
+    // Every step is in the audit trail, in order, with its actor.
+    let (code, audit) = api
+        .raw(Method::GET, "/v1/audit?tenant=rotor&limit=500", None)
+        .await?;
+    assert_eq!(code, 200, "{audit}");
+    let actions: Vec<(String, String)> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["action"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("tenant.rotate")
+        })
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["detail"]["to"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    eprintln!("{actions:?}");
+    assert_eq!(
+        actions.iter().filter(|(a, _)| a == "tenant.rotate").count(),
+        4
+    );
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|(a, _)| a == "tenant.rotate.done")
+            .count(),
+        4
+    );
+    let counts = inside.stop().await?;
+    assert_eq!(counts.failed, 0, "{:#?}", counts.failures);
+    Ok(())
 }
 
 #[tokio::test]
