@@ -32,8 +32,8 @@ for line in sys.stdin:
 ' >"$plan"
 
 # Longest first (from docs/benchmarks.md, "CI wall time"), so the last to start are short.
-order=(upgrade fleet sync contract provision burst access cli snapshot isolation inventory kubelet
-       resilience api lifecycle incluster rotation chart kubelet_api devnode crash postgres host_cluster
+order=(upgrade fleet sync contract provision burst access rotation cli snapshot isolation inventory kubelet
+       resilience api lifecycle incluster chart kubelet_api devnode crash postgres host_cluster
        render_dry_run)
 rank() {
   local i

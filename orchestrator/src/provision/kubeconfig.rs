@@ -7,6 +7,7 @@
 
 use super::Provisioner;
 use crate::inventory::Tenant;
+use crate::pki::rotation::{Phase, Target};
 use crate::pki::{self, CertInfo};
 use crate::{Error, Result, render};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -94,8 +95,22 @@ impl Provisioner {
             .ok_or_else(|| Error::NoCa(t.name.clone()))?;
         // Mid-rotation, kubeconfigs are signed by the CA the apiserver's clients move to and
         // carry both CAs, so they keep working when the old one is retired.
+        // The inventory's phase, not the Secret's annotation: once a rotation is in `sign`
+        // there, every apiserver trusts the new CA, though the pass that annotates the Secret
+        // may not have run yet (and `signing_since` promises such kubeconfigs survive).
         let m = self.ca_of(&ca_secret)?;
-        let ca = m.signer(false);
+        let signing = self
+            .inventory
+            .active_rotation(t.id)
+            .await?
+            .and_then(|r| r.parsed())
+            .is_some_and(|(target, phase)| {
+                target == Target::Ca && matches!(phase, Phase::Sign | Phase::Serve | Phase::Retire)
+            });
+        let ca = match (&m.next, signing) {
+            (Some(next), true) => next,
+            _ => m.signer(false),
+        };
         let ca_bundle = m.bundle();
         // The serial is chosen first, so the certificate can carry it in its revocation group.
         let serial = pki::new_serial()?;

@@ -94,6 +94,7 @@ impl Provisioner {
 
     /// The CA of Secret `name`, after applying what the rotation (if it targets `target`) asks
     /// of it: a next CA generated in `trust`, the phase annotated, the swap in `retire`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn ca_material(
         &self,
         t: &Tenant,
