@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::PROCESS_WORKLOADS_PLAN;
+use vcp_dev::platform::{HA_PROCESS_WORKLOADS_PLAN, PROCESS_WORKLOADS_PLAN};
 use vcp_dev::testing::{self, TokenPoller};
 
 /// The NodePort of a tenant's apiserver, from its `endpoint` (`https://127.0.0.1:<port>`).
@@ -22,6 +22,18 @@ fn node_port(tenant: &serde_json::Value) -> anyhow::Result<u16> {
         .rsplit_once(':')
         .and_then(|(_, port)| port.trim_end_matches('/').parse().ok())
         .ok_or_else(|| anyhow::anyhow!("no port in the tenant's endpoint {endpoint:?}"))
+}
+
+/// The `vcp` client as the platform's admin: (exit code, stdout, stderr).
+async fn vcp(p: &testing::TestPlatform, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    testing::vcp_client(
+        env!("CARGO_BIN_EXE_vcp"),
+        &p.orchestrator.url,
+        &p.admin_token,
+        120,
+        args,
+    )
+    .await
 }
 
 /// A kubeconfig of tenant `rotor` for `user`, written to `dir/<file>`.
@@ -114,6 +126,11 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
         )
         .await?;
     let mut inside = TokenPoller::start(tenant, "apps", node_port(&t)?).await?;
+    let log = inside.log().await?;
+    assert!(
+        log.contains("ok answered=1 failed=0 user=system:serviceaccount:apps:default\n"),
+        "the pod calls with the tenant's token, not the host's:\n{log}"
+    );
 
     // Admins only; one at a time; garbage refused.
     let (code, body) = api
@@ -128,13 +145,35 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
         .raw(
             Method::POST,
             "/v1/tenants/rotor/rotate",
-            Some(&serde_json::json!({"target": "ca", "overlap": "31d"})),
+            Some(&serde_json::json!({"target": "ca", "overlap": "1h30m"})),
         )
         .await?;
     assert_eq!(
         (code, body["field"].as_str()),
         (422, Some("overlap")),
         "{body}"
+    );
+
+    // Owners neither rotate nor read another owner's trail.
+    let owner = api
+        .raw(
+            Method::POST,
+            "/v1/tokens",
+            Some(&serde_json::json!({"name": "rotor-stranger", "role": "owner"})),
+        )
+        .await?
+        .1;
+    let stranger = api.with_token(owner["token"].as_str().unwrap());
+    let (code, body) = stranger
+        .raw(
+            Method::POST,
+            "/v1/tenants/rotor/rotate",
+            Some(&serde_json::json!({"target": "ca"})),
+        )
+        .await?;
+    assert_eq!(
+        code, 404,
+        "another owner does not learn the tenant exists: {body}"
     );
 
     let mut n = 0;
@@ -149,14 +188,36 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
         let before = inside.counts().await?;
         let mut outside = outside_poller(&kubeconfig).await?;
         let since = Instant::now();
-        let (code, r) = api
-            .raw(
-                Method::POST,
-                "/v1/tenants/rotor/rotate",
-                Some(&serde_json::json!({"target": target, "overlap": overlap})),
+        let r: Value = if target == "front-proxy-ca" {
+            // Through the CLI, as an admin would.
+            let (code, out, err) = vcp(
+                &p,
+                &[
+                    "tenant",
+                    "rotate",
+                    "rotor",
+                    "--target",
+                    target,
+                    "--overlap",
+                    overlap,
+                    "-o",
+                    "json",
+                ],
             )
             .await?;
-        assert_eq!(code, 202, "{r}");
+            assert_eq!(code, 0, "{out}{err}");
+            serde_json::from_str(&out)?
+        } else {
+            let (code, r) = api
+                .raw(
+                    Method::POST,
+                    "/v1/tenants/rotor/rotate",
+                    Some(&serde_json::json!({"target": target, "overlap": overlap})),
+                )
+                .await?;
+            assert_eq!(code, 202, "{r}");
+            r
+        };
         assert_eq!(r["phase"], "trust", "{r}");
         let id = r["id"].as_i64().unwrap();
         let (code, busy) = api
@@ -204,6 +265,14 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
                 (ok, err)
             };
             assert!(!ok, "a kubeconfig of the retired CA still works");
+            let (code, body) = api
+                .raw(
+                    Method::DELETE,
+                    &format!("/v1/tenants/rotor/kubeconfigs/{old_serial}"),
+                    None,
+                )
+                .await?;
+            assert_eq!(code, 200, "{body}");
             eprintln!(
                 "  kubeconfig {old_serial} of the old CA after the rotation: {}",
                 err.trim()
@@ -238,85 +307,138 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
         );
     }
 
-    // Every step is in the audit trail, in order, with its actor.
+    inside.stop().await?;
+    let (code, out, err) = vcp(&p, &["tenant", "rotations", "rotor"]).await?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.contains(" done ")).count(),
+        4,
+        "four rotations, each done:\n{out}"
+    );
+    api.delete_tenant("rotor").await?;
+
+    // The scripted sequence (create, issue, rotate, revoke, delete) reads back in order with
+    // its actors, through the API and the CLI; another owner reads none of it.
+    let tokens = api.raw(Method::GET, "/v1/tokens", None).await?.1;
+    let admin_name = tokens["items"][0]["name"].as_str().unwrap().to_owned();
     let (code, audit) = api
-        .raw(Method::GET, "/v1/audit?tenant=rotor&limit=500", None)
+        .raw(Method::GET, "/v1/audit?tenant=rotor&limit=1000", None)
         .await?;
     assert_eq!(code, 200, "{audit}");
-    let actions: Vec<(String, String)> = audit["items"]
-        .as_array()
-        .unwrap()
+    let wanted = [
+        "tenant.create",
+        "kubeconfig.issue",
+        "tenant.rotate",
+        "tenant.rotate.done",
+        "kubeconfig.revoke",
+        "tenant.delete",
+    ];
+    let trail = |page: &Value| -> Vec<(String, String)> {
+        page["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                (
+                    e["action"].as_str().unwrap_or_default().to_owned(),
+                    e["actor"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .filter(|(a, _)| wanted.contains(&a.as_str()))
+            .collect()
+    };
+    let seen = trail(&audit);
+    let actions: Vec<&str> = seen.iter().map(|(a, _)| a.as_str()).collect();
+    let mut expected = vec!["tenant.create", "kubeconfig.issue"];
+    for (i, _) in ["service-account-key", "front-proxy-ca", "ca", "etcd-ca"]
         .iter()
-        .filter(|e| {
-            e["action"]
-                .as_str()
-                .unwrap_or_default()
-                .starts_with("tenant.rotate")
-        })
-        .map(|e| {
-            (
-                e["action"].as_str().unwrap().to_owned(),
-                e["detail"]["to"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
-    eprintln!("{actions:?}");
+        .enumerate()
+    {
+        expected.push("tenant.rotate");
+        if i == 2 {
+            expected.push("kubeconfig.issue");
+        }
+        expected.push("tenant.rotate.done");
+        if i == 2 {
+            expected.push("kubeconfig.revoke");
+        }
+    }
+    expected.push("tenant.delete");
+    assert_eq!(actions, expected, "{audit}");
+    for (action, actor) in &seen {
+        let by_vcp = action == "tenant.rotate.done";
+        assert_eq!(
+            actor.starts_with("reconciler/"),
+            by_vcp,
+            "{action} by {actor}"
+        );
+        if !by_vcp {
+            assert_eq!(actor, &admin_name, "{action}");
+        }
+    }
+    let (code, out, err) = vcp(&p, &["audit", "--tenant", "rotor", "-o", "json"]).await?;
+    assert_eq!(code, 0, "{out}{err}");
     assert_eq!(
-        actions.iter().filter(|(a, _)| a == "tenant.rotate").count(),
-        4
+        trail(&serde_json::from_str(&out)?),
+        seen,
+        "the CLI reads the same trail"
     );
-    assert_eq!(
-        actions
-            .iter()
-            .filter(|(a, _)| a == "tenant.rotate.done")
-            .count(),
-        4
-    );
-    inside.stop().await?;
+    let (code, theirs) = stranger
+        .raw(Method::GET, "/v1/audit?tenant=rotor", None)
+        .await?;
+    assert_eq!(code, 200, "{theirs}");
+    assert_eq!(theirs["items"], serde_json::json!([]), "{theirs}");
     Ok(())
 }
 
+/// The etcd CA of a tenant with three etcd members: etcd reads its trusted CA only when it
+/// starts, so each phase restarts the members, one at a time; the store keeps its quorum and
+/// the tenant answers throughout.
 #[tokio::test]
-async fn a_tenant_pod_calls_its_api_with_its_service_account_token() -> anyhow::Result<()> {
+async fn an_etcd_ca_rotation_with_three_members_loses_nothing() -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
-    let p = testing::platform(cluster, "vcp-rotation", 2).await?;
+    let p = testing::platform(cluster, "vcp-rotation-ha", 2).await?;
     let api = &p.admin;
-    api.create_tenant_with_plan("rotor", PROCESS_WORKLOADS_PLAN)
+    let dir = p.dir.path().to_owned();
+    api.create_tenant_with_plan("rotor", HA_PROCESS_WORKLOADS_PLAN)
         .await?;
-    let t = api.wait_ready("rotor", Duration::from_secs(240)).await?;
-    let kubeconfig = p.dir.path().join("rotor.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        api.kubeconfig("rotor", "rotor-admin", &["admin"], "2h")
-            .await?,
-    )?;
+    let t = api.wait_ready("rotor", Duration::from_secs(300)).await?;
+    let kubeconfig = issue(api, &dir, "rotor-admin", "admin").await?;
     let tenant = vcp_dev::cluster::client_from(&kubeconfig).await?;
     testing::namespace(&tenant, "apps").await?;
-
-    let started = Instant::now();
-    let poller = TokenPoller::start(tenant, "apps", node_port(&t)?).await?;
-    eprintln!(
-        "token poller answered its first call after {:.1}s",
-        started.elapsed().as_secs_f64()
+    Api::<ConfigMap>::namespaced(tenant.clone(), "apps")
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "probe"}}))?,
+        )
+        .await?;
+    let inside = TokenPoller::start(tenant, "apps", node_port(&t)?).await?;
+    let before = inside.counts().await?;
+    let outside = outside_poller(&kubeconfig).await?;
+    let since = Instant::now();
+    let (code, r) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants/rotor/rotate",
+            Some(&serde_json::json!({"target": "etcd-ca", "overlap": "0s"})),
+        )
+        .await?;
+    assert_eq!(code, 202, "{r}");
+    until_phase(api, r["id"].as_i64().unwrap(), "done", since).await?;
+    let took = since.elapsed();
+    let (ok, failed) = outside.finish().await?;
+    let after = inside.stop().await?;
+    let (in_ok, in_failed) = (
+        after.answered - before.answered,
+        after.failed - before.failed,
     );
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let log = poller.log().await?;
-    for first in ["token-poller: ", "ok "] {
-        eprintln!(
-            "{}",
-            log.lines().find(|l| l.starts_with(first)).unwrap_or("")
-        );
-    }
-    assert!(
-        log.contains("ok answered=1 failed=0 user=system:serviceaccount:apps:default\n"),
-        "the tenant's token, not the host's:\n{log}"
+    println!(
+        "rotation of etcd-ca with three members took {:.0}s: outside client {ok} answered / \
+         {failed} failed; tenant pod's token {in_ok} answered / {in_failed} failed",
+        took.as_secs_f64()
     );
-    let counts = poller.stop().await?;
-    eprintln!(
-        "token poller: {} answered, {} failed",
-        counts.answered, counts.failed
-    );
-    assert!(counts.answered > 0, "{counts:?}");
-    assert_eq!(counts.failed, 0, "{:#?}", counts.failures);
+    assert!(ok > 0 && in_ok > 0);
+    assert_eq!(failed, 0, "the outside client failed");
+    assert_eq!(in_failed, 0, "the pod failed: {:#?}", after.failures);
     Ok(())
 }

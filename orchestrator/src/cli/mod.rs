@@ -121,7 +121,7 @@ pub struct TenantRotate {
     /// What to rotate.
     #[arg(long, env = "VCP_ROTATE_TARGET", value_enum)]
     pub target: RotateTargetArg,
-    /// How long phase `sign` lasts at least (e.g. 0s, 90m, 12h; at most 30d): for `ca`, the
+    /// How long phase `sign` lasts at least (e.g. 0s, 90m, 12h; a longer one than 30d is cut to 30d): for `ca`, the
     /// time users have to fetch new kubeconfigs. Default: the server's per target.
     #[arg(long, env = "VCP_ROTATE_OVERLAP")]
     pub overlap: Option<String>,

@@ -38,10 +38,22 @@ process-workloads:
     placement:
       node_selector: {vcp.dev/runtime: process}
       tolerations: [{key: vcp.dev/runtime, operator: Exists}]
+# As process-workloads, with three etcd members: a store that keeps its quorum while its
+# members restart one at a time.
+ha-process-workloads:
+  node_selector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  etcd_replicas: 3
+  policy:
+    placement:
+      node_selector: {vcp.dev/runtime: process}
+      tolerations: [{key: vcp.dev/runtime, operator: Exists}]
 "#;
 
 /// The plan of [`DEV_PLANS`] whose tenant workloads run on the process node.
 pub const PROCESS_WORKLOADS_PLAN: &str = "process-workloads";
+/// [`PROCESS_WORKLOADS_PLAN`] with three etcd members.
+pub const HA_PROCESS_WORKLOADS_PLAN: &str = "ha-process-workloads";
 
 /// Image name of the syncer in the dev environment (the devnode maps it to the workspace build).
 pub const DEV_SYNCER_IMAGE: &str = "vcp.dev/vcp-syncer:dev";
