@@ -149,6 +149,14 @@ pub const TTL_PATTERN: &str = "^[0-9]*[1-9][0-9]*[smhd]?$";
 /// `30d`, `45`). A number too large for any clock saturates instead of failing: every caller
 /// caps what it gets, and a huge TTL means "as long as allowed" like any other over the cap.
 pub fn parse_ttl(s: &str) -> Option<Duration> {
+    parse_duration(s).filter(|d| !d.is_zero())
+}
+
+/// [`parse_duration`]'s rule.
+pub const DURATION_PATTERN: &str = "^[0-9]+[smhd]?$";
+
+/// [`parse_ttl`], but zero (`0`, `0s`, `00m`) is a duration too.
+pub fn parse_duration(s: &str) -> Option<Duration> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let unit: u64 = match unit {
         "" | "s" => 1,
@@ -162,7 +170,7 @@ pub fn parse_ttl(s: &str) -> Option<Duration> {
     }
     // Only digits, so parsing fails only by overflowing.
     let n: u64 = n.parse().unwrap_or(u64::MAX);
-    (n > 0).then(|| Duration::from_secs(n.saturating_mul(unit)))
+    Some(Duration::from_secs(n.saturating_mul(unit)))
 }
 
 #[cfg(test)]
@@ -250,6 +258,11 @@ mod tests {
                 parse_ttl(&s).is_some(),
                 schema_takes(TTL_PATTERN, 0, usize::MAX, &s),
                 "ttl {:?}", s
+            );
+            prop_assert_eq!(
+                parse_duration(&s).is_some(),
+                schema_takes(DURATION_PATTERN, 0, usize::MAX, &s),
+                "duration {:?}", s
             );
         }
     }

@@ -97,14 +97,24 @@ pub struct RotationList {
     pub items: Vec<RotationView>,
 }
 
+impl From<Target> for RotationTarget {
+    fn from(t: Target) -> RotationTarget {
+        match t {
+            Target::Ca => RotationTarget::Ca,
+            Target::EtcdCa => RotationTarget::EtcdCa,
+            Target::FrontProxyCa => RotationTarget::FrontProxyCa,
+            Target::ServiceAccountKey => RotationTarget::ServiceAccountKey,
+        }
+    }
+}
+
 fn view(r: RotationRow, reissue: Vec<KubeconfigView>) -> Result<RotationView, Problem> {
-    let target = match r.target.parse::<Target>() {
-        Ok(Target::Ca) => RotationTarget::Ca,
-        Ok(Target::EtcdCa) => RotationTarget::EtcdCa,
-        Ok(Target::FrontProxyCa) => RotationTarget::FrontProxyCa,
-        Ok(Target::ServiceAccountKey) => RotationTarget::ServiceAccountKey,
-        Err(_) => return Err(Problem::opaque()),
-    };
+    // The table's CHECK keeps targets to known names.
+    let target = r
+        .target
+        .parse::<Target>()
+        .map_err(|_| Problem::opaque())?
+        .into();
     Ok(RotationView {
         id: r.id,
         target,
@@ -125,18 +135,7 @@ fn overlap(req: &RotateTenant) -> Result<time::Duration, Problem> {
     let Some(text) = req.overlap.as_deref() else {
         return Ok(target.default_overlap());
     };
-    let zero = !text.is_empty()
-        && text
-            .trim_end_matches(['s', 'm', 'h', 'd'])
-            .chars()
-            .all(|c| c == '0')
-        && text.chars().filter(|c| !c.is_ascii_digit()).count() <= 1
-        && text.starts_with('0');
-    let d = if zero {
-        Some(std::time::Duration::ZERO)
-    } else {
-        crate::names::parse_ttl(text)
-    };
+    let d = crate::names::parse_duration(text);
     // Cut to the cap, as a kubeconfig's ttl is: a huge overlap means "as long as allowed".
     let d = d
         .map(|d| time::Duration::try_from(d).map_or(MAX_OVERLAP, |d| d.min(MAX_OVERLAP)))
@@ -255,6 +254,15 @@ mod tests {
             target,
             overlap: overlap.map(str::to_owned),
         }
+    }
+
+    #[test]
+    fn the_documented_overlap_pattern_is_the_parsers() {
+        let doc = serde_json::to_value(crate::api::openapi()).unwrap();
+        assert_eq!(
+            doc["components"]["schemas"]["RotateTenant"]["properties"]["overlap"]["pattern"],
+            crate::names::DURATION_PATTERN
+        );
     }
 
     #[test]

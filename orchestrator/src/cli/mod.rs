@@ -142,12 +142,14 @@ pub enum RotateTargetArg {
 
 impl From<RotateTargetArg> for RotationTarget {
     fn from(t: RotateTargetArg) -> RotationTarget {
+        use crate::pki::rotation::Target;
         match t {
-            RotateTargetArg::Ca => RotationTarget::Ca,
-            RotateTargetArg::EtcdCa => RotationTarget::EtcdCa,
-            RotateTargetArg::FrontProxyCa => RotationTarget::FrontProxyCa,
-            RotateTargetArg::ServiceAccountKey => RotationTarget::ServiceAccountKey,
+            RotateTargetArg::Ca => Target::Ca,
+            RotateTargetArg::EtcdCa => Target::EtcdCa,
+            RotateTargetArg::FrontProxyCa => Target::FrontProxyCa,
+            RotateTargetArg::ServiceAccountKey => Target::ServiceAccountKey,
         }
+        .into()
     }
 }
 

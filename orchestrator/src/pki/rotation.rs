@@ -237,11 +237,6 @@ pub fn advance(phase: Phase, p: &Progress) -> Option<Phase> {
     }
 }
 
-/// When `sign` may end, for a rotation in `sign` since `since`.
-pub fn sign_ends(since: time::OffsetDateTime, overlap: Duration) -> time::OffsetDateTime {
-    since + overlap
-}
-
 /// The token generation: a digest of everything a pod's token and CA bundle depend on (the
 /// cluster CA bundle, the trusted service-account keys and the signing one). The syncer
 /// reissues every token issued under another.

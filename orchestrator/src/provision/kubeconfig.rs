@@ -98,7 +98,7 @@ impl Provisioner {
         // The inventory's phase, not the Secret's annotation: once a rotation is in `sign`
         // there, every apiserver trusts the new CA, though the pass that annotates the Secret
         // may not have run yet (and `signing_since` promises such kubeconfigs survive).
-        let m = self.ca_of(&ca_secret)?;
+        let m = super::rotations::ca_of(&ca_secret)?;
         let signing = self
             .inventory
             .active_rotation(t.id)

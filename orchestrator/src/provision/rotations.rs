@@ -75,6 +75,29 @@ fn phase_of(s: &Secret) -> Option<Phase> {
         .ok()
 }
 
+/// The CA material a CA Secret holds.
+pub(super) fn ca_of(s: &Secret) -> Result<CaMaterial> {
+    let load = |cert: &str, key: &str| -> Result<Option<Ca>> {
+        match (secret_str(s, cert), secret_str(s, key)) {
+            (Some(cert_pem), Some(key_pem)) => Ok(Some(Ca::load(&CertKey { cert_pem, key_pem })?)),
+            _ => Ok(None),
+        }
+    };
+    let current = load("tls.crt", "tls.key")?.ok_or_else(|| {
+        Error::Config(format!(
+            "secret {} holds no CA",
+            s.metadata.name.as_deref().unwrap_or_default()
+        ))
+    })?;
+    let next = load(NEXT_CERT, NEXT_KEY)?;
+    let phase = next.as_ref().and_then(|_| phase_of(s));
+    Ok(CaMaterial {
+        current,
+        next,
+        phase,
+    })
+}
+
 /// The phase a rotation of `target` asks of its Secret, if one is under way for it.
 fn asked(rotation: Option<&RotationRow>, target: Target) -> Option<Phase> {
     let (t, p) = rotation?.parsed()?;
@@ -145,32 +168,7 @@ impl Provisioner {
                 s = self.replace_secret(secrets, &changed).await?;
             }
         }
-        self.ca_of(&s)
-    }
-
-    /// The CA material a CA Secret holds.
-    pub(super) fn ca_of(&self, s: &Secret) -> Result<CaMaterial> {
-        let load = |cert: &str, key: &str| -> Result<Option<Ca>> {
-            match (secret_str(s, cert), secret_str(s, key)) {
-                (Some(cert_pem), Some(key_pem)) => {
-                    Ok(Some(Ca::load(&CertKey { cert_pem, key_pem })?))
-                }
-                _ => Ok(None),
-            }
-        };
-        let current = load("tls.crt", "tls.key")?.ok_or_else(|| {
-            Error::Config(format!(
-                "secret {} holds no CA",
-                s.metadata.name.as_deref().unwrap_or_default()
-            ))
-        })?;
-        let next = load(NEXT_CERT, NEXT_KEY)?;
-        let phase = next.as_ref().and_then(|_| phase_of(s));
-        Ok(CaMaterial {
-            current,
-            next,
-            phase,
-        })
+        ca_of(&s)
     }
 
     /// The service-account keys, after applying what the rotation asks of Secret `sa` and
@@ -219,15 +217,7 @@ impl Provisioner {
         let current_key = text(data, "sa.key").unwrap_or_default();
         let current_pub = text(data, "sa.pub").unwrap_or_default();
         let next = text(data, SA_NEXT_KEY).zip(text(data, SA_NEXT_PUB));
-        let phase = next.as_ref().and_then(|_| {
-            changed
-                .metadata
-                .annotations
-                .as_ref()?
-                .get(rotation::ANN_PHASE)?
-                .parse()
-                .ok()
-        });
+        let phase = next.as_ref().and_then(|_| phase_of(&changed));
         let (signing_key, signing_public) = match (rotation::signer(phase, false), &next) {
             (Signer::Next, Some((k, p))) => (k.clone(), p.clone()),
             _ => (current_key, current_pub.clone()),
