@@ -829,9 +829,12 @@ spec:{POD_PLACEMENT}
     assert!(init_log.contains("vcp-devnode: starting"), "{init_log}");
 
     // tcpSocket startup and readiness probes make `web` ready; the exec liveness probe that
-    // always fails keeps restarting `doomed`, so the pod never becomes Ready.
+    // always fails keeps restarting `doomed`, which waits in CrashLoopBackOff between runs, and
+    // the pod is not Ready while it waits. (Without a readiness probe `doomed` counts as ready
+    // for the second it runs before its probe kills it, as under a kubelet: sampled then, the
+    // pod could be Ready, so the check waits for the back-off.)
     let probed = eventually(
-        "web ready and doomed restarted",
+        "web ready and doomed restarted, waiting in CrashLoopBackOff",
         Duration::from_secs(60),
         || async {
             let p = pods.get("probed").await?;
@@ -841,17 +844,21 @@ spec:{POD_PLACEMENT}
                 .and_then(|s| s.container_statuses.clone())
                 .unwrap_or_default();
             let web = cs.iter().find(|c| c.name == "web").is_some_and(|c| c.ready);
-            let doomed = cs
-                .iter()
-                .find(|c| c.name == "doomed")
-                .is_some_and(|c| c.restart_count >= 2);
+            let doomed = cs.iter().find(|c| c.name == "doomed").is_some_and(|c| {
+                c.restart_count >= 2
+                    && c.state
+                        .as_ref()
+                        .and_then(|s| s.waiting.as_ref())
+                        .and_then(|w| w.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+            });
             Ok((web && doomed).then_some(p))
         },
     )
     .await?;
     assert!(
         !ready(&probed),
-        "a pod with a crash-looping container must not be Ready"
+        "a pod whose container waits in CrashLoopBackOff must not be Ready"
     );
 
     // SIGTERM is ignored, so the process dies by SIGKILL after the 2 s grace period.
