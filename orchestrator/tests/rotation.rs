@@ -130,6 +130,59 @@ async fn rotor(
     Ok((kubeconfig, inside))
 }
 
+/// What both pollers saw during one rotation, printed as the test's figures.
+struct Tally {
+    ok: u64,
+    failed: u64,
+    in_ok: u64,
+    in_failed: u64,
+    /// The pod's failure lines of this rotation (and any before it).
+    failures: Vec<String>,
+}
+
+impl Tally {
+    /// `outside` is the finished outside poller's (answered, failed); `before` and `after` the
+    /// pod poller's counts around the rotation.
+    fn new(
+        what: &str,
+        took: Duration,
+        (ok, failed): (u64, u64),
+        before: &testing::TokenCounts,
+        after: testing::TokenCounts,
+    ) -> Tally {
+        let t = Tally {
+            ok,
+            failed,
+            in_ok: after.answered - before.answered,
+            in_failed: after.failed - before.failed,
+            failures: after.failures,
+        };
+        println!(
+            "rotation of {what} took {:.0}s: outside client {} answered / {} failed; \
+             tenant pod's token {} answered / {} failed",
+            took.as_secs_f64(),
+            t.ok,
+            t.failed,
+            t.in_ok,
+            t.in_failed
+        );
+        assert!(
+            t.ok > 0 && t.in_ok > 0,
+            "{what}: a poller never got an answer"
+        );
+        t
+    }
+
+    fn assert_no_failure(&self, what: &str) {
+        assert_eq!(self.failed, 0, "{what}: the outside client failed");
+        assert_eq!(
+            self.in_failed, 0,
+            "{what}: the pod failed: {:#?}",
+            self.failures
+        );
+    }
+}
+
 #[tokio::test]
 async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
@@ -292,30 +345,20 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
             until_phase(api, id, "done", since).await?;
         }
         let took = since.elapsed();
-        let (ok, failed) = outside.finish().await?;
-        let after = inside.counts().await?;
-        let (in_ok, in_failed) = (
-            after.answered - before.answered,
-            after.failed - before.failed,
+        let tally = Tally::new(
+            target,
+            took,
+            outside.finish().await?,
+            &before,
+            inside.counts().await?,
         );
-        println!(
-            "rotation of {target} took {:.0}s: outside client {ok} answered / {failed} failed; \
-             tenant pod's token {in_ok} answered / {in_failed} failed",
-            took.as_secs_f64()
-        );
-        assert!(ok > 0 && in_ok > 0);
         if target == "etcd-ca" {
             // This plan runs one etcd member, and etcd reads its trusted CA only when it starts:
             // each restart of the only member is an outage (docs/orchestrator.md, "Rotating
             // keys"). Measured and printed, not held to zero.
             continue;
         }
-        assert_eq!(failed, 0, "{target}: the outside client failed");
-        assert_eq!(
-            in_failed, 0,
-            "{target}: the pod failed: {:#?}",
-            after.failures
-        );
+        tally.assert_no_failure(target);
     }
 
     inside.stop().await?;
@@ -427,26 +470,13 @@ async fn an_etcd_ca_rotation_with_three_members_loses_no_request() -> anyhow::Re
     assert_eq!(code, 202, "{r}");
     until_phase(api, r["id"].as_i64().unwrap(), "done", since).await?;
     let took = since.elapsed();
-    let (ok, failed) = outside.finish().await?;
-    let after = inside.stop().await?;
-    let (in_ok, in_failed) = (
-        after.answered - before.answered,
-        after.failed - before.failed,
-    );
-    println!(
-        "rotation of etcd-ca with three members took {:.0}s: outside client {ok} answered / \
-         {failed} failed; tenant pod's token {in_ok} answered / {in_failed} failed",
-        took.as_secs_f64()
-    );
-    assert!(ok > 0 && in_ok > 0);
-    assert_eq!(
-        failed, 0,
-        "etcd-ca with three members: the outside client failed"
-    );
-    assert_eq!(
-        in_failed, 0,
-        "etcd-ca with three members: the pod failed: {:#?}",
-        after.failures
-    );
+    Tally::new(
+        "etcd-ca with three members",
+        took,
+        outside.finish().await?,
+        &before,
+        inside.stop().await?,
+    )
+    .assert_no_failure("etcd-ca with three members");
     Ok(())
 }
