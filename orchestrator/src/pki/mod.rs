@@ -54,6 +54,8 @@ pub const ORCHESTRATOR_USER: &str = "vcp:orchestrator";
 pub const SYNCER_USER: &str = "vcp:syncer";
 /// User of the tenant's CoreDNS.
 pub const COREDNS_USER: &str = "vcp:coredns";
+/// Common name of the etcd members' certificate, the only one etcd admits on its peer port.
+pub const ETCD_PEER_CN: &str = "etcd";
 
 /// Every leaf certificate of a tenant.
 pub fn plan(n: &ApiNames) -> Vec<LeafPlan> {
@@ -88,7 +90,7 @@ pub fn plan(n: &ApiNames) -> Vec<LeafPlan> {
         etcd_dns.push(format!("etcd-{i}.etcd.{ns}.svc"));
         etcd_dns.push(format!("etcd-{i}.etcd.{ns}.svc.{d}"));
     }
-    let mut etcd = LeafSpec::server("etcd", etcd_dns, vec![loopback]);
+    let mut etcd = LeafSpec::server(ETCD_PEER_CN, etcd_dns, vec![loopback]);
     // One certificate serves clients and peers: peers authenticate each other with it too.
     etcd.client = true;
     vec![

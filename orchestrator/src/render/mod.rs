@@ -465,6 +465,7 @@ fn context(input: &Input<'_>) -> Value {
         "etcd_servers": members.iter()
             .map(|m| format!("https://{m}.etcd.{ns}.svc:2379"))
             .collect::<Vec<_>>().join(","),
+        "etcd_peer_cn": crate::pki::ETCD_PEER_CN,
         "etcd_initial_cluster": members.iter()
             .map(|m| format!("{m}=https://{m}.etcd.{ns}.svc:2380"))
             .collect::<Vec<_>>().join(","),
