@@ -1312,6 +1312,7 @@ async fn claims_the_tenant_binds_later_bind_on_the_host_and_unclaimed_volumes_ar
 #[tokio::test]
 async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
     let cluster = DevCluster::shared().await?;
+    let host = cluster.connect().await?;
     let cp = TenantControlPlane::start("e2ek").await?;
     let syncer = cp.start_syncer(cluster, &[])?;
     let tenant = cp.connect().await?;
@@ -1324,65 +1325,105 @@ async fn host_events_about_synced_pods_show_on_the_tenant_pods_once() -> Res {
                     "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}},
         })
     };
-    create::<Deployment>(&tenant, "apps", deploy("web")).await?;
     let events: Api<Event> = Api::namespaced(tenant.clone(), "apps");
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
-    let scheduled = |app: &'static str| {
-        let (events, pods) = (events.clone(), pods.clone());
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "e2ek-apps");
+    let host_events: Api<Event> = Api::namespaced(host.clone(), "e2ek-apps");
+    // A Deployment's pod on the host (bound in the tenant), and a kubelet-style Event about its
+    // host pod whose message names the host namespace (kwok's nodes send none of their own).
+    let bound = |app: &'static str| {
+        let (pods, host_pods, host_events) = (pods.clone(), host_pods.clone(), host_events.clone());
         async move {
-            let Some(pod) = pods
-                .list(&ListParams::default().labels(&format!("app={app}")))
-                .await?
-                .items
-                .into_iter()
-                .next()
-            else {
-                return Ok(None);
-            };
+            let pod = eventually(
+                &format!("tenant pod {app} bound"),
+                Duration::from_secs(120),
+                || async {
+                    Ok(pods
+                        .list(&ListParams::default().labels(&format!("app={app}")))
+                        .await?
+                        .items
+                        .into_iter()
+                        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()))
+                },
+            )
+            .await?;
+            let name = pod.name_any();
+            let h = host_pods.get(&name).await?;
+            let mut ev = host_event(
+                &format!("{name}.pulled"),
+                "e2ek-apps",
+                ["Pod", "e2ek-apps", &name, &h.uid().unwrap_or_default()],
+                "Pulled",
+            )?;
+            ev.message = Some(format!("pulled for e2ek-apps/{name}"));
+            host_events.create(&PostParams::default(), &ev).await?;
+            anyhow::Ok(pod)
+        }
+    };
+    let copies = |pod: Pod, reason: &'static str| {
+        let events = events.clone();
+        async move {
             let found: Vec<Event> = events
                 .list(&ListParams::default())
                 .await?
                 .items
                 .into_iter()
                 .filter(|e| {
-                    e.reason.as_deref() == Some("Scheduled")
+                    e.reason.as_deref() == Some(reason)
                         && e.involved_object.kind.as_deref() == Some("Pod")
                         && e.involved_object.name == pod.metadata.name
                         && e.involved_object.uid == pod.metadata.uid
                 })
                 .collect();
-            anyhow::Ok((!found.is_empty()).then_some(found))
+            anyhow::Ok(found)
         }
     };
+    create::<Deployment>(&tenant, "apps", deploy("web")).await?;
+    let web = bound("web").await?;
     let first = eventually(
-        "a Scheduled event on the tenant pod",
+        "the host pod's Event on the tenant pod",
         Duration::from_secs(120),
-        || scheduled("web"),
+        || async {
+            let found = copies(web.clone(), "Pulled").await?;
+            Ok((!found.is_empty()).then_some(found))
+        },
     )
     .await?;
     assert_eq!(first.len(), 1);
-    assert!(
-        !first[0]
-            .message
-            .clone()
-            .unwrap_or_default()
-            .contains("e2ek-apps"),
-        "host namespace leaked: {:?}",
-        first[0].message
+    assert_eq!(
+        first[0].message.as_deref(),
+        Some(format!("pulled for apps/{}", web.name_any()).as_str()),
+        "host namespace leaked"
     );
+    // The host scheduler's binding record stays on the host: the tenant pod's binding is it.
+    let host_scheduled = host_events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .any(|e| e.reason.as_deref() == Some("Scheduled"));
+    assert!(host_scheduled, "the host scheduler recorded no binding");
+    assert_eq!(copies(web.clone(), "Scheduled").await?.len(), 0);
 
     // A restarted syncer sees every host event again and copies none twice.
     drop(syncer);
     let _syncer = cp.start_syncer(cluster, &[])?;
     create::<Deployment>(&tenant, "apps", deploy("api")).await?;
+    let api = bound("api").await?;
     eventually(
         "the new syncer copies events",
         Duration::from_secs(120),
-        || scheduled("api"),
+        || async {
+            let found = copies(api.clone(), "Pulled").await?;
+            Ok((!found.is_empty()).then_some(()))
+        },
     )
     .await?;
-    let again = scheduled("web").await?.unwrap_or_default();
-    assert_eq!(again.len(), 1, "the Scheduled event was copied twice");
+    assert_eq!(
+        copies(web, "Pulled").await?.len(),
+        1,
+        "the Event was copied twice"
+    );
     Ok(())
 }
 

@@ -80,8 +80,8 @@ pub struct Engine {
     /// The tenant namespace cache, once the namespace controllers run (the quota counts
     /// namespaces, and objects in a refused one wait).
     pub tenant_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
-    /// One admission at a time (see [`quota::Admission`]).
-    pub admission: quota::Admission,
+    /// The tenant-wide quota's running ledger, fed by the watches (see [`quota`]).
+    pub ledger: std::sync::Mutex<vcp_policy::quota::Ledger>,
     /// Quota refusals already told, by object UID (see [`quota::tell`]).
     pub told: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
@@ -130,6 +130,7 @@ impl Engine {
         Engine {
             tenant,
             host,
+            ledger: std::sync::Mutex::new(vcp_policy::quota::Ledger::new(&policy.quota)),
             ctx: Ctx {
                 key,
                 policy: Arc::new(policy),
@@ -143,7 +144,6 @@ impl Engine {
             tenant_services: std::sync::OnceLock::new(),
             tenant_claims: std::sync::OnceLock::new(),
             tenant_namespaces: std::sync::OnceLock::new(),
-            admission: Default::default(),
             told: Default::default(),
             known_nodes: Default::default(),
             up_writes: Default::default(),
@@ -190,6 +190,10 @@ pub trait Synced:
 {
     /// The desired host object, or `None` if this tenant object is not synced.
     fn to_host(tenant: &Self, engine: &Engine) -> Option<Self>;
+
+    /// Lets state kept beside the caches follow this kind's watches (the quota's ledger, for
+    /// the kinds it counts); nothing by default.
+    fn observe(_engine: &Arc<Engine>, _tenant: &mut Shared<Self>, _host: &mut Shared<Self>) {}
 
     /// Which host objects of this kind the engine watches: this tenant's, by label.
     fn host_watch(key: &TenantKey) -> watcher::Config {
@@ -546,6 +550,7 @@ pub async fn run_kind_on<K: Synced>(
     // sees a cache older than its trigger.
     let mut tenant = Shared::<K>::new();
     let mut host = Shared::<K>::new();
+    K::observe(&engine, &mut tenant, &mut host);
     with_stores(tenant.cache(), host.cache());
     let side = Arc::new(Side {
         engine: engine.clone(),

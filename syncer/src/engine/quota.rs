@@ -1,37 +1,38 @@
-//! The tenant-wide quota at the edges: verdicts from the tenant caches, the host backstop, and
-//! usage on `/metrics`.
+//! The tenant-wide quota at the edges: the running ledger fed by the watches, verdicts, the
+//! host backstop, and usage on `/metrics`.
 //!
-//! Each down-reconcile that would create a host pod, Service, claim or namespace asks for its
-//! object's verdict here; the verdict is [`policy::quota::admitted`] over the tenant caches
-//! (pure, in creation order), so it never costs a request. A refused object is told once
-//! (`TenantQuotaExceeded`: a Warning event, for pods also a `PodScheduled: False` condition)
-//! and looked at again every [`retry`]: when an admitted object goes, the next in line fits
-//! within seconds, without a trigger of its own. A cache that has not listed yet never blocks a
-//! reconcile: the verdict is [`Verdict::NotReady`] and the caller requeues.
+//! The tenant and host watches of namespaces, pods, Services and claims tell the engine's
+//! [`Ledger`] of every object they touch ([`observe`]), before any reconcile hears of it. A
+//! down-reconcile that would create a host pod, Service, claim or namespace asks for its
+//! object's verdict ([`pod`], [`service`], [`claim`], [`namespace`]): a lookup in the ledger,
+//! never a recount and never a request. Right before the create it takes the object's share
+//! ([`admit_pod`] and friends), atomically, so two reconciles running at once can never both
+//! take the last share, and nothing else waits on a create in flight. A refused object is told
+//! once (`TenantQuotaExceeded`: a Warning event, for pods also a `PodScheduled: False`
+//! condition) and looked at again every [`retry`]: when a holder goes, the next in line fits
+//! within seconds, without a trigger of its own. A cache that has not listed yet never blocks
+//! a reconcile: the verdict is [`Verdict::NotReady`] and the caller requeues.
 
 use super::Engine;
-use super::shared::Cache;
+use super::shared::{Cache, Shared};
 use crate::Result;
 use crate::engine::FIELD_MANAGER;
 use crate::kinds::namespaces::translate::backstop;
 use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Service,
 };
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use vcp_core::naming;
-use vcp_policy::quota::{self as policy_quota, Objects, Verdicts, key};
+use vcp_policy::quota::{self as policy_quota, Counted, Judgement, Kind, Ledger, key};
 use vcp_policy::{self as policy, Refusal};
 
 /// The reason of every quota refusal (events and pod conditions).
 pub const REASON: &str = "TenantQuotaExceeded";
 
 /// How often an object waiting for quota is looked at again (at most the resync period). A
-/// look costs no request: the verdict comes from the caches, and the refusal is told once.
+/// look costs no request: the verdict comes from the ledger, and the refusal is told once.
 pub const RETRY: Duration = Duration::from_secs(5);
 
 /// How soon a reconcile that found a cache not yet listed tries again.
@@ -47,46 +48,25 @@ pub fn not_ready() -> Duration {
     NOT_READY
 }
 
-/// How long the syncer remembers a host object it just created: far longer than its host
-/// cache lags, after which the cache shows the object (or its absence).
-const RECENT: Duration = Duration::from_secs(30);
-
-/// Serializes admission: a verdict and the create it allows happen under one lock, and what
-/// was just created counts as on the host until the host cache shows it. Without it, reconciles
-/// running at once (one per worker) each see the others' objects not yet on the host, and
-/// objects created within the same second (timestamps have seconds only) arrive in the tenant
-/// cache in any order: a burst admitted more than the plan allows, and only the host's
-/// per-namespace backstop stopped it.
-#[derive(Default)]
-pub struct Admission {
-    lock: tokio::sync::Mutex<()>,
-    recent: std::sync::Mutex<std::collections::HashMap<policy_quota::Placed, std::time::Instant>>,
+/// The engine's ledger, locked for one quick look or change (never across an await).
+fn ledger(e: &Engine) -> std::sync::MutexGuard<'_, Ledger> {
+    e.ledger.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Admission {
-    /// Holds admission for one verdict and the create it allows.
-    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.lock.lock().await
-    }
-
-    /// Records that `K` `ns/name` was just created on the host.
-    pub fn created<K: kube::Resource<DynamicType = ()>>(&self, ns: &str, name: &str) {
-        let mut m = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|_, at| at.elapsed() < RECENT);
-        m.insert(
-            (K::kind(&()).to_string(), ns.to_owned(), name.to_owned()),
-            std::time::Instant::now(),
-        );
-    }
-
-    fn add_recent(&self, out: &mut BTreeSet<policy_quota::Placed>) {
-        let m = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        out.extend(
-            m.iter()
-                .filter(|(_, at)| at.elapsed() < RECENT)
-                .map(|(k, _)| k.clone()),
-        );
-    }
+/// Feeds the ledger from a kind's tenant and host watches (see [`super::shared::Observer`]).
+pub fn observe<K>(e: &Arc<Engine>, tenant: &mut Shared<K>, host: &mut Shared<K>)
+where
+    K: Counted + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let t = e.clone();
+    tenant.observe(Box::new(move |obj: &K, present| {
+        ledger(&t).tenant(obj, present);
+    }));
+    let h = e.clone();
+    host.observe(Box::new(move |obj: &K, present| {
+        let key = h.key().clone();
+        ledger(&h).host(&key, obj, present);
+    }));
 }
 
 /// An object's verdict.
@@ -98,141 +78,92 @@ pub enum Verdict {
     NotReady,
 }
 
-fn ready<K>(c: &std::sync::OnceLock<Cache<K>>) -> Option<Vec<Arc<K>>>
+fn ready<K>(c: &std::sync::OnceLock<Cache<K>>) -> bool
 where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
-    c.get().filter(|c| super::cache_ready(c)).map(|c| c.state())
+    c.get().is_some_and(|c| super::cache_ready(c))
 }
 
-/// The tenant objects of `host` (this tenant's host objects of one kind) that are on the host.
-fn placed<K>(e: &Engine, host: &[Arc<K>], out: &mut BTreeSet<policy_quota::Placed>)
+/// Whether the ledger knows all it needs for `K`: the namespace caches and, for other kinds,
+/// their tenant and host caches have listed.
+fn known<K>(e: &Engine, side: Option<(&Cache<K>, &Cache<K>)>) -> bool
 where
-    K: kube::Resource<DynamicType = ()>,
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
-    for h in host {
-        if let Some(r) = naming::tenant_ref(e.key(), h.labels(), h.annotations()) {
-            out.insert((
-                K::kind(&()).to_string(),
-                r.namespace.unwrap_or_default(),
-                r.name,
-            ));
-        }
-    }
+    ready(&e.tenant_namespaces)
+        && ready(&e.host_namespaces)
+        && side.is_none_or(|(t, h)| super::cache_ready(t) && super::cache_ready(h))
 }
 
-/// A kind the quota counts besides namespaces.
-pub trait Counted: kube::Resource<DynamicType = ()> + Clone + 'static {
-    /// Puts `all` into its place in `objects`.
-    fn list<'a>(objects: &mut Objects<'a>, all: &'a [Arc<Self>]);
-}
-
-impl Counted for Pod {
-    fn list<'a>(objects: &mut Objects<'a>, all: &'a [Arc<Self>]) {
-        objects.pods = all.iter().map(|o| o.as_ref()).collect();
-    }
-}
-
-impl Counted for Service {
-    fn list<'a>(objects: &mut Objects<'a>, all: &'a [Arc<Self>]) {
-        objects.services = all.iter().map(|o| o.as_ref()).collect();
-    }
-}
-
-impl Counted for PersistentVolumeClaim {
-    fn list<'a>(objects: &mut Objects<'a>, all: &'a [Arc<Self>]) {
-        objects.claims = all.iter().map(|o| o.as_ref()).collect();
-    }
-}
-
-impl Counted for Namespace {
-    /// Namespaces are always listed (see [`verdicts`]).
-    fn list<'a>(_: &mut Objects<'a>, _: &'a [Arc<Self>]) {}
-}
-
-/// Verdicts for the namespaces and, if given, one other kind (its tenant and host caches).
-/// `None` while a cache has not listed yet.
-fn verdicts<K: Counted>(e: &Engine, kind: Option<(&Cache<K>, &Cache<K>)>) -> Option<Verdicts> {
-    let namespaces = ready(&e.tenant_namespaces)?;
-    let mut on_host = BTreeSet::new();
-    placed(e, &ready(&e.host_namespaces)?, &mut on_host);
-    let (tenant, host) = match kind {
-        Some((t, h)) if super::cache_ready(t) && super::cache_ready(h) => (t.state(), h.state()),
-        Some(_) => return None,
-        None => (Vec::new(), Vec::new()),
-    };
-    placed(e, &host, &mut on_host);
-    e.admission.add_recent(&mut on_host);
-    let mut objects = Objects {
-        namespaces: namespaces.iter().map(|n| n.as_ref()).collect(),
-        placed: on_host,
-        ..Default::default()
-    };
-    K::list(&mut objects, &tenant);
-    Some(policy_quota::admitted(&objects, &e.ctx.policy.quota).0)
-}
-
-fn lookup<V>(
-    m: Option<&std::collections::BTreeMap<V, Vec<Refusal>>>,
-    key: &V,
-    judged: bool,
-) -> Verdict
-where
-    V: Ord,
-{
-    let Some(m) = m else {
+/// The verdict of tenant object `t`, or (`take`) its share taken if it fits.
+fn verdict<K: Counted>(e: &Engine, t: &K, ready: bool, take: bool) -> Verdict {
+    if !ready {
         return Verdict::NotReady;
+    }
+    let k = key(t);
+    let j = {
+        let mut l = ledger(e);
+        if take {
+            l.admit(K::KIND, &k)
+        } else {
+            l.judge(K::KIND, &k)
+        }
     };
-    match m.get(key) {
-        Some(r) if r.is_empty() => Verdict::Admitted,
-        Some(r) => Verdict::Refused(r.clone()),
+    match j {
+        Judgement::Holds | Judgement::Admitted => Verdict::Admitted,
+        Judgement::Refused(r) => Verdict::Refused(vec![r]),
         // Not judged (terminating, finished): takes nothing, needs nothing.
-        None if !judged => Verdict::Admitted,
-        // Should be judged but is not in the cache yet.
-        None => Verdict::NotReady,
+        Judgement::Unknown if !t.counts() => Verdict::Admitted,
+        // Should be judged but the watch has not shown it yet.
+        Judgement::Unknown => Verdict::NotReady,
+    }
+}
+
+fn pods_ready(e: &Engine) -> bool {
+    match (e.tenant_pods.get(), e.host_pods.get()) {
+        (Some(t), Some(h)) => known(e, Some((t, h))),
+        _ => false,
     }
 }
 
 /// A tenant pod's verdict.
 pub fn pod(e: &Engine, t: &Pod) -> Verdict {
-    let (Some(tenant), Some(host)) = (e.tenant_pods.get(), e.host_pods.get()) else {
-        return Verdict::NotReady;
-    };
-    let v = verdicts(e, Some((tenant, host)));
-    lookup(v.as_ref().map(|v| &v.pods), &key(t), false)
+    verdict(e, t, pods_ready(e), false)
 }
 
-/// A tenant Service's verdict (`side`: the Service caches).
-pub fn service(e: &Engine, side: &super::Side<Service>, t: &Service) -> Verdict {
-    let v = verdicts(e, Some((&side.tenant, &side.host)));
-    let judged =
-        t.metadata.deletion_timestamp.is_none() && !vcp_policy::services::is_local_service(t);
-    lookup(v.as_ref().map(|v| &v.services), &key(t), judged)
+/// A tenant pod's verdict, its share taken if admitted: call it right before the create.
+pub fn admit_pod(e: &Engine, t: &Pod) -> Verdict {
+    verdict(e, t, pods_ready(e), true)
 }
 
-/// A tenant claim's verdict (`side`: the claim caches).
-pub fn claim(
+/// A tenant Service's verdict, its share taken if admitted (`side`: the Service caches).
+pub fn admit_service(e: &Engine, side: &super::Side<Service>, t: &Service) -> Verdict {
+    verdict(e, t, known(e, Some((&side.tenant, &side.host))), true)
+}
+
+/// A tenant claim's verdict, its share taken if admitted (`side`: the claim caches).
+pub fn admit_claim(
     e: &Engine,
     side: &super::Side<PersistentVolumeClaim>,
     t: &PersistentVolumeClaim,
 ) -> Verdict {
-    let v = verdicts(e, Some((&side.tenant, &side.host)));
-    let judged = t.metadata.deletion_timestamp.is_none();
-    lookup(v.as_ref().map(|v| &v.claims), &key(t), judged)
+    verdict(e, t, known(e, Some((&side.tenant, &side.host))), true)
 }
 
-/// A tenant namespace's verdict.
-pub fn namespace(e: &Engine, t: &Namespace) -> Verdict {
-    let v = verdicts::<Namespace>(e, None);
-    let judged = t.metadata.deletion_timestamp.is_none();
-    lookup(v.as_ref().map(|v| &v.namespaces), &t.name_any(), judged)
+/// A tenant namespace's verdict, its share taken if admitted.
+pub fn admit_namespace(e: &Engine, t: &Namespace) -> Verdict {
+    verdict(e, t, known::<Namespace>(e, None), true)
 }
 
 /// Whether tenant namespace `ns` is kept off the host by the quota (`None`: not known yet).
 /// Objects of kinds the quota does not count (ConfigMaps, Secrets, Endpoints) wait with it.
 pub fn namespace_waits(e: &Engine, ns: &str) -> Option<bool> {
-    let v = verdicts::<Namespace>(e, None)?;
-    Some(v.namespaces.get(ns).is_some_and(|r| !r.is_empty()))
+    if !known::<Namespace>(e, None) {
+        return None;
+    }
+    let j = ledger(e).judge(Kind::Namespace, &(String::new(), ns.to_owned()));
+    Some(matches!(j, Judgement::Refused(_)))
 }
 
 /// Whether a host create failed on the quota backstop (`vcp-quota`). Other host quotas (the
@@ -356,37 +287,20 @@ pub async fn apply_backstop(e: &Engine, host_ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// Exports the quota once and the tenant's usage every `period` on `/metrics`, from the tenant
-/// caches once they have all listed. (Services and claims on the host are not known here, so
-/// their order is creation order alone: the counts are the same, only which ones may differ
-/// for objects created in the same second.)
+/// Exports the quota once and the tenant's usage, as the ledger counts it, every `period` on
+/// `/metrics`, once the caches it is fed from have listed.
 pub async fn usage(e: Arc<Engine>, period: Duration) {
     e.metrics.tenant_quota(&e.ctx.policy.quota.hard());
     loop {
         tokio::time::sleep(period).await;
-        let (Some(namespaces), Some(pods), Some(services), Some(claims)) = (
-            ready(&e.tenant_namespaces),
-            ready(&e.tenant_pods),
-            ready(&e.tenant_services),
-            ready(&e.tenant_claims),
-        ) else {
+        let listed = ready(&e.tenant_pods)
+            && ready(&e.tenant_services)
+            && ready(&e.tenant_claims)
+            && known::<Namespace>(&e, None);
+        if !listed {
             continue;
-        };
-        let mut on_host = BTreeSet::new();
-        if let Some(h) = ready(&e.host_namespaces) {
-            placed(&e, &h, &mut on_host);
         }
-        if let Some(h) = ready(&e.host_pods) {
-            placed(&e, &h, &mut on_host);
-        }
-        let objects = Objects {
-            namespaces: namespaces.iter().map(|n| n.as_ref()).collect(),
-            pods: pods.iter().map(|p| p.as_ref()).collect(),
-            services: services.iter().map(|s| s.as_ref()).collect(),
-            claims: claims.iter().map(|c| c.as_ref()).collect(),
-            placed: on_host,
-        };
-        let (_, used) = policy_quota::admitted(&objects, &e.ctx.policy.quota);
+        let used = ledger(&e).used();
         e.metrics.tenant_usage(&used);
     }
 }

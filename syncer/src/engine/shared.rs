@@ -125,7 +125,14 @@ where
     writer: reflector::store::Writer<K>,
     ready: watch::Sender<bool>,
     subscribers: Vec<mpsc::UnboundedSender<Arc<K>>>,
+    observers: Vec<Observer<K>>,
 }
+
+/// Told of every object a watch touches, present (listed, applied) or gone, once the cache
+/// reflects it and before any subscriber hears of it: state kept beside the cache (the quota
+/// ledger) is never older than a reconcile's trigger. Runs on the watch's task, so it must be
+/// quick.
+pub type Observer<K> = Box<dyn FnMut(&K, bool) + Send>;
 
 impl<K> Default for Shared<K>
 where
@@ -147,7 +154,13 @@ where
             writer,
             ready: watch::channel(false).0,
             subscribers: Vec::new(),
+            observers: Vec::new(),
         }
+    }
+
+    /// Adds an observer (see [`Observer`]).
+    pub fn observe(&mut self, observer: Observer<K>) {
+        self.observers.push(observer);
     }
 
     /// The store, for the one controller that reads it as its primary cache (it waits for the
@@ -218,30 +231,34 @@ where
             writer,
             ready,
             mut subscribers,
+            mut observers,
         } = self;
         let kind = K::kind(&()).to_string();
         let mut before_list: Vec<Arc<K>> = Vec::new();
-        let mut send =
-            move |obj: Arc<K>| subscribers.retain(|s| s.unbounded_send(obj.clone()).is_ok());
+        let mut send = move |obj: Arc<K>, present: bool| {
+            for o in &mut observers {
+                o(&obj, present);
+            }
+            subscribers.retain(|s| s.unbounded_send(obj.clone()).is_ok())
+        };
         events
             .modify(slim)
             .reflect(writer)
             .for_each(|event| {
                 match event {
-                    Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) => {
-                        send(Arc::new(obj))
-                    }
+                    Ok(watcher::Event::Apply(obj)) => send(Arc::new(obj), true),
+                    Ok(watcher::Event::Delete(obj)) => send(Arc::new(obj), false),
                     // The cache keeps its old contents until the list is complete.
                     Ok(watcher::Event::Init) => before_list = reader.state(),
                     Ok(watcher::Event::InitApply(_)) => {}
                     Ok(watcher::Event::InitDone) => {
                         ready.send_replace(true);
                         for obj in reader.state() {
-                            send(obj);
+                            send(obj, true);
                         }
                         for obj in before_list.drain(..) {
                             if reader.get(&ObjectRef::from_obj(obj.as_ref())).is_none() {
-                                send(obj);
+                                send(obj, false);
                             }
                         }
                     }
@@ -306,6 +323,46 @@ mod tests {
                 .unwrap();
         }
         assert!(cache.is_ready());
+    }
+
+    #[tokio::test]
+    async fn observers_hear_of_every_touched_object_before_any_subscriber() {
+        let mut shared = Shared::<Pod>::new();
+        let store = shared.store();
+        let heard: Arc<std::sync::Mutex<Vec<(String, bool, bool)>>> = Default::default();
+        let h = heard.clone();
+        let s2 = store.clone();
+        shared.observe(Box::new(move |p: &Pod, present| {
+            // What the cache says at that moment: the object is (or is no longer) in it.
+            let cached = s2.get(&ObjectRef::from_obj(p)).is_some();
+            h.lock().unwrap().push((p.name_any(), present, cached));
+        }));
+        let mut down = shared.subscribe();
+        let (events, rx) = mpsc::unbounded();
+        tokio::spawn(shared.feed(rx));
+        let send = |e: watcher::Event<Pod>| events.unbounded_send(Ok(e)).unwrap();
+        send(watcher::Event::Init);
+        send(watcher::Event::InitApply(pod("web", "v1")));
+        send(watcher::Event::InitDone);
+        let _ = down.next().await.unwrap();
+        assert_eq!(*heard.lock().unwrap(), [("web".to_owned(), true, true)]);
+        send(watcher::Event::Apply(pod("db", "v1")));
+        send(watcher::Event::Delete(pod("web", "v1")));
+        let _ = down.next().await.unwrap();
+        let _ = down.next().await.unwrap();
+        // A relist that no longer has "db": it is heard of as gone.
+        send(watcher::Event::Init);
+        send(watcher::Event::InitDone);
+        let _ = down.next().await.unwrap();
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [
+                ("web".to_owned(), true, true),
+                ("db".to_owned(), true, true),
+                ("web".to_owned(), false, false),
+                ("db".to_owned(), false, false),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -27,12 +27,58 @@ use vcp_dev::{DevCluster, Supervision};
 
 pub struct SyncBench {
     pub pods: usize,
+    /// Ratios past which the run fails (CI's regression guard); `None`: not checked.
+    pub limits: SyncLimits,
     pub rate: u32,
     pub latency_pods: usize,
     pub concurrency: usize,
     pub tokens: bool,
     /// The syncer binary; the workspace's debug build when `None`.
     pub syncer: Option<std::path::PathBuf>,
+}
+
+/// Machine-independent figures of a `bench sync` run, and the limits CI holds them to (each
+/// about four times the goal, so noise cannot trip it while a regression like the tenfold one
+/// of 2026-11 would).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SyncLimits {
+    /// Syncer CPU over the host apiserver's in the synced phase.
+    pub syncer_share: Option<f64>,
+    /// Syncer memory growth per pod, KiB.
+    pub kib_per_pod: Option<f64>,
+    /// Syncer requests to the tenant apiserver that write, per pod.
+    pub tenant_writes_per_pod: Option<f64>,
+    /// Syncer requests to the host apiserver that write, per pod.
+    pub host_writes_per_pod: Option<f64>,
+}
+
+impl SyncLimits {
+    /// What exceeds its limit, as `name=value>limit`.
+    pub fn exceeded(&self, measured: &SyncLimits) -> Vec<String> {
+        let pairs = [
+            ("syncer_share", self.syncer_share, measured.syncer_share),
+            ("rss_kib_per_pod", self.kib_per_pod, measured.kib_per_pod),
+            (
+                "tenant_writes_per_pod",
+                self.tenant_writes_per_pod,
+                measured.tenant_writes_per_pod,
+            ),
+            (
+                "host_writes_per_pod",
+                self.host_writes_per_pod,
+                measured.host_writes_per_pod,
+            ),
+        ];
+        pairs
+            .iter()
+            .filter_map(|(name, limit, value)| match (limit, value) {
+                (Some(l), Some(v)) if v.is_nan() || v > l => Some(format!("{name}={v:.2}>{l}")),
+                // A limit on a figure the run could not measure fails too.
+                (Some(l), None) => Some(format!("{name}=unmeasured>{l}")),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 fn pod(name: &str, app: &str, tokens: bool) -> Pod {
@@ -257,7 +303,7 @@ async fn scrape(addr: &str) -> anyhow::Result<String> {
 
 /// Requests per pod from the syncer's `vcp_syncer_api_requests_total` counters: per side,
 /// writes and reads (watches excluded: they are long-lived), and every series in detail.
-fn requests_line(metrics: &str, pods: usize) -> String {
+fn requests_line(metrics: &str, pods: usize) -> (String, f64, f64) {
     let mut sums: std::collections::BTreeMap<(String, bool), f64> = Default::default();
     let mut detail = Vec::new();
     for line in metrics.lines() {
@@ -292,14 +338,15 @@ fn requests_line(metrics: &str, pods: usize) -> String {
         sums.get(&(side.to_owned(), write)).copied().unwrap_or(0.0) / pods as f64
     };
     detail.sort();
-    format!(
+    let line = format!(
         "bench-sync-requests pods={pods} tenant_writes_per_pod={:.2} tenant_reads_per_pod={:.2} host_writes_per_pod={:.2} host_reads_per_pod={:.2} {}",
         per("tenant", true),
         per("tenant", false),
         per("host", true),
         per("host", false),
         detail.join(" ")
-    )
+    );
+    (line, per("tenant", true), per("host", true))
 }
 
 /// Runs the benchmark and prints its summary line.
@@ -330,6 +377,9 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         tenant_cp.start_syncer_binary(&cluster, &binary, &["--workers=32", &listen, &policy])?;
     let tenant = tenant_cp.connect().await?;
     namespace(&tenant, "burst").await?;
+    // The syncer idle, its caches listed: memory per pod is what it grows by from here.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (idle_rss_mib, _) = proc_usage(syncer.pid);
     let cpu_synced_start = descendants_cpu();
     let synced_s = burst(&tenant, "burst", b.pods, b.concurrency, b.tokens).await?;
     let cpu_synced = descendants_cpu();
@@ -398,15 +448,27 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         .filter_map(|(n, h)| Some(ms(h, s.tenant_running.get(n)?)))
         .collect();
     let total = b.pods + b.latency_pods;
+    let direct_cpu = cpu_between(&cpu_host, &cpu_host, &cpu_direct);
+    let synced_cpu = cpu_between(&cpu_host, &cpu_synced_start, &cpu_synced);
+    // The host apiserver's CPU for the same pods is the yardstick of what syncing them costs
+    // (the benchmark's own clusters: `kube-apiserver-` is the host's, the tenant's is prefixed).
+    let share = match (
+        synced_cpu.get("vcp-syncer"),
+        synced_cpu.get("kube-apiserver-"),
+    ) {
+        (Some(s), Some(a)) if *a > 0.0 => Some(s / a),
+        _ => None,
+    };
+    let kib_per_pod = (rss_mib - idle_rss_mib).max(0.0) * 1024.0 / total as f64;
     println!(
-        "bench-sync pods={} direct_s={direct_s:.2} synced_s={synced_s:.2} throughput_ratio={:.2} down_p50_ms={:.1} down_p99_ms={:.1} up_p50_ms={:.1} up_p99_ms={:.1} syncer_rss_mib={rss_mib:.1} syncer_cpu_s={cpu_s:.1} rss_kib_per_pod={:.1} latency_pods={} rate={} tokens={} syncer_build={}",
+        "bench-sync pods={} direct_s={direct_s:.2} synced_s={synced_s:.2} throughput_ratio={:.2} syncer_share={} down_p50_ms={:.1} down_p99_ms={:.1} up_p50_ms={:.1} up_p99_ms={:.1} syncer_rss_mib={rss_mib:.1} syncer_idle_rss_mib={idle_rss_mib:.1} syncer_cpu_s={cpu_s:.1} rss_kib_per_pod={kib_per_pod:.1} latency_pods={} rate={} tokens={} syncer_build={}",
         b.pods,
         direct_s / synced_s,
+        share.map_or("?".into(), |s| format!("{s:.3}")),
         percentile(down.clone(), 0.5),
         percentile(down, 0.99),
         percentile(up.clone(), 0.5),
         percentile(up, 0.99),
-        (rss_mib - 40.0).max(0.0) * 1024.0 / total as f64,
         b.latency_pods,
         b.rate,
         b.tokens,
@@ -416,12 +478,20 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
             .and_then(|d| d.file_name())
             .map_or("?".into(), |d| d.to_string_lossy()),
     );
+    let mut measured = SyncLimits {
+        syncer_share: share,
+        kib_per_pod: Some(kib_per_pod),
+        ..Default::default()
+    };
     match metrics {
-        Ok(m) => println!("{}", requests_line(&m, total)),
+        Ok(m) => {
+            let (line, tenant_writes, host_writes) = requests_line(&m, total);
+            println!("{line}");
+            measured.tenant_writes_per_pod = Some(tenant_writes);
+            measured.host_writes_per_pod = Some(host_writes);
+        }
         Err(e) => eprintln!("could not read the syncer's metrics: {e}"),
     }
-    let direct_cpu = cpu_between(&cpu_host, &cpu_host, &cpu_direct);
-    let synced_cpu = cpu_between(&cpu_host, &cpu_synced_start, &cpu_synced);
     // What the two throughput phases cost the machine, whatever else ran on it meanwhile.
     let work_ratio = direct_cpu.values().sum::<f64>() / synced_cpu.values().sum::<f64>();
     println!(
@@ -432,6 +502,12 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
             "latency",
             &cpu_between(&cpu_host, &cpu_synced, &cpu_latency)
         ),
+    );
+    let exceeded = b.limits.exceeded(&measured);
+    anyhow::ensure!(
+        exceeded.is_empty(),
+        "bench sync: over the limits: {}",
+        exceeded.join(" ")
     );
     Ok(())
 }
@@ -837,4 +913,39 @@ pub async fn authz(b: AuthzBench) -> anyhow::Result<()> {
     );
     drop(cluster);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_fails_only_past_a_limit_it_was_given() {
+        let limits = SyncLimits {
+            syncer_share: Some(0.5),
+            kib_per_pod: Some(40.0),
+            tenant_writes_per_pod: Some(4.0),
+            host_writes_per_pod: None,
+        };
+        let fine = SyncLimits {
+            syncer_share: Some(0.12),
+            kib_per_pod: Some(9.0),
+            tenant_writes_per_pod: Some(2.0),
+            host_writes_per_pod: Some(9.0),
+        };
+        assert!(limits.exceeded(&fine).is_empty(), "no limit on host writes");
+        let regressed = SyncLimits {
+            syncer_share: Some(3.9),
+            tenant_writes_per_pod: None,
+            ..fine
+        };
+        assert_eq!(
+            limits.exceeded(&regressed),
+            [
+                "syncer_share=3.90>0.5",
+                "tenant_writes_per_pod=unmeasured>4"
+            ]
+        );
+        assert!(SyncLimits::default().exceeded(&regressed).is_empty());
+    }
 }

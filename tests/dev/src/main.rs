@@ -95,6 +95,18 @@ enum Bench {
         /// debug build by default.
         #[arg(long, env = "VCP_BENCH_SYNCER")]
         syncer: Option<std::path::PathBuf>,
+        /// Fail if the syncer's CPU over the host apiserver's (synced phase) exceeds this.
+        #[arg(long, env = "VCP_BENCH_MAX_SYNCER_SHARE")]
+        max_syncer_share: Option<f64>,
+        /// Fail if the syncer's memory grows by more KiB per pod than this.
+        #[arg(long, env = "VCP_BENCH_MAX_KIB_PER_POD")]
+        max_kib_per_pod: Option<f64>,
+        /// Fail if the syncer writes to the tenant apiserver more often per pod than this.
+        #[arg(long, env = "VCP_BENCH_MAX_TENANT_WRITES_PER_POD")]
+        max_tenant_writes_per_pod: Option<f64>,
+        /// Fail if the syncer writes to the host apiserver more often per pod than this.
+        #[arg(long, env = "VCP_BENCH_MAX_HOST_WRITES_PER_POD")]
+        max_host_writes_per_pod: Option<f64>,
     },
     /// The kubelet API (logs, exec) through a tenant's syncer against the host pod directly
     /// (one summary line, ratios tenant over host).
@@ -357,8 +369,18 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             concurrency,
             tokens,
             syncer,
+            max_syncer_share,
+            max_kib_per_pod,
+            max_tenant_writes_per_pod,
+            max_host_writes_per_pod,
         }) => {
             bench::sync(bench::SyncBench {
+                limits: bench::SyncLimits {
+                    syncer_share: max_syncer_share,
+                    kib_per_pod: max_kib_per_pod,
+                    tenant_writes_per_pod: max_tenant_writes_per_pod,
+                    host_writes_per_pod: max_host_writes_per_pod,
+                },
                 pods,
                 rate,
                 latency_pods,

@@ -1,8 +1,9 @@
 //! Events up (translation: [`translate`]): host Events are watched only in this tenant's host
 //! namespaces, one watch per namespace, started and stopped as the set the namespace
 //! controllers publish changes (the syncer's credentials reach no other namespace). The host
-//! apiserver thus sends no other tenant's Events (nor the host's own). Each Event about a host object carrying the tenant's markers,
-//! in the Event's own namespace, is created, or updated, in the tenant.
+//! apiserver thus sends no other tenant's Events (nor the host's own). Each Event about a host
+//! object carrying the tenant's markers, in the Event's own namespace, is created, or updated,
+//! in the tenant, except the host scheduler's binding record ([`translate::worth_copying`]).
 //!
 //! Host objects are looked up once per UID (an Event names its object's UID; many Events
 //! name the same pod). Host Event resource versions already copied are remembered, so a
@@ -13,7 +14,7 @@ pub mod translate;
 
 use crate::engine::Engine;
 use crate::engine::shared::Cache;
-use crate::kinds::events::translate::{plural, repeat_patch, to_tenant};
+use crate::kinds::events::translate::{plural, repeat_patch, to_tenant, worth_copying};
 use crate::kube_err;
 use crate::metrics::Direction;
 use crate::{Error, Result};
@@ -182,6 +183,9 @@ async fn copy_up(e: &Engine, memory: &Mutex<Memory>, ev: &Event) -> Result<()> {
     let (Some(host_ns), Some(uid)) = (ev.namespace(), ev.uid()) else {
         return Ok(());
     };
+    if !worth_copying(ev) {
+        return Ok(());
+    }
     let rv = ev.resource_version().unwrap_or_default();
     if lock(memory).copied.get(&uid) == Some(&rv) {
         return Ok(());

@@ -23,6 +23,18 @@ pub const KINDS: [(&str, &str); 5] = [
     ("Secret", "secrets"),
 ];
 
+/// Whether a host Event is worth a tenant write. The host scheduler's `Scheduled` (a pod
+/// bound to a node) is not: the syncer binds the tenant pod itself, so the tenant already sees
+/// the node in `spec.nodeName` and the `PodScheduled` condition, and copying the record would
+/// cost every pod a third write to the tenant apiserver beside its binding and status. Every
+/// other Event flows up, `FailedScheduling` (why a pod waits for a host node) included.
+pub fn worth_copying(host: &Event) -> bool {
+    let pod = host.involved_object.kind.as_deref() == Some("Pod");
+    !(pod
+        && host.reason.as_deref() == Some("Scheduled")
+        && host.type_.as_deref() != Some("Warning"))
+}
+
 /// The plural of a kind whose Events flow up (core group only), or `None`.
 pub fn plural(involved: &ObjectReference) -> Option<&'static str> {
     let core = matches!(involved.api_version.as_deref(), None | Some("v1"));
@@ -124,6 +136,24 @@ mod tests {
             name: "web-1".into(),
             uid: Some("tenant-pod-uid".into()),
         }
+    }
+
+    #[test]
+    fn the_host_schedulers_binding_record_stays_on_the_host() {
+        assert!(!worth_copying(&scheduled()));
+        let mut failed = scheduled();
+        failed.reason = Some("FailedScheduling".into());
+        failed.type_ = Some("Warning".into());
+        assert!(
+            worth_copying(&failed),
+            "why a pod waits must reach the tenant"
+        );
+        let mut pulled = scheduled();
+        pulled.reason = Some("Pulled".into());
+        assert!(worth_copying(&pulled));
+        let mut service = scheduled();
+        service.involved_object.kind = Some("Service".into());
+        assert!(worth_copying(&service));
     }
 
     #[test]

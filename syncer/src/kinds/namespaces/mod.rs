@@ -36,8 +36,7 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
     let desired = translate::to_host(&t, &e.ctx);
     let name = desired.name_any();
     let api: Api<Namespace> = Api::all(e.host.clone());
-    let admission = e.admission.lock().await;
-    match quota::namespace(e, &t) {
+    match quota::admit_namespace(e, &t) {
         Verdict::Admitted => {}
         Verdict::NotReady => return Ok(Action::requeue(quota::not_ready())),
         // Over the plan's count: no host namespace (one made before the plan shrank stays).
@@ -57,10 +56,6 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
         ..Default::default()
     };
     let created = api.create(&pp, &desired).await;
-    if created.is_ok() {
-        e.admission.created::<Namespace>("", &t.name_any());
-    }
-    drop(admission);
     match created {
         Ok(_) => {
             tracing::info!(namespace = %name, "created host namespace");
@@ -161,6 +156,8 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
     // One watch and cache per side, shared by both controllers (see `crate::engine::shared`).
     let mut tenant = Shared::<Namespace>::new();
     let mut host = Shared::<Namespace>::new();
+    // The quota counts namespaces, and objects in a namespace it keeps off the host wait.
+    quota::observe(&engine, &mut tenant, &mut host);
     let _ = engine.host_namespaces.set(host.cache());
     let _ = engine.tenant_namespaces.set(tenant.cache());
     let cx = Arc::new(Ns {

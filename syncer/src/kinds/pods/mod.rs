@@ -144,23 +144,17 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 let links = tenant_service_links(e, &t.namespace().unwrap_or_default())?;
                 add_service_links(&mut desired, &links, &env_from);
             }
-            // Again under the admission lock, with the create it allows (the first look above
-            // spares a waiting pod the work in between).
-            let admission = e.admission.lock().await;
-            let verdict = quota::pod(e, &t);
+            // The pod takes its share now, right before the create (the first look above
+            // spares a waiting pod the work in between): a verdict that moved meanwhile is
+            // told like any other.
+            let verdict = quota::admit_pod(e, &t);
             if let Some(wait) = verdict.wait(e) {
-                drop(admission);
                 wait_for_quota(e, &t, verdict).await?;
                 return Ok(wait);
             }
             let created = create_or_adopt(e, t.as_ref(), &desired).await;
-            if matches!(created, Ok(Placed::Ours)) {
-                e.admission
-                    .created::<Pod>(&t.namespace().unwrap_or_default(), &t.name_any());
-            }
-            drop(admission);
-            // The host's backstop caught a race the caches could not see (two passes
-            // admitting at once): wait like any pod over the quota.
+            // The host's backstop counts what the ledger cannot see (a terminating pod still
+            // counts on the host for its grace period): wait like any pod over the quota.
             if let Some(wait) = wait_for_quota(e, &t, quota::host_verdict(&created)).await? {
                 return Ok(wait);
             }
@@ -325,6 +319,14 @@ fn drifted(desired: &Pod, host: &Pod) -> bool {
 impl Synced for Pod {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         Some(to_host(t, &e.ctx, &e.pod_env))
+    }
+
+    fn observe(
+        e: &std::sync::Arc<Engine>,
+        tenant: &mut crate::engine::shared::Shared<Self>,
+        host: &mut crate::engine::shared::Shared<Self>,
+    ) {
+        crate::engine::quota::observe(e, tenant, host);
     }
 }
 

@@ -5,7 +5,7 @@ pub mod translate;
 use crate::engine::FIELD_MANAGER;
 use crate::engine::decide::{Decision, HostSide, decide};
 use crate::engine::quota;
-use crate::engine::{Engine, Placed, Side, Synced, cached_host, create_or_adopt, delete_host};
+use crate::engine::{Engine, Side, Synced, cached_host, create_or_adopt, delete_host};
 use crate::kinds::volumes;
 use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -40,8 +40,8 @@ pub async fn down(
                     .await;
                 return Ok(Action::requeue(e.resync));
             }
-            let admission = e.admission.lock().await;
-            if let Some(wait) = quota::hold(e, t.as_ref(), quota::claim(e, &side, &t)).await {
+            let verdict = quota::admit_claim(e, &side, &t);
+            if let Some(wait) = quota::hold(e, t.as_ref(), verdict).await {
                 return Ok(wait);
             }
             let wanted = t.spec.as_ref().and_then(|s| s.volume_name.clone());
@@ -56,13 +56,6 @@ pub async fn down(
                 }
             }
             let created = create_or_adopt(e, t.as_ref(), &desired).await;
-            if matches!(created, Ok(Placed::Ours)) {
-                e.admission.created::<PersistentVolumeClaim>(
-                    &t.namespace().unwrap_or_default(),
-                    &t.name_any(),
-                );
-            }
-            drop(admission);
             if let Some(wait) = quota::hold(e, t.as_ref(), quota::host_verdict(&created)).await {
                 return Ok(wait);
             }
@@ -163,5 +156,13 @@ impl Synced for PersistentVolumeClaim {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         // The claim's volume does not matter here (only its name and namespace are read).
         Some(to_host(t, &e.ctx, None))
+    }
+
+    fn observe(
+        e: &std::sync::Arc<Engine>,
+        tenant: &mut crate::engine::shared::Shared<Self>,
+        host: &mut crate::engine::shared::Shared<Self>,
+    ) {
+        crate::engine::quota::observe(e, tenant, host);
     }
 }

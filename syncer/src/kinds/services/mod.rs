@@ -6,7 +6,7 @@ pub mod translate;
 
 use crate::engine::decide::{Decision, HostSide, decide};
 use crate::engine::quota;
-use crate::engine::{Engine, FIELD_MANAGER, Placed, Side, Synced, apply, cached_host, delete_host};
+use crate::engine::{Engine, FIELD_MANAGER, Side, Synced, apply, cached_host, delete_host};
 use crate::kinds::endpoints::translate::hand_managed;
 use crate::{Error, Result, kube_err};
 use k8s_openapi::api::core::v1::Service;
@@ -41,15 +41,11 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
         Decision::Create => {
             // Over the tenant-wide quota, a Service has no host copy at all (not even a
             // ClusterIP one): it waits until an earlier one goes.
-            let admission = e.admission.lock().await;
-            if let Some(wait) = quota::hold(e, t.as_ref(), quota::service(e, &side, &t)).await {
+            let verdict = quota::admit_service(e, &side, &t);
+            if let Some(wait) = quota::hold(e, t.as_ref(), verdict).await {
                 return Ok(wait);
             }
             let created = create(e, &t, &desired, host_ports).await;
-            if matches!(created, Ok(Placed::Ours)) {
-                e.admission.created::<Service>(&ns, &name);
-            }
-            drop(admission);
             if let Some(wait) = quota::hold(e, t.as_ref(), quota::host_verdict(&created)).await {
                 return Ok(wait);
             }
@@ -262,5 +258,13 @@ impl Synced for Service {
         }
         let (host_ports, _) = host_ports(e, t);
         Some(translate::to_host(t, &e.ctx, true, host_ports))
+    }
+
+    fn observe(
+        e: &std::sync::Arc<Engine>,
+        tenant: &mut crate::engine::shared::Shared<Self>,
+        host: &mut crate::engine::shared::Shared<Self>,
+    ) {
+        crate::engine::quota::observe(e, tenant, host);
     }
 }
