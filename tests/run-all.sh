@@ -23,4 +23,21 @@ step "cargo test --no-run (builds test binaries and the binaries they start)"
 cargo test --locked --workspace --no-run
 step "tests: unit, doc, then integration binaries ${VCP_TEST_JOBS:-2} at a time (tests/run-tests.sh)"
 tests/run-tests.sh --locked
+# Each benchmark once at a small size, its summary line printed. A run fails only past a
+# ratio with a wide margin (about four times the goal), never on time: the tenfold syncer
+# regression of 2026-11 would have tripped it (docs/benchmarks.md, "CI's benchmark step").
+step "benchmarks (small sizes, ratio limits only)"
+bench() { # log, then the bench arguments; a failing run's log is printed
+  local log=target/test-logs/bench-$1.log
+  shift
+  if ! target/debug/vcp-dev bench "$@" 2>"$log"; then
+    tail -n 40 "$log"
+    return 1
+  fi
+}
+bench sync sync --pods 300 --latency-pods 100 --rate 50 \
+  --max-syncer-share 0.5 --max-kib-per-pod 40 \
+  --max-tenant-writes-per-pod 4 --max-host-writes-per-pod 1.5
+bench provision provision --tenants 2 --idle-seconds 5
+bench upgrade upgrade --simulate --tenants 20
 step "done"
