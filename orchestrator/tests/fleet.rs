@@ -679,3 +679,80 @@ async fn a_failing_canary_rolls_back_and_stops_the_fleet_at_its_budget_for_api_a
     assert!(err.contains("409") && err.contains("is Failed"), "{err}");
     Ok(())
 }
+
+/// Simulated control planes (`--simulate-control-planes`, what `vcp-dev bench upgrade
+/// --simulate` measures): tenants become Ready without an apiserver to ask, and a fleet upgrade
+/// of seven keeps its pace, read from the inventory's times: the canary finished before any
+/// other tenant started, every wave finished before the next started, and never more than
+/// `max_parallel` moved at once.
+#[tokio::test]
+async fn a_simulated_fleet_keeps_canary_waves_and_max_parallel() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let plans = tempfile::tempdir()?;
+    let plans_file = plans.path().join("plans.yaml");
+    std::fs::write(&plans_file, platform::SIMULATED_PLANS)?;
+    let p = vcp_dev::testing::platform_with(
+        cluster,
+        "vcp-fleet-sim",
+        4,
+        vec![
+            ("VCP_SIMULATE_CONTROL_PLANES".into(), "true".into()),
+            (
+                "VCP_PLANS".into(),
+                plans_file.to_string_lossy().into_owned(),
+            ),
+        ],
+    )
+    .await?;
+    let api = &p.admin;
+    let names = ["s0", "s1", "s2", "s3", "s4", "s5", "s6"];
+    ready_tenants(api, &names).await?;
+    let (s, f) = api
+        .raw(
+            Method::POST,
+            "/v1/upgrades",
+            Some(&json!({"target": "1.37", "canary": 1, "max_parallel": 2,
+                "soak_seconds": 0, "respect_maintenance_windows": false})),
+        )
+        .await?;
+    anyhow::ensure!(s == 201, "fleet upgrade: {s} {f}");
+    let id = f["id"].as_i64().unwrap_or_default();
+    let done = wait_fleet(api, id).await?;
+    assert_eq!(done["state"], "Succeeded", "{done}");
+
+    let pool = sqlx::PgPool::connect(&p.database_url).await?;
+    type At = time::OffsetDateTime;
+    let rows: Vec<(i32, At, At)> = sqlx::query_as(
+        "SELECT wave, started_at, finished_at FROM fleet_upgrade_tenants
+         WHERE fleet_id = $1 AND state = 'Succeeded' ORDER BY started_at",
+    )
+    .bind(id)
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(rows.len(), names.len(), "every tenant succeeded: {rows:?}");
+    let waves: Vec<i32> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(
+        waves,
+        [0, 1, 1, 2, 2, 2, 2],
+        "canary, then waves of 2 and 4"
+    );
+    for (w, started, _) in &rows {
+        for (earlier, _, finished) in rows.iter().filter(|r| r.0 < *w) {
+            assert!(
+                finished <= started,
+                "a wave-{w} tenant started at {started} before a wave-{earlier} tenant finished at {finished}"
+            );
+        }
+    }
+    for (_, started, _) in &rows {
+        let moving = rows
+            .iter()
+            .filter(|(_, s, f)| s <= started && started < f)
+            .count();
+        assert!(
+            moving <= 2,
+            "{moving} tenants moving at {started}: {rows:?}"
+        );
+    }
+    Ok(())
+}

@@ -1220,3 +1220,85 @@ async fn the_inventory_connects_over_tls_verifying_the_servers_certificate() -> 
     }
     Ok(())
 }
+
+/// A fleet upgrade waits for its next poll only while nothing changes: the pass that ends one
+/// of its tenants' upgrades makes it due at once (a slot is free, or a wave done), also when
+/// a fleet worker holds it at that moment (the release keeps it due).
+#[tokio::test]
+async fn a_fleet_is_due_at_once_when_one_of_its_tenants_upgrades_ends() -> anyhow::Result<()> {
+    use vcp_orchestrator::inventory::fleet::StartOutcome;
+    use vcp_orchestrator::upgrade::Transition;
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "fleet_due").await?;
+    let catalog = Catalog::builtin();
+    let ids = ready_tenants(&inv, "1.36", &["da", "db", "dc"]).await?;
+    let f = new_fleet(&inv, &catalog, "1.37", 2).await?;
+    let entries = inv.fleet_entries(f.id).await?;
+    let poll = Duration::from_secs(600);
+    // Starts entry `i` under a fleet lease, and releases it with a poll far away.
+    let start = |i: usize| {
+        let (inv, e) = (inv.clone(), entries[i].clone());
+        async move {
+            let held = inv.claim_fleet("w", Duration::from_secs(30)).await?;
+            anyhow::ensure!(held.is_some(), "the fleet is due");
+            let StartOutcome::Started(up) = inv
+                .start_fleet_tenant(f.id, "w", &e, "1.37", "fleet/w")
+                .await?
+            else {
+                anyhow::bail!("entry {i} did not start");
+            };
+            Ok::<_, anyhow::Error>(up)
+        }
+    };
+    // Ends tenant `id`'s upgrade `up` the way a reconcile pass does.
+    let end = |id: i64, up: i64| {
+        let inv = inv.clone();
+        async move {
+            sqlx::query(
+                "UPDATE tenants SET next_reconcile_at = now() + interval '1 h' WHERE id <> $1",
+            )
+            .bind(id)
+            .execute(inv.pool())
+            .await?;
+            sqlx::query("UPDATE tenants SET next_reconcile_at = now() WHERE id = $1")
+                .bind(id)
+                .execute(inv.pool())
+                .await?;
+            let t = inv.claim("r", Duration::from_secs(30)).await?.unwrap();
+            assert_eq!(t.id, id);
+            let mut o = outcome("Ready", t.generation);
+            o.upgrade = Some((up, Transition::Succeeded));
+            assert!(inv.finish(&t, "r", &o, "r").await?);
+            Ok::<_, anyhow::Error>(())
+        }
+    };
+
+    let up = start(0).await?;
+    inv.release_fleet(f.id, "w", poll).await?;
+    assert!(
+        inv.claim_fleet("w", Duration::from_secs(30))
+            .await?
+            .is_none(),
+        "not due before its poll while nothing changed"
+    );
+    end(ids[0], up).await?;
+    assert!(
+        inv.claim_fleet("w", Duration::from_secs(30))
+            .await?
+            .is_some(),
+        "due at once after its tenant's upgrade ended"
+    );
+    inv.release_fleet(f.id, "w", Duration::ZERO).await?;
+
+    // The upgrade ends while a worker holds the fleet: its release keeps it due.
+    let up = start(1).await?;
+    end(ids[1], up).await?;
+    inv.release_fleet(f.id, "w", poll).await?;
+    assert!(
+        inv.claim_fleet("w", Duration::from_secs(30))
+            .await?
+            .is_some(),
+        "due at once: the upgrade ended during the step"
+    );
+    Ok(())
+}

@@ -378,7 +378,8 @@ impl Inventory {
     pub async fn claim_fleet(&self, worker: &str, lease: Duration) -> Result<Option<FleetRow>> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE fleet_upgrades SET lease_owner = $1,
-               lease_until = now() + make_interval(secs => $2)
+               lease_until = now() + make_interval(secs => $2),
+               next_step_at = now() + make_interval(secs => $2)
              WHERE id = (
                SELECT id FROM fleet_upgrades f
                WHERE next_step_at <= now() AND (lease_until IS NULL OR lease_until < now())
@@ -612,11 +613,12 @@ impl Inventory {
         Ok(outcome)
     }
 
-    /// Releases a fleet upgrade's lease; it is due again after `after`.
+    /// Releases a fleet upgrade's lease; it is due again after `after`, or at once if one
+    /// of its tenants' upgrades ended while we held it ([`due_now`]).
     pub async fn release_fleet(&self, id: i64, worker: &str, after: Duration) -> Result<()> {
         sqlx::query(
             "UPDATE fleet_upgrades SET lease_owner = NULL, lease_until = NULL,
-               next_step_at = now() + make_interval(secs => $3)
+               next_step_at = LEAST(next_step_at, now() + make_interval(secs => $3))
              WHERE id = $1 AND lease_owner = $2",
         )
         .bind(id)
@@ -626,6 +628,26 @@ impl Inventory {
         .await?;
         Ok(())
     }
+}
+
+/// Makes the fleet upgrade that started tenant upgrade `upgrade` (if one did) due at once and
+/// wakes the workers: its entry's end is recorded, and the slot refilled, by the next step
+/// rather than at the fleet worker's poll. A step running under a lease meanwhile keeps it
+/// due: [`Inventory::claim_fleet`] moves `next_step_at` to the lease's end, and
+/// [`Inventory::release_fleet`] keeps the earlier of that and its own wake-up.
+pub(super) async fn due_now(tx: &mut sqlx::PgConnection, upgrade: i64) -> Result<()> {
+    let r = sqlx::query(
+        "UPDATE fleet_upgrades SET next_step_at = now()
+         WHERE id IN (SELECT fleet_id FROM fleet_upgrade_tenants WHERE upgrade_id = $1)
+           AND next_step_at > now()",
+    )
+    .bind(upgrade)
+    .execute(&mut *tx)
+    .await?;
+    if r.rows_affected() > 0 {
+        notify(tx).await?;
+    }
+    Ok(())
 }
 
 /// Locks the fleet row if `worker` holds its lease; false otherwise.

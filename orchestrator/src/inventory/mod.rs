@@ -1364,6 +1364,11 @@ async fn apply_transition(
         // Finished by someone else meanwhile: nothing of ours to write.
         return Ok(());
     };
+    if !row.state.active() {
+        // The upgrade ended: a fleet upgrade that started it has a slot free (or a wave
+        // done) now, so it is due at once instead of at its next poll.
+        fleet::due_now(&mut *tx, row.id).await?;
+    }
     if matches!(tr, Transition::NextHop { .. }) {
         let t: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = $1"

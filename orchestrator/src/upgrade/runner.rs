@@ -25,8 +25,9 @@ use vcp_core::lifecycle::{FleetEntryState, FleetState};
 
 /// How long a claimed fleet upgrade stays ours without renewal; a step takes far less.
 pub const LEASE: Duration = Duration::from_secs(30);
-/// How often a fleet upgrade with tenants moving is looked at (tenant upgrades take tens of
-/// seconds; their end is noticed within this).
+/// How often a fleet upgrade with tenants moving is looked at. The end of one of its tenants'
+/// upgrades makes it due at once (`inventory::fleet::due_now`); this poll covers what
+/// nothing announces (a maintenance window opening, a tenant becoming startable).
 pub const POLL: Duration = Duration::from_secs(2);
 
 /// Steps fleet upgrades until the process ends.

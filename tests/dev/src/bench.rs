@@ -624,11 +624,161 @@ pub struct UpgradeBench {
     pub max_parallel: u32,
 }
 
+/// Busy and total jiffies of the whole machine (every core), from the first line of
+/// /proc/stat: busy is everything but idle and iowait.
+fn machine_jiffies() -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return (f64::NAN, f64::NAN);
+    };
+    let f: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: f64 = f.iter().take(8).sum();
+    let idle = f.get(3).copied().unwrap_or(0.0) + f.get(4).copied().unwrap_or(0.0);
+    (total - idle, total)
+}
+
+/// Reaped children's CPU seconds (`cutime` + `cstime`) of a process: what its exited children
+/// used (Postgres backends that ended, mostly).
+fn reaped_cpu(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let f: Vec<f64> = s[s.rfind(')')? + 2..]
+                .split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            Some((f.get(13)? + f.get(14)?) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// The benchmark's processes, grouped for the summary line by their command name (/proc
+/// truncates it to 15 characters, and the cached binaries carry their version:
+/// `kube-apiserver-v1.37.1` shows as `kube-apiserver-`).
+fn cpu_group(comm: &str) -> &'static str {
+    const GROUPS: [(&str, &str); 8] = [
+        ("postgres", "pg"),
+        ("kube-apiserver", "apiserver"),
+        ("etcd", "etcd"),
+        ("kube-controller", "kcm"),
+        ("kube-scheduler", "scheduler"),
+        ("kwok", "kwok"),
+        ("vcp-dev", "bench"),
+        ("vcp", "vcp"),
+    ];
+    GROUPS
+        .iter()
+        .find(|(prefix, _)| {
+            comm == *prefix
+                || comm
+                    .strip_prefix(prefix)
+                    .is_some_and(|r| r.starts_with('-'))
+        })
+        .map_or("other", |(_, g)| g)
+}
+
+/// CPU seconds of the benchmark's process tree (this process and its descendants) between
+/// two snapshots, by [`cpu_group`]; a process that exited between them is lost, except what
+/// its parent reaped (added by the caller for Postgres).
+fn grouped_cpu(
+    from: &HashMap<u32, (String, f64)>,
+    to: &HashMap<u32, (String, f64)>,
+) -> std::collections::BTreeMap<&'static str, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (pid, (comm, cpu)) in to {
+        let before = from.get(pid).map_or(0.0, |(_, c)| *c);
+        *out.entry(cpu_group(comm)).or_insert(0.0) += cpu - before;
+    }
+    out
+}
+
+/// A counter's value in Prometheus text (`name value`), 0 if absent.
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// `vcp serve`'s `/metrics`: passes run and seconds spent in them.
+async fn pass_counters(url: &str) -> (f64, f64) {
+    let text = match reqwest::get(format!("{url}/metrics")).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    (
+        counter(&text, "vcp_reconcile_passes_total"),
+        counter(&text, "vcp_reconcile_pass_seconds_total"),
+    )
+}
+
+/// One fleet entry's times, from the inventory: when the fleet started it, when its upgrade's
+/// hop started (the snapshot taken), when the upgrade ended, and when the fleet recorded that.
+struct EntryTimes {
+    started: time::OffsetDateTime,
+    hop_started: time::OffsetDateTime,
+    upgrade_finished: time::OffsetDateTime,
+    recorded: time::OffsetDateTime,
+    wave: i32,
+}
+
+async fn entry_times(db: &str, fleet: i64) -> anyhow::Result<Vec<EntryTimes>> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(db).await?;
+    type Row = (
+        time::OffsetDateTime,
+        time::OffsetDateTime,
+        time::OffsetDateTime,
+        time::OffsetDateTime,
+        i32,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT e.started_at, u.hop_started_at, u.finished_at, e.finished_at, e.wave
+         FROM fleet_upgrade_tenants e JOIN tenant_upgrades u ON u.id = e.upgrade_id
+         WHERE e.fleet_id = $1 AND e.started_at IS NOT NULL AND e.finished_at IS NOT NULL
+           AND u.finished_at IS NOT NULL",
+    )
+    .bind(fleet)
+    .fetch_all(&mut conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(started, hop_started, upgrade_finished, recorded, wave)| EntryTimes {
+                started,
+                hop_started,
+                upgrade_finished,
+                recorded,
+                wave,
+            },
+        )
+        .collect())
+}
+
 /// N tenants on 1.36 moved to 1.37 by one fleet upgrade (canary 1, no soak) through a real
 /// `vcp serve`: the fleet's wall time, each tenant's upgrade time (from its fleet entry's start
-/// to its end), failures, and vcp's RSS and CPU over the upgrade.
+/// to its end), failures, vcp's RSS and CPU over the upgrade, and where the wall time went:
+///
+/// - CPU seconds over the upgrade of each part of the benchmark's process tree (vcp, its
+///   Postgres, the host apiserver, etcd, controller-manager, scheduler, kwok) and how busy
+///   the machine's cores were (all processes, the benchmark's or not);
+/// - each tenant's time split in three, from the inventory: `snap` (fleet start to the hop's
+///   start: the pass that takes the snapshot), `roll` (the hop's start to the upgrade's end:
+///   the components rolling, one step after another, and the gates), `notice` (the upgrade's
+///   end to the fleet recording it: the fleet worker's poll);
+/// - `slots_busy_pct`: the share of the `max_parallel` slots over the wall time that held a
+///   moving tenant (the rest is waves' tails, the canary, and starts not yet made);
+/// - `pass_s`: seconds vcp's workers spent in reconcile passes (its `/metrics`), and
+///   `workers_busy_pct` that over `workers` x wall time (near 100: tenants queue for workers).
 pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
-    let (_cluster, orch, api) = bench_platform(b.simulate, b.workers).await?;
+    let (cluster, orch, api) = bench_platform(b.simulate, b.workers).await?;
+    let bench_start = Instant::now();
     for i in 0..b.tenants {
         let (s, t) = api
             .raw(
@@ -662,6 +812,29 @@ pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
     );
 
     let (rss_before, cpu_before) = proc_usage(orch.proc.pid);
+    let procs_before = descendants_cpu();
+    let pg_pid = |procs: &HashMap<u32, (String, f64)>| {
+        // The postmaster: the one `postgres` whose parent is not a `postgres`.
+        procs.iter().find_map(|(pid, (comm, _))| {
+            (comm == "postgres"
+                && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        let ppid: u32 = s[s.rfind(')')? + 2..]
+                            .split_whitespace()
+                            .nth(1)?
+                            .parse()
+                            .ok()?;
+                        Some(procs.get(&ppid).is_none_or(|(c, _)| c != "postgres"))
+                    })
+                    .unwrap_or(false))
+            .then_some(*pid)
+        })
+    };
+    let postmaster = pg_pid(&procs_before);
+    let reaped_before = postmaster.map_or(0.0, reaped_cpu);
+    let machine_before = machine_jiffies();
+    let passes_before = pass_counters(&orch.url).await;
     let start = Instant::now();
     let (s, f) = api
         .raw(
@@ -704,6 +877,12 @@ pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
     };
     let total_s = start.elapsed().as_secs_f64();
     let (_, cpu_after) = proc_usage(orch.proc.pid);
+    let procs_after = descendants_cpu();
+    let machine_after = machine_jiffies();
+    let passes_after = pass_counters(&orch.url).await;
+    let mut cpu = grouped_cpu(&procs_before, &procs_after);
+    *cpu.entry("pg").or_insert(0.0) += postmaster.map_or(0.0, reaped_cpu) - reaped_before;
+    let cpu_of = |g: &str| cpu.get(g).copied().unwrap_or(0.0);
     let parse = |v: &serde_json::Value| {
         v.as_str().and_then(|s| {
             time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
@@ -717,14 +896,45 @@ pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
         })
         .collect();
     let failed = tenants.iter().filter(|t| t["state"] != "Succeeded").count();
+    let times = entry_times(cluster.database_url(), id).await?;
+    let secs = |f: &dyn Fn(&EntryTimes) -> time::Duration| -> Vec<f64> {
+        times.iter().map(|e| f(e).as_seconds_f64()).collect()
+    };
+    let snap = secs(&|e| e.hop_started - e.started);
+    let roll = secs(&|e| e.upgrade_finished - e.hop_started);
+    let notice = secs(&|e| e.recorded - e.upgrade_finished);
+    let busy_slot_s: f64 = took.iter().sum();
+    let slots_busy_pct = 100.0 * busy_slot_s / (f64::from(b.max_parallel) * total_s);
+    let waves = times.iter().map(|e| e.wave + 1).max().unwrap_or(0);
+    let (passes, pass_s) = (
+        passes_after.0 - passes_before.0,
+        passes_after.1 - passes_before.1,
+    );
+    let workers_busy_pct = 100.0 * pass_s / (f64::from(b.workers) * total_s);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let machine_busy_pct =
+        100.0 * (machine_after.0 - machine_before.0) / (machine_after.1 - machine_before.1);
     println!(
-        "bench-upgrade tenants={} simulate={} max_parallel={} total_s={total_s:.1} per_tenant_p50_s={:.1} per_tenant_p99_s={:.1} failed={failed} vcp_rss_mib={peak_rss:.1} vcp_cpu_s={:.1}",
+        "bench-upgrade tenants={} simulate={} max_parallel={} workers={} total_s={total_s:.1} per_tenant_p50_s={:.1} per_tenant_p99_s={:.1} failed={failed} vcp_rss_mib={peak_rss:.1} vcp_cpu_s={:.1} pg_cpu_s={:.1} apiserver_cpu_s={:.1} etcd_cpu_s={:.1} kcm_cpu_s={:.1} scheduler_cpu_s={:.1} kwok_cpu_s={:.1} other_cpu_s={:.1} machine_busy_pct={machine_busy_pct:.0} cores={cores} snap_p50_s={:.1} roll_p50_s={:.1} roll_p99_s={:.1} notice_p50_s={:.1} waves={waves} slots_busy_pct={slots_busy_pct:.0} passes={passes:.0} pass_s={pass_s:.0} workers_busy_pct={workers_busy_pct:.0} setup_s={:.0}",
         b.tenants,
         b.simulate,
         b.max_parallel,
+        b.workers,
         percentile(took.clone(), 0.5),
         percentile(took, 0.99),
         cpu_after - cpu_before,
+        cpu_of("pg"),
+        cpu_of("apiserver"),
+        cpu_of("etcd"),
+        cpu_of("kcm"),
+        cpu_of("scheduler"),
+        cpu_of("kwok"),
+        cpu_of("other") + cpu_of("bench"),
+        percentile(snap, 0.5),
+        percentile(roll.clone(), 0.5),
+        percentile(roll, 0.99),
+        percentile(notice, 0.5),
+        (bench_start.elapsed().as_secs_f64() - total_s),
     );
     drop(orch);
     Ok(())
