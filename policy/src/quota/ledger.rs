@@ -664,6 +664,10 @@ mod tests {
 
     /// One tenant object of any counted kind.
     #[derive(Debug, Clone)]
+    #[expect(
+        clippy::large_enum_variant,
+        reason = "a few dozen test objects; boxing pods would only obscure the feeding"
+    )]
     enum Obj {
         Namespace(Namespace),
         Pod(Pod),
