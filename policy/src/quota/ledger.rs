@@ -721,20 +721,6 @@ mod tests {
         }
     }
 
-    fn hard_values(h: &Hard) -> [Option<u64>; 9] {
-        [
-            h.pods,
-            h.requests_cpu,
-            h.requests_memory,
-            h.limits_cpu,
-            h.limits_memory,
-            h.services,
-            h.persistent_volume_claims,
-            h.requests_storage,
-            h.namespaces,
-        ]
-    }
-
     /// The line judged from its start by the rules alone, as plainly as they can be written:
     /// the holders' share first, then every other counted object in line order, kind by kind,
     /// namespaces first. `true`: admitted.
@@ -743,7 +729,7 @@ mod tests {
         held: &BTreeSet<(Kind, Key)>,
         q: &Quota,
     ) -> BTreeMap<(Kind, Key), bool> {
-        let hard = hard_values(&q.hard());
+        let hard = q.hard().values();
         let fits = |used: &Usage, more: &Usage| {
             used.values()
                 .iter()

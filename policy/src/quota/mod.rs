@@ -346,25 +346,29 @@ impl Usage {
 
     /// Whether every resource is within its limit.
     pub fn within(&self, hard: &Hard) -> bool {
-        let h = [
-            hard.pods,
-            hard.requests_cpu,
-            hard.requests_memory,
-            hard.limits_cpu,
-            hard.limits_memory,
-            hard.services,
-            hard.persistent_volume_claims,
-            hard.requests_storage,
-            hard.namespaces,
-        ];
         self.values()
             .iter()
-            .zip(h)
+            .zip(hard.values())
             .all(|(used, hard)| hard.is_none_or(|h| *used <= h))
     }
 }
 
 impl Hard {
+    /// The limits in [`RESOURCES`] order.
+    fn values(&self) -> [Option<u64>; 9] {
+        [
+            self.pods,
+            self.requests_cpu,
+            self.requests_memory,
+            self.limits_cpu,
+            self.limits_memory,
+            self.services,
+            self.persistent_volume_claims,
+            self.requests_storage,
+            self.namespaces,
+        ]
+    }
+
     /// One limit by field name (see [`RESOURCES`]); `None` if unlimited.
     pub fn get(&self, resource: &str) -> Option<u64> {
         match resource {

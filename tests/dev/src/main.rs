@@ -96,16 +96,16 @@ enum Bench {
         #[arg(long, env = "VCP_BENCH_SYNCER")]
         syncer: Option<std::path::PathBuf>,
         /// Fail if the syncer's CPU over the host apiserver's (synced phase) exceeds this.
-        #[arg(long, env = "VCP_BENCH_MAX_SYNCER_SHARE")]
+        #[arg(long, env = "VCP_BENCH_MAX_SYNCER_SHARE", value_parser = limit)]
         max_syncer_share: Option<f64>,
         /// Fail if the syncer's memory grows by more KiB per pod than this.
-        #[arg(long, env = "VCP_BENCH_MAX_KIB_PER_POD")]
+        #[arg(long, env = "VCP_BENCH_MAX_KIB_PER_POD", value_parser = limit)]
         max_kib_per_pod: Option<f64>,
         /// Fail if the syncer writes to the tenant apiserver more often per pod than this.
-        #[arg(long, env = "VCP_BENCH_MAX_TENANT_WRITES_PER_POD")]
+        #[arg(long, env = "VCP_BENCH_MAX_TENANT_WRITES_PER_POD", value_parser = limit)]
         max_tenant_writes_per_pod: Option<f64>,
         /// Fail if the syncer writes to the host apiserver more often per pod than this.
-        #[arg(long, env = "VCP_BENCH_MAX_HOST_WRITES_PER_POD")]
+        #[arg(long, env = "VCP_BENCH_MAX_HOST_WRITES_PER_POD", value_parser = limit)]
         max_host_writes_per_pod: Option<f64>,
     },
     /// The kubelet API (logs, exec) through a tenant's syncer against the host pod directly
@@ -165,6 +165,16 @@ enum Bench {
         #[arg(long, env = "VCP_DEV_WORKERS", default_value_t = 3)]
         workers: u32,
     },
+}
+
+/// A benchmark limit: a finite number, zero or more (a NaN would never be exceeded).
+fn limit(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a limit (a finite number, zero or more)"
+        )),
+    }
 }
 
 fn main() -> ExitCode {
@@ -484,5 +494,16 @@ async fn sigterm() {
             s.recv().await;
         }
         Err(_) => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_bench_limit_is_a_finite_number_of_zero_or_more() {
+        assert_eq!(super::limit("0.5"), Ok(0.5));
+        for bad in ["nan", "inf", "-1", "lots", ""] {
+            assert!(super::limit(bad).is_err(), "{bad}");
+        }
     }
 }
