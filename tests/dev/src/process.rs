@@ -294,9 +294,51 @@ pub fn stop_group(pgid: u32, grace: Duration) {
     }
 }
 
-/// `n` distinct free TCP ports on 127.0.0.1. The OS picks them; they are released before use,
-/// so a rare race with another process is possible and shows up as a startup failure.
+/// `n` distinct free TCP ports on 127.0.0.1, for components that need their port on the command
+/// line. The ports are released before use, so they are taken below the kernel's ephemeral range
+/// (and below the NodePort range): a port the kernel handed out with port 0 is soon reused as the
+/// source port of some outgoing connection, which made a component's bind fail now and then.
+/// Within this process a port is never handed out twice; between processes the random start and
+/// the bind check leave only a window of a few seconds in 10,000 ports.
 pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    use std::hash::{BuildHasher, Hasher};
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let (low, high) = port_pool();
+    let span = u32::from(high - low);
+    if span < 1000 {
+        return os_ports();
+    }
+    let mut seed = std::collections::hash_map::RandomState::new().build_hasher();
+    seed.write_u32(std::process::id());
+    let mut next = (seed.finish() % u64::from(span)) as u32;
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut ports = [0; N];
+    let mut found = 0;
+    for _ in 0..span {
+        if found == N {
+            break;
+        }
+        let port = low + (next % span) as u16;
+        // A stride coprime with the span visits every port once, far apart from the last pick.
+        next = next.wrapping_add(7919);
+        if given.contains(&port) || std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        given.push(port);
+        ports[found] = port;
+        found += 1;
+    }
+    if found < N {
+        return Err(Error::io("127.0.0.1")(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("no free port left in {low}..{high}"),
+        )));
+    }
+    Ok(ports)
+}
+
+/// Ports the kernel picks, for a machine whose ephemeral range leaves no room below it.
+fn os_ports<const N: usize>() -> Result<[u16; N]> {
     let listeners = (0..N)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io("127.0.0.1:0")))
         .collect::<Result<Vec<_>>>()?;
@@ -305,4 +347,48 @@ pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
         *port = l.local_addr().map_err(Error::io("127.0.0.1:0"))?.port();
     }
     Ok(ports)
+}
+
+/// The ports `free_ports` picks from: 20000..30000 when that lies below the kernel's ephemeral
+/// range, else the 10,000 ports just below that range.
+fn port_pool() -> (u16, u16) {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let high = ephemeral_low.min(30000);
+    (high.saturating_sub(10000).max(1024), high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() {
+        let (low, high) = port_pool();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let ports: [u16; 4] = free_ports().unwrap();
+            for p in ports {
+                assert!((low..high).contains(&p), "{p} outside {low}..{high}");
+                assert!(seen.insert(p), "{p} handed out twice");
+                std::net::TcpListener::bind(("127.0.0.1", p)).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_bound_port_is_never_handed_out() {
+        let (low, high) = port_pool();
+        // Hold every port of the pool but ten; the ten free ones are all that can come back.
+        let held: Vec<_> = (low..high - 10)
+            .filter_map(|p| std::net::TcpListener::bind(("127.0.0.1", p)).ok())
+            .collect();
+        let ports: [u16; 5] = free_ports().unwrap();
+        for p in ports {
+            assert!(p >= high - 10 || !held.iter().any(|l| l.local_addr().unwrap().port() == p));
+        }
+        drop(held);
+    }
 }
