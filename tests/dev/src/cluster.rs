@@ -111,13 +111,19 @@ impl std::fmt::Debug for DevCluster {
 impl DevCluster {
     /// Starts a cluster with 3 workers in a temporary state dir, torn down on drop.
     pub async fn start() -> Result<DevCluster> {
+        Self::start_workers(3).await
+    }
+
+    /// Starts a cluster with `workers` kwok workers (1 to 16, each takes 4,000 pods) in a
+    /// temporary state dir, torn down on drop.
+    pub async fn start_workers(workers: u32) -> Result<DevCluster> {
         let tmp = tempfile::Builder::new()
             .prefix("vcp-dev-")
             .tempdir()
             .map_err(Error::io(std::env::temp_dir()))?;
         let opts = Options {
             state_dir: tmp.path().to_owned(),
-            workers: 3,
+            workers,
             supervision: Supervision::Attached,
         };
         let mut cluster = Self::start_with(opts).await?;
