@@ -586,7 +586,12 @@ pub async fn run_kind_on<K: Synced>(
     let k3 = key.clone();
     let ready = tenant.cache();
     let tenant_cache = tenant.store();
-    let gc_fut = Controller::for_shared_stream(host.subscribe(), host.store())
+    let mut seen = GcSeen::default();
+    let host_cache = host.store();
+    let gc_triggers = host
+        .subscribe()
+        .filter(move |h| futures::future::ready(seen.changed(&host_cache, h.as_ref())));
+    let gc_fut = Controller::for_shared_stream(gc_triggers, host.store())
         .with_config(config)
         .watches_shared_stream(tenant.subscribe(), move |t: Arc<K>| {
             gc_trigger(&k3, &tenant_cache, t.as_ref())
@@ -637,6 +642,42 @@ pub fn gc_trigger<K: Synced>(key: &TenantKey, tenant: &Store<K>, t: &K) -> Optio
     Some(ObjectRef::new(&t.name_any()).within(&naming::host_namespace(key, &t.namespace()?)))
 }
 
+/// What gc last saw of each host object, so it looks again only when its verdict can move.
+///
+/// gc decides from a host object's identity and markers (and its tenant object, whose changes
+/// trigger gc through [`gc_trigger`]). A host pod changes status several times on its way to
+/// Running, and each change used to cost a gc reconcile that found it wanted, as before. One
+/// hash per host object; an object gone from the cache always passes and is forgotten.
+#[derive(Default)]
+pub struct GcSeen(std::collections::HashMap<String, u64>);
+
+impl GcSeen {
+    /// Whether `h`, just reflected in `cache`, is new to gc or changed in what gc reads.
+    pub fn changed<K: Resource<DynamicType = ()> + Clone>(
+        &mut self,
+        cache: &Store<K>,
+        h: &K,
+    ) -> bool {
+        use std::hash::{Hash, Hasher};
+        let key = format!("{}/{}", h.namespace().unwrap_or_default(), h.name_any());
+        if cache.get(&ObjectRef::from_obj(h)).is_none() {
+            self.0.remove(&key);
+            return true;
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let m = h.meta();
+        (
+            &m.uid,
+            &m.labels,
+            &m.annotations,
+            m.deletion_timestamp.is_some(),
+        )
+            .hash(&mut hasher);
+        let hash = hasher.finish();
+        self.0.insert(key, hash) != Some(hash)
+    }
+}
+
 /// Runs `fut` on a task of its own, so watches and controllers spread over every core and one's
 /// work (decoding a large list, say) does not hold up another's reconciles; a panic there
 /// still ends the syncer, as it did when everything ran in one task.
@@ -655,6 +696,43 @@ where
 mod tests {
     use super::*;
     use shared::listed_store as cache;
+
+    #[test]
+    fn gc_hears_of_a_host_object_only_when_its_verdict_can_move() {
+        use k8s_openapi::api::core::v1::Pod;
+        let pod = |labels: serde_json::Value, phase: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "vcp-t-a", "uid": "u1", "labels": labels},
+                "status": {"phase": phase},
+            }))
+            .unwrap()
+        };
+        let marked = serde_json::json!({"vcp.dev/tenant": "t"});
+        let listed: Store<Pod> =
+            cache(&[serde_json::to_value(pod(marked.clone(), "Pending")).unwrap()]);
+        let mut seen = GcSeen::default();
+        assert!(
+            seen.changed(&listed, &pod(marked.clone(), "Pending")),
+            "new to gc"
+        );
+        assert!(
+            !seen.changed(&listed, &pod(marked.clone(), "Running")),
+            "status only"
+        );
+        assert!(
+            seen.changed(&listed, &pod(serde_json::json!({}), "Running")),
+            "markers moved"
+        );
+        let gone: Store<Pod> = cache(&[]);
+        assert!(
+            seen.changed(&gone, &pod(serde_json::json!({}), "Running")),
+            "deleted"
+        );
+        assert!(
+            seen.changed(&listed, &pod(serde_json::json!({}), "Running")),
+            "and forgotten"
+        );
+    }
 
     #[test]
     fn gc_looks_at_host_objects_of_deleted_or_recreated_tenant_objects_only() {

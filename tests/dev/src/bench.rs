@@ -307,6 +307,15 @@ fn requests_line(metrics: &str, pods: usize) -> (String, f64, f64) {
     let mut sums: std::collections::BTreeMap<(String, bool), f64> = Default::default();
     let mut detail = Vec::new();
     for line in metrics.lines() {
+        // Reconciles per pod, by kind and direction: the work behind the requests.
+        if let Some(rest) = line.strip_prefix("vcp_syncer_sync_duration_seconds_count{")
+            && let Some((labels, value)) = rest.split_once("} ")
+            && let Ok(n) = value.trim().parse::<f64>()
+            && n / pods as f64 >= 0.005
+        {
+            let labels: String = labels.chars().filter(|c| *c != '"').collect();
+            detail.push(format!("syncs:{labels}={:.2}", n / pods as f64));
+        }
         let Some(rest) = line.strip_prefix("vcp_syncer_api_requests_total{") else {
             continue;
         };
@@ -332,7 +341,11 @@ fn requests_line(metrics: &str, pods: usize) -> (String, f64, f64) {
         if write && side == "tenant" {
             // Writes of the pods themselves (binding, status, Events of a pod) apart from the
             // virtual nodes' upkeep, which grows with nodes and time, not with pods.
-            let key = if resource.starts_with("nodes") { "tenant-nodes" } else { "tenant-pods" };
+            let key = if resource.starts_with("nodes") {
+                "tenant-nodes"
+            } else {
+                "tenant-pods"
+            };
             *sums.entry((key.to_owned(), true)).or_insert(0.0) += n;
         }
         // Series below 0.005 per pod (watch restarts, the periodic upkeep) would only be noise.
@@ -363,7 +376,9 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     // phase's pods stay while the synced ones run, so the kwok workers must hold both: each
     // takes 4,000 pods and hands out IPs from a /20.
     let pods_on_host = 2 * b.pods + b.latency_pods;
-    let workers = u32::try_from(pods_on_host.div_ceil(3500)).unwrap_or(16).clamp(3, 16);
+    let workers = u32::try_from(pods_on_host.div_ceil(3500))
+        .unwrap_or(16)
+        .clamp(3, 16);
     let cluster = DevCluster::start_workers(workers).await?;
     let host = cluster.connect().await?;
     let cpu_host = descendants_cpu();
@@ -1153,12 +1168,17 @@ vcp_syncer_api_requests_total{side="tenant",verb="create",resource="nodes"} 3
 vcp_syncer_api_requests_total{side="tenant",verb="get",resource="nodes"} 7
 vcp_syncer_api_requests_total{side="tenant",verb="watch",resource="pods"} 9
 vcp_syncer_api_requests_total{side="host",verb="create",resource="pods"} 100
+vcp_syncer_sync_duration_seconds_count{kind="Pod",direction="down"} 650
 "#;
         let (line, tenant, host) = requests_line(metrics, 100);
         assert_eq!((tenant, host), (2.33, 1.0));
         assert!(line.contains(" tenant_pod_writes_per_pod=2.00 "), "{line}");
         assert!(line.contains(" tenant_node_writes=33 "), "{line}");
         assert!(line.contains(" tenant_reads_per_pod=0.07 "), "{line}");
+        assert!(
+            line.contains(" syncs:kind=Pod,direction=down=6.50"),
+            "{line}"
+        );
     }
 
     #[test]

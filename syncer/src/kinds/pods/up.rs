@@ -10,8 +10,8 @@ use super::translate::{bound_status, host_node, same_status, status_to_tenant};
 use crate::engine::Engine;
 use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
 use std::time::Duration;
 
 /// Entries [`UpWrites`] holds before it starts over (it only holds writes in flight).
@@ -94,7 +94,6 @@ impl UpWrites {
 pub async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
-    let api: Api<Pod> = Api::namespaced(e.tenant.clone(), &ns);
     let uid = t.uid().unwrap_or_default();
     let rv = t.resource_version().unwrap_or_default();
     let cached_bound = t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
@@ -116,15 +115,18 @@ pub async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
             "metadata": {"name": name, "uid": t.uid()},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         });
-        match api
-            .create_subresource::<_, serde_json::Value>(
+        let request = kube::core::Request::new(Pod::url_path(&(), Some(&ns)))
+            .create_subresource(
                 "binding",
                 &name,
                 &PostParams::default(),
-                &binding,
+                binding.to_string().into_bytes(),
             )
-            .await
-        {
+            .map_err(|err| {
+                kube_err(format!("bind tenant pod {ns}/{name}"))(kube::Error::BuildRequest(err))
+            })?;
+        // The answer is a Status nobody reads: its body is not decoded.
+        match e.tenant.request_text(request).await {
             // The binding marks the pod scheduled; the status below need not repeat it.
             Ok(_) => {
                 wrote.replaced.extend(shown.clone());
@@ -140,7 +142,21 @@ pub async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
     }
     if let Some(status) = status_to_tenant(h, shown.as_ref()) {
         let patch = serde_json::json!({"status": status});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        let request = kube::core::Request::new(Pod::url_path(&(), Some(&ns)))
+            .patch_subresource(
+                "status",
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .map_err(|err| {
+                kube_err(format!("update status of tenant pod {ns}/{name}"))(
+                    kube::Error::BuildRequest(err),
+                )
+            })?;
+        // The answer is the whole pod, which the tenant watch delivers anyway: not decoded.
+        e.tenant
+            .request_text(request)
             .await
             .map_err(kube_err(format!("update status of tenant pod {ns}/{name}")))?;
         wrote.replaced.extend(shown);
