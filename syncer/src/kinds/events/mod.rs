@@ -106,7 +106,9 @@ async fn watch_namespaces(e: Arc<Engine>, tx: mpsc::Sender<Event>) {
 async fn forward(host: kube::Client, ns: String, tx: mpsc::Sender<Event>) {
     let mut events = watcher(
         Api::<Event>::namespaced(host, &ns),
-        watcher::Config::default(),
+        // The scheduler's binding records never reach the syncer: one Event per pod that
+        // would only be decoded and dropped ([`worth_copying`] still guards).
+        watcher::Config::default().fields(translate::NOT_WORTH_WATCHING),
     )
     .default_backoff()
     .applied_objects()

@@ -28,6 +28,10 @@ pub const KINDS: [(&str, &str); 5] = [
 /// the node in `spec.nodeName` and the `PodScheduled` condition, and copying the record would
 /// cost every pod a third write to the tenant apiserver beside its binding and status. Every
 /// other Event flows up, `FailedScheduling` (why a pod waits for a host node) included.
+/// The host watch's field selector: what [`worth_copying`] drops, as far as the apiserver
+/// can select it (the host scheduler records only `Normal` `Scheduled` Events).
+pub const NOT_WORTH_WATCHING: &str = "reason!=Scheduled";
+
 pub fn worth_copying(host: &Event) -> bool {
     let pod = host.involved_object.kind.as_deref() == Some("Pod");
     !(pod
