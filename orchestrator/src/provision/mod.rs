@@ -650,7 +650,10 @@ impl Provisioner {
         };
         let syncer = async {
             let clock = Instant::now();
-            let r = match self.component(Component::Syncer, &input, api_ready, true).await {
+            let r = match self
+                .component(Component::Syncer, &input, api_ready, true)
+                .await
+            {
                 Ok((a, Some(StepResult::Ready))) => self
                     .revocations_answered(&ns, endpoint.as_deref())
                     .await

@@ -507,13 +507,25 @@ mod tests {
         ]);
         let v = bring_up_seen(&results, &seen, &[], at(0));
         assert_eq!(find(&v, "NamespaceReady").last_transition_time, at(1));
-        assert_eq!(find(&v, "Exposed").last_transition_time, at(0), "not listed");
+        assert_eq!(
+            find(&v, "Exposed").last_transition_time,
+            at(0),
+            "not listed"
+        );
         assert_eq!(find(&v, "CertificatesReady").last_transition_time, at(3));
         assert_eq!(find(&v, "EtcdReady").last_transition_time, at(4));
         assert_eq!(find(&v, "Ready").last_transition_time, at(4));
         // A later pass keeps the times of conditions whose status did not change.
-        let again = bring_up_seen(&results, &BTreeMap::from([(Step::Etcd, at(9))]), &v.conditions, at(8));
-        assert_eq!(find(&again, "CertificatesReady").last_transition_time, at(3));
+        let again = bring_up_seen(
+            &results,
+            &BTreeMap::from([(Step::Etcd, at(9))]),
+            &v.conditions,
+            at(8),
+        );
+        assert_eq!(
+            find(&again, "CertificatesReady").last_transition_time,
+            at(3)
+        );
         assert_eq!(find(&again, "EtcdReady").last_transition_time, at(4));
     }
 

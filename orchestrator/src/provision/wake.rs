@@ -122,7 +122,10 @@ mod tests {
         let w = Woken::default();
         w.poke("a");
         w.begin("a");
-        assert!(!w.end("a"), "a change before the pass began is the pass's to see");
+        assert!(
+            !w.end("a"),
+            "a change before the pass began is the pass's to see"
+        );
         w.begin("a");
         w.poke("b");
         w.poke("a");

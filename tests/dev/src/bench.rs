@@ -217,6 +217,24 @@ fn proc_usage(pid: u32) -> (f64, f64) {
     (rss_kib / 1024.0, cpu_ticks / 100.0)
 }
 
+/// Busy CPU seconds of the whole machine so far (every core; /proc/stat less idle and iowait).
+fn machine_busy_cpu() -> f64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<f64> = s
+                .lines()
+                .next()?
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            let idle = f.get(3)? + f.get(4)?;
+            Some((f.iter().take(8).sum::<f64>() - idle) / 100.0)
+        })
+        .unwrap_or(f64::NAN)
+}
+
 /// CPU seconds so far of this process and every descendant, by pid, with its name.
 fn descendants_cpu() -> HashMap<u32, (String, f64)> {
     let mut procs: HashMap<u32, (u32, String, f64)> = HashMap::new();
@@ -572,6 +590,11 @@ pub struct ProvisionBench {
 ///   the tenant's `created_at`, which shows the critical path.
 /// - `kubeconfig_s`: `POST /v1/tenants/{name}/kubeconfigs` timed by the benchmark, issued as
 ///   soon as it sees the tenant Ready.
+///
+/// And what the bring-up cost the machine, from the first create to the last Ready:
+/// `bringup_cpu_s`, CPU seconds of the benchmark's process tree (host cluster, devnode, the
+/// control planes, vcp), and `machine_cpu_s`, busy CPU seconds of the whole machine
+/// (/proc/stat), so other work sharing the `cores` shows.
 pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
     let (cluster, orch, api) = bench_platform(
         b.simulate,
@@ -580,6 +603,7 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
     )
     .await?;
     let (base_rss, base_cpu) = proc_usage(orch.proc.pid);
+    let (tree_before, machine_before) = (descendants_cpu(), machine_busy_cpu());
     let start = Instant::now();
     let mut created = Vec::new();
     for i in 0..b.tenants {
@@ -620,6 +644,13 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let all_ready_s = start.elapsed().as_secs_f64();
+    // CPU over the bring-up: this benchmark's process tree (host cluster, devnode, every
+    // control plane, vcp), and the whole machine's (the difference is other work on it).
+    let by_process = cpu_between(&tree_before, &tree_before, &descendants_cpu());
+    let tree_cpu: f64 = by_process.values().sum();
+    // Which processes spent it (stderr: the summary stays one line).
+    eprintln!("{}", cpu_line("bringup_cpu", &by_process));
+    let machine_cpu = machine_busy_cpu() - machine_before;
     let took: Vec<f64> = created
         .iter()
         .map(|(n, c)| (ready[n] - *c).as_secs_f64())
@@ -659,7 +690,12 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
             .iter()
             .filter_map(|(n, _)| {
                 let w = work.get(n)?;
-                Some(parts.iter().map(|p| w.get(*p).copied().unwrap_or(0.0)).sum())
+                Some(
+                    parts
+                        .iter()
+                        .map(|p| w.get(*p).copied().unwrap_or(0.0))
+                        .sum(),
+                )
             })
             .collect())
     };
@@ -668,7 +704,10 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
         ("render_apply_s", work_of(&["etcd", "apiserver"])),
         ("etcd_s", from("EtcdReady", "CertificatesReady")),
         ("apiserver_s", from("ApiserverReady", "CertificatesReady")),
-        ("controller_manager_s", from("ControllerManagerReady", "Bootstrapped")),
+        (
+            "controller_manager_s",
+            from("ControllerManagerReady", "Bootstrapped"),
+        ),
         ("coredns_s", from("DnsReady", "Bootstrapped")),
         ("syncer_s", from("SyncerReady", "Bootstrapped")),
         ("kubeconfig_s", p50(kubeconfig)),
@@ -687,12 +726,13 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
     }
     let steps: Vec<String> = steps.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!(
-        "bench-provision tenants={} simulate={} ready_p50_s={:.2} ready_p99_s={:.2} all_ready_s={all_ready_s:.1} {} orchestrator_rss_mib={rss_mib:.1} orchestrator_cpu_s={:.1} idle_rss_kib_per_tenant={:.0} idle_mcpu_per_tenant={idle_mcpu_per_tenant:.3} idle_window_s={}",
+        "bench-provision tenants={} simulate={} ready_p50_s={:.2} ready_p99_s={:.2} all_ready_s={all_ready_s:.1} {} bringup_cpu_s={tree_cpu:.1} machine_cpu_s={machine_cpu:.1} cores={} orchestrator_rss_mib={rss_mib:.1} orchestrator_cpu_s={:.1} idle_rss_kib_per_tenant={:.0} idle_mcpu_per_tenant={idle_mcpu_per_tenant:.3} idle_window_s={}",
         b.tenants,
         b.simulate,
         percentile(took.clone(), 0.5),
         percentile(took, 0.99),
         steps.join(" "),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_s - base_cpu,
         (idle_rss - base_rss).max(0.0) * 1024.0 / b.tenants as f64,
         b.idle_seconds,
@@ -718,7 +758,8 @@ impl Timeline {
             m.insert(String::new(), 0.0);
             for c in t["conditions"].as_array().into_iter().flatten() {
                 if c["status"] == "True"
-                    && let (Some(ty), Some(at)) = (c["type"].as_str(), ts(&c["last_transition_time"]))
+                    && let (Some(ty), Some(at)) =
+                        (c["type"].as_str(), ts(&c["last_transition_time"]))
                 {
                     m.insert(ty.to_owned(), at - created);
                 }
@@ -756,7 +797,10 @@ fn first_pass_work(
             .split_whitespace()
             .filter_map(|p| {
                 let (k, ms) = p.split_once('=')?;
-                Some((k.to_owned(), ms.strip_suffix("ms")?.parse::<f64>().ok()? / 1000.0))
+                Some((
+                    k.to_owned(),
+                    ms.strip_suffix("ms")?.parse::<f64>().ok()? / 1000.0,
+                ))
             })
             .collect();
         out.insert(tenant.to_owned(), parts);
