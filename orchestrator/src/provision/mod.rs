@@ -662,8 +662,22 @@ impl Provisioner {
             };
             (r, clock.elapsed())
         };
+        // The controller-manager is ready once its aggregation controller has filled the
+        // roles vcp binds users to: before that `view` and `edit` grant nothing, and a user's
+        // first call with a fresh kubeconfig would be refused.
+        let cm = async {
+            let (r, took) = timed(Component::ControllerManager).await;
+            let r = match r {
+                Ok((a, Some(StepResult::Ready))) => self
+                    .roles_aggregated(&ns, endpoint.as_deref())
+                    .await
+                    .map(|r| (a, Some(r))),
+                other => other,
+            };
+            (r, took)
+        };
         let (cm, dns, syncer) = tokio::join!(
-            timed(Component::ControllerManager),
+            cm,
             timed(Component::Coredns),
             syncer
         );
@@ -705,6 +719,27 @@ impl Provisioner {
             Action::Check => Ok((Action::Check, before)),
             Action::Skip => Ok((Action::Skip, None)),
         }
+    }
+
+    /// Whether the tenant's aggregated roles that user groups are bound to (`view`, `edit`;
+    /// see [`crate::access::LEVELS`]) have their rules, which the controller-manager fills.
+    async fn roles_aggregated(&self, ns: &str, endpoint: Option<&str>) -> Result<StepResult> {
+        if self.config.simulate {
+            return Ok(StepResult::Ready);
+        }
+        let roles: Api<ClusterRole> = Api::all(self.tenant_client(ns, endpoint).await?);
+        for name in ["view", "edit"] {
+            let role = roles
+                .get_opt(name)
+                .await
+                .map_err(|e| Error::kube(format!("read the tenant's {name} role"), e))?;
+            if role.and_then(|r| r.rules).is_none_or(|r| r.is_empty()) {
+                return Ok(StepResult::Waiting(format!(
+                    "the controller-manager has not aggregated the {name} role yet"
+                )));
+            }
+        }
+        Ok(StepResult::Ready)
     }
 
     /// Whether the tenant apiserver gets answers from its syncer's revocation webhook: a
