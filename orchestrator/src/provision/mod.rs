@@ -676,11 +676,7 @@ impl Provisioner {
             };
             (r, took)
         };
-        let (cm, dns, syncer) = tokio::join!(
-            cm,
-            timed(Component::Coredns),
-            syncer
-        );
+        let (cm, dns, syncer) = tokio::join!(cm, timed(Component::Coredns), syncer);
         for (step, name, (r, took)) in [
             (Step::ControllerManager, "controller_manager", cm),
             (Step::Dns, "dns", dns),
