@@ -12,6 +12,9 @@
 //!   `vcp_reconcile_pass_duration_seconds{pass}`: one pass, `bring_up` or `tear_down`;
 //!   `vcp_reconcile_errors_total{error}`: the errors that stopped passes, by variant of the
 //!   crate's error (`kube`, `database`, `render`, ...).
+//! - `vcp_provision_work_duration_seconds{part}`: what one bring-up pass spent on one part of
+//!   it (`namespace`, `expose`, `pki`, `etcd`, `apiserver`, `bootstrap`, `controller_manager`,
+//!   `dns`, `syncer`: rendering, applying and reading readiness; the pass log line's `work`).
 //! - `vcp_http_requests_total`, `vcp_http_client_errors_total` (4xx),
 //!   `vcp_http_server_errors_total` (5xx); `vcp_http_request_duration_seconds{method, route,
 //!   status}`: one request, `route` the matched route template (`/v1/tenants/{name}`), or
@@ -40,6 +43,11 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PassLabels {
     pass: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartLabels {
+    part: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,6 +103,7 @@ pub struct Metrics {
     pass_errors: Counter,
     pass_seconds: Counter<f64, AtomicU64>,
     pass_duration: Histograms<PassLabels>,
+    work_duration: Histograms<PartLabels>,
     errors: Family<ErrorLabels, Counter>,
     requests: Counter,
     client_errors: Counter,
@@ -146,6 +155,7 @@ impl Metrics {
             pass_errors: Counter::default(),
             pass_seconds: Counter::default(),
             pass_duration: Histograms::new_with_constructor(pass_histogram),
+            work_duration: Histograms::new_with_constructor(request_histogram),
             errors: Family::default(),
             requests: Counter::default(),
             client_errors: Counter::default(),
@@ -182,6 +192,11 @@ impl Metrics {
             "vcp_reconcile_pass_duration_seconds",
             "Duration of one reconcile pass, by kind (bring_up, tear_down)",
             m.pass_duration.clone(),
+        );
+        r.register(
+            "vcp_provision_work_duration_seconds",
+            "Time one bring-up pass spent on one part of it (pki, etcd, apiserver, ...)",
+            m.work_duration.clone(),
         );
         r.register(
             "vcp_reconcile_errors",
@@ -257,6 +272,13 @@ impl Metrics {
             }));
         }
         Metrics { registry: r, ..m }
+    }
+
+    /// Time a bring-up pass spent on one part of it.
+    pub fn bring_up_work(&self, part: &'static str, took: Duration) {
+        self.work_duration
+            .get_or_create(&PartLabels { part })
+            .observe(took.as_secs_f64());
     }
 
     /// A reconcile pass: how long it took, and the variant of the error that stopped it.
@@ -382,6 +404,21 @@ mod tests {
                 r#"vcp_reconcile_pass_duration_seconds_count{pass="tear_down"} 1"#,
                 r#"vcp_reconcile_pass_duration_seconds_bucket{le="+Inf",pass="bring_up"} 2"#,
                 r#"vcp_reconcile_errors_total{error="kube"} 2"#,
+            ],
+        );
+    }
+
+    #[test]
+    fn bring_up_work_is_timed_by_part() {
+        let m = Metrics::new();
+        m.bring_up_work("pki", Duration::from_millis(400));
+        m.bring_up_work("pki", Duration::from_millis(20));
+        m.bring_up_work("etcd", Duration::from_millis(30));
+        has(
+            &m.encode(),
+            &[
+                r#"vcp_provision_work_duration_seconds_count{part="pki"} 2"#,
+                r#"vcp_provision_work_duration_seconds_count{part="etcd"} 1"#,
             ],
         );
     }

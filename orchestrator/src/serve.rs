@@ -5,6 +5,7 @@ use crate::api::auth::{new_token, token_hash};
 use crate::api::{self, AppState};
 use crate::inventory::{Inventory, Released};
 use crate::metrics::{Metrics, PassKind};
+use crate::provision::wake::Woken;
 use crate::provision::{Config, Provisioner, TenantAccess};
 use crate::render::{self, Catalog, Expose, Renderer, Settings};
 use crate::{Error, Result};
@@ -258,11 +259,19 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
     let wake = Arc::new(Notify::new());
     tokio::spawn(listen(inv.clone(), wake.clone()));
+    // Readiness changes on the host wake their tenants (provision::wake) instead of a poll.
+    let woken = Arc::new(Woken::default());
+    tokio::spawn(crate::provision::wake::run(
+        prov.host.clone(),
+        inv.clone(),
+        woken.clone(),
+    ));
     for i in 0..a.workers {
         tokio::spawn(worker(
             prov.clone(),
             format!("{replica}/{i}"),
             wake.clone(),
+            woken.clone(),
             metrics.clone(),
         ));
     }
@@ -341,7 +350,13 @@ async fn listen(inv: Inventory, wake: Arc<Notify>) {
 }
 
 /// Claims due tenants and runs passes over them, one at a time.
-async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<Metrics>) {
+async fn worker(
+    prov: Provisioner,
+    id: String,
+    wake: Arc<Notify>,
+    woken: Arc<Woken>,
+    metrics: Arc<Metrics>,
+) {
     let actor = format!("reconciler/{id}");
     loop {
         // Register interest before looking, so a NOTIFY between the look and the wait is not lost.
@@ -370,14 +385,29 @@ async fn worker(prov: Provisioner, id: String, wake: Arc<Notify>, metrics: Arc<M
             continue;
         };
         let start = Instant::now();
+        woken.begin(&t.key);
         let pass = prov.pass(&t, &actor, time::OffsetDateTime::now_utc()).await;
         let kind = match t.desired {
             Desired::Present => PassKind::BringUp,
             Desired::Absent => PassKind::TearDown,
         };
         metrics.pass(kind, start.elapsed(), pass.error);
-        let outcome = pass.outcome;
-        tracing::info!(tenant = %t.name, key = %t.key, phase = %outcome.phase, error = pass.error, ms = start.elapsed().as_millis() as u64, "pass");
+        for (part, took) in &pass.work {
+            metrics.bring_up_work(part, *took);
+        }
+        let work = pass
+            .work
+            .iter()
+            .map(|(part, took)| format!("{part}={}ms", took.as_millis()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut outcome = pass.outcome;
+        if woken.end(&t.key) {
+            // The host changed under the pass (a pod became ready): look again at once
+            // rather than at the requeue the pass chose from what it saw before.
+            outcome.requeue_after = Duration::ZERO;
+        }
+        tracing::info!(tenant = %t.name, key = %t.key, phase = %outcome.phase, error = pass.error, ms = start.elapsed().as_millis() as u64, work, "pass");
         let written = match outcome.phase {
             Phase::Deleted => prov.inventory.tombstone(&t, &id, &actor).await,
             _ => prov.inventory.finish(&t, &id, &outcome, &actor).await,

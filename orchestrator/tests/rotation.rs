@@ -3,14 +3,22 @@
 //! devnode, plan `process-workloads`) and calls its apiserver with its own service-account
 //! token throughout ([`testing::TokenPoller`]): what a workload sees of a rotation. Each of the
 //! four rotations runs with a client polling the tenant apiserver from outside and that pod
-//! polling from inside; both count failed requests, and the target is zero.
+//! polling from inside; both count failed requests, and the target is zero. A watch of the
+//! control plane's pods ([`Endings`]) checks that no phase begins while a pod a roll replaced
+//! still runs with the phase before's material.
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
 use reqwest::Method;
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 use vcp_dev::cluster::DevCluster;
 use vcp_dev::platform::{HA_PROCESS_WORKLOADS_PLAN, PROCESS_WORKLOADS_PLAN};
 use vcp_dev::testing::{self, TokenPoller};
@@ -130,6 +138,121 @@ async fn rotor(
     Ok((kubeconfig, inside))
 }
 
+/// One control-plane pod's end as a watch of the host saw it: first seen terminating, and gone.
+#[derive(Debug, Clone)]
+struct Ending {
+    name: String,
+    terminating: OffsetDateTime,
+    gone: Option<OffsetDateTime>,
+}
+
+/// Watches the control-plane pods of the tenant with key `key` and records when each was
+/// first seen terminating and when it was gone, by the wall clock the inventory's audit times
+/// use (same machine).
+struct Endings {
+    seen: Arc<Mutex<BTreeMap<String, Ending>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Endings {
+    async fn watch(cluster: &DevCluster, key: &str) -> anyhow::Result<Endings> {
+        let pods: Api<Pod> = Api::namespaced(cluster.connect().await?, &format!("vcp-{key}"));
+        let cfg = watcher::Config::default().labels(&format!("vcp.dev/control-plane-of={key}"));
+        let seen: Arc<Mutex<BTreeMap<String, Ending>>> = Arc::default();
+        let task = {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut events = watcher(pods, cfg).default_backoff().boxed();
+                // Pods listed by the current (re-)list: one that is not was deleted unseen.
+                let mut listed = BTreeSet::new();
+                while let Some(e) = events.next().await {
+                    let now = OffsetDateTime::now_utc();
+                    let mut seen = seen.lock().unwrap();
+                    let mut record = |p: &Pod, gone: bool| {
+                        if p.metadata.deletion_timestamp.is_none() && !gone {
+                            return;
+                        }
+                        let e = seen.entry(p.uid().unwrap_or_default()).or_insert(Ending {
+                            name: p.name_any(),
+                            terminating: now,
+                            gone: None,
+                        });
+                        if gone {
+                            e.gone.get_or_insert(now);
+                        }
+                    };
+                    match e {
+                        Ok(watcher::Event::Init) => listed.clear(),
+                        Ok(watcher::Event::InitApply(p)) => {
+                            listed.insert(p.uid().unwrap_or_default());
+                            record(&p, false);
+                        }
+                        Ok(watcher::Event::InitDone) => {
+                            for (uid, e) in seen.iter_mut() {
+                                if !listed.contains(uid) {
+                                    e.gone.get_or_insert(now);
+                                }
+                            }
+                        }
+                        Ok(watcher::Event::Apply(p)) => record(&p, false),
+                        Ok(watcher::Event::Delete(p)) => record(&p, true),
+                        Err(_) => {}
+                    }
+                }
+            })
+        };
+        Ok(Endings { seen, task })
+    }
+
+    /// Stops watching; asserts that no phase of the tenant's rotations began (the audit's
+    /// `tenant.rotate.phase` and `tenant.rotate.done`) while a control-plane pod that was
+    /// already terminating still ran: that pod holds the earlier phase's material and may
+    /// still answer (the apiserver serves through its shutdown delay), so the next phase
+    /// would sign with, or stop trusting, what it does not trust or present.
+    async fn assert_none_ran_into_a_phase(
+        self,
+        api: &vcp_dev::platform::ApiClient,
+    ) -> anyhow::Result<()> {
+        self.task.abort();
+        let endings: Vec<Ending> = self.seen.lock().unwrap().values().cloned().collect();
+        let (code, audit) = api
+            .raw(Method::GET, "/v1/audit?tenant=rotor&limit=1000", None)
+            .await?;
+        anyhow::ensure!(code == 200, "{code}: {audit}");
+        let mut phases = Vec::new();
+        for e in audit["items"].as_array().into_iter().flatten() {
+            if matches!(
+                e["action"].as_str(),
+                Some("tenant.rotate.phase" | "tenant.rotate.done")
+            ) {
+                let at = OffsetDateTime::parse(e["at"].as_str().unwrap_or_default(), &Rfc3339)?;
+                phases.push((at, e["detail"].clone()));
+            }
+        }
+        anyhow::ensure!(!phases.is_empty(), "no phase change in the audit: {audit}");
+        // The pass that moves a phase on lists the pods after the API removed the last one;
+        // this watch may hear of the removal a little later.
+        let late = time::Duration::seconds(2);
+        for (at, detail) in &phases {
+            for e in &endings {
+                let ran = e.terminating < *at && e.gone.is_none_or(|g| g - late > *at);
+                assert!(
+                    !ran,
+                    "rotation phase {detail} began at {at} while {} (terminating since {}, gone \
+                     at {:?}) still ran",
+                    e.name, e.terminating, e.gone
+                );
+            }
+        }
+        println!(
+            "{} phase changes, none while one of {} replaced control-plane pods still ran",
+            phases.len(),
+            endings.len()
+        );
+        Ok(())
+    }
+}
+
 /// What both pollers saw during one rotation, printed as the test's figures.
 struct Tally {
     ok: u64,
@@ -190,6 +313,11 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
     let api = &p.admin;
     let dir = p.dir.path().to_owned();
     let (mut kubeconfig, mut inside) = rotor(api, &dir, PROCESS_WORKLOADS_PLAN, "admin-0").await?;
+    let key = api.get_tenant("rotor").await?.expect("tenant rotor")["key"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let endings = Endings::watch(cluster, &key).await?;
     let log = inside.log().await?;
     assert!(
         log.contains("ok answered=1 failed=0 user=system:serviceaccount:apps:default\n"),
@@ -362,6 +490,7 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
     }
 
     inside.stop().await?;
+    endings.assert_none_ran_into_a_phase(api).await?;
     let (code, out, err) = vcp(&p, &["tenant", "rotations", "rotor"]).await?;
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(
@@ -449,7 +578,9 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
 /// starts, so each phase restarts the members, one at a time, and the store keeps its quorum:
 /// no request fails, inside or out. This held only once a restarted member was admitted by
 /// its certificate's CN rather than by matching its new pod IP through DNS, and counted Ready
-/// only after three linearizable reads (templates/etcd.yaml).
+/// only after three linearizable reads (templates/etcd.yaml), and, once host watches moved
+/// phases on within a second, only once no phase began before the apiserver it replaced had
+/// stopped (that apiserver trusts only the old CA and still answered on kept-alive connections).
 #[tokio::test]
 async fn an_etcd_ca_rotation_with_three_members_loses_no_request() -> anyhow::Result<()> {
     let cluster = DevCluster::shared().await?;
@@ -457,6 +588,11 @@ async fn an_etcd_ca_rotation_with_three_members_loses_no_request() -> anyhow::Re
     let api = &p.admin;
     let dir = p.dir.path().to_owned();
     let (kubeconfig, inside) = rotor(api, &dir, HA_PROCESS_WORKLOADS_PLAN, "admin").await?;
+    let key = api.get_tenant("rotor").await?.expect("tenant rotor")["key"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let endings = Endings::watch(cluster, &key).await?;
     let before = inside.counts().await?;
     let outside = outside_poller(&kubeconfig).await?;
     let since = Instant::now();
@@ -478,5 +614,5 @@ async fn an_etcd_ca_rotation_with_three_members_loses_no_request() -> anyhow::Re
         inside.stop().await?,
     )
     .assert_no_failure("etcd-ca with three members");
-    Ok(())
+    endings.assert_none_ran_into_a_phase(api).await
 }

@@ -74,7 +74,16 @@ pub(super) async fn issue_kubeconfig(
     let ttl = check_kubeconfig(&req, s.max_kubeconfig_ttl)?;
     let ttl = time::Duration::try_from(ttl)
         .map_err(|_| Problem::invalid("ttl", "longer than this server can represent"))?;
-    let Some(endpoint) = t.endpoint.clone().filter(|_| t.phase == Phase::Ready) else {
+    // A rotation's own rolls make the tenant Provisioning for seconds at a time, within the
+    // phase (`sign`) in which its users are told to fetch new kubeconfigs: those are issued.
+    let rotating = t.phase == Phase::Provisioning
+        && s.inventory
+            .active_rotation(t.id)
+            .await
+            .map_err(|e| Problem::internal(&e))?
+            .is_some();
+    let issuable = t.phase == Phase::Ready || rotating;
+    let Some(endpoint) = t.endpoint.clone().filter(|_| issuable) else {
         return Err(Problem::new(
             StatusCode::CONFLICT,
             "not-ready",

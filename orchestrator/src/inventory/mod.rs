@@ -1108,6 +1108,25 @@ impl Inventory {
         )
     }
 
+    /// Makes the live tenants with these keys due now, and wakes idle workers (`NOTIFY`) if
+    /// that moved any; a tenant already due is left alone. Returns how many moved.
+    pub async fn wake(&self, keys: &[String]) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        let moved = sqlx::query(
+            "UPDATE tenants SET next_reconcile_at = now()
+             WHERE key = ANY($1) AND deleted_at IS NULL AND next_reconcile_at > now()",
+        )
+        .bind(keys)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved > 0 {
+            notify(&mut tx).await?;
+        }
+        tx.commit().await?;
+        Ok(moved)
+    }
+
     /// Time until the next tenant is due (zero if one is due now), if any is scheduled.
     pub async fn next_due(&self) -> Result<Option<Duration>> {
         let secs: Option<f64> = sqlx::query_scalar(

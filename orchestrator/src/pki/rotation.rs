@@ -3,9 +3,10 @@
 //! An admin asks for a rotation of one target; the inventory keeps its phase, and each
 //! provisioner pass turns that phase into key material in the target's host Secret, renders
 //! every component from it, and advances the phase once the whole control plane is Ready with
-//! it. The Secret keeps the pair in use (`tls.crt`/`tls.key`, or `sa.key`/`sa.pub`) and, while
-//! a rotation runs, the next pair beside it (`next.*`), with the phase as an annotation, so a
-//! Secret always says by itself what to trust and what signs:
+//! it and no pod that predates it still runs. The Secret keeps the pair in use
+//! (`tls.crt`/`tls.key`, or `sa.key`/`sa.pub`) and, while a rotation runs, the next pair beside
+//! it (`next.*`), with the phase as an annotation, so a Secret always says by itself what to
+//! trust and what signs:
 //!
 //! | phase    | trusted      | signs leaves and tokens                                  |
 //! | -------- | ------------ | -------------------------------------------------------- |
@@ -216,6 +217,12 @@ pub struct Progress {
     pub ready: bool,
     /// Every tenant pod holds a token (and CA bundle) of this phase's generation.
     pub tokens_current: bool,
+    /// A control-plane pod that a roll replaced still runs (it is terminating): it holds an
+    /// earlier phase's material and may still answer, since the apiserver keeps serving
+    /// through its shutdown delay and finishes what it accepted. Its replacement being Ready
+    /// is not enough: the next phase would sign with, or stop trusting, what it does not
+    /// trust or present.
+    pub replaced_running: bool,
     /// How long the rotation has been in this phase.
     pub in_phase: Duration,
     /// The rotation's overlap (how long `sign` lasts at least).
@@ -224,7 +231,7 @@ pub struct Progress {
 
 /// The phase after `phase`, if it may start now.
 pub fn advance(phase: Phase, p: &Progress) -> Option<Phase> {
-    if !p.ready || !p.tokens_current {
+    if !p.ready || !p.tokens_current || p.replaced_running {
         return None;
     }
     match phase {
@@ -271,6 +278,7 @@ mod tests {
         Progress {
             ready,
             tokens_current: tokens,
+            replaced_running: false,
             in_phase: Duration::seconds(in_phase),
             overlap: Duration::seconds(overlap),
         }
@@ -308,6 +316,20 @@ mod tests {
                 None,
                 "{p} stale tokens"
             );
+        }
+    }
+
+    #[test]
+    fn no_phase_moves_on_while_a_replaced_pod_still_runs() {
+        // The trust phase's apiserver is Ready and its predecessor, which trusts only the old
+        // CA, is still in its shutdown delay: signing with the new CA now would fail what it
+        // still serves.
+        for p in PHASES {
+            let waiting = Progress {
+                replaced_running: true,
+                ..progress(true, true, 3600, 0)
+            };
+            assert_eq!(advance(p, &waiting), None, "{p}");
         }
     }
 

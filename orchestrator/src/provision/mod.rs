@@ -12,6 +12,7 @@ pub mod kubeconfig;
 mod rotations;
 mod snapshots;
 pub mod steps;
+pub mod wake;
 
 use crate::inventory::rotations::RotationRow;
 use crate::inventory::{Inventory, NewRestore, Outcome, RestoreRow, Tenant};
@@ -33,8 +34,8 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
-use steps::{Step, StepResult};
+use std::time::{Duration, Instant};
+use steps::{Action, Step, StepResult};
 use time::OffsetDateTime;
 use vcp_core::lifecycle::{
     ConditionReason, ConditionStatus, ConditionType, Desired, Phase, SnapshotState, UpgradeState,
@@ -71,6 +72,33 @@ pub struct Config {
 pub struct Pass {
     pub outcome: Outcome,
     pub error: Option<&'static str>,
+    /// Time the pass spent on each part of a bring-up (see [`BringUp`]); empty otherwise.
+    pub work: Vec<(&'static str, Duration)>,
+}
+
+/// What a bring-up walk found: each step's result (in step order), when it was known, and
+/// how long the pass worked on each part (`namespace`, `expose`, `pki`, `etcd`, `apiserver`,
+/// `bootstrap`, `controller_manager`, `dns`, `syncer`: render, apply and readiness reads).
+#[derive(Debug, Default)]
+pub struct BringUp {
+    pub results: Vec<(Step, StepResult)>,
+    pub seen: BTreeMap<Step, OffsetDateTime>,
+    pub work: Vec<(&'static str, Duration)>,
+}
+
+impl BringUp {
+    /// Records a step's result as of now; whether it is ready.
+    fn push(&mut self, step: Step, r: StepResult) -> bool {
+        let ready = r == StepResult::Ready;
+        self.results.push((step, r));
+        self.results.sort_by_key(|(s, _)| *s);
+        self.seen.insert(step, OffsetDateTime::now_utc());
+        ready
+    }
+
+    fn work(&mut self, part: &'static str, since: Instant) {
+        self.work.push((part, since.elapsed()));
+    }
 }
 
 /// Runs passes.
@@ -165,6 +193,7 @@ impl Provisioner {
                         restore: None,
                     },
                     error,
+                    work: Vec::new(),
                 }
             }
             Desired::Present => self.present(t, actor, now).await,
@@ -203,6 +232,7 @@ impl Provisioner {
                         restore: None,
                     },
                     error: Some(e.variant()),
+                    work: Vec::new(),
                 };
             }
         };
@@ -211,7 +241,11 @@ impl Provisioner {
             return self.restore_pass(t, r, now).await;
         }
         let mut generation = None;
-        let results = self
+        let BringUp {
+            results,
+            seen,
+            work,
+        } = self
             .bring_up(
                 t,
                 rotation.as_ref(),
@@ -220,7 +254,7 @@ impl Provisioner {
                 &mut error,
             )
             .await;
-        let mut v = steps::bring_up(&results, prev, now);
+        let mut v = steps::bring_up_seen(&results, &seen, prev, now);
         let all_ready = results.len() == Step::ALL.len()
             && results.iter().all(|(_, r)| *r == StepResult::Ready);
         if let (Some(r), Some(g)) = (&rotation, &generation) {
@@ -353,6 +387,7 @@ impl Provisioner {
                 restore,
             },
             error,
+            work,
         }
     }
 
@@ -465,11 +500,13 @@ impl Provisioner {
                 restore,
             },
             error,
+            work: Vec::new(),
         }
     }
 
-    /// Walks the steps until one is not ready; `error` gets the variant of the error that
-    /// stopped it, if one did.
+    /// Walks the steps (the graph in [`steps`]): the namespace, the exposure and the
+    /// certificates in turn, then each component as [`steps::action`] allows; `error` gets the
+    /// variant of the error that stopped a step, if one did.
     async fn bring_up(
         &self,
         t: &Tenant,
@@ -477,25 +514,25 @@ impl Provisioner {
         endpoint: &mut Option<String>,
         generation: &mut Option<String>,
         error: &mut Option<&'static str>,
-    ) -> Vec<(Step, StepResult)> {
-        let mut out = Vec::new();
+    ) -> BringUp {
+        let mut out = BringUp::default();
         let cfg = &self.config;
         let Some(version) = self.version_of(t) else {
-            out.push((
+            out.push(
                 Step::Namespace,
                 StepResult::Fatal(format!(
                     "version {} is not in this replica's catalog",
                     t.version
                 )),
-            ));
+            );
             return out;
         };
         let version = &version;
         let Some(plan) = cfg.plans.get(&t.plan) else {
-            out.push((
+            out.push(
                 Step::Namespace,
                 StepResult::Fatal(format!("plan {:?} is not configured", t.plan)),
-            ));
+            );
             return out;
         };
         // What an error makes of a step; `render_fatal`: a template that does not render
@@ -507,88 +544,198 @@ impl Provisioner {
                 e => StepResult::Error(e.public()),
             }
         };
-        macro_rules! step {
-            ($s:expr, $e:expr) => {{
-                let r = $e.unwrap_or_else(|e| failed(e, true));
-                let done = r == StepResult::Ready;
-                out.push(($s, r));
-                if !done {
-                    return out;
-                }
-            }};
-        }
         let ns = control_plane_namespace(&t.key);
-        step!(Step::Namespace, self.ensure_namespace(t, &ns).await);
+        let clock = Instant::now();
+        let r = self.ensure_namespace(t, &ns).await;
+        out.work("namespace", clock);
+        if !out.push(Step::Namespace, r.unwrap_or_else(|e| failed(e, true))) {
+            return out;
+        }
         // Repairs what a revocation's own write missed (a replica killed between the inventory
         // and the host); it blocks nothing else.
         if let Err(e) = self.write_revocations(t).await {
             tracing::warn!(error = %e.public(), "writing the revoked kubeconfigs failed");
             let _ = failed(e, false);
         }
-        let exposed = self.expose(t, version, plan).await.map(|e| {
-            e.map_or_else(
-                || Err("waiting for the apiserver Service's address".to_owned()),
-                Ok,
-            )
-        });
+        let clock = Instant::now();
+        let exposed = self.expose(t, version, plan).await;
+        out.work("expose", clock);
         let external = match exposed {
-            Ok(Ok((url, host))) => {
+            Ok(Some((url, host))) => {
                 *endpoint = Some(url);
-                out.push((Step::Exposed, StepResult::Ready));
+                out.push(Step::Exposed, StepResult::Ready);
                 host
             }
-            Ok(Err(m)) => {
-                out.push((Step::Exposed, StepResult::Waiting(m)));
+            Ok(None) => {
+                out.push(
+                    Step::Exposed,
+                    StepResult::Waiting("waiting for the apiserver Service's address".into()),
+                );
                 return out;
             }
             Err(e) => {
-                out.push((Step::Exposed, failed(e, false)));
+                out.push(Step::Exposed, failed(e, false));
                 return out;
             }
         };
-        let rollout = match self.ensure_pki(t, &ns, plan, &external, rotation).await {
+        let clock = Instant::now();
+        let pki = self.ensure_pki(t, &ns, plan, &external, rotation).await;
+        out.work("pki", clock);
+        let rollout = match pki {
             Ok(r) => {
                 *generation = r.get(ROLLOUT_TOKENS).cloned();
-                out.push((Step::Certificates, StepResult::Ready));
+                out.push(Step::Certificates, StepResult::Ready);
                 r
             }
             Err(e) => {
-                out.push((Step::Certificates, failed(e, false)));
+                out.push(Step::Certificates, failed(e, false));
                 return out;
             }
         };
         let input = self.input(t, version, plan, rollout);
-        let r = &cfg.renderer;
-        step!(
-            Step::Etcd,
-            self.apply_component(r, Component::Etcd, &input).await
-        );
-        step!(
-            Step::Apiserver,
-            self.apiserver_ready(r, &input, &ns, endpoint.as_deref())
-                .await
-        );
-        step!(
-            Step::Bootstrapped,
-            self.bootstrap(&ns, endpoint.as_deref()).await
-        );
-        step!(
-            Step::ControllerManager,
-            self.apply_component(r, Component::ControllerManager, &input)
-                .await
-        );
-        step!(
-            Step::Dns,
-            self.apply_component(r, Component::Coredns, &input).await
-        );
-        step!(
-            Step::Syncer,
-            match self.apply_component(r, Component::Syncer, &input).await {
-                Ok(StepResult::Ready) => self.revocations_answered(&ns, endpoint.as_deref()).await,
-                other => other,
+
+        // etcd is applied on every pass; the apiserver with it while it does not exist yet,
+        // otherwise behind an etcd that is rolled out (steps::action).
+        let clock = Instant::now();
+        let etcd = self
+            .component(Component::Etcd, &input, true, true)
+            .await
+            .map(|(_, r)| r.unwrap_or(StepResult::Waiting("not applied".into())))
+            .unwrap_or_else(|e| failed(e, true));
+        out.work("etcd", clock);
+        let etcd_ready = etcd == StepResult::Ready;
+        out.push(Step::Etcd, etcd);
+        let clock = Instant::now();
+        let api = self
+            .component(Component::Apiserver, &input, etcd_ready, true)
+            .await;
+        let (api_applied, api) = match api {
+            Ok((action, Some(rollout))) => {
+                let readyz = self.readyz(&ns, endpoint.as_deref()).await;
+                let (result, answers) = steps::apiserver(rollout, &readyz);
+                (action == Action::Apply, Some((result, answers)))
             }
-        );
+            Ok((_, None)) => (false, None),
+            Err(e) => (false, Some((failed(e, true), false))),
+        };
+        out.work("apiserver", clock);
+        let Some((api, answers)) = api else {
+            return out;
+        };
+        // Its clients are changed only behind an apiserver this pass applied and found ready
+        // (skew during upgrades), and created as soon as one answers.
+        let api_ready = api_applied && api == StepResult::Ready;
+        out.push(Step::Apiserver, api);
+        if !answers {
+            return out;
+        }
+        let clock = Instant::now();
+        let boot = self
+            .bootstrap(&ns, endpoint.as_deref())
+            .await
+            .unwrap_or_else(|e| failed(e, true));
+        out.work("bootstrap", clock);
+        if !out.push(Step::Bootstrapped, boot) {
+            return out;
+        }
+
+        // The apiserver's clients: none depends on another, so they start and roll together.
+        let timed = |c: Component| {
+            let input = &input;
+            async move {
+                let clock = Instant::now();
+                let r = self.component(c, input, api_ready, true).await;
+                (r, clock.elapsed())
+            }
+        };
+        let syncer = async {
+            let clock = Instant::now();
+            let r = match self
+                .component(Component::Syncer, &input, api_ready, true)
+                .await
+            {
+                Ok((a, Some(StepResult::Ready))) => self
+                    .revocations_answered(&ns, endpoint.as_deref())
+                    .await
+                    .map(|r| (a, Some(r))),
+                other => other,
+            };
+            (r, clock.elapsed())
+        };
+        // The controller-manager is ready once its aggregation controller has filled the
+        // roles vcp binds users to: before that `view` and `edit` grant nothing, and a user's
+        // first call with a fresh kubeconfig would be refused.
+        let cm = async {
+            let (r, took) = timed(Component::ControllerManager).await;
+            let r = match r {
+                Ok((a, Some(StepResult::Ready))) => self
+                    .roles_aggregated(&ns, endpoint.as_deref())
+                    .await
+                    .map(|r| (a, Some(r))),
+                other => other,
+            };
+            (r, took)
+        };
+        let (cm, dns, syncer) = tokio::join!(cm, timed(Component::Coredns), syncer);
+        for (step, name, (r, took)) in [
+            (Step::ControllerManager, "controller_manager", cm),
+            (Step::Dns, "dns", dns),
+            (Step::Syncer, "syncer", syncer),
+        ] {
+            out.work.push((name, took));
+            match r {
+                Ok((_, Some(r))) => {
+                    out.push(step, r);
+                }
+                Ok((_, None)) => {}
+                Err(e) => {
+                    out.push(step, failed(e, true));
+                }
+            }
+        }
         out
+    }
+
+    /// One component as [`steps::action`] decides: rendered, read on the host (its workload),
+    /// applied if it may be, and its readiness (`None`: not there and left alone).
+    async fn component(
+        &self,
+        c: Component,
+        input: &Input<'_>,
+        after_ready: bool,
+        can_start: bool,
+    ) -> Result<(Action, Option<StepResult>)> {
+        let objects = self.config.renderer.render(c, input)?;
+        let before = workload_ready(&self.host, &objects).await?;
+        match steps::action(before.is_some(), after_ready, can_start) {
+            Action::Apply => {
+                host::apply_all(&self.host, &objects).await?;
+                Ok((Action::Apply, workload_ready(&self.host, &objects).await?))
+            }
+            Action::Check => Ok((Action::Check, before)),
+            Action::Skip => Ok((Action::Skip, None)),
+        }
+    }
+
+    /// Whether the tenant's aggregated roles that user groups are bound to (`view`, `edit`;
+    /// see [`crate::access::LEVELS`]) have their rules, which the controller-manager fills.
+    async fn roles_aggregated(&self, ns: &str, endpoint: Option<&str>) -> Result<StepResult> {
+        if self.config.simulate {
+            return Ok(StepResult::Ready);
+        }
+        let roles: Api<ClusterRole> = Api::all(self.tenant_client(ns, endpoint).await?);
+        for name in ["view", "edit"] {
+            let role = roles
+                .get_opt(name)
+                .await
+                .map_err(|e| Error::kube(format!("read the tenant's {name} role"), e))?;
+            if role.and_then(|r| r.rules).is_none_or(|r| r.is_empty()) {
+                return Ok(StepResult::Waiting(format!(
+                    "the controller-manager has not aggregated the {name} role yet"
+                )));
+            }
+        }
+        Ok(StepResult::Ready)
     }
 
     /// Whether the tenant apiserver gets answers from its syncer's revocation webhook: a
@@ -883,39 +1030,25 @@ impl Provisioner {
         }
     }
 
-    async fn apply_component(
-        &self,
-        r: &Renderer,
-        c: Component,
-        input: &Input<'_>,
-    ) -> Result<StepResult> {
-        let objects = r.render(c, input)?;
-        host::apply_all(&self.host, &objects).await?;
-        workload_ready(&self.host, &objects).await
-    }
-
-    async fn apiserver_ready(
-        &self,
-        r: &Renderer,
-        input: &Input<'_>,
-        ns: &str,
-        endpoint: Option<&str>,
-    ) -> Result<StepResult> {
-        match self.apply_component(r, Component::Apiserver, input).await? {
-            StepResult::Ready if !self.config.simulate => {}
-            other => return Ok(other),
+    /// The tenant apiserver's `GET /readyz`, asked directly (not through its pods' probe).
+    async fn readyz(&self, ns: &str, endpoint: Option<&str>) -> steps::Readyz {
+        if self.config.simulate {
+            return steps::Readyz::Simulated;
         }
-        let client = self.tenant_client(ns, endpoint).await?;
-        let req = http::Request::get("/readyz")
-            .body(Vec::new())
-            .map_err(|e| Error::Config(e.to_string()))?;
-        match client.request_text(req).await {
-            Ok(body) if body.trim() == "ok" => Ok(StepResult::Ready),
-            Ok(body) => Ok(StepResult::Waiting(format!(
-                "apiserver /readyz: {}",
-                body.trim()
-            ))),
-            Err(e) => Ok(StepResult::Waiting(format!("apiserver /readyz: {e}"))),
+        let answer = async {
+            let client = self.tenant_client(ns, endpoint).await?;
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| Error::Config(e.to_string()))?;
+            client
+                .request_text(req)
+                .await
+                .map_err(|e| Error::kube("ask the tenant apiserver /readyz", e))
+        };
+        match answer.await {
+            Ok(body) => steps::Readyz::Answered(body),
+            Err(Error::Kube { source, .. }) => steps::Readyz::Unreachable(source.to_string()),
+            Err(e) => steps::Readyz::Unreachable(e.public()),
         }
     }
 
@@ -1272,16 +1405,20 @@ fn ignore_404<T>(r: std::result::Result<T, kube::Error>) -> std::result::Result<
     }
 }
 
-/// Whether the StatefulSets and Deployments among `objects` are fully rolled out and ready.
-async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResult> {
+/// Whether the StatefulSets and Deployments among `objects` are fully rolled out and ready;
+/// `None` if one of them does not exist.
+async fn workload_ready(client: &Client, objects: &[Object]) -> Result<Option<StepResult>> {
     for o in objects {
         let Some(ns) = o.namespace() else { continue };
         let r = match o.kind() {
             "StatefulSet" => {
-                let s = Api::<StatefulSet>::namespaced(client.clone(), ns)
-                    .get(o.name())
+                let Some(s) = Api::<StatefulSet>::namespaced(client.clone(), ns)
+                    .get_opt(o.name())
                     .await
-                    .map_err(|e| Error::kube(format!("read statefulset {}", o.name()), e))?;
+                    .map_err(|e| Error::kube(format!("read statefulset {}", o.name()), e))?
+                else {
+                    return Ok(None);
+                };
                 let st = s.status.unwrap_or_default();
                 steps::Rollout {
                     want: s.spec.replicas.unwrap_or(1),
@@ -1293,10 +1430,13 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResul
                 }
             }
             "Deployment" => {
-                let d = Api::<Deployment>::namespaced(client.clone(), ns)
-                    .get(o.name())
+                let Some(d) = Api::<Deployment>::namespaced(client.clone(), ns)
+                    .get_opt(o.name())
                     .await
-                    .map_err(|e| Error::kube(format!("read deployment {}", o.name()), e))?;
+                    .map_err(|e| Error::kube(format!("read deployment {}", o.name()), e))?
+                else {
+                    return Ok(None);
+                };
                 let st = d.status.unwrap_or_default();
                 steps::Rollout {
                     want: d.spec.replicas.unwrap_or(1),
@@ -1310,14 +1450,14 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<StepResul
             _ => continue,
         };
         if let Some(waiting) = r.waiting() {
-            return Ok(StepResult::Waiting(format!(
+            return Ok(Some(StepResult::Waiting(format!(
                 "{} {}: {waiting}",
                 o.kind(),
                 o.name()
-            )));
+            ))));
         }
     }
-    Ok(StepResult::Ready)
+    Ok(Some(StepResult::Ready))
 }
 
 /// A client from kubeconfig text.

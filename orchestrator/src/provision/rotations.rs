@@ -1,24 +1,27 @@
 //! The host side of rotations: a pass turns the phase the inventory holds for a tenant's
 //! rotation ([`crate::pki::rotation`]) into its CA and key Secrets, reads back what to trust and
-//! what signs, and, once the control plane is Ready with it and every pod's token is of the
-//! phase's generation, moves the rotation on.
+//! what signs, and, once the control plane is Ready with it, no pod a roll replaced still runs
+//! and every pod's token is of the phase's generation, moves the rotation on.
 //!
 //! inventory phase -> CA / `sa` Secret (`next.*`, phase annotation) -> [`CaMaterial`] and
 //! [`SaMaterial`] -> leaf Secrets, the derived `signing.key` / `trusted.pub`, rollout digests and
-//! the token generation the syncer gets -> Ready + tokens current -> next phase.
+//! the token generation the syncer gets -> Ready + tokens current + no replaced pod running ->
+//! next phase.
 
-use super::{Provisioner, secret_str};
+use super::{Provisioner, cp_selector, secret_str};
 use crate::inventory::Tenant;
 use crate::inventory::rotations::RotationRow;
 use crate::pki::rotation::{self, Phase, SecretChange, Signer, Target};
 use crate::pki::{self, Ca, CertKey};
 use crate::{Error, Result};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
-use vcp_core::naming::{ANN_GENERATED, ANN_TOKEN_GENERATION, LABEL_TENANT};
+use vcp_core::naming::{
+    ANN_GENERATED, ANN_TOKEN_GENERATION, LABEL_TENANT, control_plane_namespace,
+};
 
 /// A CA as its Secret holds it now.
 #[derive(Debug)]
@@ -96,6 +99,29 @@ pub(super) fn ca_of(s: &Secret) -> Result<CaMaterial> {
         next,
         phase,
     })
+}
+
+/// How long past its deletion deadline a pod that is still listed counts as running. The
+/// kubelet kills its containers at the deadline (the end of its grace period) and removes it
+/// right after; one still listed well past it sits on a node that answers no one, and waiting
+/// for it would hold the rotation until someone deletes it by force.
+const KILLED_WITHIN: time::Duration = time::Duration::seconds(15);
+
+/// The names of the pods among `pods` that are terminating but may still run, as of `now`:
+/// deleted (a roll replaced them), and not past their deadline by more than
+/// [`KILLED_WITHIN`]. A Deployment's status no longer counts such a pod, but it still holds the
+/// material it started with and may still answer: the apiserver serves through its
+/// `--shutdown-delay-duration` and finishes the requests it accepted.
+pub(super) fn still_running(pods: &[ObjectMeta], now: OffsetDateTime) -> Vec<String> {
+    pods.iter()
+        .filter(|m| {
+            m.deletion_timestamp.as_ref().is_some_and(|t| {
+                OffsetDateTime::from_unix_timestamp(t.0.as_second())
+                    .is_ok_and(|deadline| now < deadline + KILLED_WITHIN)
+            })
+        })
+        .map(|m| m.name.clone().unwrap_or_default())
+        .collect()
 }
 
 /// The phase a rotation of `target` asks of its Secret, if one is under way for it.
@@ -257,9 +283,21 @@ impl Provisioner {
         Ok(stale == 0)
     }
 
+    /// The tenant's control-plane pods that a roll replaced and that may still run (see
+    /// [`still_running`]).
+    async fn replaced_running(&self, t: &Tenant, now: OffsetDateTime) -> Result<Vec<String>> {
+        let pods: Api<Pod> = Api::namespaced(self.host.clone(), &control_plane_namespace(&t.key));
+        let list = pods
+            .list_metadata(&ListParams::default().labels(&cp_selector(&t.key)))
+            .await
+            .map_err(|e| Error::kube("list the control plane's pods", e))?;
+        let metas: Vec<ObjectMeta> = list.items.into_iter().map(|p| p.metadata).collect();
+        Ok(still_running(&metas, now))
+    }
+
     /// Moves the tenant's rotation on if its phase is done: the control plane is Ready with
-    /// this pass's material (`ready`) and every pod's token is of `generation`. Whether it
-    /// moved.
+    /// this pass's material (`ready`), no pod it replaced still runs, and every pod's token is
+    /// of `generation`. Whether it moved.
     pub(super) async fn advance_rotation(
         &self,
         t: &Tenant,
@@ -273,9 +311,20 @@ impl Provisioner {
             return Ok(false);
         };
         let tokens_current = ready && self.tokens_current(t, generation).await?;
+        // Asked at the moment of deciding, not with the pass's start time: a pod that went
+        // away during the pass no longer holds the rotation.
+        let replaced = if tokens_current {
+            self.replaced_running(t, OffsetDateTime::now_utc()).await?
+        } else {
+            Vec::new()
+        };
+        if !replaced.is_empty() {
+            tracing::info!(tenant = %t.name, pods = ?replaced, "waiting for replaced control-plane pods to stop");
+        }
         let progress = rotation::Progress {
             ready,
             tokens_current,
+            replaced_running: !replaced.is_empty(),
             in_phase: now - r.phase_since,
             overlap: r.overlap(),
         };
@@ -287,5 +336,44 @@ impl Provisioner {
             tracing::info!(tenant = %t.name, target = %r.target, from = %phase, to = %to, "rotation moved on");
         }
         Ok(moved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::format_description::well_known::Rfc3339;
+
+    /// A pod's metadata as the API gives it, deleted with this deadline (seconds from the Unix
+    /// epoch) if any.
+    fn pod(name: &str, deadline: Option<i64>) -> ObjectMeta {
+        let deadline = deadline.map(|s| {
+            OffsetDateTime::from_unix_timestamp(s)
+                .unwrap()
+                .format(&Rfc3339)
+                .unwrap()
+        });
+        serde_json::from_value(serde_json::json!({"name": name, "deletionTimestamp": deadline}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_terminating_pod_runs_until_it_is_gone_or_long_past_its_deadline() {
+        let now = OffsetDateTime::from_unix_timestamp(1_000).unwrap();
+        let pods = [
+            pod("kube-apiserver-new", None),
+            // Replaced a second ago with 30 s of grace: still in its shutdown delay.
+            pod("kube-apiserver-old", Some(1_029)),
+            // Its grace is over and the kubelet is stopping it.
+            pod("etcd-2", Some(995)),
+            // Deleted long ago and still listed: its node is gone.
+            pod("coredns-lost", Some(900)),
+        ];
+        assert_eq!(
+            still_running(&pods, now),
+            ["kube-apiserver-old", "etcd-2"],
+            "pods a roll replaced still hold the rotation"
+        );
+        assert!(still_running(&pods[..1], now).is_empty());
     }
 }

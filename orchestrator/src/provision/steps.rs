@@ -1,15 +1,22 @@
 //! The provisioning steps and what their results mean for a tenant (pure).
 //!
-//! Bring-up is a fixed sequence, each step gated on the one before being ready. A pass walks
-//! the sequence from the start (every step is idempotent, so repeating a finished one costs a
-//! few no-op applies), stops at the first step that is not ready yet, and turns what it saw
-//! into conditions and a phase. That is what lets any replica resume any tenant from any point.
+//! Bring-up is a graph, not a ladder: each step runs once the steps it takes its inputs from
+//! allow it ([`action`]), so on a first start etcd and the apiserver are applied together, and
+//! the controller-manager, CoreDNS and the syncer as soon as the apiserver answers, while a
+//! control plane that already serves changes one component only after the one before it is
+//! rolled out (etcd before the apiserver before its clients: rolls stay ordered during
+//! rotations and versions stay within skew during upgrades). A pass walks the graph from the
+//! start (every step is idempotent, so repeating a finished one costs a few no-op applies),
+//! reads each component's readiness, and turns what it saw into conditions and a phase. That
+//! is what lets any replica resume any tenant from any point.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
 use vcp_core::lifecycle::{Condition, ConditionReason, ConditionStatus, ConditionType, Phase};
 
-/// Bring-up steps, in order. The name is the condition type.
+/// Bring-up steps, in the order of their conditions (the order their inputs flow in). The
+/// name is the condition type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Step {
     Namespace,
@@ -126,6 +133,68 @@ impl Rollout {
     }
 }
 
+/// What a pass does with one component of the control plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Render and apply it, then read its readiness.
+    Apply,
+    /// Only read its readiness: it exists, and changing it now would run ahead of the
+    /// component it follows (a roll of etcd, an apiserver on another version).
+    Check,
+    /// Leave it alone: it does not exist yet and what it needs to start is not there either.
+    Skip,
+}
+
+/// What to do with a component: apply it when the component it follows was applied in this
+/// pass and is ready (`after_ready`), as the ladder always did; create it early when it does
+/// not `exist` yet but what it needs to start does (`can_start`: for the apiserver its
+/// certificates, for its clients an apiserver that answers). Nothing serves yet in that case,
+/// so there is no roll to keep in order and no older version to stay within skew of, and
+/// starting it before its predecessor is *ready* only saves time. A component that exists is
+/// otherwise left as it is and only checked.
+pub fn action(exists: bool, after_ready: bool, can_start: bool) -> Action {
+    if after_ready || (!exists && can_start) {
+        Action::Apply
+    } else if exists {
+        Action::Check
+    } else {
+        Action::Skip
+    }
+}
+
+/// The apiserver's own answer to `GET /readyz`, as the orchestrator got it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readyz {
+    /// The body (`ok` when ready).
+    Answered(String),
+    /// No answer (connection refused, TLS, timeout).
+    Unreachable(String),
+    /// Not asked: simulated control planes have no apiserver to ask.
+    Simulated,
+}
+
+/// The apiserver step from its rollout and its `/readyz`, and whether it answers (what its
+/// clients need to start). Ready takes both: rolled out (no old replica answering in its
+/// place) and `/readyz` says `ok`.
+pub fn apiserver(rollout: StepResult, readyz: &Readyz) -> (StepResult, bool) {
+    let answers = match readyz {
+        Readyz::Answered(body) => body.trim() == "ok",
+        Readyz::Unreachable(_) => false,
+        Readyz::Simulated => rollout == StepResult::Ready,
+    };
+    let result = match (rollout, readyz) {
+        (StepResult::Ready, _) if answers => StepResult::Ready,
+        (StepResult::Ready, Readyz::Answered(body)) => {
+            StepResult::Waiting(format!("apiserver /readyz: {}", body.trim()))
+        }
+        (StepResult::Ready, Readyz::Unreachable(e)) => {
+            StepResult::Waiting(format!("apiserver /readyz: {e}"))
+        }
+        (other, _) => other,
+    };
+    (result, answers)
+}
+
 /// How soon to look again.
 pub const REQUEUE_WAITING: Duration = Duration::from_secs(2);
 pub const REQUEUE_ERROR: Duration = Duration::from_secs(10);
@@ -155,10 +224,22 @@ pub(crate) fn condition(
     }
 }
 
-/// Conditions and phase after a bring-up pass that got as far as `results` (in step order;
-/// steps after the last result were not reached).
+/// Conditions and phase after a bring-up pass that got as far as `results` (steps without a
+/// result were not reached), as of `now`.
 pub fn bring_up(
     results: &[(Step, StepResult)],
+    prev: &[Condition],
+    now: OffsetDateTime,
+) -> Verdict {
+    bring_up_seen(results, &BTreeMap::new(), prev, now)
+}
+
+/// [`bring_up`] with the time each step's result was known (`seen`; `now` for a step it does
+/// not list): a condition that changes status takes that time, so a step's transition time is
+/// when the pass saw it ready, not when the pass began. `Ready` takes the latest of them.
+pub fn bring_up_seen(
+    results: &[(Step, StepResult)],
+    seen: &BTreeMap<Step, OffsetDateTime>,
     prev: &[Condition],
     now: OffsetDateTime,
 ) -> Verdict {
@@ -169,6 +250,7 @@ pub fn bring_up(
     let mut phase = Phase::Ready;
     for step in Step::ALL {
         let t = step.condition_type();
+        let now = seen.get(&step).copied().unwrap_or(now);
         let c = match results.iter().find(|(s, _)| *s == step).map(|(_, r)| r) {
             Some(StepResult::Ready) => condition(t, S::True, R::Ready, "", prev, now),
             Some(StepResult::Waiting(m)) => {
@@ -196,13 +278,14 @@ pub fn bring_up(
         conditions.push(c);
     }
     let ready = phase == Phase::Ready;
+    let last = seen.values().copied().max().unwrap_or(now);
     conditions.push(condition(
         ConditionType::Ready,
         S::of(ready),
         if ready { R::Ready } else { R::Provisioning },
         "",
         prev,
-        now,
+        last,
     ));
     Verdict {
         phase,
@@ -346,6 +429,104 @@ mod tests {
         ] {
             assert_eq!(tear_down(&r, &[], at(0)).phase, Phase::Deleting, "{r:?}");
         }
+    }
+
+    #[test]
+    fn a_first_start_creates_what_can_start_and_a_serving_plane_keeps_its_order() {
+        // Nothing there yet: created as soon as what it needs exists, before its predecessor
+        // is ready (etcd and the apiserver together; the apiserver's clients once it answers).
+        assert_eq!(action(false, false, true), Action::Apply);
+        // Not there and cannot start yet (no apiserver answers): left for a later pass.
+        assert_eq!(action(false, false, false), Action::Skip);
+        // There already: changed only behind a predecessor applied and ready in this pass,
+        // so a roll of etcd or an upgrade's apiserver goes first; until then only read.
+        assert_eq!(action(true, false, true), Action::Check);
+        assert_eq!(action(true, false, false), Action::Check);
+        assert_eq!(action(true, true, true), Action::Apply);
+        assert_eq!(action(false, true, false), Action::Apply);
+    }
+
+    #[test]
+    fn the_apiserver_answers_before_its_rollout_counts_and_is_ready_only_with_both() {
+        let ok = Readyz::Answered("ok\n".into());
+        let waiting = || StepResult::Waiting("0/1 ready, 1/1 updated".into());
+        assert_eq!(apiserver(StepResult::Ready, &ok), (StepResult::Ready, true));
+        // Its clients may start: it answers, though its own probe has not said so yet.
+        assert_eq!(apiserver(waiting(), &ok), (waiting(), true));
+        let (r, answers) = apiserver(
+            StepResult::Ready,
+            &Readyz::Answered("[-]etcd failed".into()),
+        );
+        assert!(!answers);
+        assert_eq!(
+            r,
+            StepResult::Waiting("apiserver /readyz: [-]etcd failed".into())
+        );
+        let (r, answers) = apiserver(waiting(), &Readyz::Unreachable("refused".into()));
+        assert_eq!((r, answers), (waiting(), false));
+        assert_eq!(
+            apiserver(StepResult::Ready, &Readyz::Unreachable("refused".into())).0,
+            StepResult::Waiting("apiserver /readyz: refused".into())
+        );
+        // Simulated control planes: the rollout is all there is.
+        assert_eq!(
+            apiserver(StepResult::Ready, &Readyz::Simulated),
+            (StepResult::Ready, true)
+        );
+        assert_eq!(apiserver(waiting(), &Readyz::Simulated), (waiting(), false));
+        let e = StepResult::Error("read deployment".into());
+        assert_eq!(apiserver(e.clone(), &ok), (e, true));
+    }
+
+    #[test]
+    fn steps_ahead_of_a_waiting_one_keep_their_own_conditions() {
+        // etcd's readiness lags (three reads in a row) while the apiserver already serves.
+        let mut results: Vec<_> = Step::ALL.iter().map(|s| (*s, StepResult::Ready)).collect();
+        results[3] = (Step::Etcd, StepResult::Waiting("0/1 ready".into()));
+        let v = bring_up(&results, &[], at(0));
+        assert_eq!(v.phase, Phase::Provisioning);
+        assert_eq!(v.requeue_after, REQUEUE_WAITING);
+        assert_eq!(find(&v, "EtcdReady").status, ConditionStatus::False);
+        assert_eq!(find(&v, "ApiserverReady").status, ConditionStatus::True);
+        assert_eq!(find(&v, "SyncerReady").status, ConditionStatus::True);
+        assert_eq!(find(&v, "Ready").status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn a_condition_changes_at_the_time_its_step_was_seen() {
+        let results = [
+            (Step::Namespace, StepResult::Ready),
+            (Step::Exposed, StepResult::Ready),
+            (Step::Certificates, StepResult::Ready),
+            (Step::Etcd, StepResult::Waiting("0/1 ready".into())),
+        ];
+        let seen = BTreeMap::from([
+            (Step::Namespace, at(1)),
+            (Step::Certificates, at(3)),
+            (Step::Etcd, at(4)),
+        ]);
+        let v = bring_up_seen(&results, &seen, &[], at(0));
+        assert_eq!(find(&v, "NamespaceReady").last_transition_time, at(1));
+        assert_eq!(
+            find(&v, "Exposed").last_transition_time,
+            at(0),
+            "not listed"
+        );
+        assert_eq!(find(&v, "CertificatesReady").last_transition_time, at(3));
+        assert_eq!(find(&v, "EtcdReady").last_transition_time, at(4));
+        assert_eq!(find(&v, "Ready").last_transition_time, at(4));
+        // A later pass keeps the times of conditions whose status did not change.
+        let again = bring_up_seen(
+            &results,
+            &BTreeMap::from([(Step::Etcd, at(9))]),
+            &v.conditions,
+            at(8),
+        );
+        assert_eq!(
+            find(&again, "CertificatesReady").last_transition_time,
+            at(3)
+        );
+        assert_eq!(find(&again, "EtcdReady").last_transition_time, at(4));
     }
 
     #[test]

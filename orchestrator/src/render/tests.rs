@@ -377,3 +377,54 @@ fn pods_of_vcps_own_images_run_as_their_non_root_user_and_can_read_their_secrets
     let spec = pod_spec(&restore, "Job", "etcd-restore-1-0");
     assert_eq!(spec["securityContext"]["runAsUser"], 0, "{spec}");
 }
+
+fn dev_objects() -> Vec<Object> {
+    let catalog = Catalog::builtin();
+    let (plan, settings) = (dev_plan(), settings());
+    let input = Input {
+        name: "demo",
+        key: &key(),
+        version: catalog.get("1.37").unwrap(),
+        plan: &plan,
+        settings: &settings,
+        rollout: Default::default(),
+        stopped: false,
+    };
+    Renderer::builtin()
+        .unwrap()
+        .render_all(&input)
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, o)| o)
+        .collect()
+}
+
+#[test]
+fn the_syncers_name_resolves_before_it_is_ready() {
+    // The tenant apiserver calls the syncer's webhook by this name; a name published only
+    // once the pod is ready is cached as missing by the caller's resolver for seconds.
+    let all = dev_objects();
+    let svc = all
+        .iter()
+        .find(|o| o.kind() == "Service" && o.name() == "vcp-syncer")
+        .unwrap();
+    assert_eq!(svc.0["spec"]["publishNotReadyAddresses"], true, "{}", svc.0);
+}
+
+#[test]
+fn etcd_is_ready_only_after_three_reads_in_a_row_whatever_finds_it_started() {
+    let all = dev_objects();
+    let etcd = &pod_spec(&all, "StatefulSet", "etcd")["containers"][0];
+    let ready = &etcd["readinessProbe"];
+    // Rolls (CA rotations) restart the next member only behind this: three linearizable
+    // reads, 2 s apart. The startup probe only finds the process serving sooner.
+    assert_eq!(ready["httpGet"]["path"], "/readyz");
+    assert_eq!(ready["successThreshold"], 3);
+    assert_eq!(ready["periodSeconds"], 2);
+    assert_eq!(etcd["startupProbe"]["httpGet"]["path"], "/livez");
+    assert_eq!(etcd["startupProbe"]["periodSeconds"], 1);
+    let api = &pod_spec(&all, "Deployment", "kube-apiserver")["containers"][0];
+    assert_eq!(api["startupProbe"]["periodSeconds"], 1);
+    assert_eq!(api["readinessProbe"]["failureThreshold"], 3);
+    assert_eq!(api["readinessProbe"]["periodSeconds"], 2);
+}

@@ -217,6 +217,24 @@ fn proc_usage(pid: u32) -> (f64, f64) {
     (rss_kib / 1024.0, cpu_ticks / 100.0)
 }
 
+/// Busy CPU seconds of the whole machine so far (every core; /proc/stat less idle and iowait).
+fn machine_busy_cpu() -> f64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<f64> = s
+                .lines()
+                .next()?
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            let idle = f.get(3)? + f.get(4)?;
+            Some((f.iter().take(8).sum::<f64>() - idle) / 100.0)
+        })
+        .unwrap_or(f64::NAN)
+}
+
 /// CPU seconds so far of this process and every descendant, by pid, with its name.
 fn descendants_cpu() -> HashMap<u32, (String, f64)> {
     let mut procs: HashMap<u32, (u32, String, f64)> = HashMap::new();
@@ -547,6 +565,7 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
 async fn bench_platform(
     simulate: bool,
     workers: u16,
+    extra_env: Vec<(String, String)>,
 ) -> anyhow::Result<(
     DevCluster,
     vcp_dev::platform::Orchestrator,
@@ -565,7 +584,7 @@ async fn bench_platform(
             workers,
             port: None,
             simulate,
-            extra_env: vec![],
+            extra_env,
         },
         Supervision::Attached,
     )
@@ -584,10 +603,34 @@ pub struct ProvisionBench {
 }
 
 /// Creates N tenants at once through a real `vcp serve` and reports how long each took to
-/// become Ready, and what vcp itself costs: RSS and CPU, in total and per idle tenant.
+/// become Ready, where that time went step by step, and what vcp itself costs: RSS and CPU,
+/// in total and per idle tenant.
+///
+/// The steps (p50 across tenants, docs/benchmarks.md says the same):
+/// - `pki_s`, `render_apply_s`: the work of the tenant's first pass as vcp logs it (its pass
+///   log line's `work` field: `pki`; `etcd` + `apiserver`, render, apply and a readiness read).
+/// - `etcd_s`, `apiserver_s`: from `CertificatesReady` turning True to `EtcdReady`,
+///   `ApiserverReady` turning True (the conditions' `last_transition_time`, which a pass sets
+///   when it sees the step's result); `controller_manager_s`, `coredns_s`, `syncer_s` (the
+///   syncer rolled out and its revocation webhook answering the tenant apiserver): from
+///   `Bootstrapped` (the apiserver answered) to theirs. `at_*_s`: the same conditions from
+///   the tenant's `created_at`, which shows the critical path.
+/// - `kubeconfig_s`: `POST /v1/tenants/{name}/kubeconfigs` timed by the benchmark, issued as
+///   soon as it sees the tenant Ready.
+///
+/// And what the bring-up cost the machine, from the first create to the last Ready:
+/// `bringup_cpu_s`, CPU seconds of the benchmark's process tree (host cluster, devnode, the
+/// control planes, vcp), and `machine_cpu_s`, busy CPU seconds of the whole machine
+/// (/proc/stat), so other work sharing the `cores` shows.
 pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
-    let (_cluster, orch, api) = bench_platform(b.simulate, b.workers).await?;
+    let (cluster, orch, api) = bench_platform(
+        b.simulate,
+        b.workers,
+        vec![("VCP_LOG_FORMAT".into(), "json".into())],
+    )
+    .await?;
     let (base_rss, base_cpu) = proc_usage(orch.proc.pid);
+    let (tree_before, machine_before) = (descendants_cpu(), machine_busy_cpu());
     let start = Instant::now();
     let mut created = Vec::new();
     for i in 0..b.tenants {
@@ -596,9 +639,11 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
         created.push((name, start.elapsed()));
     }
     let mut ready: std::collections::BTreeMap<String, Duration> = Default::default();
+    let mut kubeconfig: Vec<f64> = Vec::new();
     let deadline = Duration::from_secs(600 + 2 * b.tenants as u64);
     while ready.len() < b.tenants {
         let (_, list) = api.raw(reqwest::Method::GET, "/v1/tenants", None).await?;
+        let mut new = Vec::new();
         for t in list["items"].as_array().into_iter().flatten() {
             let name = t["name"].as_str().unwrap_or_default();
             if t["phase"] == "Failed" {
@@ -606,7 +651,15 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
             }
             if t["phase"] == "Ready" && !ready.contains_key(name) {
                 ready.insert(name.to_owned(), start.elapsed());
+                new.push(name.to_owned());
             }
+        }
+        // A user's first call once the tenant is Ready: vcp signs with the tenant CA it
+        // reads from the host.
+        for name in new {
+            let clock = Instant::now();
+            api.kubeconfig(&name, "bench", &["view"], "1h").await?;
+            kubeconfig.push(clock.elapsed().as_secs_f64());
         }
         if start.elapsed() > deadline {
             anyhow::bail!(
@@ -618,28 +671,168 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let all_ready_s = start.elapsed().as_secs_f64();
+    // CPU over the bring-up: this benchmark's process tree (host cluster, devnode, every
+    // control plane, vcp), and the whole machine's (the difference is other work on it).
+    let by_process = cpu_between(&tree_before, &tree_before, &descendants_cpu());
+    let tree_cpu: f64 = by_process.values().sum();
+    // Which processes spent it (stderr: the summary stays one line).
+    eprintln!("{}", cpu_line("bringup_cpu", &by_process));
+    let machine_cpu = machine_busy_cpu() - machine_before;
     let took: Vec<f64> = created
         .iter()
         .map(|(n, c)| (ready[n] - *c).as_secs_f64())
         .collect();
     let (rss_mib, cpu_s) = proc_usage(orch.proc.pid);
+    let mut timelines = Vec::new();
+    for (name, _) in &created {
+        let t = api
+            .get_tenant(name)
+            .await?
+            .with_context(|| format!("tenant {name} is gone"))?;
+        timelines.push(Timeline::of(&t));
+    }
+    let log = std::fs::read_to_string(cluster.state_dir().join("vcp").join("vcp-bench.log"))
+        .unwrap_or_default();
+    let work = first_pass_work(&log);
     // Idle: every tenant Ready, vcp only re-checking them on its schedule.
     tokio::time::sleep(Duration::from_secs(b.idle_seconds)).await;
     let (idle_rss, idle_cpu) = proc_usage(orch.proc.pid);
     let idle_mcpu_per_tenant =
         (idle_cpu - cpu_s) * 1000.0 / b.idle_seconds as f64 / b.tenants as f64;
+    let p50 = |v: Vec<f64>| {
+        if v.is_empty() {
+            "na".to_owned()
+        } else {
+            format!("{:.2}", percentile(v, 0.5))
+        }
+    };
+    let from = |cond: &str, since: &str| {
+        p50(timelines
+            .iter()
+            .filter_map(|t| Some(t.at(cond)? - t.at(since)?))
+            .collect())
+    };
+    let work_of = |parts: &[&str]| {
+        p50(created
+            .iter()
+            .filter_map(|(n, _)| {
+                let w = work.get(n)?;
+                Some(
+                    parts
+                        .iter()
+                        .map(|p| w.get(*p).copied().unwrap_or(0.0))
+                        .sum(),
+                )
+            })
+            .collect())
+    };
+    let mut steps = vec![
+        ("pki_s", work_of(&["pki"])),
+        ("render_apply_s", work_of(&["etcd", "apiserver"])),
+        ("etcd_s", from("EtcdReady", "CertificatesReady")),
+        ("apiserver_s", from("ApiserverReady", "CertificatesReady")),
+        (
+            "controller_manager_s",
+            from("ControllerManagerReady", "Bootstrapped"),
+        ),
+        ("coredns_s", from("DnsReady", "Bootstrapped")),
+        ("syncer_s", from("SyncerReady", "Bootstrapped")),
+        ("kubeconfig_s", p50(kubeconfig)),
+    ];
+    for (key, cond) in [
+        ("at_certificates_s", "CertificatesReady"),
+        ("at_etcd_s", "EtcdReady"),
+        ("at_apiserver_s", "ApiserverReady"),
+        ("at_bootstrapped_s", "Bootstrapped"),
+        ("at_controller_manager_s", "ControllerManagerReady"),
+        ("at_coredns_s", "DnsReady"),
+        ("at_syncer_s", "SyncerReady"),
+        ("at_ready_s", "Ready"),
+    ] {
+        steps.push((key, from(cond, "")));
+    }
+    let steps: Vec<String> = steps.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!(
-        "bench-provision tenants={} simulate={} ready_p50_s={:.2} ready_p99_s={:.2} all_ready_s={all_ready_s:.1} orchestrator_rss_mib={rss_mib:.1} orchestrator_cpu_s={:.1} idle_rss_kib_per_tenant={:.0} idle_mcpu_per_tenant={idle_mcpu_per_tenant:.3} idle_window_s={}",
+        "bench-provision tenants={} simulate={} ready_p50_s={:.2} ready_p99_s={:.2} all_ready_s={all_ready_s:.1} {} bringup_cpu_s={tree_cpu:.1} machine_cpu_s={machine_cpu:.1} cores={} orchestrator_rss_mib={rss_mib:.1} orchestrator_cpu_s={:.1} idle_rss_kib_per_tenant={:.0} idle_mcpu_per_tenant={idle_mcpu_per_tenant:.3} idle_window_s={}",
         b.tenants,
         b.simulate,
         percentile(took.clone(), 0.5),
         percentile(took, 0.99),
+        steps.join(" "),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_s - base_cpu,
         (idle_rss - base_rss).max(0.0) * 1024.0 / b.tenants as f64,
         b.idle_seconds,
     );
     drop(orch);
     Ok(())
+}
+
+/// When a tenant's conditions last turned True, from its API representation (seconds since
+/// its `created_at`; the empty name is `created_at` itself).
+struct Timeline(std::collections::BTreeMap<String, f64>);
+
+impl Timeline {
+    fn of(t: &serde_json::Value) -> Timeline {
+        let ts = |v: &serde_json::Value| {
+            v.as_str()?
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+                .map(|t| t.as_millisecond() as f64 / 1000.0)
+        };
+        let mut m = std::collections::BTreeMap::new();
+        if let Some(created) = ts(&t["created_at"]) {
+            m.insert(String::new(), 0.0);
+            for c in t["conditions"].as_array().into_iter().flatten() {
+                if c["status"] == "True"
+                    && let (Some(ty), Some(at)) =
+                        (c["type"].as_str(), ts(&c["last_transition_time"]))
+                {
+                    m.insert(ty.to_owned(), at - created);
+                }
+            }
+        }
+        Timeline(m)
+    }
+
+    fn at(&self, condition: &str) -> Option<f64> {
+        self.0.get(condition).copied()
+    }
+}
+
+/// Per tenant, the `work` of its first bring-up pass (the first pass log line that has one),
+/// in seconds per part, from vcp's JSON log: `"work": "namespace=3ms pki=412ms ..."`.
+fn first_pass_work(
+    log: &str,
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let f = &v["fields"];
+        if f["message"] != "pass" {
+            continue;
+        }
+        let (Some(tenant), Some(work)) = (f["tenant"].as_str(), f["work"].as_str()) else {
+            continue;
+        };
+        if work.is_empty() || out.contains_key(tenant) {
+            continue;
+        }
+        let parts = work
+            .split_whitespace()
+            .filter_map(|p| {
+                let (k, ms) = p.split_once('=')?;
+                Some((
+                    k.to_owned(),
+                    ms.strip_suffix("ms")?.parse::<f64>().ok()? / 1000.0,
+                ))
+            })
+            .collect();
+        out.insert(tenant.to_owned(), parts);
+    }
+    out
 }
 
 /// `bench upgrade` settings.
@@ -804,7 +997,7 @@ async fn entry_times(db: &str, fleet: i64) -> anyhow::Result<Vec<EntryTimes>> {
 /// - `pass_s`: seconds vcp's workers spent in reconcile passes (its `/metrics`), and
 ///   `workers_busy_pct` that over `workers` x wall time (near 100: tenants queue for workers).
 pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
-    let (cluster, orch, api) = bench_platform(b.simulate, b.workers).await?;
+    let (cluster, orch, api) = bench_platform(b.simulate, b.workers, vec![]).await?;
     let bench_start = Instant::now();
     for i in 0..b.tenants {
         let (s, t) = api
@@ -1101,7 +1294,7 @@ pub struct AuthzBench {
 /// break-glass one (`system:masters`: no authorizer at all), alternating passes. One line:
 /// each side's median and p95, and the median added.
 pub async fn authz(b: AuthzBench) -> anyhow::Result<()> {
-    let (cluster, _orch, api) = bench_platform(false, 2).await?;
+    let (cluster, _orch, api) = bench_platform(false, 2, vec![]).await?;
     api.create_tenant("authz").await?;
     api.wait_ready("authz", Duration::from_secs(300)).await?;
     let client = |yaml: String| async move {
