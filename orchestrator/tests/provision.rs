@@ -212,12 +212,27 @@ async fn provisioned_tenant_runs_workloads(
     // Until the apiserver resolves the syncer's name: the devnode's hosts file gains it once the
     // syncer's endpoint is ready, and Go rereads that file at most every 5 s (as cluster DNS
     // caches a miss).
+    // Each try is bounded (a dial to a name not yet resolvable must not eat the whole wait),
+    // and a timeout says what the last try answered.
+    let last_try = std::sync::Mutex::new(String::new());
     let logs = eventually(
         &format!("{name}: kubectl logs through the syncer"),
-        Duration::from_secs(30),
-        || async { Ok(kubectl(&["logs", &pod, "--tail=2"]).ok()) },
+        Duration::from_secs(60),
+        || async {
+            match kubectl(&["logs", &pod, "--tail=2", "--request-timeout=10s"]) {
+                Ok(out) => Ok(Some(out)),
+                Err(err) => {
+                    *last_try.lock().unwrap_or_else(|p| p.into_inner()) = err.to_string();
+                    Ok(None)
+                }
+            }
+        },
     )
-    .await?;
+    .await
+    .map_err(|err| {
+        let last = last_try.lock().unwrap_or_else(|p| p.into_inner());
+        err.context(format!("last try: {last}"))
+    })?;
     assert_eq!(
         logs.lines().collect::<Vec<_>>(),
         vcp_dev::kwok::APP_LINES[3..]
