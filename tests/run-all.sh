@@ -31,7 +31,7 @@ bench() { # log, then the bench arguments; a failing run's log is printed
   local log=target/test-logs/bench-$1.log
   shift
   if ! target/debug/vcp-dev bench "$@" 2>"$log"; then
-    tail -n 40 "$log"
+    tail -n 200 "$log"
     return 1
   fi
 }

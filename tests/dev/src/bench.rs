@@ -398,6 +398,33 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         .unwrap_or(16)
         .clamp(3, 16);
     let cluster = DevCluster::start_workers(workers).await?;
+    let (mut tenant_cp, mut syncer) = (None, None);
+    let run = sync_on(&b, &cluster, &mut tenant_cp, &mut syncer).await;
+    if let Err(e) = &run {
+        // A failure mid-run (CI once saw only "error reading from server: EOF") is explained
+        // by which process died and what it said last.
+        eprintln!("bench sync failed: {e:#}\n{}", cluster.postmortem());
+        if let Some(t) = &tenant_cp {
+            eprintln!("{}", t.postmortem());
+        }
+        if let Some(s) = &syncer {
+            eprintln!(
+                "{}",
+                vcp_dev::process::postmortem(std::slice::from_ref(s), 8)
+            );
+        }
+    }
+    run
+}
+
+/// [`sync`] on a started host cluster; the tenant's control plane and syncer go into the
+/// slots so the caller can report on them when this fails.
+async fn sync_on(
+    b: &SyncBench,
+    cluster: &DevCluster,
+    tenant_slot: &mut Option<TenantControlPlane>,
+    syncer_slot: &mut Option<vcp_dev::process::Spawned>,
+) -> anyhow::Result<()> {
     let host = cluster.connect().await?;
     let cpu_host = descendants_cpu();
 
@@ -406,7 +433,7 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     eprintln!("direct: {} pods Running in {direct_s:.1}s", b.pods);
     let cpu_direct = descendants_cpu();
 
-    let tenant_cp = TenantControlPlane::start("bench").await?;
+    let tenant_cp = &*tenant_slot.insert(TenantControlPlane::start("bench").await?);
     // A port picked here so /metrics can be read at the end.
     let [port] = vcp_dev::process::free_ports()?;
     let metrics_addr = format!("127.0.0.1:{port}");
@@ -418,8 +445,11 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     // The bench creates more pods than the default tenant quota (100) admits; quota is not
     // what it measures.
     let policy = tenant_cp.policy_flag("quota: {}")?;
-    let syncer =
-        tenant_cp.start_syncer_binary(&cluster, &binary, &["--workers=32", &listen, &policy])?;
+    let syncer = &*syncer_slot.insert(tenant_cp.start_syncer_binary(
+        cluster,
+        &binary,
+        &["--workers=32", &listen, &policy],
+    )?);
     let tenant = tenant_cp.connect().await?;
     namespace(&tenant, "burst").await?;
     // The syncer idle, its caches listed: memory per pod is what it grows by from here.
@@ -437,7 +467,12 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     let seen = Arc::new(Mutex::new(Seen::default()));
     // The host namespace appears once the syncer has seen the tenant one.
     let host_ns: Api<Namespace> = Api::all(host.clone());
-    while host_ns.get_opt("bench-lat").await?.is_none() {
+    while host_ns
+        .get_opt("bench-lat")
+        .await
+        .context("waiting for the host namespace of the tenant's `lat`")?
+        .is_none()
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let watches = [
@@ -451,7 +486,8 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
         tick.tick().await;
         let name = format!("l-{i}");
         api.create(&PostParams::default(), &pod(&name, "lat", b.tokens))
-            .await?;
+            .await
+            .with_context(|| format!("creating latency pod {name} in the tenant"))?;
         seen.lock()
             .unwrap_or_else(|e| e.into_inner())
             .created

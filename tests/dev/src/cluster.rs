@@ -209,6 +209,12 @@ impl DevCluster {
         self.state_dir.join("bin/kubectl")
     }
 
+    /// Each process this handle started, alive or not, with the end of its log
+    /// ([`process::postmortem`]); for a failure's report.
+    pub fn postmortem(&self) -> String {
+        process::postmortem(&self.procs, 8)
+    }
+
     /// Stops everything this handle owns (attached mode). Safe to call twice.
     pub fn stop(&mut self) {
         if let Some(p) = self.provisioner.take() {

@@ -229,6 +229,43 @@ impl Drop for Spawned {
     }
 }
 
+/// What a failed run needs to be understood afterwards (a benchmark's error, say): each
+/// process alive or not, the end of each log, and the disk space left where the logs are
+/// (a full disk stops etcd, which the apiserver reports only as an `EOF` from etcd).
+pub fn postmortem(procs: &[Spawned], lines: usize) -> String {
+    let mut out = String::new();
+    for p in procs {
+        let state = if pid_alive(p.pid) {
+            "running"
+        } else {
+            "EXITED"
+        };
+        out.push_str(&format!(
+            "--- {} (pid {}, {state}), {}:\n{}\n",
+            p.name,
+            p.pid,
+            p.log.display(),
+            log_tail(&p.log, lines)
+        ));
+    }
+    if let Some(dir) = procs.first().and_then(|p| p.log.parent()) {
+        out.push_str(&format!("--- disk: {}\n", disk_free(dir)));
+    }
+    out
+}
+
+/// Free space of the file system holding `dir`, as `df` tells it (or why it could not).
+fn disk_free(dir: &Path) -> String {
+    match std::process::Command::new("df").arg("-h").arg(dir).output() {
+        Ok(o) => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .nth(1)
+            .unwrap_or("?")
+            .to_owned(),
+        Err(e) => format!("df: {e}"),
+    }
+}
+
 /// The last `n` lines of a log file (for error messages).
 pub fn log_tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();

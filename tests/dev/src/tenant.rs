@@ -279,6 +279,11 @@ impl TenantControlPlane {
         self.dir.path().join("pki").join(name)
     }
 
+    /// Each process of this control plane, alive or not, with the end of its log.
+    pub fn postmortem(&self) -> String {
+        process::postmortem(&self.procs, 8)
+    }
+
     /// Where the syncer logs.
     pub fn syncer_log(&self) -> PathBuf {
         self.dir.path().join("syncer.log")
