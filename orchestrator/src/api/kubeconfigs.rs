@@ -49,9 +49,9 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
 
 /// Issues a kubeconfig: a client certificate signed by the tenant's CA, user as CN and
 /// groups as O. The groups `view`, `edit` and `admin` are bound in the tenant; `sudo` lets the
-/// user act as admin for one command by impersonating itself into the group `vcp:sudo`
-/// (`kubectl --as=<user> --as-group=vcp:sudo`). The key is in this answer only; the inventory
-/// keeps serial, subject and expiry.
+/// holder of this kubeconfig act as admin for one command by impersonating its user into the
+/// group `vcp:sudo` (`kubectl --as=<user> --as-group=vcp:sudo`), until it is revoked or
+/// expires. The key is in this answer only; the inventory keeps serial, subject and expiry.
 #[utoipa::path(post, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
     params(("name" = NameSchema, Path, description = "tenant name")),
     request_body = IssueKubeconfig, responses(
@@ -86,13 +86,6 @@ pub(super) async fn issue_kubeconfig(
             None,
         ));
     };
-    // A sudoer's rights exist in the tenant before its kubeconfig does.
-    if req.groups.iter().any(|g| g == crate::access::SUDO_GROUP) {
-        s.provisioner
-            .grant_sudo(&t, &endpoint, &req.user)
-            .await
-            .map_err(|e| Problem::internal(&e))?;
-    }
     let now = time::OffsetDateTime::now_utc();
     let signed = s
         .provisioner
@@ -112,6 +105,27 @@ pub(super) async fn issue_kubeconfig(
         )
         .await
         .map_err(|e| Problem::internal(&e))?;
+    // A sudoer's rights exist in the tenant before its kubeconfig leaves, and are bound to
+    // this kubeconfig alone. Recorded first, so a provisioning pass that meets the role
+    // finds its kubeconfig live and leaves it ([`crate::provision::Provisioner::reconcile_sudo`]).
+    if req.groups.iter().any(|g| g == crate::access::SUDO_GROUP)
+        && let Err(e) = s
+            .provisioner
+            .grant_sudo(&t, &endpoint, &req.user, &cert.serial)
+            .await
+    {
+        // Nobody holds this kubeconfig: revoked, so the inventory does not list it as live
+        // (and no pass writes its role after all).
+        if let Err(r) = s
+            .inventory
+            .revoke_kubeconfig(t.id, &cert.serial, &caller.0.name)
+            .await
+        {
+            tracing::warn!(error = %r.public(), serial = %cert.serial,
+                "revoking a kubeconfig whose sudo role could not be written failed");
+        }
+        return Err(Problem::internal(&e));
+    }
     Ok((
         StatusCode::CREATED,
         Json(KubeconfigIssued {
@@ -184,6 +198,20 @@ async fn deliver(s: &AppState, t: &crate::inventory::Tenant) -> Result<(), Probl
         })
 }
 
+/// Deletes the sudo roles of kubeconfigs no longer live, right after a revocation is recorded
+/// and before it is delivered. Sudo is bound to each kubeconfig's own serial, so the
+/// revocation takes it along; but a revocation is enforced only while the tenant's syncer
+/// answers its webhook, and RBAC without the role holds whether it does or not. Best effort:
+/// the tenant's next pass retries what fails here.
+async fn forget_sudo(s: &AppState, t: &crate::inventory::Tenant) {
+    if s.provisioner.config.simulate {
+        return;
+    }
+    if let Err(e) = s.provisioner.reconcile_sudo(t, t.endpoint.as_deref()).await {
+        tracing::warn!(error = %e.public(), "removing sudo roles after a revocation failed");
+    }
+}
+
 /// Revokes one kubeconfig: the tenant apiserver refuses it within 60 s (its syncer reads the
 /// revocation within seconds, and the apiserver caches an answer for 10 s). Revoking one
 /// already revoked changes nothing and answers the same.
@@ -236,6 +264,7 @@ pub(super) async fn revoke_kubeconfig(
             None,
         ));
     }
+    forget_sudo(&s, &t).await;
     deliver(&s, &t).await?;
     Ok(Json(KubeconfigView::from(row)))
 }
@@ -279,6 +308,7 @@ pub(super) async fn revoke_user(
     if rows.is_empty() {
         return Err(none());
     }
+    forget_sudo(&s, &t).await;
     deliver(&s, &t).await?;
     Ok(Json(KubeconfigList {
         items: rows.into_iter().map(KubeconfigView::from).collect(),

@@ -495,9 +495,10 @@ pub struct IssueKubeconfig {
     #[schema(value_type = SubjectSchema)]
     pub user: String,
     /// Groups (certificate O), at most 16. `view`, `edit` and `admin` are bound in every
-    /// tenant; `sudo` makes the user a sudoer, who may act as admin for one command by
-    /// impersonating itself into `vcp:sudo` (`kubectl --as=<user> --as-group=vcp:sudo`);
-    /// others are the tenant's to bind.
+    /// tenant; `sudo` makes this kubeconfig a sudoer's, whose holder may act as admin for one
+    /// command by impersonating its user into `vcp:sudo` (`kubectl --as=<user>
+    /// --as-group=vcp:sudo`) until the kubeconfig is revoked or expires (other kubeconfigs
+    /// of the user may not); others are the tenant's to bind.
     #[serde(default)]
     #[schema(value_type = Vec<SubjectSchema>, max_items = 16, example = json!(["view"]))]
     pub groups: Vec<String>,

@@ -953,6 +953,25 @@ impl Inventory {
         .await?)
     }
 
+    /// A tenant's live sudo kubeconfigs (neither revoked nor expired, with the group
+    /// [`crate::access::SUDO_GROUP`]), by serial: the ones that keep a sudo role in the tenant.
+    pub async fn live_sudoers(&self, tenant_id: i64) -> Result<Vec<crate::access::Sudoer>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT username, serial FROM kubeconfigs
+             WHERE tenant_id = $1 AND revoked_at IS NULL AND expires_at > now()
+               AND NOT break_glass AND $2 = ANY (groups)
+             ORDER BY serial",
+        )
+        .bind(tenant_id)
+        .bind(crate::access::SUDO_GROUP)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(user, serial)| crate::access::Sudoer { user, serial })
+            .collect())
+    }
+
     /// Every token (live and revoked), by name.
     pub async fn tokens(&self) -> Result<Vec<Token>> {
         Ok(sqlx::query_as(

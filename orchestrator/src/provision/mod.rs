@@ -572,6 +572,15 @@ impl Provisioner {
             Step::Bootstrapped,
             self.bootstrap(&ns, endpoint.as_deref()).await
         );
+        // Sudo roles follow the live sudo kubeconfigs: those of revoked or expired ones go, and
+        // so do those bound to a user name (written before sudo was bound to serials). It
+        // blocks no step: a failure is counted and retried by the next pass.
+        if !cfg.simulate
+            && let Err(e) = self.reconcile_sudo(t, endpoint.as_deref()).await
+        {
+            tracing::warn!(error = %e.public(), "reconciling the sudo roles failed");
+            let _ = failed(e, false);
+        }
         step!(
             Step::ControllerManager,
             self.apply_component(r, Component::ControllerManager, &input)
