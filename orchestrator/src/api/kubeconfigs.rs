@@ -4,11 +4,11 @@
 //! provisioner writes the tenant's revoked serials to the host, where its syncer's
 //! authorization webhook refuses them (`vcp_core::revocation`).
 
-use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
+use super::problem::{BodyRefused, NoBodyTaken, NoSuchTenant, Unauthorized};
 use super::types::{NameSchema, SerialSchema, SubjectSchema};
 use super::{
     AppState, BreakGlassRequest, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView,
-    Name, NameAnd, Problem, ProblemBody, body, caller_and_tenant,
+    Name, NameAnd, NoBody, Problem, ProblemBody, body, caller_and_tenant,
 };
 use axum::Json;
 use axum::extract::State;
@@ -227,14 +227,17 @@ async fn forget_sudo(s: &AppState, t: &crate::inventory::Tenant) {
     (status = 404, description = "no such tenant (or another owner's), or no kubeconfig of that serial in it", body = ProblemBody, content_type = "application/problem+json"),
     (status = 409, description = "a break-glass kubeconfig: it cannot be revoked, only expire", body = ProblemBody, content_type = "application/problem+json"),
     (status = 503, description = "recorded, not yet passed to the tenant: retry", body = ProblemBody, content_type = "application/problem+json"),
+    NoBodyTaken,
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn revoke_kubeconfig(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<NameAnd, Problem>,
+    none: Result<NoBody, Problem>,
 ) -> Result<Json<KubeconfigView>, Problem> {
     let (caller, t, serial) = caller_tenant_and(&s, &headers, path).await?;
+    none?;
     let none = || {
         Problem::not_found(&format!(
             "no kubeconfig of serial {serial:?} in tenant {:?}",
@@ -283,14 +286,17 @@ pub(super) async fn revoke_kubeconfig(
     Unauthorized,
     (status = 404, description = "no such tenant (or another owner's), or no kubeconfig was issued to that user in it", body = ProblemBody, content_type = "application/problem+json"),
     (status = 503, description = "recorded, not yet passed to the tenant: retry", body = ProblemBody, content_type = "application/problem+json"),
+    NoBodyTaken,
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn revoke_user(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<NameAnd, Problem>,
+    none: Result<NoBody, Problem>,
 ) -> Result<Json<KubeconfigList>, Problem> {
     let (caller, t, user) = caller_tenant_and(&s, &headers, path).await?;
+    none?;
     let none = || {
         Problem::not_found(&format!(
             "no kubeconfig was issued to user {user:?} in tenant {:?}",
