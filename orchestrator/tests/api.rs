@@ -1543,3 +1543,76 @@ async fn every_route_refuses_a_field_it_does_not_take() -> anyhow::Result<()> {
     assert_eq!(r.status().as_u16(), 202);
     Ok(())
 }
+
+/// Snapshot ids are the tenant's own numbers: an owner learns nothing of the fleet's.
+#[tokio::test]
+async fn snapshot_ids_count_the_tenants_own_snapshots_only() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-snapids", 0).await?;
+    let admin = &p.admin;
+    let owners = owner_tokens(admin, &["team-a", "team-b"]).await?;
+    let (a, b) = (&owners[0], &owners[1]);
+    for (client, name) in [(a, "one"), (b, "two")] {
+        let (s, body) = client
+            .raw(Method::POST, "/v1/tenants", Some(&json!({"name": name})))
+            .await?;
+        assert_eq!(s, 201, "{body}");
+    }
+    let snap = |client: &ApiClient, name: &str| {
+        let (client, path) = (client.clone(), format!("/v1/tenants/{name}/snapshots"));
+        async move {
+            let (s, body) = client.raw(Method::POST, &path, None).await?;
+            assert_eq!(s, 202, "{body}");
+            anyhow::Ok(body)
+        }
+    };
+    for _ in 0..3 {
+        snap(a, "one").await?;
+    }
+    let first = snap(b, "two").await?;
+    assert_eq!(first["id"], 1, "{first}");
+    assert!(
+        first["location"]
+            .as_str()
+            .unwrap()
+            .ends_with("/etcd-snapshots/snapshot-1.db"),
+        "{first}"
+    );
+    let second = snap(b, "two").await?;
+    assert_eq!(second["id"], 2, "{second}");
+    let (_, list) = b
+        .raw(Method::GET, "/v1/tenants/two/snapshots", None)
+        .await?;
+    let ids: Vec<&Value> = list["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["id"])
+        .collect();
+    assert_eq!(ids, [&json!(2), &json!(1)], "{list}");
+    // The audit trail an owner reads says the same numbers.
+    let (_, trail) = b
+        .raw(
+            Method::GET,
+            "/v1/audit?tenant=two&action=tenant.snapshot.",
+            None,
+        )
+        .await?;
+    let told: Vec<&Value> = trail["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["detail"]["snapshot"])
+        .collect();
+    assert_eq!(told, [&json!(1), &json!(2)], "{trail}");
+    // A restore names the tenant's own snapshot: "3" is one of tenant one's numbers, not two's.
+    let (s, body) = admin
+        .raw(
+            Method::POST,
+            "/v1/tenants/two/restore",
+            Some(&json!({"snapshot": 3})),
+        )
+        .await?;
+    assert_problem(s, &body, 422, Some("snapshot"));
+    Ok(())
+}

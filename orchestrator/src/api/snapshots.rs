@@ -106,7 +106,7 @@ pub(super) async fn restore_tenant(
     let req = body(req)?;
     let snap = s
         .inventory
-        .snapshot(t.id, req.snapshot)
+        .numbered_snapshot(t.id, req.snapshot)
         .await
         .map_err(|e| Problem::internal(&e))?
         .filter(|x| x.state == SnapshotState::Succeeded)

@@ -1314,7 +1314,7 @@ async fn start_upgrade_in(
     .bind(&u.to_release)
     .fetch_one(&mut *tx)
     .await?;
-    let up = snapshots::snapshot_hop(&mut *tx, &row, up.id, actor).await?;
+    let (up, snapshot) = snapshots::snapshot_hop(&mut *tx, &row, up.id, actor).await?;
     audit_in(
         &mut *tx,
         actor,
@@ -1323,7 +1323,7 @@ async fn start_upgrade_in(
         serde_json::json!({"upgrade": up.id, "from": from, "to": u.target,
             "chain": u.chain, "hop": u.first_hop, "requested_by": requested_by,
             "from_release": row.release, "to_release": u.to_release,
-            "snapshot": up.snapshot_id}),
+            "snapshot": snapshot}),
     )
     .await?;
     notify(&mut *tx).await?;
