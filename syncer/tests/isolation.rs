@@ -295,7 +295,12 @@ async fn placement_priority_affinity_and_downward_api_stay_inside_the_tenant() -
         "apps",
         "placed",
         "PlacementAdjusted",
-        &["type=control-plane", "tolerations", "urgent"],
+        &[
+            "nodeName devnode-0 dropped",
+            "type=control-plane",
+            "tolerations",
+            "urgent",
+        ],
     )
     .await?;
     // The tenant still sees the node it chose; the pod runs.
