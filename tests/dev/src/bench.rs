@@ -332,7 +332,11 @@ fn requests_line(metrics: &str, pods: usize) -> (String, f64, f64) {
         if write && side == "tenant" {
             // Writes of the pods themselves (binding, status, Events of a pod) apart from the
             // virtual nodes' upkeep, which grows with nodes and time, not with pods.
-            let key = if resource.starts_with("nodes") { "tenant-nodes" } else { "tenant-pods" };
+            let key = if resource.starts_with("nodes") {
+                "tenant-nodes"
+            } else {
+                "tenant-pods"
+            };
             *sums.entry((key.to_owned(), true)).or_insert(0.0) += n;
         }
         // Series below 0.005 per pod (watch restarts, the periodic upkeep) would only be noise.
@@ -363,7 +367,9 @@ pub async fn sync(b: SyncBench) -> anyhow::Result<()> {
     // phase's pods stay while the synced ones run, so the kwok workers must hold both: each
     // takes 4,000 pods and hands out IPs from a /20.
     let pods_on_host = 2 * b.pods + b.latency_pods;
-    let workers = u32::try_from(pods_on_host.div_ceil(3500)).unwrap_or(16).clamp(3, 16);
+    let workers = u32::try_from(pods_on_host.div_ceil(3500))
+        .unwrap_or(16)
+        .clamp(3, 16);
     let cluster = DevCluster::start_workers(workers).await?;
     let host = cluster.connect().await?;
     let cpu_host = descendants_cpu();

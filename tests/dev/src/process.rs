@@ -311,7 +311,9 @@ pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
     let mut seed = std::collections::hash_map::RandomState::new().build_hasher();
     seed.write_u32(std::process::id());
     let mut next = (seed.finish() % u64::from(span)) as u32;
-    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut ports = [0; N];
     let mut found = 0;
     for _ in 0..span {
