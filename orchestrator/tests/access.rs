@@ -374,3 +374,186 @@ async fn revoked_kubeconfigs_are_refused_within_a_minute_and_the_rest_work_with_
     assert_eq!(failed, 0);
     Ok(())
 }
+
+/// The names of the sudo roles and bindings in the tenant (`vcp:sudo:*`), read with `admin`.
+fn sudo_objects(cluster: &DevCluster, admin: &Path) -> Vec<String> {
+    let (ok, out, err) = testing::kubectl_with(
+        cluster,
+        admin,
+        &[
+            "get",
+            "clusterroles,clusterrolebindings",
+            "-o",
+            "jsonpath={range .items[*]}{.kind}/{.metadata.name} {end}",
+        ],
+    );
+    assert!(ok, "{err}");
+    out.split_whitespace()
+        .filter(|n| n.contains("/vcp:sudo:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn sudo_dies_with_the_kubeconfig_that_granted_it() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = testing::platform(cluster, "vcp-sudo", 2).await?;
+    let api = p.admin.clone();
+    api.create_tenant("sudo").await?;
+    api.wait_ready("sudo", Duration::from_secs(240)).await?;
+    let dir = p.dir.path().to_owned();
+    let issue = |user: &'static str, groups: &'static [&'static str], ttl: &'static str| {
+        let (api, path) = (
+            api.clone(),
+            dir.join(format!("{user}-{}", groups.join("-"))),
+        );
+        async move {
+            let kc = api.kubeconfig("sudo", user, groups, ttl).await?;
+            std::fs::write(&path, kc)?;
+            anyhow::Ok(path)
+        }
+    };
+    let run = |kc: &Path, line: &str| {
+        let args: Vec<&str> = line.split_whitespace().collect();
+        testing::kubectl_with(cluster, kc, &args)
+    };
+    let may = |kc: &Path, line: &str| {
+        let (ok, _, err) = run(kc, line);
+        assert!(ok, "{} {line}: {err}", kc.display());
+    };
+    let may_not = |kc: &Path, line: &str| {
+        let (ok, _, err) = run(kc, line);
+        assert!(
+            !ok && err.contains("forbidden"),
+            "{} {line} must be forbidden: {err}",
+            kc.display()
+        );
+    };
+    let admin = issue("root", &["admin"], "2h").await?;
+
+    // A sudoer, and a second kubeconfig of the same user without sudo: only the first sudoes.
+    let sudo = issue("dave", &["view", "sudo"], "2h").await?;
+    let dave_view = issue("dave", &["view"], "2h").await?;
+    may(
+        &sudo,
+        "--as=dave --as-group=vcp:sudo create namespace by-sudo",
+    );
+    may_not(&sudo, "create namespace not-without-sudo");
+    may_not(
+        &dave_view,
+        "--as=dave --as-group=vcp:sudo create namespace by-dave-view",
+    );
+    assert_eq!(sudo_objects(cluster, &admin).len(), 2);
+
+    // The user is revoked, then issued view-only again under the same name: it has exactly
+    // the groups of its new kubeconfig, whatever it asks to impersonate.
+    let (status, body) = api
+        .raw(Method::DELETE, "/v1/tenants/sudo/users/dave", None)
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        sudo_objects(cluster, &admin),
+        Vec::<String>::new(),
+        "the revoked sudoer's role and binding are gone"
+    );
+    let again = issue("dave", &["view"], "2h").await?;
+    may(&again, "get namespaces");
+    may_not(
+        &again,
+        "--as=dave --as-group=vcp:sudo create namespace by-reissued",
+    );
+    may_not(&again, "--as=dave get namespaces");
+    let (_, can, _) = run(&again, "auth can-i impersonate groups/vcp:sudo");
+    assert_eq!(can.trim(), "no");
+
+    // A revocation reconciles the tenant's sudo roles at once (a pass does it every few
+    // minutes); one of a throwaway user triggers it.
+    let mut throwaway = 0;
+    let mut reconcile = || {
+        throwaway += 1;
+        let (api, user) = (api.clone(), format!("throwaway-{throwaway}"));
+        async move {
+            api.kubeconfig("sudo", &user, &["view"], "1h").await?;
+            let (status, body) = api
+                .raw(
+                    Method::DELETE,
+                    &format!("/v1/tenants/sudo/users/{user}"),
+                    None,
+                )
+                .await?;
+            anyhow::ensure!(status == 200, "{body}");
+            anyhow::Ok(())
+        }
+    };
+
+    // A sudo kubeconfig that expires: its role goes with the next reconcile, and the roles of
+    // live sudoers stay.
+    let _short = issue("erin", &["view", "sudo"], "15s").await?;
+    let frank = issue("frank", &["edit", "sudo"], "2h").await?;
+    assert_eq!(sudo_objects(cluster, &admin).len(), 4);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    reconcile().await?;
+    let list = api
+        .raw(Method::GET, "/v1/tenants/sudo/kubeconfigs", None)
+        .await?
+        .1;
+    let frank_serial = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["user"] == "frank")
+        .unwrap()["serial"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        sudo_objects(cluster, &admin),
+        [
+            format!("ClusterRole/vcp:sudo:{frank_serial}"),
+            format!("ClusterRoleBinding/vcp:sudo:{frank_serial}")
+        ]
+    );
+    may(
+        &frank,
+        "--as=frank --as-group=vcp:sudo create namespace by-frank",
+    );
+
+    // A role bound to a user name, as vcp wrote them before sudo was bound to serials, goes
+    // with the next reconcile too.
+    let legacy = issue("gina", &["view"], "2h").await?;
+    let old = dir.join("legacy.yaml");
+    std::fs::write(
+        &old,
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: "vcp:sudo:0123456789abcdef0123"
+  labels: {app.kubernetes.io/managed-by: vcp}
+  annotations: {vcp.dev/sudo-user: gina}
+rules:
+- {apiGroups: [""], resources: [users], verbs: [impersonate], resourceNames: [gina]}
+- {apiGroups: [""], resources: [groups], verbs: [impersonate], resourceNames: ["vcp:sudo"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: "vcp:sudo:0123456789abcdef0123"
+  labels: {app.kubernetes.io/managed-by: vcp}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "vcp:sudo:0123456789abcdef0123"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: gina}
+"#,
+    )?;
+    may(&admin, &format!("apply -f {}", old.display()));
+    may(
+        &legacy,
+        "--as=gina --as-group=vcp:sudo create namespace by-legacy",
+    );
+    reconcile().await?;
+    may_not(
+        &legacy,
+        "--as=gina --as-group=vcp:sudo create namespace by-legacy-2",
+    );
+    assert_eq!(sudo_objects(cluster, &admin).len(), 2);
+    Ok(())
+}

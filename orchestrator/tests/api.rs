@@ -1389,3 +1389,230 @@ async fn tenant_names_are_unique_per_owner_and_admins_pick_one_by_owner() -> any
     assert_eq!((s, &d["key"]), (202, &ty["key"]), "{d}");
     Ok(())
 }
+
+/// The smallest valid body of each request schema, and of each strict object inside one.
+fn minimal(schema: &str) -> Option<Value> {
+    Some(match schema {
+        "CreateTenant" => json!({"name": "fresh"}),
+        "UpgradeTenant" | "FleetUpgradeAction" | "FleetSelector" => json!({}),
+        "RestoreTenant" => json!({"snapshot": 1}),
+        "RotateTenant" => json!({"target": "ca"}),
+        "IssueKubeconfig" => json!({"user": "u"}),
+        "BreakGlassRequest" => json!({"reason": "drill"}),
+        "CreateToken" => json!({"name": "fresh", "role": "owner"}),
+        "CreateFleetUpgrade" => json!({"target": "1.37"}),
+        "MaintenanceWindow" => json!({"days": ["sat"], "start": "02:00", "duration_minutes": 60}),
+        _ => return None,
+    })
+}
+
+/// The name of the schema a property refers to, directly or as the one non-null choice.
+fn referenced(prop: &Value) -> Option<&str> {
+    let r = prop["$ref"].as_str().or_else(|| {
+        prop["oneOf"]
+            .as_array()
+            .or(prop["anyOf"].as_array())?
+            .iter()
+            .find_map(|c| c["$ref"].as_str())
+    })?;
+    r.strip_prefix("#/components/schemas/")
+}
+
+#[tokio::test]
+async fn every_route_refuses_a_field_it_does_not_take() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-fields", 0).await?;
+    let (orch, admin) = (&p.orchestrator, &p.admin);
+    let (s, b) = admin
+        .raw(Method::POST, "/v1/tenants", Some(&json!({"name": "shop"})))
+        .await?;
+    assert_eq!(s, 201, "{b}");
+    let doc: Value = reqwest::get(format!("{}/openapi.json", orch.url))
+        .await?
+        .json()
+        .await?;
+    let schemas = &doc["components"]["schemas"];
+    let http = reqwest::Client::new();
+    let send = |method: &str, path: &str, body: &Value| {
+        let url = format!(
+            "{}{}",
+            orch.url,
+            path.replace("{name}", "shop")
+                .replace("{id}", "1")
+                .replace("{serial}", "00ff")
+                .replace("{user}", "nobody")
+        );
+        let req = http
+            .request(
+                Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(),
+                url,
+            )
+            .bearer_auth(&p.admin_token)
+            .json(body);
+        async move {
+            let r = req.send().await?;
+            let status = r.status().as_u16();
+            anyhow::Ok((status, r.json::<Value>().await.unwrap_or(Value::Null)))
+        }
+    };
+    let mut checked = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if method == "get" {
+                continue;
+            }
+            let what = format!("{} {path}", method.to_uppercase());
+            let Some(schema) =
+                op["requestBody"]["content"]["application/json"]["schema"].as_object()
+            else {
+                // A route that takes no body refuses one with a field: a caller who sends
+                // `{"location": ...}` believes it chose something.
+                let (s, b) = send(method, path, &json!({"location": "s3://elsewhere"})).await?;
+                assert_problem(s, &b, 422, Some("location"));
+                checked.push(what);
+                continue;
+            };
+            let name = schema["$ref"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("#/components/schemas/");
+            let valid = minimal(name).unwrap_or_else(|| panic!("{what}: no minimal {name}"));
+            let mut body = valid.clone();
+            body["location"] = json!("s3://elsewhere");
+            let (s, b) = send(method, path, &body).await?;
+            assert_problem(s, &b, 422, Some("location"));
+            checked.push(what.clone());
+            // And inside every strict object the body holds.
+            for (field, prop) in schemas[name]["properties"].as_object().unwrap() {
+                let Some(inner) = referenced(prop) else {
+                    continue;
+                };
+                if schemas[inner]["additionalProperties"] != json!(false) {
+                    continue;
+                }
+                let mut nested =
+                    minimal(inner).unwrap_or_else(|| panic!("{what}: no minimal {inner}"));
+                nested["location"] = json!("s3://elsewhere");
+                let mut body = valid.clone();
+                body[field] = nested;
+                let (s, b) = send(method, path, &body).await?;
+                assert_problem(s, &b, 422, Some(&format!("{field}.location")));
+                checked.push(format!("{what} {field}"));
+            }
+        }
+    }
+    checked.sort();
+    assert_eq!(
+        checked,
+        [
+            "DELETE /v1/tenants/{name}",
+            "DELETE /v1/tenants/{name}/kubeconfigs/{serial}",
+            "DELETE /v1/tenants/{name}/users/{user}",
+            "DELETE /v1/tokens/{name}",
+            "PATCH /v1/tenants/{name}",
+            "PATCH /v1/tenants/{name} maintenance_window",
+            "POST /v1/tenants",
+            "POST /v1/tenants maintenance_window",
+            "POST /v1/tenants/{name}/break-glass",
+            "POST /v1/tenants/{name}/kubeconfigs",
+            "POST /v1/tenants/{name}/restore",
+            "POST /v1/tenants/{name}/rotate",
+            "POST /v1/tenants/{name}/snapshots",
+            "POST /v1/tokens",
+            "POST /v1/upgrades",
+            "POST /v1/upgrades selector",
+            "POST /v1/upgrades/{id}/cancel",
+            "POST /v1/upgrades/{id}/pause",
+            "POST /v1/upgrades/{id}/resume",
+        ],
+        "every route that writes"
+    );
+    // Refused means nothing happened: the tenant is there, with no snapshot asked for.
+    let (s, b) = admin
+        .raw(Method::GET, "/v1/tenants/shop/snapshots", None)
+        .await?;
+    assert_eq!((s, b["snapshots"].as_array().map(Vec::len)), (200, Some(0)));
+    // None, or an empty object (what clients that always send a body send), is no body.
+    let (s, b) = send("post", "/v1/tenants/{name}/snapshots", &json!({})).await?;
+    assert_eq!(s, 202, "{b}");
+    let r = http
+        .post(format!("{}/v1/tenants/shop/snapshots", orch.url))
+        .bearer_auth(&p.admin_token)
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 202);
+    Ok(())
+}
+
+/// Snapshot ids are the tenant's own numbers: an owner learns nothing of the fleet's.
+#[tokio::test]
+async fn snapshot_ids_count_the_tenants_own_snapshots_only() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-snapids", 0).await?;
+    let admin = &p.admin;
+    let owners = owner_tokens(admin, &["team-a", "team-b"]).await?;
+    let (a, b) = (&owners[0], &owners[1]);
+    for (client, name) in [(a, "one"), (b, "two")] {
+        let (s, body) = client
+            .raw(Method::POST, "/v1/tenants", Some(&json!({"name": name})))
+            .await?;
+        assert_eq!(s, 201, "{body}");
+    }
+    let snap = |client: &ApiClient, name: &str| {
+        let (client, path) = (client.clone(), format!("/v1/tenants/{name}/snapshots"));
+        async move {
+            let (s, body) = client.raw(Method::POST, &path, None).await?;
+            assert_eq!(s, 202, "{body}");
+            anyhow::Ok(body)
+        }
+    };
+    for _ in 0..3 {
+        snap(a, "one").await?;
+    }
+    let first = snap(b, "two").await?;
+    assert_eq!(first["id"], 1, "{first}");
+    assert!(
+        first["location"]
+            .as_str()
+            .unwrap()
+            .ends_with("/etcd-snapshots/snapshot-1.db"),
+        "{first}"
+    );
+    let second = snap(b, "two").await?;
+    assert_eq!(second["id"], 2, "{second}");
+    let (_, list) = b
+        .raw(Method::GET, "/v1/tenants/two/snapshots", None)
+        .await?;
+    let ids: Vec<&Value> = list["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["id"])
+        .collect();
+    assert_eq!(ids, [&json!(2), &json!(1)], "{list}");
+    // The audit trail an owner reads says the same numbers.
+    let (_, trail) = b
+        .raw(
+            Method::GET,
+            "/v1/audit?tenant=two&action=tenant.snapshot.",
+            None,
+        )
+        .await?;
+    let told: Vec<&Value> = trail["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["detail"]["snapshot"])
+        .collect();
+    assert_eq!(told, [&json!(1), &json!(2)], "{trail}");
+    // A restore names the tenant's own snapshot: "3" is one of tenant one's numbers, not two's.
+    let (s, body) = admin
+        .raw(
+            Method::POST,
+            "/v1/tenants/two/restore",
+            Some(&json!({"snapshot": 3})),
+        )
+        .await?;
+    assert_problem(s, &body, 422, Some("snapshot"));
+    Ok(())
+}

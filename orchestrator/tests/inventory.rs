@@ -1302,3 +1302,101 @@ async fn a_fleet_is_due_at_once_when_one_of_its_tenants_upgrades_ends() -> anyho
     );
     Ok(())
 }
+
+/// Snapshots are numbered per tenant (migration 0011): an owner's numbers say nothing about
+/// other tenants' snapshots, and the ids handed out before the migration (global ones) still
+/// name the same snapshot of the same tenant, with each tenant's numbers continuing after.
+#[tokio::test]
+async fn snapshots_are_numbered_per_tenant_and_ids_from_before_stay_addressable()
+-> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let url = pg.create_database("numbers").await?;
+    let inv = Inventory::connect(&url).await?;
+    // The inventory as it was before 0011, with a fleet's snapshots: ids 1 and 3 of one
+    // tenant, 2 of another.
+    let mut before = sqlx::migrate!("../migrations");
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version < 11)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    before.run(inv.pool()).await?;
+    inv.upsert_versions(&Catalog::builtin()).await?;
+    let a = inv
+        .create_tenant(&tenant("a", "numbersaaa", "alice"), "alice")
+        .await?;
+    let b = inv
+        .create_tenant(&tenant("b", "numbersbbb", "bob"), "bob")
+        .await?;
+    for (id, t) in [(1, &a), (2, &b), (3, &a)] {
+        sqlx::query(
+            "INSERT INTO etcd_snapshots (id, tenant_id, version, state, location, requested_by)
+             VALUES ($1, $2, '1.37', 'Pending', $3, 'alice')",
+        )
+        .bind(id)
+        .bind(t.id)
+        .bind(format!(
+            "pvc://vcp-{}/etcd-snapshots/snapshot-{id}.db",
+            t.key
+        ))
+        .execute(inv.pool())
+        .await?;
+    }
+    sqlx::query("SELECT setval('etcd_snapshots_id_seq', 3)")
+        .execute(inv.pool())
+        .await?;
+    inv.migrate().await?;
+
+    let numbers = |rows: Vec<vcp_orchestrator::inventory::SnapshotRow>| -> Vec<(i64, String)> {
+        rows.into_iter().map(|s| (s.number, s.location)).collect()
+    };
+    assert_eq!(
+        numbers(inv.snapshots(a.id).await?),
+        [
+            (
+                3,
+                format!("pvc://vcp-{}/etcd-snapshots/snapshot-3.db", a.key)
+            ),
+            (
+                1,
+                format!("pvc://vcp-{}/etcd-snapshots/snapshot-1.db", a.key)
+            ),
+        ],
+        "kept their ids, and their files"
+    );
+    let three = inv.numbered_snapshot(a.id, 3).await?.unwrap();
+    assert_eq!(three.id, 3);
+    assert!(
+        inv.numbered_snapshot(b.id, 3).await?.is_none(),
+        "not another tenant's"
+    );
+    // New snapshots continue each tenant's own numbers; a new tenant starts at 1, whatever
+    // the fleet has taken.
+    let next_a = inv.request_snapshot(&a, "alice").await?.unwrap();
+    let next_b = inv.request_snapshot(&b, "bob").await?.unwrap();
+    assert_eq!((next_a.number, next_b.number), (4, 3));
+    assert_eq!(
+        next_a.location,
+        format!("pvc://vcp-{}/etcd-snapshots/snapshot-4.db", a.key)
+    );
+    let c = inv
+        .create_tenant(&tenant("c", "numbersccc", "carol"), "carol")
+        .await?;
+    let first = inv.request_snapshot(&c, "carol").await?.unwrap();
+    let second = inv.request_snapshot(&c, "carol").await?.unwrap();
+    assert_eq!((first.number, second.number), (1, 2));
+    assert!(first.id > 3, "the row ids go on as before");
+    // The audit trail names the tenant's numbers too.
+    let detail: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT detail FROM audit WHERE tenant_id = $1 AND action = 'tenant.snapshot.request'
+         ORDER BY id",
+    )
+    .bind(c.id)
+    .fetch_all(inv.pool())
+    .await?;
+    assert_eq!(detail[0]["snapshot"], 1);
+    assert_eq!(detail[1]["snapshot"], 2);
+    Ok(())
+}

@@ -49,6 +49,14 @@ pub struct Endpoints {
     /// outside the cluster, say). Never reaches into `network.cluster_cidrs`, whatever is
     /// listed. Default: none.
     pub external_cidrs: Vec<IpNet>,
+    /// DNS names an `ExternalName` Service may point at (see
+    /// [`crate::services::refused_external_name`]): a name (`db.example.com`) or all names
+    /// under a domain (`*.example.com`, not the domain itself). Default: none. An
+    /// `ExternalName` that is an IPv4 address is an address, judged as by `external_cidrs`.
+    // Left out of the rendered policy when empty, so a plan without it renders as before and
+    // upgrading vcp does not roll every tenant's syncer for it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub external_names: Vec<String>,
 }
 
 impl Endpoints {
@@ -68,8 +76,48 @@ impl Endpoints {
                 )));
             }
         }
+        for n in &self.external_names {
+            let name = n.strip_prefix("*.").unwrap_or(n);
+            if !is_dns_name(name) {
+                return Err(Error::InvalidPolicy(format!(
+                    "endpoints.external_names: {n:?} is not a lowercase DNS name of at least two labels (optionally after \"*.\"), with a last label that is not a number"
+                )));
+            }
+        }
         Ok(())
     }
+
+    /// Whether `name` (lowercase, without a trailing dot) is one of `external_names`, or under
+    /// one of their `*.` domains.
+    pub fn allows_name(&self, name: &str) -> bool {
+        self.external_names
+            .iter()
+            .any(|n| match n.strip_prefix('*') {
+                Some(suffix) => name.len() > suffix.len() && name.ends_with(suffix),
+                None => name == n,
+            })
+    }
+}
+
+/// Whether `name` is a lowercase DNS name (RFC 1123 labels, 253 characters at most) of at
+/// least two labels, the last not all digits. One label is resolved through the resolver's
+/// search path (on the host: a host Service of that name, in the resolver's namespace), and a
+/// numeric last label makes many resolvers read the name as an IPv4 address (`127.1`).
+pub fn is_dns_name(name: &str) -> bool {
+    let labels: Vec<&str> = name.split('.').collect();
+    let label_ok = |l: &&str| {
+        (1..=63).contains(&l.len())
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    name.len() <= 253
+        && labels.len() >= 2
+        && labels.iter().all(label_ok)
+        && !labels
+            .last()
+            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// This tenant's pods by address: which tenant pods (namespace, name) hold each IP.

@@ -3,7 +3,7 @@
 //! A tenant is cluster-admin of its own apiserver, so everything in a pod spec that steers the
 //! host scheduler is untrusted. [`confine`] rewrites the host pod's spec so that:
 //! - the host scheduler binds it (`nodeName` never goes down; the tenant pod still shows the
-//!   virtual node it is bound to);
+//!   virtual node it is bound to, and a `nodeName` the tenant set itself is told as a note);
 //! - it lands only in the plan's workload pool: the pool's node selector wins over the tenant's
 //!   keys of the same name, and every required node-affinity term of the tenant (terms are
 //!   alternatives) additionally excludes the nodes that run control planes; the tenant's own
@@ -35,7 +35,14 @@ pub fn confine(
     scheduling: &Scheduling,
 ) -> Vec<String> {
     let mut notes = Vec::new();
-    spec.node_name = None;
+    // A pod the tenant bound itself would show one node and run on another: told, like every
+    // other placement the host does not honour.
+    if let Some(node) = spec.node_name.take().filter(|n| !n.is_empty()) {
+        notes.push(format!(
+            "nodeName {node} dropped: the host scheduler places tenant pods in the plan's pool, \
+             possibly on another node"
+        ));
+    }
     let mut selector = spec.node_selector.take().unwrap_or_default();
     for (k, v) in &placement.node_selector {
         if selector.get(k).is_some_and(|own| own != v) {
@@ -285,6 +292,12 @@ avoid_node_labels: {vcp.dev/runtime: process}
             "{notes:?}"
         );
         assert!(notes.iter().any(|n| n.contains("type=control-plane")));
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("nodeName devnode-0 dropped")),
+            "{notes:?}"
+        );
         let terms = s
             .affinity
             .unwrap()
@@ -483,8 +496,13 @@ avoid_node_labels: {vcp.dev/runtime: process}
                 }), ..Default::default() });
             }
             let p = pool();
-            confine(&mut s, &key(), &p, &Scheduling::default());
+            let named = s.node_name.clone();
+            let notes = confine(&mut s, &key(), &p, &Scheduling::default());
             prop_assert!(s.node_name.is_none());
+            if let Some(n) = named {
+                let told = format!("nodeName {n} dropped");
+                prop_assert!(notes.iter().any(|x| x.starts_with(&told)), "{:?}", notes);
+            }
             let sel = s.node_selector.clone().unwrap_or_default();
             for (k, v) in &p.node_selector {
                 prop_assert_eq!(sel.get(k), Some(v));

@@ -10,9 +10,14 @@
 //!   last slot;
 //! - a LoadBalancer's class and source ranges must be ones the plan allows;
 //! - a ClusterIP the tenant asked for inside a host-reserved range is not requested on the
-//!   host ([`reserved_ip`]): the host allocates one and the tenant Service is recreated with it.
+//!   host ([`reserved_ip`]): the host allocates one and the tenant Service is recreated with it;
+//! - an `ExternalName` Service goes down only if its name is one the plan allows, as
+//!   hand-written endpoints go down only with addresses the plan allows
+//!   ([`refused_external_name`]): host ingress controllers and meshes follow an ExternalName,
+//!   and one naming `etcd.vcp-<key>.svc`, another tenant's Service or the host apiserver
+//!   would point them inside the cluster.
 
-use super::{Refusal, Services, TenantPolicy};
+use super::{Refusal, Services, TenantPolicy, endpoints};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 use kube_core::ResourceExt;
@@ -202,6 +207,53 @@ pub fn admitted<'a>(
     (verdicts, used)
 }
 
+/// Why `svc`, an `ExternalName` Service, may not go down to the host, or `None` if it may
+/// (or is of another type). Its name (lowercase, a trailing dot ignored) must be one of the
+/// plan's `endpoints.external_names`, or under one of their `*.` domains, and a DNS name of at
+/// least two labels whose last is not a number ([`endpoints::is_dns_name`]). A name that is
+/// an IPv4 address is judged as a hand-written endpoint's address outside the tenant's pods
+/// ([`endpoints::refused_address`]: in `endpoints.external_cidrs`, never in a cluster range).
+pub fn refused_external_name(svc: &Service, policy: &TenantPolicy) -> Option<Refusal> {
+    if kind(svc) != "ExternalName" {
+        return None;
+    }
+    let given = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.external_name.as_deref())
+        .unwrap_or_default();
+    let name = given
+        .strip_suffix('.')
+        .unwrap_or(given)
+        .to_ascii_lowercase();
+    let refuse = |why: String| {
+        Some(Refusal::new(
+            "spec.externalName",
+            "plan: endpoints",
+            format!("{why}; the Service is not copied to the host"),
+        ))
+    };
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return endpoints::refused_address(
+            &ip.to_string(),
+            &endpoints::TenantPods::default(),
+            policy,
+        )
+        .and_then(refuse);
+    }
+    if !endpoints::is_dns_name(&name) {
+        return refuse(format!(
+            "externalName {given:?} is not a DNS name of at least two labels"
+        ));
+    }
+    if policy.endpoints.allows_name(&name) {
+        return None;
+    }
+    refuse(format!(
+        "externalName {given} is not a name the tenant's plan allows (endpoints.external_names)"
+    ))
+}
+
 /// The first ClusterIP a Service asks for inside a host-reserved range, if any.
 pub fn reserved_ip(svc: &Service, policy: &TenantPolicy) -> Option<String> {
     let spec = svc.spec.as_ref()?;
@@ -297,6 +349,81 @@ mod tests {
             fields,
             ["spec.loadBalancerClass", "spec.loadBalancerSourceRanges[1]"]
         );
+    }
+
+    fn external(name: &str) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db", "namespace": "a"},
+            "spec": {"type": "ExternalName", "externalName": name},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn external_names_go_down_only_as_the_plan_allows() {
+        let none = TenantPolicy::default();
+        let plan = TenantPolicy::from_yaml(
+            "endpoints: {external_names: [db.example.com, '*.partner.example'], external_cidrs: [203.0.113.0/24]}",
+        )
+        .unwrap();
+        let refused = |name: &str, p: &TenantPolicy| refused_external_name(&external(name), p);
+        // Nothing by default, not even an outside name.
+        let r = refused("db.example.com", &none).unwrap();
+        assert_eq!(r.field, "spec.externalName");
+        assert!(r.message.contains("not copied to the host"), "{r}");
+        // What the plan lists, any case, with or without the root's dot.
+        for ok in [
+            "db.example.com",
+            "DB.Example.com.",
+            "a.partner.example",
+            "x.y.partner.example",
+            "203.0.113.9",
+        ] {
+            assert_eq!(refused(ok, &plan), None, "{ok}");
+        }
+        // And nothing else: the domain of a wildcard itself, look-alikes, names inside the
+        // cluster (vcp's, another tenant's, the host apiserver), single labels that a
+        // resolver's search path completes, numeric forms of addresses, cluster addresses.
+        for no in [
+            "partner.example",
+            "evilpartner.example",
+            "db.example.com.evil.io",
+            "example.com",
+            "etcd.vcp-abc.svc.cluster.local",
+            "web.def-apps.svc",
+            "kubernetes.default",
+            "kubernetes",
+            "127.1",
+            "10.0.0.1",
+            "127.0.0.1",
+            "169.254.169.254",
+            "0x7f000001",
+            "",
+        ] {
+            assert!(refused(no, &plan).is_some(), "{no}");
+        }
+        // Other types are not this rule's business.
+        let mut svc = external("anything");
+        svc.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        assert_eq!(refused_external_name(&svc, &none), None);
+    }
+
+    #[test]
+    fn plans_list_external_names_as_dns_names() {
+        for bad in [
+            "'*'",
+            "'*.com.'",
+            "db",
+            "'1.2.3.4'",
+            "'Db.example.com'",
+            "'a..b'",
+            "'*.*.x.y'",
+        ] {
+            let y = format!("endpoints: {{external_names: [{bad}]}}");
+            assert!(TenantPolicy::from_yaml(&y).is_err(), "{bad}");
+        }
+        let y = "endpoints: {external_names: [db.example.com, '*.example.org']}";
+        assert!(TenantPolicy::from_yaml(y).is_ok());
     }
 
     #[test]

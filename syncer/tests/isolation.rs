@@ -295,7 +295,12 @@ async fn placement_priority_affinity_and_downward_api_stay_inside_the_tenant() -
         "apps",
         "placed",
         "PlacementAdjusted",
-        &["type=control-plane", "tolerations", "urgent"],
+        &[
+            "nodeName devnode-0 dropped",
+            "type=control-plane",
+            "tolerations",
+            "urgent",
+        ],
     )
     .await?;
     // The tenant still sees the node it chose; the pod runs.
@@ -436,6 +441,75 @@ async fn namespaces_volumes_and_services_reach_the_host_only_as_the_plan_allows(
         host_pvs.get_opt("isob-root").await?.is_none(),
         "the hostPath volume reached the host"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn external_name_services_reach_the_host_only_with_names_the_plan_allows() -> Res {
+    let t = tenant("isox", "endpoints: {external_names: [db.example.com]}").await?;
+    namespace(&t.tenant, "apps").await?;
+    let external = |name: &str, target: &str| {
+        serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"type": "ExternalName", "externalName": target},
+        })
+    };
+    // The plan's name goes down as it is.
+    create::<Service>(&t.tenant, Some("apps"), external("db", "db.example.com")).await?;
+    let host_svcs = Api::<Service>::namespaced(t.host.clone(), "isox-apps");
+    let db = eventually("host service db", WAIT, || async {
+        Ok(host_svcs.get_opt("db").await?)
+    })
+    .await?;
+    assert_eq!(
+        db.spec.and_then(|s| s.external_name).as_deref(),
+        Some("db.example.com")
+    );
+    // Names that point host ingress controllers and meshes inside the cluster (this tenant's
+    // etcd, the host apiserver, a host Service by a short name, a cluster address) never do.
+    for (name, target) in [
+        ("etcd", "etcd.vcp-isox.svc.cluster.local"),
+        ("apiserver", "kubernetes.default.svc.cluster.local"),
+        ("short", "kubernetes.default"),
+        ("address", "10.96.0.1"),
+    ] {
+        create::<Service>(&t.tenant, Some("apps"), external(name, target)).await?;
+        warned(
+            &t.tenant,
+            "apps",
+            name,
+            "PolicyRefused",
+            &["spec.externalName", "not copied to the host"],
+        )
+        .await?;
+        assert!(
+            host_svcs.get_opt(name).await?.is_none(),
+            "{name} ({target}) reached the host"
+        );
+    }
+    // A Service whose name stops being allowed loses its host copy.
+    let tenant_svcs: Api<Service> = Api::namespaced(t.tenant.clone(), "apps");
+    tenant_svcs
+        .patch(
+            "db",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "spec": {"externalName": "kubernetes.default.svc.cluster.local"},
+            })),
+        )
+        .await?;
+    eventually("the host copy of db gone", WAIT, || async {
+        Ok(host_svcs.get_opt("db").await?.is_none().then_some(()))
+    })
+    .await?;
+    warned(
+        &t.tenant,
+        "apps",
+        "db",
+        "PolicyRefused",
+        &["kubernetes.default.svc.cluster.local"],
+    )
+    .await?;
     Ok(())
 }
 

@@ -532,6 +532,117 @@ async fn the_kubelet_endpoint_admits_only_its_apiserver_and_reaches_only_its_ten
     Ok(())
 }
 
+/// A kubeconfig for the dev host that impersonates `user`, who holds what a deployed syncer
+/// holds: nothing namespaced cluster-wide, pods only in the host namespaces named (where a
+/// deployed syncer binds its role).
+async fn syncer_rights(
+    cluster: &DevCluster,
+    user: &str,
+    own: &[&str],
+    dir: &Path,
+) -> Res<std::path::PathBuf> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+    let host = cluster.connect().await?;
+    let pp = kube::api::PostParams::default();
+    // RBAC cannot subtract: the core kinds but pods are named, the other groups are whole.
+    let core = [
+        "namespaces",
+        "configmaps",
+        "secrets",
+        "services",
+        "endpoints",
+        "events",
+        "serviceaccounts",
+        "serviceaccounts/token",
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "nodes",
+        "resourcequotas",
+        "limitranges",
+    ];
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": user},
+        "rules": [
+            {"apiGroups": [""], "resources": core, "verbs": ["*"]},
+            {"apiGroups": ["discovery.k8s.io", "networking.k8s.io", "storage.k8s.io",
+                "rbac.authorization.k8s.io", "events.k8s.io", "coordination.k8s.io",
+                "admissionregistration.k8s.io", "metrics.k8s.io"], "resources": ["*"], "verbs": ["*"]},
+        ],
+    }))?;
+    Api::<ClusterRole>::all(host.clone())
+        .create(&pp, &role)
+        .await?;
+    let subject = serde_json::json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]);
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": subject,
+    }))?;
+    Api::<ClusterRoleBinding>::all(host.clone())
+        .create(&pp, &binding)
+        .await?;
+    for ns in own {
+        let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+            "subjects": subject,
+        }))?;
+        Api::<RoleBinding>::namespaced(host.clone(), ns)
+            .create(&pp, &binding)
+            .await?;
+    }
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path())?;
+    for u in &mut kubeconfig.auth_infos {
+        if let Some(info) = u.auth_info.as_mut() {
+            info.impersonate = Some(user.into());
+        }
+    }
+    let path = dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&kubeconfig)?)?;
+    Ok(path)
+}
+
+#[tokio::test]
+async fn a_namespace_outside_the_tenant_is_not_found_with_a_deployed_syncers_host_rights() -> Res {
+    let (cluster, cp, syncer, _tenant) = tenant_with_web("e2ekn").await?;
+    drop(syncer);
+    let dir = tempfile::tempdir()?;
+    let rights = syncer_rights(cluster, "e2ekn-syncer", &["e2ekn-apps"], dir.path()).await?;
+    let _syncer = cp.start_syncer_as(&rights, &vcp_dev::tenant::syncer_binary()?, &[])?;
+    let tenant = cp.connect().await?;
+    let ca = cp.pki_file("ca.crt");
+    let own = (
+        cp.pki_file("kubelet-client.crt"),
+        cp.pki_file("kubelet-client.key"),
+    );
+    let own = Some((own.0.as_path(), own.1.as_path()));
+    // The restarted syncer's endpoint (a new port, published on its virtual nodes) reaches its
+    // own pod.
+    let port = eventually(
+        "the restarted syncer's endpoint serving the tenant's pod",
+        Duration::from_secs(60),
+        || async {
+            let port = endpoint_port(&tenant).await?;
+            let got = curl(port, "/containerLogs/apps/web/side", &ca, own)?;
+            Ok(got.filter(|(code, _)| *code == 200).map(|_| port))
+        },
+    )
+    .await?;
+    // Names in host namespaces the syncer may not read (another tenant's, or none at all):
+    // no such pod, as the docs say, not a host failure.
+    for path in [
+        "/containerLogs/private/web/side",
+        "/containerLogs/e2ekb-private/web/side",
+        "/exec/other/web/app?command=id&output=1",
+        "/portForward/other/web",
+    ] {
+        let (code, body) =
+            curl(port, path, &ca, own)?.ok_or_else(|| anyhow::anyhow!("handshake refused"))?;
+        assert_eq!(code, 404, "{path}: {body}");
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn streams_broken_by_a_syncer_restart_end_with_a_clear_error_and_the_next_ones_work() -> Res {
     let (cluster, cp, syncer, _tenant) = tenant_with_web("e2ekr").await?;

@@ -4,11 +4,11 @@
 //! provisioner writes the tenant's revoked serials to the host, where its syncer's
 //! authorization webhook refuses them (`vcp_core::revocation`).
 
-use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
+use super::problem::{BodyRefused, NoBodyTaken, NoSuchTenant, Unauthorized};
 use super::types::{NameSchema, SerialSchema, SubjectSchema};
 use super::{
     AppState, BreakGlassRequest, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView,
-    Name, NameAnd, Problem, ProblemBody, body, caller_and_tenant,
+    Name, NameAnd, NoBody, Problem, ProblemBody, body, caller_and_tenant,
 };
 use axum::Json;
 use axum::extract::State;
@@ -49,9 +49,9 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
 
 /// Issues a kubeconfig: a client certificate signed by the tenant's CA, user as CN and
 /// groups as O. The groups `view`, `edit` and `admin` are bound in the tenant; `sudo` lets the
-/// user act as admin for one command by impersonating itself into the group `vcp:sudo`
-/// (`kubectl --as=<user> --as-group=vcp:sudo`). The key is in this answer only; the inventory
-/// keeps serial, subject and expiry.
+/// holder of this kubeconfig act as admin for one command by impersonating its user into the
+/// group `vcp:sudo` (`kubectl --as=<user> --as-group=vcp:sudo`), until it is revoked or
+/// expires. The key is in this answer only; the inventory keeps serial, subject and expiry.
 #[utoipa::path(post, path = "/v1/tenants/{name}/kubeconfigs", tag = "kubeconfigs", security(("bearer" = [])),
     params(("name" = NameSchema, Path, description = "tenant name")),
     request_body = IssueKubeconfig, responses(
@@ -95,13 +95,6 @@ pub(super) async fn issue_kubeconfig(
             None,
         ));
     };
-    // A sudoer's rights exist in the tenant before its kubeconfig does.
-    if req.groups.iter().any(|g| g == crate::access::SUDO_GROUP) {
-        s.provisioner
-            .grant_sudo(&t, &endpoint, &req.user)
-            .await
-            .map_err(|e| Problem::internal(&e))?;
-    }
     let now = time::OffsetDateTime::now_utc();
     let signed = s
         .provisioner
@@ -121,6 +114,27 @@ pub(super) async fn issue_kubeconfig(
         )
         .await
         .map_err(|e| Problem::internal(&e))?;
+    // A sudoer's rights exist in the tenant before its kubeconfig leaves, and are bound to
+    // this kubeconfig alone. Recorded first, so a provisioning pass that meets the role
+    // finds its kubeconfig live and leaves it ([`crate::provision::Provisioner::reconcile_sudo`]).
+    if req.groups.iter().any(|g| g == crate::access::SUDO_GROUP)
+        && let Err(e) = s
+            .provisioner
+            .grant_sudo(&t, &endpoint, &req.user, &cert.serial)
+            .await
+    {
+        // Nobody holds this kubeconfig: revoked, so the inventory does not list it as live
+        // (and no pass writes its role after all).
+        if let Err(r) = s
+            .inventory
+            .revoke_kubeconfig(t.id, &cert.serial, &caller.0.name)
+            .await
+        {
+            tracing::warn!(error = %r.public(), serial = %cert.serial,
+                "revoking a kubeconfig whose sudo role could not be written failed");
+        }
+        return Err(Problem::internal(&e));
+    }
     Ok((
         StatusCode::CREATED,
         Json(KubeconfigIssued {
@@ -193,6 +207,20 @@ async fn deliver(s: &AppState, t: &crate::inventory::Tenant) -> Result<(), Probl
         })
 }
 
+/// Deletes the sudo roles of kubeconfigs no longer live, right after a revocation is recorded
+/// and before it is delivered. Sudo is bound to each kubeconfig's own serial, so the
+/// revocation takes it along; but a revocation is enforced only while the tenant's syncer
+/// answers its webhook, and RBAC without the role holds whether it does or not. Best effort:
+/// the tenant's next pass retries what fails here.
+async fn forget_sudo(s: &AppState, t: &crate::inventory::Tenant) {
+    if s.provisioner.config.simulate {
+        return;
+    }
+    if let Err(e) = s.provisioner.reconcile_sudo(t, t.endpoint.as_deref()).await {
+        tracing::warn!(error = %e.public(), "removing sudo roles after a revocation failed");
+    }
+}
+
 /// Revokes one kubeconfig: the tenant apiserver refuses it within 60 s (its syncer reads the
 /// revocation within seconds, and the apiserver caches an answer for 10 s). Revoking one
 /// already revoked changes nothing and answers the same.
@@ -208,14 +236,17 @@ async fn deliver(s: &AppState, t: &crate::inventory::Tenant) -> Result<(), Probl
     (status = 404, description = "no such tenant (or another owner's), or no kubeconfig of that serial in it", body = ProblemBody, content_type = "application/problem+json"),
     (status = 409, description = "a break-glass kubeconfig: it cannot be revoked, only expire", body = ProblemBody, content_type = "application/problem+json"),
     (status = 503, description = "recorded, not yet passed to the tenant: retry", body = ProblemBody, content_type = "application/problem+json"),
+    NoBodyTaken,
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn revoke_kubeconfig(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<NameAnd, Problem>,
+    none: Result<NoBody, Problem>,
 ) -> Result<Json<KubeconfigView>, Problem> {
     let (caller, t, serial) = caller_tenant_and(&s, &headers, path).await?;
+    none?;
     let none = || {
         Problem::not_found(&format!(
             "no kubeconfig of serial {serial:?} in tenant {:?}",
@@ -245,6 +276,7 @@ pub(super) async fn revoke_kubeconfig(
             None,
         ));
     }
+    forget_sudo(&s, &t).await;
     deliver(&s, &t).await?;
     Ok(Json(KubeconfigView::from(row)))
 }
@@ -263,14 +295,17 @@ pub(super) async fn revoke_kubeconfig(
     Unauthorized,
     (status = 404, description = "no such tenant (or another owner's), or no kubeconfig was issued to that user in it", body = ProblemBody, content_type = "application/problem+json"),
     (status = 503, description = "recorded, not yet passed to the tenant: retry", body = ProblemBody, content_type = "application/problem+json"),
+    NoBodyTaken,
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn revoke_user(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<NameAnd, Problem>,
+    none: Result<NoBody, Problem>,
 ) -> Result<Json<KubeconfigList>, Problem> {
     let (caller, t, user) = caller_tenant_and(&s, &headers, path).await?;
+    none?;
     let none = || {
         Problem::not_found(&format!(
             "no kubeconfig was issued to user {user:?} in tenant {:?}",
@@ -288,6 +323,7 @@ pub(super) async fn revoke_user(
     if rows.is_empty() {
         return Err(none());
     }
+    forget_sudo(&s, &t).await;
     deliver(&s, &t).await?;
     Ok(Json(KubeconfigList {
         items: rows.into_iter().map(KubeconfigView::from).collect(),

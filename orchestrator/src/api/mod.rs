@@ -278,6 +278,58 @@ fn object_body<T: serde::de::DeserializeOwned>(
         .map_err(Problem::from_rejection)
 }
 
+/// The body of a route that takes none (a POST that starts something, a DELETE): nothing, or
+/// an empty JSON object (`{}`, which clients that always send a body send). Anything else is
+/// refused with 422 rather than ignored, as an unknown field of a route that takes a body is:
+/// a caller who sends `{"location": ...}` to `POST .../snapshots` believes it chose something.
+/// Handlers check it after the caller and the tenant, so 401 and 404 come first.
+struct NoBody;
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for NoBody {
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, state: &S) -> Result<NoBody, Problem> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| match e.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => Problem::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too-large",
+                    "request body too large",
+                    &e.body_text(),
+                    Some("body"),
+                ),
+                _ => Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "malformed",
+                    "malformed request body",
+                    &e.body_text(),
+                    Some("body"),
+                ),
+            })?;
+        no_body(&bytes)
+    }
+}
+
+/// [`NoBody`] from the bytes of a body: `Ok` for none (or only whitespace) and `{}`; 422
+/// naming a field of an object with fields (the first in order), or `body` for anything else.
+fn no_body(bytes: &[u8]) -> Result<NoBody, Problem> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(NoBody);
+    }
+    let takes_none = "this route takes no body (none, or {})";
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(o)) => match o.keys().next() {
+            None => Ok(NoBody),
+            Some(k) => Err(Problem::invalid(
+                k,
+                &format!("unknown field `{k}`: {takes_none}"),
+            )),
+        },
+        _ => Err(Problem::invalid("body", takes_none)),
+    }
+}
+
 /// The `{name}` of a path, with a problem+json rejection (a name that is not UTF-8, say), and
 /// the request's query string, from which the tenant routes read `owner` ([`Name::owner`]):
 /// every handler that takes a `Name` gets it without a parameter of its own. The token route
@@ -494,7 +546,11 @@ mod tests {
                         op["requestBody"]["content"]["application/json"].is_object(),
                         "{path}"
                     );
-                    assert!(responses.contains_key("422"), "{path}");
+                }
+                // Every write refuses what it does not take, documented: a field of its body
+                // it does not know, or any body at all when it takes none.
+                if method != "get" {
+                    assert!(responses.contains_key("422"), "{method} {path}");
                 }
             }
         }
@@ -503,6 +559,25 @@ mod tests {
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
         );
+    }
+
+    #[test]
+    fn a_route_without_a_body_takes_nothing_or_an_empty_object() {
+        for ok in [&b""[..], b"  \n", b"{}", b" { } "] {
+            assert!(no_body(ok).is_ok(), "{:?}", String::from_utf8_lossy(ok));
+        }
+        let field = |b: &[u8]| {
+            let p = no_body(b).err().expect("refused");
+            assert_eq!(p.status(), StatusCode::UNPROCESSABLE_ENTITY);
+            p.field().map(str::to_owned)
+        };
+        assert_eq!(
+            field(br#"{"location": "s3://elsewhere"}"#).as_deref(),
+            Some("location")
+        );
+        for other in [&b"[]"[..], b"null", b"\"x\"", b"{\"a\":", b"\xff"] {
+            assert_eq!(field(other).as_deref(), Some("body"));
+        }
     }
 
     #[test]

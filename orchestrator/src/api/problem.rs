@@ -100,6 +100,27 @@ pub enum BodyRefused {
     TooSlow(ProblemBody),
 }
 
+/// Bodies refused by routes that take none (`NoBody` in `api`).
+#[derive(utoipa::IntoResponses)]
+#[expect(
+    dead_code,
+    reason = "documents answers; handlers build them as Problem"
+)]
+pub enum NoBodyTaken {
+    #[response(
+        status = 413,
+        description = "body over 64 KiB",
+        content_type = "application/problem+json"
+    )]
+    TooLarge(ProblemBody),
+    #[response(
+        status = 422,
+        description = "a body other than none or `{}`: this route takes no body, and refuses a field rather than ignore it (`field` names one, or is `body`)",
+        content_type = "application/problem+json"
+    )]
+    Refused(ProblemBody),
+}
+
 /// A problem+json response.
 #[derive(Debug)]
 pub struct Problem {

@@ -3,11 +3,11 @@
 //! `POST /v1/tenants/{name}/restore` (admins) stops the control plane, restores every etcd
 //! member from the snapshot and starts it again (poll the tenant's `phase` and the list).
 
-use super::problem::{AdminOnly, BodyRefused, NoSuchTenant, Unauthorized};
+use super::problem::{AdminOnly, BodyRefused, NoBodyTaken, NoSuchTenant, Unauthorized};
 use super::types::NameSchema;
 use super::{
-    AppState, Name, Problem, ProblemBody, RestoreTenant, RestoreView, SnapshotList, SnapshotView,
-    body, caller_and_tenant,
+    AppState, Name, NoBody, Problem, ProblemBody, RestoreTenant, RestoreView, SnapshotList,
+    SnapshotView, body, caller_and_tenant,
 };
 use axum::Json;
 use axum::extract::State;
@@ -19,6 +19,7 @@ use vcp_core::lifecycle::{Phase, SnapshotState};
 /// Asks for an etcd snapshot of the tenant, taken through etcd's snapshot API by a Job in the
 /// tenant's control-plane namespace onto its `etcd-snapshots` volume, and recorded with the
 /// store's revision, the file's size and SHA-256. `Pending` until the tenant's next pass.
+/// It takes no body: none, or `{}` (vcp chooses where a snapshot goes).
 #[utoipa::path(post, path = "/v1/tenants/{name}/snapshots", tag = "snapshots",
     security(("bearer" = [])),
     params(("name" = NameSchema, Path, description = "tenant name")),
@@ -26,14 +27,17 @@ use vcp_core::lifecycle::{Phase, SnapshotState};
     (status = 202, description = "snapshot recorded as Pending", body = SnapshotView),
     Unauthorized,
     NoSuchTenant,
+    NoBodyTaken,
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn create_snapshot(
     State(s): State<AppState>,
     headers: HeaderMap,
     name: Result<Name, Problem>,
+    none: Result<NoBody, Problem>,
 ) -> Result<(StatusCode, Json<SnapshotView>), Problem> {
     let (caller, t) = caller_and_tenant(&s, &headers, name).await?;
+    none?;
     let row = s
         .inventory
         .request_snapshot(&t, &caller.0.name)
@@ -102,7 +106,7 @@ pub(super) async fn restore_tenant(
     let req = body(req)?;
     let snap = s
         .inventory
-        .snapshot(t.id, req.snapshot)
+        .numbered_snapshot(t.id, req.snapshot)
         .await
         .map_err(|e| Problem::internal(&e))?
         .filter(|x| x.state == SnapshotState::Succeeded)

@@ -2,11 +2,11 @@
 //! inventory as desired state; the reconcile workers do the rest (poll `phase`).
 
 use super::auth::authenticate;
-use super::problem::{BodyRefused, NoSuchTenant, Unauthorized};
+use super::problem::{BodyRefused, NoBodyTaken, NoSuchTenant, Unauthorized};
 use super::types::NameSchema;
 use super::{
-    AppState, CreateTenant, DeleteQuery, Name, Problem, ProblemBody, TenantList, TenantUsage,
-    TenantView, body, caller_and_tenant, find,
+    AppState, CreateTenant, DeleteQuery, Name, NoBody, Problem, ProblemBody, TenantList,
+    TenantUsage, TenantView, body, caller_and_tenant, find,
 };
 use crate::Error;
 use crate::inventory::{NewTenant, Tenant};
@@ -205,6 +205,7 @@ pub(super) async fn get_tenant(
     (status = 400, description = "malformed query", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,
     NoSuchTenant,
+    NoBodyTaken,
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(super) async fn delete_tenant(
@@ -212,6 +213,7 @@ pub(super) async fn delete_tenant(
     headers: HeaderMap,
     name: Result<Name, Problem>,
     q: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
+    none: Result<NoBody, Problem>,
 ) -> Result<(StatusCode, Json<TenantView>), Problem> {
     let caller = authenticate(&s, &headers).await?;
     let name = name?;
@@ -225,6 +227,7 @@ pub(super) async fn delete_tenant(
         )
     })?;
     let t = find(&s, &caller, &name).await?;
+    none?;
     let t = s
         .inventory
         .request_delete(&t, q.retain_data, &caller.0.name)

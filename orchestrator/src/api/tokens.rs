@@ -1,11 +1,11 @@
 //! API tokens (admins only): create (the secret is shown once), list, revoke.
 
 use super::auth::{authenticate, new_token, token_hash};
-use super::problem::{AdminOnly, BodyRefused, Unauthorized};
+use super::problem::{AdminOnly, BodyRefused, NoBodyTaken, Unauthorized};
 use super::types::NameSchema;
 use super::{
-    AppState, CreateToken, Name, Problem, ProblemBody, Role, TokenCreated, TokenList, TokenView,
-    body, existing_name,
+    AppState, CreateToken, Name, NoBody, Problem, ProblemBody, Role, TokenCreated, TokenList,
+    TokenView, body, existing_name,
 };
 use crate::Error;
 use crate::names::TenantName;
@@ -109,12 +109,14 @@ pub(super) async fn list_tokens(
     Unauthorized,
     AdminOnly,
     (status = 404, description = "no live token of that name", body = ProblemBody, content_type = "application/problem+json"),
+    NoBodyTaken,
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty))]
 pub(super) async fn revoke_token(
     State(s): State<AppState>,
     headers: HeaderMap,
     name: Result<Name, Problem>,
+    none: Result<NoBody, Problem>,
 ) -> Result<StatusCode, Problem> {
     let caller = authenticate(&s, &headers).await?;
     if !caller.admin() {
@@ -122,6 +124,7 @@ pub(super) async fn revoke_token(
     }
     let name = name?.name;
     existing_name(&name, "live token")?;
+    none?;
     match s.inventory.revoke_token(&name, &caller.0.name).await {
         Ok(true) => Ok(StatusCode::NO_CONTENT),
         Ok(false) => Err(Problem::not_found(&format!("no live token named {name:?}"))),

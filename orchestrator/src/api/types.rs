@@ -200,6 +200,8 @@ pub struct UpgradeTenant {
 /// One etcd snapshot of a tenant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SnapshotView {
+    /// Its number among the tenant's snapshots (1, 2, ...; those taken before snapshots were
+    /// numbered per tenant kept their earlier id): what `POST .../restore` takes.
     pub id: i64,
     /// `Pending` until the tenant's next pass (once its etcd is up) has taken it.
     pub state: SnapshotState,
@@ -229,7 +231,7 @@ pub struct SnapshotView {
 impl From<crate::inventory::SnapshotRow> for SnapshotView {
     fn from(s: crate::inventory::SnapshotRow) -> SnapshotView {
         SnapshotView {
-            id: s.id,
+            id: s.number,
             state: s.state,
             reason: s.reason,
             upgrade: s.upgrade_id,
@@ -249,6 +251,7 @@ impl From<crate::inventory::SnapshotRow> for SnapshotView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RestoreView {
     pub id: i64,
+    /// The snapshot's `id` (its number among the tenant's snapshots).
     pub snapshot: i64,
     pub state: RestoreState,
     /// Every etcd member holds the snapshot's data (the control plane may still be starting).
@@ -268,7 +271,7 @@ impl From<crate::inventory::RestoreRow> for RestoreView {
     fn from(r: crate::inventory::RestoreRow) -> RestoreView {
         RestoreView {
             id: r.id,
-            snapshot: r.snapshot_id,
+            snapshot: r.snapshot_number,
             state: r.state,
             restored: r.restored,
             reason: r.reason,
@@ -290,7 +293,7 @@ pub struct SnapshotList {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestoreTenant {
-    /// The id of a `Succeeded` snapshot of this tenant.
+    /// The `id` of a `Succeeded` snapshot of this tenant, as its snapshot list shows it.
     #[schema(minimum = 1)]
     pub snapshot: i64,
 }
@@ -495,9 +498,10 @@ pub struct IssueKubeconfig {
     #[schema(value_type = SubjectSchema)]
     pub user: String,
     /// Groups (certificate O), at most 16. `view`, `edit` and `admin` are bound in every
-    /// tenant; `sudo` makes the user a sudoer, who may act as admin for one command by
-    /// impersonating itself into `vcp:sudo` (`kubectl --as=<user> --as-group=vcp:sudo`);
-    /// others are the tenant's to bind.
+    /// tenant; `sudo` makes this kubeconfig a sudoer's, whose holder may act as admin for one
+    /// command by impersonating its user into `vcp:sudo` (`kubectl --as=<user>
+    /// --as-group=vcp:sudo`) until the kubeconfig is revoked or expires (other kubeconfigs
+    /// of the user may not); others are the tenant's to bind.
     #[serde(default)]
     #[schema(value_type = Vec<SubjectSchema>, max_items = 16, example = json!(["view"]))]
     pub groups: Vec<String>,

@@ -953,6 +953,25 @@ impl Inventory {
         .await?)
     }
 
+    /// A tenant's live sudo kubeconfigs (neither revoked nor expired, with the group
+    /// [`crate::access::SUDO_GROUP`]), by serial: the ones that keep a sudo role in the tenant.
+    pub async fn live_sudoers(&self, tenant_id: i64) -> Result<Vec<crate::access::Sudoer>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT username, serial FROM kubeconfigs
+             WHERE tenant_id = $1 AND revoked_at IS NULL AND expires_at > now()
+               AND NOT break_glass AND $2 = ANY (groups)
+             ORDER BY serial",
+        )
+        .bind(tenant_id)
+        .bind(crate::access::SUDO_GROUP)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(user, serial)| crate::access::Sudoer { user, serial })
+            .collect())
+    }
+
     /// Every token (live and revoked), by name.
     pub async fn tokens(&self) -> Result<Vec<Token>> {
         Ok(sqlx::query_as(
@@ -1314,7 +1333,7 @@ async fn start_upgrade_in(
     .bind(&u.to_release)
     .fetch_one(&mut *tx)
     .await?;
-    let up = snapshots::snapshot_hop(&mut *tx, &row, up.id, actor).await?;
+    let (up, snapshot) = snapshots::snapshot_hop(&mut *tx, &row, up.id, actor).await?;
     audit_in(
         &mut *tx,
         actor,
@@ -1323,7 +1342,7 @@ async fn start_upgrade_in(
         serde_json::json!({"upgrade": up.id, "from": from, "to": u.target,
             "chain": u.chain, "hop": u.first_hop, "requested_by": requested_by,
             "from_release": row.release, "to_release": u.to_release,
-            "snapshot": up.snapshot_id}),
+            "snapshot": snapshot}),
     )
     .await?;
     notify(&mut *tx).await?;

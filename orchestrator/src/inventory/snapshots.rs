@@ -12,8 +12,12 @@ use vcp_core::naming::control_plane_namespace;
 /// One snapshot, as stored.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SnapshotRow {
+    /// The row's key, which restores and upgrades refer to; never shown.
     pub id: i64,
     pub tenant_id: i64,
+    /// Its number among the tenant's snapshots: what the API, the audit trail and the file
+    /// name show (`migrations/0011_snapshot_numbers.sql`).
+    pub number: i64,
     pub upgrade_id: Option<i64>,
     pub version: String,
     pub state: SnapshotState,
@@ -34,6 +38,8 @@ pub struct RestoreRow {
     pub id: i64,
     pub tenant_id: i64,
     pub snapshot_id: i64,
+    /// The [`SnapshotRow::number`] of that snapshot.
+    pub snapshot_number: i64,
     pub state: RestoreState,
     pub restored: bool,
     pub reason: Option<String>,
@@ -57,20 +63,26 @@ async fn insert(
     upgrade: Option<i64>,
     actor: &str,
 ) -> Result<SnapshotRow> {
-    let id: i64 = sqlx::query_scalar("SELECT nextval('etcd_snapshots_id_seq')")
-        .fetch_one(&mut *tx)
-        .await?;
+    // Every caller holds the tenant's row lock already (it moved the tenant in this
+    // transaction), so two snapshots of one tenant never get one number.
+    let number: i64 = sqlx::query_scalar(
+        "UPDATE tenants SET snapshot_numbers = snapshot_numbers + 1 WHERE id = $1
+         RETURNING snapshot_numbers",
+    )
+    .bind(t.id)
+    .fetch_one(&mut *tx)
+    .await?;
     let row: SnapshotRow = sqlx::query_as(
         "INSERT INTO etcd_snapshots
-           (id, tenant_id, upgrade_id, version, state, location, requested_by)
+           (tenant_id, number, upgrade_id, version, state, location, requested_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *",
     )
-    .bind(id)
     .bind(t.id)
+    .bind(number)
     .bind(upgrade)
     .bind(&t.version)
     .bind(SnapshotState::Pending)
-    .bind(snapshot::location(&control_plane_namespace(&t.key), id))
+    .bind(snapshot::location(&control_plane_namespace(&t.key), number))
     .bind(actor)
     .fetch_one(&mut *tx)
     .await?;
@@ -79,28 +91,33 @@ async fn insert(
         actor,
         "tenant.snapshot.request",
         Some(t.id),
-        serde_json::json!({"snapshot": row.id, "upgrade": upgrade}),
+        serde_json::json!({"snapshot": row.number, "upgrade": upgrade}),
     )
     .await?;
     Ok(row)
 }
 
-/// Asks for the snapshot before an upgrade's current hop and links it to the upgrade.
+/// Asks for the snapshot before an upgrade's current hop and links it to the upgrade; the
+/// upgrade, and the snapshot's number.
 pub(super) async fn snapshot_hop(
     tx: &mut sqlx::PgConnection,
     t: &Tenant,
     upgrade: i64,
     actor: &str,
-) -> Result<UpgradeRow> {
+) -> Result<(UpgradeRow, i64)> {
     let s = insert(tx, t, Some(upgrade), actor).await?;
-    Ok(
+    let up =
         sqlx::query_as("UPDATE tenant_upgrades SET snapshot_id = $2 WHERE id = $1 RETURNING *")
             .bind(upgrade)
             .bind(s.id)
             .fetch_one(&mut *tx)
-            .await?,
-    )
+            .await?;
+    Ok((up, s.number))
 }
+
+/// The columns of a [`RestoreRow`], for `SELECT` and `RETURNING` on `etcd_restores`.
+const RESTORE_COLUMNS: &str = "*, (SELECT number FROM etcd_snapshots s
+    WHERE s.id = etcd_restores.snapshot_id) AS snapshot_number";
 
 impl Inventory {
     /// Asks for a snapshot of a live, present tenant (one the API found for the caller) and
@@ -136,7 +153,22 @@ impl Inventory {
         )
     }
 
-    /// One snapshot of a tenant.
+    /// One snapshot of a tenant, by its number (as the API names it).
+    pub async fn numbered_snapshot(
+        &self,
+        tenant_id: i64,
+        number: i64,
+    ) -> Result<Option<SnapshotRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM etcd_snapshots WHERE tenant_id = $1 AND number = $2")
+                .bind(tenant_id)
+                .bind(number)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// One snapshot of a tenant, by its row id (as restores and upgrades refer to it).
     pub async fn snapshot(&self, tenant_id: i64, id: i64) -> Result<Option<SnapshotRow>> {
         Ok(
             sqlx::query_as("SELECT * FROM etcd_snapshots WHERE tenant_id = $1 AND id = $2")
@@ -170,10 +202,11 @@ impl Inventory {
             Ok(r) => (SnapshotState::Succeeded, None, Some(r)),
             Err(why) => (SnapshotState::Failed, Some(why), None),
         };
-        let done = sqlx::query(
+        let number: Option<i64> = sqlx::query_scalar(
             "UPDATE etcd_snapshots SET state = $3, reason = $4, revision = $5, size_bytes = $6,
                sha256 = $7, storage_version = $8, finished_at = now()
-             WHERE tenant_id = $1 AND id = $2 AND state = 'Pending'",
+             WHERE tenant_id = $1 AND id = $2 AND state = 'Pending'
+             RETURNING number",
         )
         .bind(tenant_id)
         .bind(id)
@@ -183,16 +216,15 @@ impl Inventory {
         .bind(r.map(|r| r.size))
         .bind(r.map(|r| r.sha256.as_str()))
         .bind(r.map(|r| r.storage_version.as_str()))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if done == 1 {
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(number) = number {
             audit_in(
                 &mut tx,
                 actor,
                 "tenant.snapshot.finished",
                 Some(tenant_id),
-                serde_json::json!({"snapshot": id, "state": state, "reason": reason,
+                serde_json::json!({"snapshot": number, "state": state, "reason": reason,
                     "revision": r.map(|r| r.revision), "sha256": r.map(|r| &r.sha256)}),
             )
             .await?;
@@ -231,10 +263,10 @@ impl Inventory {
         if moved != 1 {
             return Ok(None);
         }
-        let row: RestoreRow = sqlx::query_as(
+        let row: RestoreRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO etcd_restores (tenant_id, snapshot_id, state, requested_by)
-             VALUES ($1, $2, $3, $4) RETURNING *",
-        )
+             VALUES ($1, $2, $3, $4) RETURNING {RESTORE_COLUMNS}"
+        )))
         .bind(t.id)
         .bind(snapshot.id)
         .bind(RestoreState::Running)
@@ -246,7 +278,7 @@ impl Inventory {
             actor,
             "tenant.restore.start",
             Some(t.id),
-            serde_json::json!({"restore": row.id, "snapshot": snapshot.id,
+            serde_json::json!({"restore": row.id, "snapshot": snapshot.number,
                 "revision": snapshot.revision}),
         )
         .await?;
@@ -257,24 +289,23 @@ impl Inventory {
 
     /// The restore moving a tenant now, if any.
     pub async fn active_restore(&self, tenant_id: i64) -> Result<Option<RestoreRow>> {
-        Ok(
-            sqlx::query_as(
-                "SELECT * FROM etcd_restores WHERE tenant_id = $1 AND state = 'Running'",
-            )
-            .bind(tenant_id)
-            .fetch_optional(&self.pool)
-            .await?,
-        )
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {RESTORE_COLUMNS} FROM etcd_restores
+                 WHERE tenant_id = $1 AND state = 'Running'"
+        )))
+        .bind(tenant_id)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// A tenant's restores, newest first.
     pub async fn restores(&self, tenant_id: i64) -> Result<Vec<RestoreRow>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM etcd_restores WHERE tenant_id = $1 ORDER BY id DESC")
-                .bind(tenant_id)
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {RESTORE_COLUMNS} FROM etcd_restores WHERE tenant_id = $1 ORDER BY id DESC"
+        )))
+        .bind(tenant_id)
+        .fetch_all(&self.pool)
+        .await?)
     }
 }
 
@@ -300,10 +331,10 @@ pub(super) async fn restore_for_rollback(
         "tenant-upgrade/{}: rollback of hop {} -> {}: {why}",
         upgrade.id, upgrade.hop_from, upgrade.hop_to
     );
-    let row: RestoreRow = sqlx::query_as(
+    let row: RestoreRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO etcd_restores (tenant_id, snapshot_id, state, requested_by)
-         VALUES ($1, $2, $3, $4) RETURNING *",
-    )
+         VALUES ($1, $2, $3, $4) RETURNING {RESTORE_COLUMNS}"
+    )))
     .bind(tenant)
     .bind(snapshot)
     .bind(RestoreState::Running)
@@ -320,7 +351,7 @@ pub(super) async fn restore_for_rollback(
         actor,
         "tenant.restore.start",
         Some(tenant),
-        serde_json::json!({"restore": row.id, "snapshot": snapshot, "upgrade": upgrade.id,
+        serde_json::json!({"restore": row.id, "snapshot": row.snapshot_number, "upgrade": upgrade.id,
             "requested_by": requested_by}),
     )
     .await

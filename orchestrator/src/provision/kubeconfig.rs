@@ -171,24 +171,97 @@ impl Provisioner {
         Ok(serials.len())
     }
 
-    /// Makes `user` a sudoer in tenant `t` ([`crate::access`]): the ClusterRole that lets it
-    /// impersonate itself into the sudo group, bound to it. Idempotent.
-    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, user = %user))]
-    pub async fn grant_sudo(&self, t: &Tenant, endpoint: &str, user: &str) -> Result<()> {
+    /// Makes the kubeconfig of `serial`, issued to `user`, a sudoer in tenant `t`
+    /// ([`crate::access`]): the ClusterRole that lets its holder impersonate `user` into the
+    /// sudo group, bound to that kubeconfig's own revocation group. Idempotent.
+    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, user = %user, serial = %serial))]
+    pub async fn grant_sudo(
+        &self,
+        t: &Tenant,
+        endpoint: &str,
+        user: &str,
+        serial: &str,
+    ) -> Result<()> {
         let client = self
             .tenant_client(&control_plane_namespace(&t.key), Some(endpoint))
             .await?;
-        let (role, binding) = crate::access::sudo_objects(user);
-        let name = crate::access::sudo_name(user);
-        let pp = PatchParams::apply(super::host::FIELD_MANAGER).force();
-        Api::<ClusterRole>::all(client.clone())
-            .patch(&name, &pp, &Patch::Apply(&role))
-            .await
-            .map_err(|e| Error::kube("write the sudo role in the tenant", e))?;
-        Api::<ClusterRoleBinding>::all(client)
-            .patch(&name, &pp, &Patch::Apply(&binding))
-            .await
-            .map_err(|e| Error::kube("bind the sudo role in the tenant", e))?;
-        Ok(())
+        write_sudo(&client, user, serial).await
     }
+
+    /// Makes the sudo roles in tenant `t` match its live sudo kubeconfigs in the inventory:
+    /// writes missing ones, deletes those of kubeconfigs revoked or expired, unknown, or bound
+    /// to a user name. Idempotent, and safe beside an issuing that writes a new kubeconfig's
+    /// role: the tenant's roles are listed before the inventory is read, and an issuing
+    /// records its kubeconfig before writing the role, so a role seen here is either of a
+    /// kubeconfig the inventory then holds or one no longer live. Returns how many objects it
+    /// deleted.
+    #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key))]
+    pub async fn reconcile_sudo(&self, t: &Tenant, endpoint: Option<&str>) -> Result<usize> {
+        let client = self
+            .tenant_client(&control_plane_namespace(&t.key), endpoint)
+            .await?;
+        let lp = kube::api::ListParams::default()
+            .labels(&format!("{}=vcp", crate::render::LABEL_MANAGED_BY));
+        let roles_api = Api::<ClusterRole>::all(client.clone());
+        let bindings_api = Api::<ClusterRoleBinding>::all(client.clone());
+        let roles = names(
+            roles_api
+                .list_metadata(&lp)
+                .await
+                .map_err(|e| Error::kube("list the sudo roles in the tenant", e))?,
+        );
+        let bindings = names(
+            bindings_api
+                .list_metadata(&lp)
+                .await
+                .map_err(|e| Error::kube("list the sudo bindings in the tenant", e))?,
+        );
+        let live = self.inventory.live_sudoers(t.id).await?;
+        let plan = crate::access::sudo_plan(&live, &roles, &bindings);
+        for s in &plan.write {
+            write_sudo(&client, &s.user, &s.serial).await?;
+        }
+        // The binding first: without it the role grants nothing.
+        let dp = kube::api::DeleteParams::default();
+        for name in &plan.delete_bindings {
+            super::ignore_404(bindings_api.delete(name, &dp).await)
+                .map_err(|e| Error::kube("delete a sudo binding in the tenant", e))?;
+        }
+        for name in &plan.delete_roles {
+            super::ignore_404(roles_api.delete(name, &dp).await)
+                .map_err(|e| Error::kube("delete a sudo role in the tenant", e))?;
+        }
+        let deleted = plan.delete_bindings.len() + plan.delete_roles.len();
+        if deleted > 0 {
+            tracing::info!(
+                deleted,
+                "removed sudo objects of kubeconfigs no longer live"
+            );
+        }
+        Ok(deleted)
+    }
+}
+
+/// The names in a metadata list.
+fn names<K: Clone>(list: kube::core::ObjectList<kube::core::PartialObjectMeta<K>>) -> Vec<String> {
+    list.items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect()
+}
+
+/// Writes the sudo role and binding of the kubeconfig of `serial`, issued to `user`.
+async fn write_sudo(client: &kube::Client, user: &str, serial: &str) -> Result<()> {
+    let (role, binding) = crate::access::sudo_objects(user, serial);
+    let name = crate::access::sudo_name(serial);
+    let pp = PatchParams::apply(super::host::FIELD_MANAGER).force();
+    Api::<ClusterRole>::all(client.clone())
+        .patch(&name, &pp, &Patch::Apply(&role))
+        .await
+        .map_err(|e| Error::kube("write the sudo role in the tenant", e))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(&name, &pp, &Patch::Apply(&binding))
+        .await
+        .map_err(|e| Error::kube("bind the sudo role in the tenant", e))?;
+    Ok(())
 }

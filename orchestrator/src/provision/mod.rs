@@ -638,6 +638,14 @@ impl Provisioner {
         if !out.push(Step::Bootstrapped, boot) {
             return out;
         }
+        // Sudo roles follow the live sudo kubeconfigs: those of revoked or expired ones go, and
+        // so do those bound to a user name (written before sudo was bound to serials). It
+        // blocks no step: a failure is logged and retried by the next pass.
+        if !self.config.simulate
+            && let Err(e) = self.reconcile_sudo(t, endpoint.as_deref()).await
+        {
+            tracing::warn!(error = %e.public(), "reconciling the sudo roles failed");
+        }
 
         // The apiserver's clients: none depends on another, so they start and roll together.
         let timed = |c: Component| {

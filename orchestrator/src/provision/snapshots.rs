@@ -94,7 +94,8 @@ impl Provisioner {
         s: &SnapshotRow,
     ) -> Result<SnapshotState> {
         let ns = control_plane_namespace(&t.key);
-        let job = snapshot::snapshot_job(s.id);
+        // Named by the tenant's own number, as the location it shows is.
+        let job = snapshot::snapshot_job(s.number);
         let actor = "vcp-orchestrator";
         if self.config.simulate {
             // Simulated control planes have no etcd to stream from: the snapshot is recorded
@@ -115,7 +116,7 @@ impl Provisioner {
                 let objects = self.config.renderer.render_job(
                     JobKind::Snapshot,
                     input,
-                    json!({"job": job, "file": snapshot::file_name(s.id)}),
+                    json!({"job": job, "file": snapshot::file_name(s.number)}),
                 )?;
                 super::host::apply_all(&self.host, &objects).await?;
                 Ok(SnapshotState::Pending)
@@ -179,7 +180,7 @@ impl Provisioner {
             return Ok((
                 Some(NewRestore::Failed(format!(
                     "snapshot {} is not a taken snapshot of this tenant",
-                    r.snapshot_id
+                    r.snapshot_number
                 ))),
                 String::new(),
             ));
@@ -213,7 +214,7 @@ impl Provisioner {
                 super::host::apply_all(&self.host, &objects).await?;
             }
         }
-        let id = s.id;
+        let id = s.number;
         Ok(match step {
             RestoreStep::Stop => (
                 None,

@@ -29,19 +29,20 @@ pub const MOUNT: &str = "/snapshots";
 /// watches from before the restore end with "too old" and their clients relist).
 pub const REVISION_BUMP: u64 = 1_000_000_000;
 
-/// The snapshot file of snapshot `id`, inside [`MOUNT`].
-pub fn file_name(id: i64) -> String {
-    format!("snapshot-{id}.db")
+/// The snapshot file of the tenant's snapshot `number`, inside [`MOUNT`] (one claim per
+/// tenant, so the tenant's own numbering keeps them apart).
+pub fn file_name(number: i64) -> String {
+    format!("snapshot-{number}.db")
 }
 
-/// Where the inventory says snapshot `id` of a tenant lives.
-pub fn location(namespace: &str, id: i64) -> String {
-    format!("pvc://{namespace}/{CLAIM}/{}", file_name(id))
+/// Where the inventory says the tenant's snapshot `number` lives.
+pub fn location(namespace: &str, number: i64) -> String {
+    format!("pvc://{namespace}/{CLAIM}/{}", file_name(number))
 }
 
-/// The Job that takes snapshot `id`.
-pub fn snapshot_job(id: i64) -> String {
-    format!("etcd-snapshot-{id}")
+/// The Job, in the tenant's control-plane namespace, that takes its snapshot `number`.
+pub fn snapshot_job(number: i64) -> String {
+    format!("etcd-snapshot-{number}")
 }
 
 /// The Job that restores etcd member `member` from restore `id`.

@@ -542,13 +542,22 @@ impl Endpoint {
     }
 
     /// Whether the host pod of `call` is this tenant's copy of exactly that tenant pod (and of
-    /// that UID, when the call names one).
+    /// that UID, when the call names one). A namespace the host does not let this syncer read
+    /// is not one of its own (it reads pods only where it bound its role: its own host
+    /// namespaces), so no pod there is this tenant's: answered as one that does not exist,
+    /// not as a host failure.
     async fn owns(&self, call: &route::Call) -> Result<bool> {
         let ns = call.host_namespace(&self.key);
-        let pod = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.host.clone(), &ns)
-            .get_opt(&call.pod)
-            .await
-            .map_err(crate::kube_err(format!("get host pod {ns}/{}", call.pod)))?;
+        let pod =
+            match kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.host.clone(), &ns)
+                .get_opt(&call.pod)
+                .await
+            {
+                Err(kube::Error::Api(ae)) if ae.code == 403 => return Ok(false),
+                other => {
+                    other.map_err(crate::kube_err(format!("get host pod {ns}/{}", call.pod)))?
+                }
+            };
         let Some(pod) = pod else { return Ok(false) };
         let Some(r) = naming::tenant_ref(&self.key, pod.labels(), pod.annotations()) else {
             return Ok(false);

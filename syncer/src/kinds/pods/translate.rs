@@ -554,6 +554,27 @@ mod tests {
     use crate::kinds::fixtures::ctx;
     use vcp_core::naming::LABEL_TENANT;
 
+    #[test]
+    fn a_node_name_the_tenant_chose_is_told_as_a_placement_change() {
+        let mut pod = tenant_pod();
+        pod.spec.as_mut().unwrap().node_name = Some("devnode-0".into());
+        let notes = placement_notes(&pod, &ctx());
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("nodeName devnode-0 dropped")),
+            "{notes:?}"
+        );
+        assert_eq!(
+            to_host(&pod, &ctx(), &env()).spec.unwrap().node_name,
+            None,
+            "the host scheduler binds"
+        );
+        // Not bound: nothing about a node to tell.
+        let notes = placement_notes(&tenant_pod(), &ctx());
+        assert!(!notes.iter().any(|n| n.contains("nodeName")), "{notes:?}");
+    }
+
     fn tenant_pod() -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {

@@ -1,6 +1,7 @@
 //! Services: ClusterIP negotiation with the host, NodePorts and load-balancer status up; a
 //! selector that comes or goes hands the Service's endpoints to the host or back
-//! (`endpoints::selector_changed`).
+//! (`endpoints::selector_changed`); an ExternalName the plan does not allow stays off the host
+//! (`vcp_policy::services::refused_external_name`).
 
 pub mod translate;
 
@@ -30,6 +31,19 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
+    // An ExternalName the plan does not allow never reaches the host, and a copy made before
+    // (when the Service named something else, or by an older syncer) goes.
+    if let Some(refusal) = policy::services::refused_external_name(&t, &e.ctx.policy) {
+        if t.metadata.deletion_timestamp.is_none() {
+            e.report(t.as_ref(), "PolicyRefused", refusal.to_string())
+                .await;
+        }
+        if let HostSide::Ours { host, .. } = host_side {
+            tracing::info!(ns = %ns, service = %name, "deleting the host copy of a refused ExternalName Service");
+            delete_host(e, host.as_ref(), None).await?;
+        }
+        return Ok(Action::requeue(e.resync));
+    }
     if t.metadata.deletion_timestamp.is_none() {
         tell(e, &t, &refusals).await;
     }
@@ -254,6 +268,9 @@ impl Synced for Service {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
         if vcp_policy::services::is_local_service(t) {
+            return None;
+        }
+        if policy::services::refused_external_name(t, &e.ctx.policy).is_some() {
             return None;
         }
         let (host_ports, _) = host_ports(e, t);
