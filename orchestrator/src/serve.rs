@@ -194,6 +194,8 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
         access: a.tenant_access,
         simulate: a.simulate_control_planes,
         hop_timeout: Duration::from_secs(a.upgrade_hop_timeout_seconds),
+        // Asked of the host once it is connected (serve).
+        host_user: String::new(),
     })
 }
 
@@ -208,7 +210,7 @@ async fn host_client(a: &ServeArgs) -> Result<kube::Client> {
 
 /// Runs until SIGTERM or SIGINT.
 pub async fn serve(a: ServeArgs) -> Result<()> {
-    let config = Arc::new(config(&a)?);
+    let mut config = config(&a)?;
     let inv = Inventory::connect(&a.db.database_url).await?;
     inv.migrate().await?;
     inv.upsert_versions(&config.catalog).await?;
@@ -238,6 +240,9 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         None => {}
     }
     let host = host_client(&a).await?;
+    config.host_user = crate::provision::host::identity(&host).await?;
+    crate::provision::host::ensure_host_roles(&host).await?;
+    let config = Arc::new(config);
     let replica = a
         .replica_id
         .clone()

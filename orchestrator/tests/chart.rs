@@ -932,6 +932,17 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
     host::apply(&vcp, &namespace, false)
         .await
         .map_err(|e| anyhow::anyhow!("vcp cannot create a control-plane namespace: {e}"))?;
+    // As `vcp serve` starts: it knows who it is, finds the chart's shared roles as it expects
+    // them (checking, not writing: it may not), and binds its namespace role to itself in the
+    // namespace, as every pass does.
+    let me = host::identity(&vcp).await?;
+    assert_eq!(me, format!("system:serviceaccount:{ns}:{sa}"));
+    host::ensure_host_roles(&vcp)
+        .await
+        .map_err(|e| anyhow::anyhow!("vcp does not accept the chart's shared roles: {e}"))?;
+    host::apply(&vcp, &render::host_rbac::own_binding(&cp_ns, &me), false)
+        .await
+        .map_err(|e| anyhow::anyhow!("vcp cannot bind its role in its namespace: {e}"))?;
     let mut objects = Vec::new();
     for (_, objs) in renderer.render_all(&input)? {
         objects.extend(objs);
@@ -980,8 +991,6 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
         ["list", "pods"],
         ["list", "services"],
         ["list", "persistentvolumeclaims"],
-        ["list", "secrets"],
-        ["update", "secrets"],
         ["get", "jobs.batch"],
         ["get", "deployments.apps"],
         ["delete", "deployments.apps"],
@@ -998,6 +1007,81 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
         ],
     ] {
         assert!(can(&allowed)?, "vcp may not {allowed:?}");
+    }
+    // Secrets only where vcp bound itself: its tenants' namespaces.
+    for allowed in [
+        ["list", "secrets", "-n", &cp_ns],
+        ["update", "secrets", "-n", &cp_ns],
+    ] {
+        assert!(can(&allowed)?, "vcp may not {allowed:?}");
+    }
+    for denied in [
+        &["list", "secrets", "--all-namespaces"][..],
+        &["get", "secrets", "-n", "kube-system"],
+        &["get", "secrets", "-n", ns],
+        &["create", "pods", "--subresource=exec", "-n", "kube-system"],
+        &["create", "pods", "--subresource=exec", "-n", &cp_ns],
+        &["get", "pods", "--subresource=log", "-n", "kube-system"],
+        &[
+            "create",
+            "pods",
+            "--subresource=portforward",
+            "-n",
+            "default",
+        ],
+        &[
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/cluster-admin",
+        ],
+        &["bind", "clusterroles.rbac.authorization.k8s.io/admin"],
+        &[
+            "escalate",
+            "clusterroles.rbac.authorization.k8s.io/vcp:tenant-namespace",
+        ],
+    ] {
+        assert!(!can(denied)?, "vcp may {denied:?}");
+    }
+    // For real: a Secret in a namespace vcp does not own stays unreadable, and cluster-admin
+    // cannot be bound, cluster-wide or in one namespace.
+    let other = "chart-rbac-other";
+    let _ = kubectl(cluster, &["create", "namespace", other], None)?;
+    let _ = kubectl(
+        cluster,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "-n",
+            other,
+            "--from-literal=k=v",
+        ],
+        None,
+    )?;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(vcp.clone(), other);
+    match secrets.get("s").await {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => anyhow::bail!(
+            "vcp reads a Secret of another namespace: {:?}",
+            other.map(|_| ())
+        ),
+    }
+    for (kind, ns_arg) in [("clusterrolebinding", None), ("rolebinding", Some(other))] {
+        let mut args = vec!["create", kind, "grab", "--clusterrole=cluster-admin"];
+        let subject = format!("--serviceaccount={ns}:{sa}");
+        args.push(&subject);
+        if let Some(n) = ns_arg {
+            args.extend(["-n", n]);
+        }
+        args.extend(["--as", &user]);
+        let out = kubectl(cluster, &args, None)?;
+        anyhow::ensure!(
+            !out.status.success() && text(&out.stderr).contains("forbidden"),
+            "vcp binds cluster-admin ({kind}): {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
     }
     let denied: [&[&str]; 9] = [
         &["escalate", "clusterroles.rbac.authorization.k8s.io"],
@@ -1033,6 +1117,7 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
     // The tenant's cluster-scoped objects go as vcp deletes them.
     for (kind, name) in [
         ("clusterrole", format!("vcp-syncer-{key}")),
+        // Tenants provisioned before the shared role still have their own (deleted with them).
         ("clusterrole", format!("vcp-syncer-namespaced-{key}")),
         ("namespace", cp_ns.clone()),
     ] {

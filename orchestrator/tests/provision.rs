@@ -472,7 +472,9 @@ async fn syncer_grants_stay_in_their_tenant(
             "subjects": [{"kind": "ServiceAccount", "name": "vcp-syncer", "namespace": sa_ns}],
         }))?)
     };
-    let own_role = format!("vcp-syncer-namespaced-{a}");
+    // Shared by every tenant's syncer (templates/host-roles.yaml): confined per tenant by
+    // where and to whom the policy lets it be bound.
+    let own_role = "vcp:syncer-namespaced";
     let own_sa = format!("vcp-{a}");
     // The one binding it may write (what its syncer writes in every host namespace): a dry
     // run, so the admission policy judges it and nothing stays.
@@ -481,7 +483,7 @@ async fn syncer_grants_stay_in_their_tenant(
         ..Default::default()
     };
     Api::<RoleBinding>::namespaced(client.clone(), &format!("{a}-default"))
-        .create(&dry, &binding("probe", &own_role, &own_sa)?)
+        .create(&dry, &binding("probe", own_role, &own_sa)?)
         .await
         .map_err(|e| anyhow::anyhow!("its own binding was refused: {e}"))?;
     // And its syncer did write it, in each of its host namespaces.
@@ -495,7 +497,7 @@ async fn syncer_grants_stay_in_their_tenant(
         (
             "binding its role in b's namespace",
             format!("{b}-default"),
-            binding("grab", &own_role, &own_sa)?,
+            binding("grab", own_role, &own_sa)?,
         ),
         (
             "binding cluster-admin in its own namespace",
@@ -503,14 +505,14 @@ async fn syncer_grants_stay_in_their_tenant(
             binding("grab", "cluster-admin", &own_sa)?,
         ),
         (
-            "binding b's syncer role in its own namespace",
+            "binding vcp's own namespace role in its own namespace",
             format!("{a}-default"),
-            binding("grab", &format!("vcp-syncer-namespaced-{b}"), &own_sa)?,
+            binding("grab", "vcp:tenant-namespace", &own_sa)?,
         ),
         (
             "binding its role to b's syncer",
             format!("{a}-default"),
-            binding("grab", &own_role, &format!("vcp-{b}"))?,
+            binding("grab", own_role, &format!("vcp-{b}"))?,
         ),
     ] {
         forbidden(

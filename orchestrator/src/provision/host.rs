@@ -114,3 +114,56 @@ pub async fn apply_all(client: &Client, objects: &[Object]) -> Result<()> {
     }
     Ok(())
 }
+
+/// vcp's own user name on the host (a SelfSubjectReview), which its RoleBindings in tenants'
+/// namespaces name ([`crate::render::host_rbac::own_binding`]).
+pub async fn identity(client: &Client) -> Result<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let review: SelfSubjectReview = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&Default::default(), &SelfSubjectReview::default())
+        .await
+        .map_err(|e| Error::kube("ask the host who vcp is (SelfSubjectReview)", e))?;
+    review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| Error::Config("the host's SelfSubjectReview names no user".into()))
+}
+
+/// Makes sure the shared host ClusterRoles of `templates/host-roles.yaml` are there, with the
+/// rules this vcp expects. Applied when they differ and vcp may write them (a cluster admin's
+/// credentials); with the chart's narrower ones the chart owns them, and vcp only checks.
+pub async fn ensure_host_roles(client: &Client) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    for want in crate::render::host_rbac::host_roles()? {
+        let live = roles
+            .get_opt(want.name())
+            .await
+            .map_err(|e| Error::kube(format!("read the host ClusterRole {}", want.name()), e))?;
+        let same = live.as_ref().is_some_and(|l| {
+            serde_json::to_value(&l.rules).ok().as_ref() == Some(&want.0["rules"])
+        });
+        if same {
+            continue;
+        }
+        match apply(client, &want, false).await {
+            Ok(_) => tracing::info!(role = want.name(), "applied a shared host ClusterRole"),
+            Err(Error::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 403) =>
+            {
+                return Err(Error::Config(format!(
+                    "the host ClusterRole {} is {} and vcp may not write it: install the chart of this vcp version, or apply templates/host-roles.yaml as a cluster admin",
+                    want.name(),
+                    if live.is_some() {
+                        "not this version's"
+                    } else {
+                        "missing"
+                    }
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

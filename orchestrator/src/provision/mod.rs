@@ -64,6 +64,9 @@ pub struct Config {
     pub simulate: bool,
     /// How long one upgrade hop may take before it is rolled back.
     pub hop_timeout: Duration,
+    /// vcp's own user on the host, bound to `vcp:tenant-namespace` in each namespace of a
+    /// tenant vcp works in (render::host_rbac).
+    pub host_user: String,
 }
 
 /// What a pass did: the outcome the worker records, and the variant of the error that stopped
@@ -798,6 +801,13 @@ impl Provisioner {
                 "namespace {ns} is still terminating"
             )));
         }
+        // vcp's Secrets access in this namespace, and in no other (render::host_rbac).
+        host::apply(
+            &self.host,
+            &render::host_rbac::own_binding(ns, &self.config.host_user),
+            false,
+        )
+        .await?;
         Ok(StepResult::Ready)
     }
 

@@ -265,13 +265,32 @@ impl Provisioner {
     /// Whether every token the tenant's syncer keeps on the host for a pod was issued under
     /// `generation` (host token Secrets carry it; see the syncer's `pods::tokens`).
     pub(super) async fn tokens_current(&self, t: &Tenant, generation: &str) -> Result<bool> {
-        let all: Api<Secret> = Api::all(self.host.clone());
-        let list = all
-            .list_metadata(&ListParams::default().labels(&format!("{LABEL_TENANT}={}", t.key)))
+        // Namespace by namespace: vcp reads Secrets only where it bound itself
+        // (render::host_rbac), never cluster-wide.
+        let tenant = ListParams::default().labels(&format!("{LABEL_TENANT}={}", t.key));
+        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.host.clone())
+            .list_metadata(&tenant)
             .await
-            .map_err(|e| Error::kube("list the tenant's host secrets", e))?;
-        let stale = list
+            .map_err(|e| Error::kube("list the tenant's host namespaces", e))?;
+        let mut items = Vec::new();
+        for ns in namespaces
             .items
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+        {
+            crate::provision::host::apply(
+                &self.host,
+                &crate::render::host_rbac::own_binding(ns, &self.config.host_user),
+                false,
+            )
+            .await?;
+            let list = Api::<Secret>::namespaced(self.host.clone(), ns)
+                .list_metadata(&tenant)
+                .await
+                .map_err(|e| Error::kube("list the tenant's host secrets", e))?;
+            items.extend(list.items);
+        }
+        let stale = items
             .iter()
             .filter_map(|s| s.metadata.annotations.as_ref())
             .filter(|a| a.get(ANN_GENERATED).is_some_and(|g| g.starts_with("pod/")))

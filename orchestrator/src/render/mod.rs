@@ -8,6 +8,7 @@
 //! Kubernetes object in the tenant's namespace (or cluster-scoped and named after the key).
 
 pub mod catalog;
+pub mod host_rbac;
 pub mod kubeconfig;
 
 use crate::chain;
