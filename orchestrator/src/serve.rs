@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// YAML file of named placement plans (name -> plan); `default` exists regardless.
     #[arg(long, env = "VCP_PLANS")]
     pub plans: Option<PathBuf>,
+    /// Prefix of the shared host ClusterRoles vcp and the syncers bind per namespace
+    /// (`<prefix>:tenant-namespace`, `<prefix>:syncer-namespaced`; templates/host-roles.yaml):
+    /// the chart sets its release's full name, so two releases in one cluster do not share them.
+    #[arg(long, env = "VCP_HOST_ROLES_PREFIX", default_value = "vcp")]
+    pub host_roles_prefix: String,
     /// Address of the HTTP API.
     #[arg(long, env = "VCP_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
@@ -174,6 +179,12 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
                 })?,
             },
         };
+    if !render::host_rbac::valid_prefix(&a.host_roles_prefix) {
+        return Err(Error::Config(format!(
+            "--host-roles-prefix {:?} is not a release name (lowercase letters, digits, '-', '.')",
+            a.host_roles_prefix
+        )));
+    }
     if crate::provision::first_service_ip(&a.service_cidr).is_none() {
         return Err(Error::Config(format!(
             "--service-cidr {:?} is not a CIDR",
@@ -189,6 +200,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
             syncer_image: a.syncer_image.clone(),
             tools_image: a.tools_image.clone(),
             expose,
+            host_roles_prefix: a.host_roles_prefix.clone(),
         },
         renderer,
         access: a.tenant_access,
@@ -241,7 +253,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     }
     let host = host_client(&a).await?;
     config.host_user = crate::provision::host::identity(&host).await?;
-    crate::provision::host::ensure_host_roles(&host).await?;
+    crate::provision::host::ensure_host_roles(&host, &config.settings.host_roles_prefix).await?;
     let config = Arc::new(config);
     let replica = a
         .replica_id

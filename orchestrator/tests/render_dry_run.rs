@@ -18,6 +18,7 @@ fn dev_settings() -> Settings {
         expose: Expose::NodePort {
             address: "127.0.0.1".into(),
         },
+        host_roles_prefix: "vcp".into(),
     }
 }
 

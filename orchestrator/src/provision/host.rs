@@ -134,10 +134,10 @@ pub async fn identity(client: &Client) -> Result<String> {
 /// Makes sure the shared host ClusterRoles of `templates/host-roles.yaml` are there, with the
 /// rules this vcp expects. Applied when they differ and vcp may write them (a cluster admin's
 /// credentials); with the chart's narrower ones the chart owns them, and vcp only checks.
-pub async fn ensure_host_roles(client: &Client) -> Result<()> {
+pub async fn ensure_host_roles(client: &Client, prefix: &str) -> Result<()> {
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let roles: Api<ClusterRole> = Api::all(client.clone());
-    for want in crate::render::host_rbac::host_roles()? {
+    for want in crate::render::host_rbac::host_roles(prefix)? {
         let live = roles
             .get_opt(want.name())
             .await

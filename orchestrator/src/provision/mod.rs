@@ -804,7 +804,11 @@ impl Provisioner {
         // vcp's Secrets access in this namespace, and in no other (render::host_rbac).
         host::apply(
             &self.host,
-            &render::host_rbac::own_binding(ns, &self.config.host_user),
+            &render::host_rbac::own_binding(
+                ns,
+                &self.config.host_user,
+                &self.config.settings.host_roles_prefix,
+            ),
             false,
         )
         .await?;

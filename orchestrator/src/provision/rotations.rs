@@ -280,7 +280,11 @@ impl Provisioner {
         {
             crate::provision::host::apply(
                 &self.host,
-                &crate::render::host_rbac::own_binding(ns, &self.config.host_user),
+                &crate::render::host_rbac::own_binding(
+                    ns,
+                    &self.config.host_user,
+                    &self.config.settings.host_roles_prefix,
+                ),
                 false,
             )
             .await?;

@@ -9,30 +9,53 @@
 use super::{Object, RenderError};
 use serde_json::json;
 
-/// The shared host ClusterRoles, as the chart installs them.
+/// The shared host ClusterRoles, as the chart installs them: their names start with `vcp:`,
+/// which a deployment replaces with its prefix (`--host-roles-prefix`; the chart's release).
 pub const HOST_ROLES_YAML: &str = include_str!("../../../templates/host-roles.yaml");
 
-/// The role vcp binds to itself in a tenant's namespaces.
-pub const TENANT_NAMESPACE_ROLE: &str = "vcp:tenant-namespace";
-
-/// The role each syncer binds to itself in its host namespaces (its `--host-role`).
-pub const SYNCER_NAMESPACED_ROLE: &str = "vcp:syncer-namespaced";
+/// The prefix the names in [`HOST_ROLES_YAML`] are written with.
+pub const DEFAULT_PREFIX: &str = "vcp";
 
 /// Name of vcp's own RoleBinding in a tenant's namespace.
 pub const OWN_BINDING: &str = "vcp";
 
-/// The ClusterRoles of `templates/host-roles.yaml`.
-pub fn host_roles() -> Result<Vec<Object>, RenderError> {
+/// The role vcp binds to itself in a tenant's namespaces.
+pub fn tenant_namespace_role(prefix: &str) -> String {
+    format!("{prefix}:tenant-namespace")
+}
+
+/// The role each syncer binds to itself in its host namespaces (its `--host-role`).
+pub fn syncer_namespaced_role(prefix: &str) -> String {
+    format!("{prefix}:syncer-namespaced")
+}
+
+/// Whether `prefix` can start a ClusterRole name the way the chart writes it (a release name:
+/// lowercase letters, digits, `-` and `.`, at most 200 characters).
+pub fn valid_prefix(prefix: &str) -> bool {
+    !prefix.is_empty()
+        && prefix.len() <= 200
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+/// The ClusterRoles of `templates/host-roles.yaml`, named with `prefix`.
+pub fn host_roles(prefix: &str) -> Result<Vec<Object>, RenderError> {
     let mut out = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(HOST_ROLES_YAML) {
-        let v: serde_json::Value =
+        let mut v: serde_json::Value =
             serde::Deserialize::deserialize(doc).map_err(|e| RenderError::Yaml {
                 template: "host-roles.yaml".into(),
                 message: e.to_string(),
             })?;
-        if !v.is_null() {
-            out.push(Object(v));
+        if v.is_null() {
+            continue;
         }
+        let name = v["metadata"]["name"].as_str().unwrap_or_default();
+        if let Some(rest) = name.strip_prefix(DEFAULT_PREFIX) {
+            v["metadata"]["name"] = json!(format!("{prefix}{rest}"));
+        }
+        out.push(Object(v));
     }
     Ok(out)
 }
@@ -52,8 +75,8 @@ pub fn subject(user: &str) -> serde_json::Value {
     }
 }
 
-/// vcp's RoleBinding of [`TENANT_NAMESPACE_ROLE`] to `user` in namespace `ns`.
-pub fn own_binding(ns: &str, user: &str) -> Object {
+/// vcp's RoleBinding of [`tenant_namespace_role`] to `user` in namespace `ns`.
+pub fn own_binding(ns: &str, user: &str, prefix: &str) -> Object {
     Object(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -65,7 +88,7 @@ pub fn own_binding(ns: &str, user: &str) -> Object {
         "roleRef": {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "ClusterRole",
-            "name": TENANT_NAMESPACE_ROLE,
+            "name": tenant_namespace_role(prefix),
         },
         "subjects": [subject(user)],
     }))
@@ -77,32 +100,47 @@ mod tests {
 
     #[test]
     fn the_host_roles_are_the_two_shared_cluster_roles_and_grant_no_rbac() {
-        let roles = host_roles().unwrap();
-        let names: Vec<_> = roles.iter().map(|r| (r.kind(), r.name())).collect();
-        assert_eq!(
-            names,
-            [
-                ("ClusterRole", TENANT_NAMESPACE_ROLE),
-                ("ClusterRole", SYNCER_NAMESPACED_ROLE)
-            ]
-        );
-        for r in &roles {
-            for rule in r.0["rules"].as_array().unwrap() {
-                let groups = rule["apiGroups"].to_string();
-                let verbs = rule["verbs"].to_string();
-                // Bound per namespace, still neither may widen its own access.
-                assert!(!groups.contains("rbac"), "{} grants {rule}", r.name());
-                assert!(!verbs.contains('*'), "{} grants {rule}", r.name());
-                assert!(!verbs.contains("escalate") && !verbs.contains("bind"));
+        for prefix in [DEFAULT_PREFIX, "prod-vcp"] {
+            let roles = host_roles(prefix).unwrap();
+            let names: Vec<_> = roles
+                .iter()
+                .map(|r| (r.kind(), r.name().to_owned()))
+                .collect();
+            assert_eq!(
+                names,
+                [
+                    ("ClusterRole", tenant_namespace_role(prefix)),
+                    ("ClusterRole", syncer_namespaced_role(prefix))
+                ]
+            );
+            for r in &roles {
+                for rule in r.0["rules"].as_array().unwrap() {
+                    let groups = rule["apiGroups"].to_string();
+                    let verbs = rule["verbs"].to_string();
+                    // Bound per namespace, still neither may widen its own access.
+                    assert!(!groups.contains("rbac"), "{} grants {rule}", r.name());
+                    assert!(!verbs.contains('*'), "{} grants {rule}", r.name());
+                    assert!(!verbs.contains("escalate") && !verbs.contains("bind"));
+                }
             }
+        }
+    }
+
+    #[test]
+    fn prefixes_are_release_names() {
+        for ok in ["vcp", "prod-vcp", "a.b-1"] {
+            assert!(valid_prefix(ok), "{ok}");
+        }
+        for bad in ["", "Vcp", "a:b", "a/b", "a b", &"x".repeat(201)] {
+            assert!(!valid_prefix(bad), "{bad}");
         }
     }
 
     #[test]
     fn the_syncer_template_binds_the_shared_role_by_name() {
         let t = include_str!("../../../templates/vcp-syncer.yaml");
-        assert!(t.contains(&format!("--host-role={SYNCER_NAMESPACED_ROLE}")));
-        assert!(t.contains(&format!("resourceNames: [\"{SYNCER_NAMESPACED_ROLE}\"]")));
+        assert!(t.contains("--host-role={{ syncer_host_role }}"));
+        assert!(t.contains("resourceNames: [\"{{ syncer_host_role }}\"]"));
     }
 
     #[test]
@@ -119,9 +157,9 @@ mod tests {
             assert_eq!(subject(user)["kind"], "User", "{user}");
             assert_eq!(subject(user)["name"], user);
         }
-        let b = own_binding("vcp-abc", "system:serviceaccount:vcp-system:vcp");
+        let b = own_binding("vcp-abc", "system:serviceaccount:vcp-system:vcp", "vcp");
         assert_eq!(b.namespace(), Some("vcp-abc"));
-        assert_eq!(b.0["roleRef"]["name"], TENANT_NAMESPACE_ROLE);
+        assert_eq!(b.0["roleRef"]["name"], "vcp:tenant-namespace");
         assert_eq!(b.0["subjects"][0]["namespace"], "vcp-system");
     }
 }

@@ -163,6 +163,9 @@ pub struct Settings {
     /// Image with the `vcp` binary, for the snapshot and restore Jobs (`vcp tool ...`).
     pub tools_image: String,
     pub expose: Expose,
+    /// Prefix of the shared host ClusterRoles (`<prefix>:tenant-namespace`,
+    /// `<prefix>:syncer-namespaced`; [`host_rbac`]): `vcp`, or the chart's release name.
+    pub host_roles_prefix: String,
 }
 
 /// Placement and size of a tenant's control plane.
@@ -461,6 +464,7 @@ fn context(input: &Input<'_>) -> Value {
         "cluster_domain": input.settings.cluster_domain,
         "syncer_image": input.settings.syncer_image,
         "tools_image": input.settings.tools_image,
+        "syncer_host_role": host_rbac::syncer_namespaced_role(&input.settings.host_roles_prefix),
         "stopped": input.stopped,
         "expose": {"service_type": input.settings.expose.service_type()},
         "etcd_servers": members.iter()

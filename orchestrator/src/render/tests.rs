@@ -13,6 +13,7 @@ fn settings() -> Settings {
         expose: Expose::NodePort {
             address: "127.0.0.1".into(),
         },
+        host_roles_prefix: "vcp".into(),
     }
 }
 
