@@ -27,6 +27,8 @@ tests/run-tests.sh --locked
 # ratio with a wide margin (about four times the goal), never on time: the tenfold syncer
 # regression of 2026-11 would have tripped it (docs/benchmarks.md, "CI's benchmark step").
 step "benchmarks (small sizes, ratio limits only)"
+# A full disk stops etcd mid-run, which a benchmark sees only as an EOF from etcd.
+df -h "$repo" /tmp | awk 'NR>1 {print "disk: " $4 " free on " $6}'
 bench() { # log, then the bench arguments; a failing run's log is printed
   local log=target/test-logs/bench-$1.log
   shift
