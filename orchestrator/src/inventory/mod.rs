@@ -9,7 +9,7 @@
 //! Fleet upgrades (many tenants moved in waves) are in [`fleet`]; they start each tenant's
 //! upgrade through the same transaction a `PATCH /v1/tenants/{name}` uses.
 //!
-//! The lifecycle columns are typed ([`crate::lifecycle`]): `desired` and `phase` decode through
+//! The lifecycle columns are typed ([`vcp_core::lifecycle`]): `desired` and `phase` decode through
 //! checked mappings and `conditions` through serde, so a value the code does not know fails the
 //! read instead of turning into a default.
 
