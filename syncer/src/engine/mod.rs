@@ -82,6 +82,8 @@ pub struct Engine {
     pub tenant_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
     /// The tenant-wide quota's running ledger, fed by the watches (see [`quota`]).
     pub ledger: std::sync::Mutex<vcp_policy::quota::Ledger>,
+    /// Which ConfigMaps and Secrets tenant pods reference (fed by the tenant pod watch).
+    pub pod_refs: std::sync::Mutex<crate::kinds::pods::refs::PodRefs>,
     /// Quota refusals already told, by object UID (see [`quota::tell`]).
     pub told: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Virtual nodes known to exist in the tenant (saves a GET per binding).
@@ -131,6 +133,7 @@ impl Engine {
             tenant,
             host,
             ledger: std::sync::Mutex::new(vcp_policy::quota::Ledger::new(&policy.quota)),
+            pod_refs: Default::default(),
             ctx: Ctx {
                 key,
                 policy: Arc::new(policy),

@@ -15,6 +15,7 @@
 //! [`tokens`]), and creates or updates the host pod that [`translate::to_host`] describes.
 
 pub mod nodes;
+pub mod refs;
 pub mod tokens;
 pub mod translate;
 pub mod up;
@@ -327,6 +328,17 @@ impl Synced for Pod {
         host: &mut crate::engine::shared::Shared<Self>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
+        let e = e.clone();
+        tenant.observe(Box::new(move |pod: &Pod, present| {
+            let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
+                return;
+            };
+            let refs = present.then(|| translate::references(pod));
+            e.pod_refs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .observe(ns, name, refs);
+        }));
     }
 }
 
@@ -335,20 +347,10 @@ pub fn referenced(e: &Engine, ns: &str, name: &str, secret: bool) -> bool {
     if e.sync_all_configmaps_secrets {
         return true;
     }
-    let Some(pods) = e.tenant_pods.get() else {
-        return false;
-    };
-    pods.state()
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns))
-        .any(|p| {
-            let (cms, secrets) = translate::references(p);
-            if secret {
-                secrets.contains(name)
-            } else {
-                cms.contains(name)
-            }
-        })
+    e.pod_refs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .referenced(ns, name, secret)
 }
 
 #[cfg(test)]
