@@ -102,8 +102,12 @@ fn tenant_service(e: &Engine, ns: &str, name: &str) -> Option<Arc<Service>> {
 impl Synced for Endpoints {
     fn to_host(t: &Self, e: &Engine) -> Option<Self> {
         let svc = tenant_service(e, &t.namespace()?, &t.name_any())?;
-        let pods = tenant_pods(e)?;
-        hand_managed(&svc).then(|| endpoints_to_host(t, &e.ctx, &pods).0)
+        // The Service first: only hand-managed endpoints go down, and the pod map costs a
+        // pass over every host pod, which the Endpoints of every other Service must not pay.
+        if !hand_managed(&svc) {
+            return None;
+        }
+        Some(endpoints_to_host(t, &e.ctx, &tenant_pods(e)?).0)
     }
 
     fn unchanged(desired: &Self, host: &Self) -> bool {
@@ -117,8 +121,10 @@ impl Synced for EndpointSlice {
             return None;
         }
         let svc = tenant_service(e, &t.namespace()?, service_of_slice(t)?)?;
-        let pods = tenant_pods(e)?;
-        hand_managed(&svc).then(|| slice_to_host(t, &e.ctx, &pods).0)
+        if !hand_managed(&svc) {
+            return None;
+        }
+        Some(slice_to_host(t, &e.ctx, &tenant_pods(e)?).0)
     }
 
     fn unchanged(desired: &Self, host: &Self) -> bool {
