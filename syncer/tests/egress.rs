@@ -87,15 +87,22 @@ fn host_apiserver(cluster: &DevCluster) -> Res<String> {
     Ok(authority(server.trim()))
 }
 
-/// What the tenant gets for a GET of `path`: the body, or the error's text.
-async fn get(tenant: &Client, path: &str) -> String {
-    let req = http::Request::get(path)
-        .body(Vec::new())
-        .expect("a request");
-    match tenant.request_text(req).await {
-        Ok(body) => format!("ok: {body}"),
-        Err(e) => format!("error: {e}"),
-    }
+/// What the tenant gets for a GET of `path`, through kubectl (which retries nothing): the
+/// body, or the error's text.
+fn get(cluster: &DevCluster, cp: &TenantControlPlane, path: &str) -> String {
+    let out = std::process::Command::new(cluster.kubectl())
+        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+        .args(["--request-timeout=30s", "get", "--raw", path])
+        .output()
+        .expect("kubectl runs");
+    let answer = format!(
+        "{}: {}{}",
+        if out.status.success() { "ok" } else { "error" },
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("GET {path}: {answer}");
+    answer
 }
 
 /// Asserts a refusal by the egress proxy that carries nothing of the target.
@@ -155,6 +162,15 @@ async fn the_apiserver_dials_nothing_outside_the_tenant() -> Res {
     targets.push(host_apiserver(cluster)?);
     let markers: Vec<String> = decoys.iter().map(Decoy::marker).collect();
 
+    // A pod that runs (on a kwok worker), so the tenant has a virtual node for step 4.
+    let anchor: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "anchor"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }))?;
+    Api::<Pod>::namespaced(tenant.clone(), "apps")
+        .create(&PostParams::default(), &anchor)
+        .await?;
+
     // 1. pods/proxy on a pod whose podIP the tenant forged: a pod the policy refuses, so the
     //    syncer never writes its status again.
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
@@ -186,10 +202,10 @@ async fn the_apiserver_dials_nothing_outside_the_tenant() -> Res {
     for port in decoys.iter().map(|d| d.port).chain([closed]) {
         let target = format!("{LOCAL}:{port}");
         let answer = get(
-            &tenant,
+            cluster,
+            &cp,
             &format!("/api/v1/namespaces/apps/pods/forged:{port}/proxy/"),
-        )
-        .await;
+        );
         refused(&format!("pods/proxy to {target}"), &answer, &markers);
         shapes.push(shape(&answer, &target).replace(&port.to_string(), "PORT"));
     }
@@ -232,6 +248,7 @@ async fn the_apiserver_dials_nothing_outside_the_tenant() -> Res {
             })
         })
         .await?;
+        eprintln!("webhook URL {target}: {answer}");
         refused(&format!("webhook URL {target}"), &answer, &markers);
         shapes.push(shape(&answer, target));
         hooks.delete(&name, &Default::default()).await?;
@@ -284,9 +301,10 @@ async fn the_apiserver_dials_nothing_outside_the_tenant() -> Res {
         },
     )
     .await?;
+    eprintln!("APIService: {status}");
     assert!(status.starts_with("False"), "{status}");
     refused("APIService status", &status, &markers);
-    let answer = get(&tenant, "/apis/evil.egress.test/v1").await;
+    let answer = get(cluster, &cp, "/apis/evil.egress.test/v1");
     for m in &markers {
         assert!(
             !answer.contains(m.as_str()),
@@ -296,7 +314,7 @@ async fn the_apiserver_dials_nothing_outside_the_tenant() -> Res {
 
     // 4. A virtual Node's address and kubelet port changed to a target, then proxied to.
     let nodes: Api<Node> = Api::all(tenant.clone());
-    let node = eventually("a virtual node", Duration::from_secs(60), || async {
+    let node = eventually("a virtual node", Duration::from_secs(120), || async {
         Ok(nodes
             .list(&Default::default())
             .await?
@@ -318,10 +336,10 @@ async fn the_apiserver_dials_nothing_outside_the_tenant() -> Res {
         )
         .await?;
     let answer = get(
-        &tenant,
+        cluster,
+        &cp,
         &format!("/api/v1/nodes/{name}:{}/proxy/metrics", decoy.port),
-    )
-    .await;
+    );
     refused("nodes/proxy", &answer, &markers);
 
     for d in &decoys {
@@ -384,7 +402,7 @@ async fn the_tenants_own_pods_and_services_stay_reachable_through_the_proxy() ->
         "/api/v1/namespaces/apps/services/web:8081/proxy/",
     ] {
         let answer = eventually(path, Duration::from_secs(60), || async {
-            let a = get(&tenant, path).await;
+            let a = get(cluster, &cp, path);
             Ok(a.contains("own-pod-page").then_some(a))
         })
         .await
@@ -392,7 +410,7 @@ async fn the_tenants_own_pods_and_services_stay_reachable_through_the_proxy() ->
         assert!(answer.starts_with("ok:"), "{answer}");
     }
     // kubectl logs still reaches the syncer's kubelet endpoint through the proxy.
-    let logs = get(&tenant, "/api/v1/namespaces/apps/pods/web/log").await;
+    let logs = get(cluster, &cp, "/api/v1/namespaces/apps/pods/web/log");
     assert!(logs.starts_with("ok:"), "{logs}");
     Ok(())
 }
