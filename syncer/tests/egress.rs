@@ -10,7 +10,6 @@
 //! connects), the dev cluster's Postgres and the host apiserver.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
