@@ -25,8 +25,11 @@
 //!   endpoint, that refuses revoked kubeconfigs.
 //! - [`top`]: the tenant's `metrics.k8s.io` (`kubectl top`), served on the kubelet endpoint
 //!   from the host's pod metrics.
+//! - [`egress`]: the tenant apiserver's egress proxy, served on the kubelet endpoint, which
+//!   lets it dial only the tenant's own pods and Services and the syncer itself.
 //! - [`metrics`] counts what is served on `/metrics`.
 
+pub mod egress;
 pub mod engine;
 pub mod kinds;
 pub mod kubelet;
@@ -195,9 +198,14 @@ pub struct Args {
     /// restrictive defaults.
     #[arg(long, env = "VCP_SYNCER_POLICY")]
     pub policy: Option<PathBuf>,
-    /// Address of /healthz, /readyz and /metrics.
+    /// Address of /healthz, /readyz and (without `--metrics-listen`) /metrics.
     #[arg(long, env = "VCP_SYNCER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Address of /metrics when it must not be served beside the probes on `--listen` (which
+    /// the kubelet reaches on the pod's IP): vcp binds it to loopback, so only a scraper in
+    /// the pod's network namespace reads it.
+    #[arg(long, env = "VCP_SYNCER_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Address of the kubelet endpoint the tenant apiserver calls for logs, exec, attach and
     /// port-forward (see docs/syncer.md); without it there is none, and virtual nodes carry
     /// the host node's internal addresses.
@@ -377,7 +385,7 @@ pub async fn run(args: Args) -> Result<()> {
             let client = kube::client::ClientBuilder::try_from(stream_cfg)
                 .map_err(kube_err("build a client".into()))?
                 .build();
-            Some((listener, tls, authorities, client))
+            Some((listener, tls, authorities, client, bound))
         }
         None => None,
     };
@@ -405,7 +413,24 @@ pub async fn run(args: Args) -> Result<()> {
         }
     };
     let revoked = args.host_namespace.is_some().then_some(revoked_rx);
-    let kubelet = kubelet.map(|(listener, tls, authorities, client)| {
+    let kubelet = kubelet.map(|(listener, tls, authorities, client, bound)| {
+        let own = engine
+            .kubelet_endpoint
+            .clone()
+            .map(|e| (e.address, e.port))
+            .unwrap_or_default();
+        // Dialled from here: an unspecified bind address is answered on loopback.
+        let own_listen = if bound.ip().is_unspecified() {
+            std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
+        } else {
+            bound
+        };
+        let egress = Some(Arc::new(egress::Proxy {
+            engine: engine.clone(),
+            own,
+            own_listen,
+            cluster_domain: args.cluster_domain.clone(),
+        }));
         let metrics = metrics_ca.is_some().then(|| {
             (
                 Arc::new(top::MetricsApi {
@@ -425,6 +450,7 @@ pub async fn run(args: Args) -> Result<()> {
                 stopping: stopping.clone(),
                 metrics,
                 revoked,
+                egress,
             }),
         )
     });
@@ -479,21 +505,34 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let w = args.workers;
     let metrics = engine.clone();
-    let health = axum::Router::new()
+    let metrics_route = axum::routing::get(move || async move {
+        (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            metrics.metrics.encode(),
+        )
+    });
+    let mut health = axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .route("/readyz", axum::routing::get(|| async { "ok" }))
-        .route(
-            "/metrics",
-            axum::routing::get(move || async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.metrics.encode(),
-                )
-            }),
-        );
+        .route("/readyz", axum::routing::get(|| async { "ok" }));
+    // With an address of its own, /metrics is served there only (see `--metrics-listen`).
+    let metrics_server = match &args.metrics_listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Serve {
+                    addr: addr.clone(),
+                    source,
+                })?;
+            Some((l, axum::Router::new().route("/metrics", metrics_route)))
+        }
+        None => {
+            health = health.route("/metrics", metrics_route);
+            None
+        }
+    };
     let everything = async move {
         tokio::join!(
             engine::spawned(kinds::namespaces::run(engine.clone(), key.clone())),
@@ -604,6 +643,13 @@ pub async fn run(args: Args) -> Result<()> {
             async move {
                 if let Err(e) = axum::serve(listener, health).await {
                     tracing::error!(error = %e, "health and metrics endpoints stopped");
+                }
+            },
+            async move {
+                if let Some((l, router)) = metrics_server
+                    && let Err(e) = axum::serve(l, router).await
+                {
+                    tracing::error!(error = %e, "metrics endpoint stopped");
                 }
             },
         )

@@ -13,6 +13,8 @@
 //!   tenant-wide quota and what the admitted objects hold, per quota field (`pods`,
 //!   `requests_cpu`, ...; CPU in cores, memory and storage in bytes; see `policy::quota`). An
 //!   unlimited resource has no quota series.
+//! - `vcp_syncer_egress_refused_total{reason}`: CONNECTs of the tenant apiserver the egress
+//!   proxy refused ([`crate::egress`]), by reason (`address`, `port`, `name`, `malformed`).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -62,6 +64,11 @@ struct ResourceLabels {
     resource: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
 type Amounts = Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -86,6 +93,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     quota: Amounts,
     usage: Amounts,
+    egress_refused: Family<ReasonLabels, Counter>,
 }
 
 /// A quota amount in base units: CPU in cores (counted in millicores), the rest as is.
@@ -154,8 +162,15 @@ impl Metrics {
             "What the tenant's admitted objects hold, by quota resource (CPU in cores, memory and storage in bytes)",
             usage.clone(),
         );
+        let egress_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "vcp_syncer_egress_refused",
+            "CONNECTs of the tenant apiserver refused by the egress proxy, by reason",
+            egress_refused.clone(),
+        );
         Metrics {
             registry,
+            egress_refused,
             duration,
             in_flight,
             errors,
@@ -163,6 +178,13 @@ impl Metrics {
             quota,
             usage,
         }
+    }
+
+    /// Counts one CONNECT the egress proxy refused (`reason`: see `egress::allow::Refusal`).
+    pub fn egress_refused(&self, reason: &'static str) {
+        self.egress_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     /// The request counter of one side's client (`"tenant"` or `"host"`).

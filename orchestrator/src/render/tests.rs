@@ -429,3 +429,244 @@ fn etcd_is_ready_only_after_three_reads_in_a_row_whatever_finds_it_started() {
     assert_eq!(api["readinessProbe"]["failureThreshold"], 3);
     assert_eq!(api["readinessProbe"]["periodSeconds"], 2);
 }
+
+/// A peer of a connection, as NetworkPolicy sees it: a pod's labels and its namespace's, or an
+/// address outside every pod (`labels: None`).
+struct Peer {
+    namespace: String,
+    namespace_labels: serde_json::Value,
+    labels: Option<serde_json::Value>,
+}
+
+/// Whether a label selector (`matchLabels`, `matchExpressions` with `In`) selects `labels`.
+fn selects(selector: &serde_json::Value, labels: &serde_json::Value) -> bool {
+    let by_labels = selector["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expressions = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            assert_eq!(e["operator"], "In", "the evaluator knows In only: {e}");
+            let values = e["values"].as_array().unwrap();
+            labels
+                .get(e["key"].as_str().unwrap())
+                .is_some_and(|v| values.contains(v))
+        });
+    by_labels && by_expressions
+}
+
+/// Whether the policies in `all` let a pod with `from` labels in namespace `ns` open a
+/// connection to `to` on `port`/`protocol`: allowed when no Egress policy selects the pod
+/// (it is not isolated) or when one rule of one that does admits the peer and port.
+fn egress_allowed(
+    all: &[Object],
+    ns: &str,
+    from: &serde_json::Value,
+    to: &Peer,
+    port: u16,
+    protocol: &str,
+) -> bool {
+    let applying: Vec<&serde_json::Value> = all
+        .iter()
+        .filter(|o| o.kind() == "NetworkPolicy" && o.0["metadata"]["namespace"] == ns)
+        .map(|o| &o.0["spec"])
+        .filter(|s| {
+            s["policyTypes"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("Egress"))
+                && selects(&s["podSelector"], from)
+        })
+        .collect();
+    if applying.is_empty() {
+        return true;
+    }
+    applying.iter().any(|spec| {
+        spec["egress"].as_array().into_iter().flatten().any(|rule| {
+            let port_ok = rule["ports"].as_array().is_none_or(|ports| {
+                ports.iter().any(|p| {
+                    p["port"] == port && p["protocol"].as_str().unwrap_or("TCP") == protocol
+                })
+            });
+            let peer_ok = rule["to"].as_array().is_none_or(|peers| {
+                peers.iter().any(|p| {
+                    assert!(p.get("ipBlock").is_none(), "the evaluator knows no ipBlock");
+                    let Some(labels) = &to.labels else {
+                        return false;
+                    };
+                    let pods = p.get("podSelector").is_none_or(|s| selects(s, labels));
+                    match p.get("namespaceSelector") {
+                        Some(s) => selects(s, &to.namespace_labels) && pods,
+                        None => to.namespace == ns && pods,
+                    }
+                })
+            });
+            port_ok && peer_ok
+        })
+    })
+}
+
+#[test]
+fn the_apiserver_dials_only_its_etcd_its_syncer_dns_and_the_tenants_pods() {
+    let all = dev_objects();
+    let ns = "vcp-demoabc123";
+    let cp_ns = json!({"kubernetes.io/metadata.name": ns, LABEL_CONTROL_PLANE_OF: "demoabc123"});
+    let labels_of = |kind: &str, name: &str| -> serde_json::Value {
+        all.iter()
+            .find(|o| o.kind() == kind && o.name() == name)
+            .unwrap()
+            .0["spec"]["template"]["metadata"]["labels"]
+            .clone()
+    };
+    let apiserver = labels_of("Deployment", "kube-apiserver");
+    let etcd = labels_of("StatefulSet", "etcd");
+    let syncer = labels_of("Deployment", "vcp-syncer");
+    let kcm = labels_of("Deployment", "kube-controller-manager");
+    let coredns = labels_of("Deployment", "coredns");
+    let snapshot = labels("demoabc123", "etcd-snapshot").0;
+    let here = |labels: &serde_json::Value| Peer {
+        namespace: ns.into(),
+        namespace_labels: cp_ns.clone(),
+        labels: Some(labels.clone()),
+    };
+    let tenant_pod = Peer {
+        namespace: "demoabc123-apps".into(),
+        namespace_labels: json!({"kubernetes.io/metadata.name": "demoabc123-apps", "vcp.dev/tenant": "demoabc123"}),
+        labels: Some(json!({"app": "web"})),
+    };
+    let other_tenant_pod = Peer {
+        namespace: "other00001-apps".into(),
+        namespace_labels: json!({"kubernetes.io/metadata.name": "other00001-apps", "vcp.dev/tenant": "other00001"}),
+        labels: Some(json!({"app": "web"})),
+    };
+    let other_cp = |labels: &serde_json::Value| Peer {
+        namespace: "vcp-other00001".into(),
+        namespace_labels: json!({"kubernetes.io/metadata.name": "vcp-other00001", LABEL_CONTROL_PLANE_OF: "other00001"}),
+        labels: Some(labels.clone()),
+    };
+    let vcp_api = Peer {
+        namespace: "vcp-system".into(),
+        namespace_labels: json!({"kubernetes.io/metadata.name": "vcp-system"}),
+        labels: Some(json!({"app.kubernetes.io/name": "vcp"})),
+    };
+    // The host apiserver, node ports, anything that is no pod.
+    let outside = Peer {
+        namespace: String::new(),
+        namespace_labels: json!({}),
+        labels: None,
+    };
+    let can = |from: &serde_json::Value, to: &Peer, port: u16| {
+        egress_allowed(&all, ns, from, to, port, "TCP")
+    };
+
+    // The apiserver.
+    assert!(can(&apiserver, &here(&etcd), 2379));
+    assert!(!can(&apiserver, &here(&etcd), 2381), "etcd's metrics");
+    assert!(
+        can(&apiserver, &here(&syncer), 10250),
+        "kubelet calls, webhook, egress proxy"
+    );
+    assert!(
+        !can(&apiserver, &here(&syncer), 8080),
+        "the syncer's probes and metrics"
+    );
+    assert!(can(&apiserver, &tenant_pod, 8080) && can(&apiserver, &tenant_pod, 1));
+    assert!(
+        egress_allowed(&all, ns, &apiserver, &outside, 53, "UDP"),
+        "DNS"
+    );
+    assert!(!can(&apiserver, &other_tenant_pod, 8080));
+    assert!(
+        !can(&apiserver, &other_cp(&syncer), 8080),
+        "another tenant's syncer"
+    );
+    assert!(
+        !can(&apiserver, &other_cp(&etcd), 2381),
+        "another tenant's etcd"
+    );
+    assert!(!can(&apiserver, &vcp_api, 8080), "vcp's API");
+    assert!(!can(&apiserver, &outside, 6443), "the host apiserver");
+    assert!(
+        !can(&apiserver, &outside, 5432),
+        "Postgres outside the cluster"
+    );
+    assert!(!can(&apiserver, &here(&kcm), 10257));
+
+    // The others reach what they need, and not what the apiserver may not.
+    assert!(can(&etcd, &here(&etcd), 2380) && can(&etcd, &here(&etcd), 2379));
+    assert!(!can(&etcd, &tenant_pod, 80) && !can(&etcd, &outside, 6443));
+    for client in [&kcm, &coredns] {
+        assert!(can(client, &here(&apiserver), 6443));
+        assert!(!can(client, &tenant_pod, 80) && !can(client, &here(&etcd), 2379));
+        assert!(!can(client, &outside, 6443));
+    }
+    assert!(
+        egress_allowed(&all, ns, &coredns, &outside, 53, "UDP"),
+        "upstream DNS"
+    );
+    assert!(can(&syncer, &here(&apiserver), 6443));
+    assert!(can(&syncer, &outside, 6443), "the host apiserver");
+    assert!(
+        can(&syncer, &tenant_pod, 8080),
+        "the egress proxy dials the tenant's pods"
+    );
+    assert!(!can(&syncer, &here(&etcd), 2379) && !can(&syncer, &other_tenant_pod, 80));
+    assert!(can(&snapshot, &here(&etcd), 2379) && !can(&snapshot, &tenant_pod, 80));
+
+    // No pod of the namespace is left without an egress policy.
+    for pod in [&apiserver, &etcd, &syncer, &kcm, &coredns, &snapshot] {
+        assert!(!can(pod, &vcp_api, 8080), "{pod}");
+    }
+}
+
+#[test]
+fn the_apiserver_dials_the_cluster_through_its_syncers_egress_proxy() {
+    let all = dev_objects();
+    let cm = all
+        .iter()
+        .find(|o| o.kind() == "ConfigMap" && o.name() == "kube-apiserver-authz")
+        .unwrap();
+    let egress: serde_json::Value =
+        serde_yaml::from_str(cm.0["data"]["egress.yaml"].as_str().unwrap()).unwrap();
+    let selections = egress["egressSelections"].as_array().unwrap();
+    let names: Vec<&str> = selections
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    // `controlplane` too: webhooks by URL and the authorization webhook dial through it.
+    assert_eq!(names, ["cluster", "controlplane"]);
+    for s in selections {
+        let c = &s["connection"];
+        assert_eq!(c["proxyProtocol"], "HTTPConnect");
+        let tcp = &c["transport"]["tcp"];
+        assert_eq!(tcp["url"], "https://vcp-syncer.vcp-demoabc123.svc:10250");
+        // The kubelet endpoint admits this client certificate only, signed by the tenant CA.
+        assert_eq!(
+            tcp["tlsConfig"]["clientCert"],
+            "/etc/kubernetes/pki/kubelet-client/tls.crt"
+        );
+        assert_eq!(
+            tcp["tlsConfig"]["caBundle"],
+            "/etc/kubernetes/pki/serving/ca.crt"
+        );
+    }
+    let api = &pod_spec(&all, "Deployment", "kube-apiserver")["containers"][0];
+    assert!(api["args"].as_array().unwrap().contains(&json!(
+        "--egress-selector-config-file=/etc/kubernetes/authz/egress.yaml"
+    )));
+}
+
+#[test]
+fn the_syncers_metrics_are_on_loopback_and_its_probes_on_the_pod_ip() {
+    let all = dev_objects();
+    let syncer = &pod_spec(&all, "Deployment", "vcp-syncer")["containers"][0];
+    let args = syncer["args"].as_array().unwrap();
+    assert!(args.contains(&json!("--metrics-listen=127.0.0.1:8081")));
+    assert!(args.contains(&json!("--listen=$(POD_IP):8080")));
+    assert_eq!(syncer["readinessProbe"]["httpGet"]["port"], 8080);
+    assert_eq!(syncer["livenessProbe"]["httpGet"]["port"], 8080);
+}

@@ -112,6 +112,9 @@ pub struct Engine {
     /// Under what tenant pods' tokens are issued, and their CA (`--token-generation`,
     /// `--token-ca`).
     pub tokens: pods::tokens::TokenSource,
+    /// The tenant's pod and Service addresses on the host, which the egress proxy allows
+    /// (kept by the host pod and Service watches).
+    pub egress: Arc<crate::egress::Addresses>,
 }
 
 impl Engine {
@@ -158,6 +161,7 @@ impl Engine {
             host_access: None,
             kubelet_endpoint: None,
             tokens: Default::default(),
+            egress: Default::default(),
         }
     }
 

@@ -162,6 +162,9 @@ pub struct Endpoint {
     /// The revoked kubeconfigs, for the tenant apiserver's authorization webhook
     /// ([`crate::revocation`]); without them, the webhook is not served.
     pub revoked: Option<crate::revocation::Revoked>,
+    /// The tenant apiserver's egress proxy ([`crate::egress`]): its CONNECTs are judged there;
+    /// without it, every CONNECT is refused.
+    pub egress: Option<Arc<crate::egress::Proxy>>,
 }
 
 /// The last line of a log stream the syncer ends because it is stopping: without it a
@@ -270,6 +273,15 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, endpoi
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let endpoint = endpoint.clone();
                 async move {
+                    // The apiserver's egress (see crate::egress). Anyone else's CONNECT gets the
+                    // proxy's one refusal too, so nothing tells the two apart.
+                    if req.method() == hyper::Method::CONNECT {
+                        let res = match (client, &endpoint.egress) {
+                            (Client::Apiserver, Some(proxy)) => proxy.connect(req).await,
+                            _ => crate::egress::refused(),
+                        };
+                        return Ok::<_, std::convert::Infallible>(res);
+                    }
                     let metrics = req.uri().path().starts_with("/apis");
                     let webhook = req.uri().path() == vcp_core::revocation::WEBHOOK_PATH
                         && req.method() == hyper::Method::POST;
@@ -310,7 +322,7 @@ fn common_name(der: &[u8]) -> Option<String> {
 
 pub(crate) type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
-fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
+pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     let mut res = Response::new(
         Full::new(Bytes::from(msg.into() + "\n"))
             .map_err(|never| match never {})

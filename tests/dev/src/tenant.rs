@@ -20,6 +20,9 @@ pub struct TenantControlPlane {
     pub kubeconfig: PathBuf,
     procs: Vec<Spawned>,
     dir: tempfile::TempDir,
+    /// The kubelet endpoint's port, fixed in advance when the apiserver's egress goes through
+    /// it ([`TenantControlPlane::start_with_egress`]).
+    kubelet_port: Option<u16>,
 }
 
 fn p(path: &Path) -> String {
@@ -62,6 +65,18 @@ pub fn syncer_binary() -> Result<PathBuf> {
 impl TenantControlPlane {
     /// Starts a tenant control plane of the host's Kubernetes version.
     pub async fn start(key: &str) -> Result<TenantControlPlane> {
+        Self::start_opts(key, false).await
+    }
+
+    /// [`Self::start`] with the apiserver's cluster and control-plane egress through its
+    /// syncer's egress proxy, as a provisioned tenant's apiserver runs (templates/
+    /// kube-apiserver.yaml). The syncer's kubelet endpoint gets a port chosen now, which the
+    /// apiserver's egress configuration names.
+    pub async fn start_with_egress(key: &str) -> Result<TenantControlPlane> {
+        Self::start_opts(key, true).await
+    }
+
+    async fn start_opts(key: &str, egress: bool) -> Result<TenantControlPlane> {
         let version = bins::host_kubernetes_version();
         let etcd_bin = bins::tool("etcd")?;
         let api_bin = bins::binary("kube-apiserver", version)?;
@@ -82,7 +97,25 @@ impl TenantControlPlane {
         }
         let f = |n: &str| p(&pki_dir.join(n));
         let log = |n: &str| d.join(format!("{n}.log"));
-        let [etcd_port, peer_port, api_port, kcm_port] = process::free_ports()?;
+        let [etcd_port, peer_port, api_port, kcm_port, kubelet_port] = process::free_ports()?;
+        let kubelet_port = egress.then_some(kubelet_port);
+        let mut egress_flags = Vec::new();
+        if let Some(port) = kubelet_port {
+            let file = d.join("egress.yaml");
+            let mut text = String::from(
+                "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n",
+            );
+            for selection in ["cluster", "controlplane"] {
+                text.push_str(&format!(
+                    "- name: {selection}\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      tcp:\n        url: https://localhost:{port}\n        tlsConfig:\n          caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
+                    f("ca.crt"),
+                    f("kubelet-client.crt"),
+                    f("kubelet-client.key"),
+                ));
+            }
+            std::fs::write(&file, text).map_err(Error::io(&file))?;
+            egress_flags.push(format!("--egress-selector-config-file={}", p(&file)));
+        }
         let mut procs = Vec::new();
 
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
@@ -107,36 +140,41 @@ impl TenantControlPlane {
 
         let api_url = format!("https://127.0.0.1:{api_port}");
         let mut api = process::spawn(
-            &ProcSpec::new("tenant-apiserver", &api_bin).args([
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".to_owned(),
-                format!("--secure-port={api_port}"),
-                format!("--advertise-address={}", cluster::ADVERTISE_ADDRESS),
-                "--endpoint-reconciler-type=none".to_owned(),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                format!("--tls-cert-file={}", f("apiserver.crt")),
-                format!("--tls-private-key-file={}", f("apiserver.key")),
-                format!("--client-ca-file={}", f("ca.crt")),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
-                format!("--service-account-key-file={}", f("sa.pub")),
-                format!("--service-account-signing-key-file={}", f("sa.key")),
-                "--authorization-mode=RBAC".to_owned(),
-                "--profiling=false".to_owned(),
-                // Kubelet calls go to the syncer's endpoint, verified as a kubelet is.
-                format!("--kubelet-client-certificate={}", f("kubelet-client.crt")),
-                format!("--kubelet-client-key={}", f("kubelet-client.key")),
-                format!("--kubelet-certificate-authority={}", f("ca.crt")),
-                "--kubelet-preferred-address-types=Hostname,InternalIP".to_owned(),
-                // Aggregated APIs (the syncer's metrics.k8s.io) get requests passed on with the
-                // front-proxy client certificate, as a provisioned tenant's apiserver does.
-                format!("--requestheader-client-ca-file={}", f("front-proxy-ca.crt")),
-                "--requestheader-allowed-names=front-proxy-client".to_owned(),
-                "--requestheader-username-headers=X-Remote-User".to_owned(),
-                "--requestheader-group-headers=X-Remote-Group".to_owned(),
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
-                format!("--proxy-client-cert-file={}", f("front-proxy-client.crt")),
-                format!("--proxy-client-key-file={}", f("front-proxy-client.key")),
-            ]),
+            &ProcSpec::new("tenant-apiserver", &api_bin).args(
+                [
+                    format!("--etcd-servers={etcd_url}"),
+                    "--bind-address=127.0.0.1".to_owned(),
+                    format!("--secure-port={api_port}"),
+                    format!("--advertise-address={}", cluster::ADVERTISE_ADDRESS),
+                    "--endpoint-reconciler-type=none".to_owned(),
+                    format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                    format!("--tls-cert-file={}", f("apiserver.crt")),
+                    format!("--tls-private-key-file={}", f("apiserver.key")),
+                    format!("--client-ca-file={}", f("ca.crt")),
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local"
+                        .to_owned(),
+                    format!("--service-account-key-file={}", f("sa.pub")),
+                    format!("--service-account-signing-key-file={}", f("sa.key")),
+                    "--authorization-mode=RBAC".to_owned(),
+                    "--profiling=false".to_owned(),
+                    // Kubelet calls go to the syncer's endpoint, verified as a kubelet is.
+                    format!("--kubelet-client-certificate={}", f("kubelet-client.crt")),
+                    format!("--kubelet-client-key={}", f("kubelet-client.key")),
+                    format!("--kubelet-certificate-authority={}", f("ca.crt")),
+                    "--kubelet-preferred-address-types=Hostname,InternalIP".to_owned(),
+                    // Aggregated APIs (the syncer's metrics.k8s.io) get requests passed on with the
+                    // front-proxy client certificate, as a provisioned tenant's apiserver does.
+                    format!("--requestheader-client-ca-file={}", f("front-proxy-ca.crt")),
+                    "--requestheader-allowed-names=front-proxy-client".to_owned(),
+                    "--requestheader-username-headers=X-Remote-User".to_owned(),
+                    "--requestheader-group-headers=X-Remote-Group".to_owned(),
+                    "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+                    format!("--proxy-client-cert-file={}", f("front-proxy-client.crt")),
+                    format!("--proxy-client-key-file={}", f("front-proxy-client.key")),
+                ]
+                .into_iter()
+                .chain(egress_flags),
+            ),
             Supervision::Attached,
             &log("kube-apiserver"),
         )?;
@@ -202,6 +240,7 @@ impl TenantControlPlane {
             kubeconfig: admin,
             procs,
             dir,
+            kubelet_port,
         })
     }
 
@@ -260,6 +299,9 @@ impl TenantControlPlane {
                 p(&self.pki_file("front-proxy-ca.crt"))
             ),
         ]);
+        if let Some(port) = self.kubelet_port {
+            spec = spec.args([format!("--kubelet-listen=127.0.0.1:{port}")]);
+        }
         spec = spec.args(extra.iter().map(|s| (*s).to_owned()));
         spec.env
             .push(("RUST_LOG".into(), "warn,vcp_syncer=debug".into()));

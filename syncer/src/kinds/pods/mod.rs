@@ -328,6 +328,10 @@ impl Synced for Pod {
         host: &mut crate::engine::shared::Shared<Self>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
+        let addresses = e.egress.clone();
+        host.observe(Box::new(move |p, present| {
+            addresses.observe_pod(p, present)
+        }));
         let e = e.clone();
         tenant.observe(Box::new(move |pod: &Pod, present| {
             let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {

@@ -283,5 +283,9 @@ impl Synced for Service {
         host: &mut crate::engine::shared::Shared<Self>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
+        let addresses = e.egress.clone();
+        host.observe(Box::new(move |s, present| {
+            addresses.observe_service(s, present);
+        }));
     }
 }
