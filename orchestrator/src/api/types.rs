@@ -505,7 +505,7 @@ pub struct IssueKubeconfig {
     #[serde(default)]
     #[schema(value_type = Vec<SubjectSchema>, max_items = 16, example = json!(["view"]))]
     pub groups: Vec<String>,
-    /// The default is 24h.
+    /// The default is 8h.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<TtlSchema>)]
     pub ttl: Option<String>,
