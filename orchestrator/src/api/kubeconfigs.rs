@@ -502,14 +502,19 @@ mod tests {
             check_kubeconfig(&req("alice", &["view", "ops"], Some("2h")), max).unwrap(),
             Duration::from_secs(7200)
         );
-        // The server's cap wins over a longer request; no TTL means a day.
+        // The server's cap wins over a longer request; no TTL means a working day, and a cap
+        // below that wins over it too.
         assert_eq!(
             check_kubeconfig(&req("a", &[], Some("400d")), max).unwrap(),
             max
         );
         assert_eq!(
             check_kubeconfig(&req("a", &[], None), max).unwrap(),
-            Duration::from_secs(86_400)
+            Duration::from_secs(8 * 3600)
+        );
+        assert_eq!(
+            check_kubeconfig(&req("a", &[], None), Duration::from_secs(3600)).unwrap(),
+            Duration::from_secs(3600)
         );
         // The rule itself is `names::is_subject`'s, tested there; here, that it is applied.
         for user in ["", "system:admin", &"u".repeat(129)] {
