@@ -2,7 +2,9 @@
 //! syncer on the dev cluster: a revoked kubeconfig is refused by unmodified kubectl within
 //! 60 s while the tenant's other kubeconfigs keep working, revoking a user ends all of its
 //! kubeconfigs, every revocation is in the audit trail, and with vcp stopped for two minutes
-//! nothing changes for anyone (the revocations are enforced by the tenant's own syncer).
+//! nothing changes for anyone (the revocations are enforced by the authorizer in the tenant
+//! apiserver's pod); with the syncer scaled to 0 as well a revoked kubeconfig stays refused,
+//! and a hung authorizer refuses vcp's kubeconfigs but not break-glass.
 
 use reqwest::Method;
 use serde_json::Value;
