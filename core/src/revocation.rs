@@ -1,14 +1,16 @@
-//! Revocable kubeconfigs: what the orchestrator and a tenant's syncer agree on.
+//! Revocable kubeconfigs: what the orchestrator and the tenant's revocation authorizer agree on.
 //!
 //! Data flow: every kubeconfig vcp issues carries, beside the user's own groups, one group
 //! naming its certificate's serial ([`group_of`]). When an owner revokes it, the orchestrator
 //! records that in its inventory and writes the tenant's revoked serials ([`render_list`]) to
-//! the ConfigMap [`CONFIGMAP`] in the tenant's control-plane namespace on the host. The syncer
-//! reads that ConfigMap ([`parse_list`]) and answers the tenant apiserver's authorization
-//! webhook: a request whose groups name a revoked serial is denied ([`decide`]), anything else
-//! gets no opinion and goes on to RBAC. The apiserver calls the webhook only for requests that
-//! carry such a group ([`MATCH_CONDITION`]), so the tenant's own components and service
-//! accounts never depend on it.
+//! the ConfigMap [`CONFIGMAP`] in the tenant's control-plane namespace on the host. The
+//! authorizer, a sidecar in the tenant apiserver's own pod (`vcp-syncer authorize`), reads
+//! that ConfigMap ([`parse_list`]) from its volume and from a watch, and answers the
+//! apiserver's authorization webhook on the pod's loopback ([`AUTHORIZER_LISTEN`],
+//! [`WEBHOOK_PATH`]): a request whose groups name a revoked serial is denied ([`decide`]),
+//! anything else gets no opinion and goes on to RBAC. The apiserver calls the webhook only for
+//! requests that carry such a group ([`MATCH_CONDITION`]), so the tenant's own components and
+//! service accounts never depend on it, and refuses those requests when it cannot answer.
 //!
 //! Pure: strings in, decisions out.
 
@@ -23,8 +25,17 @@ pub const CONFIGMAP: &str = "vcp-revocations";
 /// The ConfigMap key: one serial per line.
 pub const KEY: &str = "serials";
 
-/// The path of the authorization webhook on the syncer's kubelet endpoint.
+/// The path of the authorization webhook the authorizer serves.
 pub const WEBHOOK_PATH: &str = "/vcp/authorize";
+
+/// Where the authorizer listens: the loopback of the apiserver's pod, which only the pod's own
+/// containers reach, so the webhook is plain HTTP and needs no certificate of its own.
+pub const AUTHORIZER_LISTEN: &str = "127.0.0.1:10262";
+
+/// The URL the tenant apiserver calls the authorizer at.
+pub fn authorizer_url() -> String {
+    format!("http://{AUTHORIZER_LISTEN}{WEBHOOK_PATH}")
+}
 
 /// The CEL condition the tenant apiserver evaluates before calling the webhook.
 pub const MATCH_CONDITION: &str =
@@ -127,6 +138,11 @@ mod tests {
             Decision::NoOpinion
         );
         assert_eq!(decide([], &revoked), Decision::NoOpinion);
+    }
+
+    #[test]
+    fn the_authorizer_is_called_on_the_pods_loopback() {
+        assert_eq!(authorizer_url(), "http://127.0.0.1:10262/vcp/authorize");
     }
 
     #[test]

@@ -109,9 +109,10 @@ pub struct ServeArgs {
     /// talking to its apiserver (for control-plane pods placed on simulated kwok nodes).
     #[arg(long, env = "VCP_SIMULATE_CONTROL_PLANES")]
     pub simulate_control_planes: bool,
-    /// Longest kubeconfig lifetime the API issues, in hours (at most a year: a kubeconfig
-    /// must expire well before the tenant CA that signs it).
-    #[arg(long, env = "VCP_MAX_KUBECONFIG_TTL_HOURS", default_value_t = 720,
+    /// Longest kubeconfig lifetime the API issues, in hours; a week by default (expiry ends a
+    /// credential when everything else failed, and bounds the revocation list). At most a
+    /// year: a kubeconfig must expire well before the tenant CA that signs it.
+    #[arg(long, env = "VCP_MAX_KUBECONFIG_TTL_HOURS", default_value_t = 168,
           value_parser = clap::value_parser!(u64).range(1..=8760))]
     pub max_kubeconfig_ttl_hours: u64,
     /// How often each Ready tenant's quota usage is sampled from the host into the inventory,

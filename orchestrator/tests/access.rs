@@ -2,7 +2,9 @@
 //! syncer on the dev cluster: a revoked kubeconfig is refused by unmodified kubectl within
 //! 60 s while the tenant's other kubeconfigs keep working, revoking a user ends all of its
 //! kubeconfigs, every revocation is in the audit trail, and with vcp stopped for two minutes
-//! nothing changes for anyone (the revocations are enforced by the tenant's own syncer).
+//! nothing changes for anyone (the revocations are enforced by the authorizer in the tenant
+//! apiserver's pod); with the syncer scaled to 0 as well a revoked kubeconfig stays refused,
+//! and a hung authorizer refuses vcp's kubeconfigs but not break-glass.
 
 use reqwest::Method;
 use serde_json::Value;
@@ -372,6 +374,197 @@ async fn revoked_kubeconfigs_are_refused_within_a_minute_and_the_rest_work_with_
     );
     assert!(answered > 100, "{answered}");
     assert_eq!(failed, 0);
+    Ok(())
+}
+
+/// The tenant's syncer scaled to 0 for two minutes (vcp stopped first, so nothing scales it
+/// back): a revoked admin kubeconfig is refused every time it is tried, once a second, as the
+/// security review's Secret write was not; the tenant's other kubeconfigs and a break-glass
+/// one keep working. The revocations are enforced by an authorizer in the apiserver's own
+/// pod, which the syncer's outage does not touch.
+#[tokio::test]
+async fn a_revoked_kubeconfig_stays_refused_while_the_syncer_is_down() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    let cluster = DevCluster::shared().await?;
+    let mut p = testing::platform(cluster, "vcp-syncer-down", 2).await?;
+    let api = p.admin.clone();
+    api.create_tenant("down").await?;
+    let tenant = api.wait_ready("down", Duration::from_secs(240)).await?;
+    let ns = format!("vcp-{}", tenant["key"].as_str().unwrap());
+    let dir = p.dir.path().to_owned();
+    let write = |file: &str, kubeconfig: String| {
+        let path = dir.join(file);
+        std::fs::write(&path, kubeconfig)?;
+        anyhow::Ok(path)
+    };
+    let mallory = write(
+        "mallory",
+        api.kubeconfig("down", "mallory", &["admin"], "2h").await?,
+    )?;
+    let dana = write(
+        "dana",
+        api.kubeconfig("down", "dana", &["view"], "2h").await?,
+    )?;
+    let (status, body) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants/down/break-glass",
+            Some(&serde_json::json!({"reason": "syncer outage drill", "ttl": "15m"})),
+        )
+        .await?;
+    assert_eq!(status, 201, "{body}");
+    let glass = write("glass", body["kubeconfig"].as_str().unwrap().to_owned())?;
+    let list = api
+        .raw(Method::GET, "/v1/tenants/down/kubeconfigs", None)
+        .await?
+        .1;
+    let serial = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["user"] == "mallory")
+        .unwrap()["serial"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let t0 = Instant::now();
+    let (status, body) = api
+        .raw(
+            Method::DELETE,
+            &format!("/v1/tenants/down/kubeconfigs/{serial}"),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    let (delay, _) = refused_after(cluster, &mallory, t0).await?;
+    println!("revoked kubeconfig refused after {delay:?}");
+
+    p.orchestrator.proc.stop(Duration::from_secs(5));
+    let (ok, _, err) = testing::kubectl_with(
+        cluster,
+        cluster.kubeconfig_path(),
+        &["-n", &ns, "scale", "deployment/vcp-syncer", "--replicas=0"],
+    );
+    assert!(ok, "{err}");
+    let pods: kube::Api<Pod> = kube::Api::namespaced(cluster.client(), &ns);
+    testing::eventually("the syncer's pod is gone", Duration::from_secs(90), || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&Default::default()).await?;
+            let left = list.items.iter().any(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or("")
+                    .starts_with("vcp-syncer-")
+            });
+            anyhow::Ok((!left).then_some(()))
+        }
+    })
+    .await?;
+
+    let down = Instant::now();
+    let (mut refused, mut others) = (0, 0);
+    while down.elapsed() < Duration::from_secs(120) {
+        let tick = Instant::now();
+        let secret = format!("written-while-the-syncer-is-down-{refused}");
+        let (ok, err) = kubectl(
+            cluster,
+            &mallory,
+            &["-n", "default", "create", "secret", "generic", &secret],
+        );
+        assert!(
+            !ok && err.contains("forbidden"),
+            "the revoked kubeconfig was accepted {:?} after the syncer went down: {err}",
+            down.elapsed()
+        );
+        refused += 1;
+        if refused % 10 == 0 {
+            let (ok, err) = kubectl(cluster, &dana, &["get", "namespaces"]);
+            assert!(ok, "a live kubeconfig with the syncer down: {err}");
+            let (ok, err) = kubectl(cluster, &glass, &["get", "clusterroles"]);
+            assert!(ok, "break-glass with the syncer down: {err}");
+            others += 1;
+        }
+        tokio::time::sleep(Duration::from_secs(1).saturating_sub(tick.elapsed())).await;
+    }
+    println!(
+        "syncer down {:?}: the revoked kubeconfig was refused {refused} times out of {refused}; \
+         a live kubeconfig and break-glass answered {others} times each",
+        down.elapsed()
+    );
+    assert!(refused >= 100, "{refused}");
+
+    // The authorizer itself hung (its process stopped): failure policy Deny refuses every
+    // request carrying a kubeconfig's serial group, live ones too, and break-glass, which never
+    // reaches it, works. Resumed, the live kubeconfig works again.
+    let pod = pods
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("kube-apiserver-")
+        })
+        .expect("the apiserver's pod");
+    let pid = pod
+        .status
+        .and_then(|s| s.container_statuses)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.name == "vcp-authorizer")
+        .and_then(|c| c.container_id)
+        .and_then(|id| id.strip_prefix("devnode://").map(str::to_owned))
+        .expect("the authorizer's process");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let hung = Instant::now();
+    let (ok, err) = kubectl(cluster, &glass, &["get", "clusterroles"]);
+    let glass_took = hung.elapsed();
+    assert!(ok, "break-glass with the authorizer hung: {err}");
+    // A request the apiserver has not answered in the last 10 s (its answer cache).
+    let asked = Instant::now();
+    let (ok, err) = kubectl(cluster, &dana, &["get", "namespace", "kube-public"]);
+    let dana_took = asked.elapsed();
+    signal("-CONT");
+    // Refused: 500 naming the authorizer (the apiserver reports an authorizer's error when no
+    // authorizer allows), never RBAC's answer alone.
+    assert!(
+        !ok && err.contains(vcp_core::revocation::WEBHOOK_PATH),
+        "a vcp kubeconfig with the authorizer hung: {err}"
+    );
+    println!(
+        "authorizer hung: break-glass answered in {glass_took:?}; a live kubeconfig was refused \
+         after {dana_took:?}: {}",
+        err.trim()
+    );
+    let resumed = Instant::now();
+    testing::eventually(
+        "the live kubeconfig works again",
+        Duration::from_secs(60),
+        || async {
+            anyhow::Ok(
+                kubectl(cluster, &dana, &["get", "namespaces"])
+                    .0
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    println!(
+        "authorizer resumed: the live kubeconfig works again after {:?}",
+        resumed.elapsed()
+    );
     Ok(())
 }
 

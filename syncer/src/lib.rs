@@ -21,8 +21,9 @@
 //!   makes.
 //! - [`kubelet`]: the kubelet endpoint the tenant apiserver calls for `kubectl logs`, `exec`,
 //!   `attach` and `port-forward`, passed on to the host pod's subresources.
-//! - [`revocation`]: the tenant apiserver's authorization webhook, served on the kubelet
-//!   endpoint, that refuses revoked kubeconfigs.
+//! - [`revocation`]: the revocation authorizer (`vcp-syncer authorize`), not part of the sync:
+//!   a sidecar in the tenant apiserver's pod that refuses revoked kubeconfigs. It ships in
+//!   this binary because it shares the syncer's image and its host plumbing.
 //! - [`top`]: the tenant's `metrics.k8s.io` (`kubectl top`), served on the kubelet endpoint
 //!   from the host's pod metrics.
 //! - [`egress`]: the tenant apiserver's egress proxy, served on the kubelet endpoint, which
@@ -139,7 +140,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[command(
     name = "vcp-syncer",
     version,
-    about = "Syncs a tenant's workloads onto the host cluster",
+    about = "Syncs a tenant's workloads onto the host cluster \
+             (`vcp-syncer authorize --help`: the revocation authorizer)",
     // The last occurrence of a flag wins, so a wrapper's defaults can be overridden by
     // appending (the test harness passes its own --listen).
     args_override_self = true
@@ -258,7 +260,56 @@ pub struct Args {
 /// The log level when `RUST_LOG` is unset: warnings, and the syncer's own info.
 pub const DEFAULT_LOG_LEVEL: &str = "warn,vcp_syncer=info";
 
-async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
+/// What the binary runs: the syncer, or with the first argument `authorize` the revocation
+/// authorizer ([`revocation::authorizer`]). Not a clap subcommand: the syncer's own flags are
+/// required at the top level, and a subcommand beside them would make every one optional.
+#[derive(Debug, Clone)]
+pub enum Command {
+    Sync(Box<Args>),
+    Authorize(revocation::authorizer::Args),
+}
+
+impl Command {
+    /// Parses the command line (program name first), exiting with clap's message on an error.
+    pub fn parse_from<I, T>(args: I) -> Command
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Self::try_parse_from(args).unwrap_or_else(|e| e.exit())
+    }
+
+    /// [`Command::parse_from`] without exiting.
+    pub fn try_parse_from<I, T>(args: I) -> Result<Command, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        if args.get(1).is_some_and(|a| a == "authorize") {
+            args.remove(1);
+            revocation::authorizer::Args::try_parse_from(args).map(Command::Authorize)
+        } else {
+            Args::try_parse_from(args).map(|a| Command::Sync(Box::new(a)))
+        }
+    }
+
+    /// Sets up logging and runs the command until the process is stopped.
+    pub async fn run(self) -> Result<()> {
+        match self {
+            Command::Sync(args) => {
+                vcp_telemetry::init(args.log_format, DEFAULT_LOG_LEVEL);
+                run(*args).await
+            }
+            Command::Authorize(args) => {
+                vcp_telemetry::init(args.log_format, DEFAULT_LOG_LEVEL);
+                revocation::authorizer::run(args).await
+            }
+        }
+    }
+}
+
+pub(crate) async fn config_from(path: &std::path::Path) -> Result<kube::Config> {
     let err = |source| Error::Kubeconfig {
         path: path.to_owned(),
         source,
@@ -389,7 +440,6 @@ pub async fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
-    let kubelet_on = kubelet.is_some();
     let engine = Arc::new(engine);
     // The endpoint's APIService names its serving certificate's CA: the tenant CA, which also
     // signs the kubelet client it admits.
@@ -400,19 +450,6 @@ pub async fn run(args: Args) -> Result<()> {
         _ => None,
     };
     let (stop_tx, stopping) = tokio::sync::watch::channel(false);
-    // The revoked kubeconfigs are read from the control-plane namespace; without one (a syncer
-    // run by hand) the webhook is not served and the apiserver's failure policy decides.
-    let (revoked_tx, revoked_rx) = revocation::channel();
-    let revocations = {
-        let (host, ns) = (engine.host.clone(), args.host_namespace.clone());
-        async move {
-            match ns {
-                Some(ns) if kubelet_on => revocation::follow(host, ns, revoked_tx).await,
-                _ => {}
-            }
-        }
-    };
-    let revoked = args.host_namespace.is_some().then_some(revoked_rx);
     let kubelet = kubelet.map(|(listener, tls, authorities, client, bound)| {
         let own = engine
             .kubelet_endpoint
@@ -449,7 +486,6 @@ pub async fn run(args: Args) -> Result<()> {
                 authorities,
                 stopping: stopping.clone(),
                 metrics,
-                revoked,
                 egress,
             }),
         )
@@ -634,7 +670,6 @@ pub async fn run(args: Args) -> Result<()> {
                 Duration::from_secs(args.node_sync_seconds.max(1))
             )),
             engine::spawned(registration),
-            engine::spawned(revocations),
             async move {
                 if let Some((listener, tls, endpoint)) = kubelet {
                     kubelet::serve(listener, tls, endpoint).await;
@@ -728,6 +763,38 @@ mod tests {
             LogFormat::Json
         );
         assert!(parse(&["--log-format", "yaml"]).is_err());
+    }
+
+    #[test]
+    fn authorize_as_the_first_argument_runs_the_revocation_authorizer() {
+        let cmd = Command::try_parse_from([
+            "vcp-syncer",
+            "authorize",
+            "--revocations-file=/etc/vcp/revocations/serials",
+        ])
+        .unwrap();
+        let Command::Authorize(a) = cmd else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(a.listen, vcp_core::revocation::AUTHORIZER_LISTEN);
+        assert_eq!(a.host_namespace, None);
+        assert_eq!(a.drain_seconds, 15);
+        // The authorizer needs its list; the syncer's flags are not its own.
+        assert!(Command::try_parse_from(["vcp-syncer", "authorize"]).is_err());
+        assert!(
+            Command::try_parse_from([
+                "vcp-syncer",
+                "authorize",
+                "--revocations-file=/f",
+                "--tenant-key=demo"
+            ])
+            .is_err()
+        );
+        // Anything else is the syncer, as before.
+        let cmd =
+            Command::try_parse_from(["vcp-syncer", "--tenant-kubeconfig=/t", "--tenant-key=demo"])
+                .unwrap();
+        assert!(matches!(cmd, Command::Sync(a) if a.tenant_key == "demo"));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Kubeconfigs of tenant users: issuing (a client certificate from the tenant's CA, signed by
 //! the provisioner, which owns the host where the CA lives), listing what was issued, and
 //! revoking one kubeconfig or all of a user's: the inventory records it first, then the
-//! provisioner writes the tenant's revoked serials to the host, where its syncer's
-//! authorization webhook refuses them (`vcp_core::revocation`).
+//! provisioner writes the tenant's revoked serials to the host, where the revocation
+//! authorizer in the tenant apiserver's pod refuses them (`vcp_core::revocation`).
 
 use super::problem::{BodyRefused, NoBodyTaken, NoSuchTenant, Unauthorized};
 use super::types::{NameSchema, SerialSchema, SubjectSchema};
@@ -17,6 +17,10 @@ use axum::http::{HeaderMap, StatusCode};
 use std::time::Duration;
 use tracing::field::Empty;
 use vcp_core::lifecycle::{Desired, Phase};
+
+/// A kubeconfig's lifetime when the request names none: a working day (why:
+/// docs/orchestrator.md, "Revoking access").
+pub const DEFAULT_TTL: Duration = Duration::from_secs(8 * 3600);
 
 /// Checks a kubeconfig request; the `ttl` it asks for, capped at `max`.
 fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Problem> {
@@ -40,7 +44,7 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
         ));
     }
     let ttl = match req.ttl.as_deref() {
-        None => Duration::from_secs(24 * 3600),
+        None => DEFAULT_TTL,
         Some(x) => parse_ttl(x)
             .ok_or_else(|| Problem::invalid("ttl", "a duration like 90m, 12h or 30d"))?,
     };
@@ -209,8 +213,8 @@ async fn deliver(s: &AppState, t: &crate::inventory::Tenant) -> Result<(), Probl
 
 /// Deletes the sudo roles of kubeconfigs no longer live, right after a revocation is recorded
 /// and before it is delivered. Sudo is bound to each kubeconfig's own serial, so the
-/// revocation takes it along; but a revocation is enforced only while the tenant's syncer
-/// answers its webhook, and RBAC without the role holds whether it does or not. Best effort:
+/// revocation takes it along; but a revocation is enforced only once it reached the tenant's
+/// authorizer, and RBAC without the role holds whether it did or not. Best effort:
 /// the tenant's next pass retries what fails here.
 async fn forget_sudo(s: &AppState, t: &crate::inventory::Tenant) {
     if s.provisioner.config.simulate {
@@ -221,8 +225,9 @@ async fn forget_sudo(s: &AppState, t: &crate::inventory::Tenant) {
     }
 }
 
-/// Revokes one kubeconfig: the tenant apiserver refuses it within 60 s (its syncer reads the
-/// revocation within seconds, and the apiserver caches an answer for 10 s). Revoking one
+/// Revokes one kubeconfig: the tenant apiserver refuses it within 60 s (the authorizer in its
+/// pod reads the revocation within seconds, and the apiserver caches an answer for 10 s),
+/// whether the tenant's syncer runs or not. Revoking one
 /// already revoked changes nothing and answers the same.
 #[utoipa::path(delete, path = "/v1/tenants/{name}/kubeconfigs/{serial}", tag = "kubeconfigs", security(("bearer" = [])),
     params(
@@ -367,7 +372,7 @@ fn no_endpoint(name: &str, why: &str) -> Problem {
 /// Issues a break-glass kubeconfig (admins only): a plain certificate for
 /// `vcp:break-glass:<token>` in `system:masters`, valid at most an hour (a longer `ttl` is
 /// cut to that). It works when the
-/// tenant's syncer is down and whatever the tenant did to its RBAC, and vcp need not be up to
+/// tenant's revocation authorizer cannot answer and whatever the tenant did to its RBAC, and vcp need not be up to
 /// use it; it cannot be revoked. Every one is in the audit trail with its reason
 /// (`kubeconfig.break-glass`). Issued in any phase once the tenant has an endpoint.
 #[utoipa::path(post, path = "/v1/tenants/{name}/break-glass", tag = "kubeconfigs", security(("bearer" = [])),
@@ -397,7 +402,7 @@ pub(super) async fn break_glass(
     let req = body(req)?;
     let ttl = check_break_glass(&req)?;
     let ttl = time::Duration::try_from(ttl).map_err(|_| Problem::opaque())?;
-    // Break-glass does not wait for Ready (it is for a tenant whose syncer is down), but it
+    // Break-glass does not wait for Ready (it is for a tenant that is broken), but it
     // needs the tenant CA, which a deletion takes away and a first pass may not have made yet.
     if t.desired == Desired::Absent {
         return Err(no_endpoint(&t.name, "is being deleted"));
@@ -497,14 +502,19 @@ mod tests {
             check_kubeconfig(&req("alice", &["view", "ops"], Some("2h")), max).unwrap(),
             Duration::from_secs(7200)
         );
-        // The server's cap wins over a longer request; no TTL means a day.
+        // The server's cap wins over a longer request; no TTL means a working day, and a cap
+        // below that wins over it too.
         assert_eq!(
             check_kubeconfig(&req("a", &[], Some("400d")), max).unwrap(),
             max
         );
         assert_eq!(
             check_kubeconfig(&req("a", &[], None), max).unwrap(),
-            Duration::from_secs(86_400)
+            Duration::from_secs(8 * 3600)
+        );
+        assert_eq!(
+            check_kubeconfig(&req("a", &[], None), Duration::from_secs(3600)).unwrap(),
+            Duration::from_secs(3600)
         );
         // The rule itself is `names::is_subject`'s, tested there; here, that it is applied.
         for user in ["", "system:admin", &"u".repeat(129)] {

@@ -505,7 +505,8 @@ pub struct IssueKubeconfig {
     #[serde(default)]
     #[schema(value_type = Vec<SubjectSchema>, max_items = 16, example = json!(["view"]))]
     pub groups: Vec<String>,
-    /// The default is 24h.
+    /// The default is 8h; any lifetime is capped at the server's maximum (168h unless
+    /// configured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<TtlSchema>)]
     pub ttl: Option<String>,
@@ -1025,8 +1026,8 @@ named_schema!(
             .schema_type(Type::String)
             .description(Some(
                 "A lifetime: a positive number and a unit, `s` (or none), `m`, `h` or `d` \
-                 (`90m`, `12h`, `30d`). The server caps it at its maximum \
-                 (`--max-kubeconfig-ttl-hours`).",
+                 (`90m`, `12h`, `7d`). The server caps it at its maximum \
+                 (`--max-kubeconfig-ttl-hours`, 168 hours unless configured).",
             ))
             .pattern(Some(names::TTL_PATTERN))
             .examples(["12h"])

@@ -419,7 +419,8 @@ pub struct KubeconfigArgs {
     /// Group (O); repeatable. view, edit and admin are bound in every tenant.
     #[arg(long = "group", env = "VCP_KUBECONFIG_GROUPS", value_delimiter = ',')]
     pub groups: Vec<String>,
-    /// Lifetime such as 90m, 12h or 30d (capped by the server).
+    /// Lifetime such as 90m, 12h or 7d; the server's default is 8h, and it caps it (a week
+    /// unless configured).
     #[arg(long, env = "VCP_KUBECONFIG_TTL")]
     pub ttl: Option<String>,
     /// Write the kubeconfig here (mode 0600); `-` prints it.

@@ -615,7 +615,15 @@ impl Provisioner {
         let (api_applied, api) = match api {
             Ok((action, Some(rollout))) => {
                 let readyz = self.readyz(&ns, endpoint.as_deref()).await;
-                let (result, answers) = steps::apiserver(rollout, &readyz);
+                let (mut result, answers) = steps::apiserver(rollout, &readyz);
+                // Ready also takes revocations enforced: the authorizer beside the apiserver
+                // answering it.
+                if result == StepResult::Ready {
+                    result = self
+                        .revocations_answered(&ns, endpoint.as_deref())
+                        .await
+                        .unwrap_or_else(|e| failed(e, false));
+                }
                 (action == Action::Apply, Some((result, answers)))
             }
             Ok((_, None)) => (false, None),
@@ -659,20 +667,6 @@ impl Provisioner {
                 (r, clock.elapsed())
             }
         };
-        let syncer = async {
-            let clock = Instant::now();
-            let r = match self
-                .component(Component::Syncer, &input, api_ready, true)
-                .await
-            {
-                Ok((a, Some(StepResult::Ready))) => self
-                    .revocations_answered(&ns, endpoint.as_deref())
-                    .await
-                    .map(|r| (a, Some(r))),
-                other => other,
-            };
-            (r, clock.elapsed())
-        };
         // The controller-manager is ready once its aggregation controller has filled the
         // roles vcp binds users to: before that `view` and `edit` grant nothing, and a user's
         // first call with a fresh kubeconfig would be refused.
@@ -687,7 +681,8 @@ impl Provisioner {
             };
             (r, took)
         };
-        let (cm, dns, syncer) = tokio::join!(cm, timed(Component::Coredns), syncer);
+        let (cm, dns, syncer) =
+            tokio::join!(cm, timed(Component::Coredns), timed(Component::Syncer));
         for (step, name, (r, took)) in [
             (Step::ControllerManager, "controller_manager", cm),
             (Step::Dns, "dns", dns),
@@ -749,10 +744,11 @@ impl Provisioner {
         Ok(StepResult::Ready)
     }
 
-    /// Whether the tenant apiserver gets answers from its syncer's revocation webhook: a
-    /// tenant is Ready only once it enforces revocations. Asked with a SubjectAccessReview for
-    /// a made-up user carrying a revocation group (the webhook's matchConditions send it
-    /// there); a webhook the apiserver cannot reach shows as the review's evaluation error.
+    /// Whether the tenant apiserver gets answers from its revocation authorizer (the sidecar
+    /// in its pod): a tenant is Ready only once it enforces revocations. Asked with a
+    /// SubjectAccessReview for a made-up user carrying a revocation group (the webhook's
+    /// matchConditions send it there); an authorizer the apiserver cannot reach shows as the
+    /// review's evaluation error.
     /// In simulate mode nothing talks to the tenant (there is no apiserver to ask).
     async fn revocations_answered(&self, ns: &str, endpoint: Option<&str>) -> Result<StepResult> {
         use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -773,10 +769,15 @@ impl Provisioner {
         let answer = Api::<SubjectAccessReview>::all(client)
             .create(&kube::api::PostParams::default(), &review)
             .await
-            .map_err(|e| Error::kube("ask the tenant apiserver about its revocation webhook", e))?;
+            .map_err(|e| {
+                Error::kube(
+                    "ask the tenant apiserver about its revocation authorizer",
+                    e,
+                )
+            })?;
         Ok(match answer.status.and_then(|s| s.evaluation_error) {
             Some(e) if !e.is_empty() => StepResult::Waiting(format!(
-                "the apiserver does not reach the syncer's revocation webhook yet: {e}"
+                "the apiserver does not reach its revocation authorizer yet: {e}"
             )),
             _ => StepResult::Ready,
         })

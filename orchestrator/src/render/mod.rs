@@ -506,7 +506,10 @@ fn context(input: &Input<'_>) -> Value {
     ctx["syncer_policy_digest"] = json!(digest(&policy));
     ctx["syncer_policy"] = json!(policy);
     ctx["revocation_match_condition"] = json!(vcp_core::revocation::MATCH_CONDITION);
-    ctx["revocation_webhook_path"] = json!(vcp_core::revocation::WEBHOOK_PATH);
+    ctx["revocation_authorizer_url"] = json!(vcp_core::revocation::authorizer_url());
+    ctx["revocation_authorizer_listen"] = json!(vcp_core::revocation::AUTHORIZER_LISTEN);
+    ctx["revocation_configmap"] = json!(vcp_core::revocation::CONFIGMAP);
+    ctx["revocation_key"] = json!(vcp_core::revocation::KEY);
     // Resources default to nothing per component, so templates can always index them.
     for c in [
         "etcd",
@@ -514,6 +517,7 @@ fn context(input: &Input<'_>) -> Value {
         "kube-controller-manager",
         "coredns",
         "vcp-syncer",
+        "vcp-authorizer",
     ] {
         if ctx["plan"]["resources"].get(c).is_none() {
             ctx["plan"]["resources"][c] = json!({});

@@ -159,9 +159,6 @@ pub struct Endpoint {
     /// The metrics API and the front-proxy client name it admits
     /// ([`crate::top::DEFAULT_CLIENT`]), when served.
     pub metrics: Option<(Arc<crate::top::MetricsApi>, String)>,
-    /// The revoked kubeconfigs, for the tenant apiserver's authorization webhook
-    /// ([`crate::revocation`]); without them, the webhook is not served.
-    pub revoked: Option<crate::revocation::Revoked>,
     /// The tenant apiserver's egress proxy ([`crate::egress`]): its CONNECTs are judged there;
     /// without it, every CONNECT is refused.
     pub egress: Option<Arc<crate::egress::Proxy>>,
@@ -283,13 +280,7 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, endpoi
                         return Ok::<_, std::convert::Infallible>(res);
                     }
                     let metrics = req.uri().path().starts_with("/apis");
-                    let webhook = req.uri().path() == vcp_core::revocation::WEBHOOK_PATH
-                        && req.method() == hyper::Method::POST;
                     let res = match (client, &endpoint.metrics) {
-                        (Client::Apiserver, _) if webhook => match &endpoint.revoked {
-                            Some(revoked) => crate::revocation::answer(req, revoked).await,
-                            None => text(StatusCode::NOT_FOUND, "no revocation list is followed"),
-                        },
                         (Client::Aggregator, Some((api, _))) if metrics => api.handle(req).await,
                         (Client::Apiserver, _) if !metrics => endpoint.handle(req).await,
                         (Client::Apiserver | Client::Aggregator, _) => {
@@ -332,7 +323,7 @@ pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body>
     res
 }
 
-/// A JSON answer (the metrics API's objects, the revocation webhook's reviews).
+/// A JSON answer (the metrics API's objects).
 pub(crate) fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
     let mut res = Response::new(
         Full::new(Bytes::from(v.to_string()))

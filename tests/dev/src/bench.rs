@@ -647,8 +647,8 @@ pub struct ProvisionBench {
 ///   log line's `work` field: `pki`; `etcd` + `apiserver`, render, apply and a readiness read).
 /// - `etcd_s`, `apiserver_s`: from `CertificatesReady` turning True to `EtcdReady`,
 ///   `ApiserverReady` turning True (the conditions' `last_transition_time`, which a pass sets
-///   when it sees the step's result); `controller_manager_s`, `coredns_s`, `syncer_s` (the
-///   syncer rolled out and its revocation webhook answering the tenant apiserver): from
+///   when it sees the step's result; the apiserver's includes its revocation authorizer
+///   answering it); `controller_manager_s`, `coredns_s`, `syncer_s` (the syncer rolled out): from
 ///   `Bootstrapped` (the apiserver answered) to theirs. `at_*_s`: the same conditions from
 ///   the tenant's `created_at`, which shows the critical path.
 /// - `kubeconfig_s`: `POST /v1/tenants/{name}/kubeconfigs` timed by the benchmark, issued as

@@ -68,7 +68,7 @@ impl TenantControlPlane {
         Self::start_opts(key, false).await
     }
 
-    /// [`Self::start`] with the apiserver's cluster and control-plane egress through its
+    /// [`Self::start`] with the apiserver's cluster egress through its
     /// syncer's egress proxy, as a provisioned tenant's apiserver runs (templates/
     /// kube-apiserver.yaml). The syncer's kubelet endpoint gets a port chosen now, which the
     /// apiserver's egress configuration names.
@@ -105,7 +105,10 @@ impl TenantControlPlane {
             let mut text = String::from(
                 "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n",
             );
-            for selection in ["cluster", "controlplane"] {
+            // As templates/kube-apiserver.yaml: the cluster context through the proxy, the
+            // control-plane one (the authorization webhook, webhooks by URL) direct.
+            text.push_str("- name: controlplane\n  connection:\n    proxyProtocol: Direct\n");
+            for selection in ["cluster"] {
                 text.push_str(&format!(
                     "- name: {selection}\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      tcp:\n        url: https://localhost:{port}\n        tlsConfig:\n          caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
                     f("ca.crt"),
