@@ -672,6 +672,7 @@ fn the_syncers_metrics_are_on_loopback_and_its_probes_on_the_pod_ip() {
     assert!(args.contains(&json!("--listen=$(POD_IP):8080")));
     assert_eq!(syncer["readinessProbe"]["httpGet"]["port"], 8080);
     assert_eq!(syncer["livenessProbe"]["httpGet"]["port"], 8080);
+}
 
 #[test]
 fn the_apiserver_pod_runs_its_revocation_authorizer_which_denies_when_it_cannot_answer() {

@@ -108,14 +108,12 @@ impl TenantControlPlane {
             // As templates/kube-apiserver.yaml: the cluster context through the proxy, the
             // control-plane one (the authorization webhook, webhooks by URL) direct.
             text.push_str("- name: controlplane\n  connection:\n    proxyProtocol: Direct\n");
-            for selection in ["cluster"] {
-                text.push_str(&format!(
-                    "- name: {selection}\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      tcp:\n        url: https://localhost:{port}\n        tlsConfig:\n          caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
-                    f("ca.crt"),
-                    f("kubelet-client.crt"),
-                    f("kubelet-client.key"),
-                ));
-            }
+            text.push_str(&format!(
+                "- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      tcp:\n        url: https://localhost:{port}\n        tlsConfig:\n          caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
+                f("ca.crt"),
+                f("kubelet-client.crt"),
+                f("kubelet-client.key"),
+            ));
             std::fs::write(&file, text).map_err(Error::io(&file))?;
             egress_flags.push(format!("--egress-selector-config-file={}", p(&file)));
         }
