@@ -23,6 +23,7 @@
 //! lives in the two apiservers, a restarted syncer converges from scratch. Pods add status up,
 //! binding to virtual nodes and two-way graceful deletion ([`crate::kinds::pods`]).
 
+pub mod by_namespace;
 pub mod decide;
 pub mod fanin;
 pub mod quota;
@@ -72,6 +73,8 @@ pub struct Engine {
     pub sync_all_configmaps_secrets: bool,
     /// The tenant pod cache, once the pod controller runs (for reference checks).
     pub tenant_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
+    /// The tenant pods' names by namespace (fed by the tenant pod watch).
+    pub tenant_pods_by_ns: by_namespace::ByNamespace,
     /// The tenant Service cache, once the Service controller runs (service links, endpoints).
     pub tenant_services: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Service>>,
     /// The tenant claim cache, once the claim controller runs (the quota counts claims).
@@ -96,6 +99,8 @@ pub struct Engine {
     pub host_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
     /// The tenant's NetworkPolicies, once their controller runs (isolation labels of pods).
     pub tenant_netpols: std::sync::OnceLock<Cache<k8s_openapi::api::networking::v1::NetworkPolicy>>,
+    /// The tenant NetworkPolicies' names by namespace (fed by their tenant watch).
+    pub tenant_netpols_by_ns: by_namespace::ByNamespace,
     /// The tenant's control-plane namespace on the host (`--host-namespace`), whose CoreDNS and
     /// apiserver the tenant's pods may reach.
     pub control_plane_namespace: Option<String>,
@@ -147,6 +152,7 @@ impl Engine {
             resync: DEFAULT_RESYNC,
             sync_all_configmaps_secrets: false,
             tenant_pods: std::sync::OnceLock::new(),
+            tenant_pods_by_ns: Default::default(),
             tenant_services: std::sync::OnceLock::new(),
             tenant_claims: std::sync::OnceLock::new(),
             tenant_namespaces: std::sync::OnceLock::new(),
@@ -156,6 +162,7 @@ impl Engine {
             host_pods: std::sync::OnceLock::new(),
             host_namespaces: std::sync::OnceLock::new(),
             tenant_netpols: std::sync::OnceLock::new(),
+            tenant_netpols_by_ns: Default::default(),
             control_plane_namespace: None,
             host_namespace_set: tokio::sync::watch::channel(None).0,
             host_access: None,

@@ -32,6 +32,19 @@ impl crate::engine::Synced for NetworkPolicy {
         }
         Some(network::to_host(t, e.key(), &e.ctx.policy.network).0)
     }
+
+    fn observe(
+        e: &Arc<Engine>,
+        tenant: &mut crate::engine::shared::Shared<Self>,
+        _host: &mut crate::engine::shared::Shared<Self>,
+    ) {
+        let e = e.clone();
+        tenant.observe(Box::new(move |p: &NetworkPolicy, present| {
+            if let (Some(ns), Some(name)) = (&p.metadata.namespace, &p.metadata.name) {
+                e.tenant_netpols_by_ns.observe(ns, name, present);
+            }
+        }));
+    }
 }
 
 /// Down-reconcile of a tenant NetworkPolicy.
@@ -77,21 +90,19 @@ pub async fn down(t: Arc<NetworkPolicy>, side: Arc<Side<NetworkPolicy>>) -> Resu
 /// pods then carry no isolation labels, which only widens traffic inside the tenant until the
 /// next pass).
 pub fn tenant_policies(e: &Engine, ns: &str) -> Vec<NetworkPolicy> {
-    e.tenant_netpols
-        .get()
-        .map(|c| {
-            c.state()
-                .iter()
-                // Those that never reach the host (reserved names) isolate nothing there.
-                .filter(|p| {
-                    p.namespace().as_deref() == Some(ns)
-                        && p.metadata.deletion_timestamp.is_none()
-                        && !network::reserved_name(&p.name_any())
-                })
-                .map(|p| p.as_ref().clone())
-                .collect()
-        })
-        .unwrap_or_default()
+    let Some(cache) = e.tenant_netpols.get() else {
+        return Vec::new();
+    };
+    // The namespace's own names, not a scan of every policy of the tenant: asked for each pod.
+    e.tenant_netpols_by_ns
+        .names(ns)
+        .iter()
+        // Those that never reach the host (reserved names) isolate nothing there.
+        .filter(|name| !network::reserved_name(name))
+        .filter_map(|name| cache.get(&kube::runtime::reflector::ObjectRef::new(name).within(ns)))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.as_ref().clone())
+        .collect()
 }
 
 /// The isolation labels a tenant pod's host pod must carry.
@@ -108,14 +119,13 @@ async fn relabel(e: &Engine, ns: &str) -> Result<()> {
     };
     let policies = tenant_policies(e, ns);
     let host_ns = naming::host_namespace(e.key(), ns);
-    for t in tenant_pods
-        .state()
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns))
-    {
+    let in_ns = e.tenant_pods_by_ns.names(ns);
+    for t in in_ns.iter().filter_map(|name| {
+        tenant_pods.get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))
+    }) {
         let key = kube::runtime::reflector::ObjectRef::new(&t.name_any()).within(&host_ns);
         if let Some(h) = host_pods.get(&key) {
-            relabel_pod(e, t, &h, &policies).await?;
+            relabel_pod(e, &t, &h, &policies).await?;
         }
     }
     Ok(())

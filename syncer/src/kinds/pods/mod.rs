@@ -337,6 +337,7 @@ impl Synced for Pod {
             let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
                 return;
             };
+            e.tenant_pods_by_ns.observe(ns, name, present);
             let refs = present.then(|| translate::references(pod));
             e.pod_refs
                 .lock()
