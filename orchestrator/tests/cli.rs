@@ -241,7 +241,7 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
     );
     may_not(&view, "--as=bob --as-group=vcp:sudo create namespace bobs");
 
-    // Lifetimes are capped by the server (30 days by default); names that are not plain
+    // Lifetimes are capped by the server (168 hours by default); names that are not plain
     // printable text never reach the certificate or the inventory.
     let r = vcp(
         &url,
@@ -296,8 +296,9 @@ async fn an_owner_provisions_a_tenant_and_issues_kubeconfigs_with_the_cli() -> a
     )?;
     let left = expires - time::OffsetDateTime::now_utc();
     assert!(
-        left <= time::Duration::days(30) && left > time::Duration::days(29),
-        "capped at 30 days: {left}"
+        // The cap (`--max-kubeconfig-ttl-hours`, 168 by default) and not the 400 days asked.
+        left <= time::Duration::hours(168) && left > time::Duration::hours(167),
+        "capped at 168 hours: {left}"
     );
     assert!(!r.stdout.contains("PRIVATE KEY"));
     let r = vcp(&url, a, &["tenant", "kubeconfigs", "shop"]).await?.ok();

@@ -670,7 +670,7 @@ async fn provision(
     }
     let tenant = api.wait_ready(name, Duration::from_secs(300)).await?;
     let kc = api
-        .kubeconfig(name, &format!("{name}-admin"), &["admin"], "720h")
+        .kubeconfig(name, &format!("{name}-admin"), &["admin"], "168h")
         .await?;
     let kubeconfig = cluster.state_dir().join(format!("{name}.kubeconfig"));
     cluster::write_secret_file(&kubeconfig, &kc)?;
