@@ -312,20 +312,10 @@ async fn the_tenants_own_pods_and_services_stay_reachable_through_the_proxy() ->
     let cp = TenantControlPlane::start_with_egress("egress2").await?;
     // The tenant's workload pool is the devnode: its pods run as real processes with real
     // addresses.
-    let policy = cp.policy_flag(
-        "placement:\n  node_selector: {vcp.dev/runtime: process}\n  tolerations: [{key: vcp.dev/runtime, operator: Exists}]\n",
-    )?;
+    let policy = cp.policy_flag(vcp_dev::testing::DEVNODE_PLACEMENT)?;
     let _syncer = cp.start_syncer(cluster, &[&policy])?;
     let tenant = cp.connect().await?;
     namespace(&tenant, "apps").await?;
-    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(tenant.clone(), "apps");
-    eventually(
-        "the default service account",
-        Duration::from_secs(30),
-        || async { Ok(sas.get_opt("default").await?) },
-    )
-    .await?;
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web", "labels": {"app": "web"}},

@@ -91,6 +91,10 @@ pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A tenant policy (`TenantControlPlane::policy_flag`) that places the tenant's pods on the
+/// devnode, where they run as real processes with real addresses.
+pub const DEVNODE_PLACEMENT: &str = "placement:\n  node_selector: {vcp.dev/runtime: process}\n  tolerations: [{key: vcp.dev/runtime, operator: Exists}]\n";
+
 /// Whether a pod's phase is Running.
 pub fn running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
