@@ -20,16 +20,23 @@ mkdir -p "$bin_dir"
 
 # Order: what the host cluster needs first.
 # module-dir | module whose version names the binaries | packages (component=package)
+#   [| build options: NAME=VALUE environment for go build, tags=a,b for -tags]
 groups=(
   "etcd|go.etcd.io/etcd/server/v3|etcd=go.etcd.io/etcd/server/v3 etcdctl=go.etcd.io/etcd/etcdctl/v3 etcdutl=go.etcd.io/etcd/etcdutl/v3"
   "kwok|sigs.k8s.io/kwok|kwok=sigs.k8s.io/kwok/cmd/kwok"
-  "k8s-v1.37|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl"
+  "k8s-v1.37|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy"
   "k8s-v1.36|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl"
   "k8s-v1.35|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl"
   "coredns|github.com/coredns/coredns|coredns=github.com/coredns/coredns"
   "helm|helm.sh/helm/v4|helm=helm.sh/helm/v4/cmd/helm"
   # The host's resource metrics (kubectl top), which tenant syncers serve translated.
   "metrics-server|sigs.k8s.io/metrics-server|metrics-server=sigs.k8s.io/metrics-server/cmd/metrics-server"
+  # The real node (docs/dev-cluster.md): containerd and its runc shim without cgo (no
+  # btrfs, devmapper or zfs snapshotters: overlayfs and native only), the CNI plugins of a
+  # bridge network, crictl.
+  "containerd|github.com/containerd/containerd/v2|containerd=github.com/containerd/containerd/v2/cmd/containerd containerd-shim-runc-v2=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2|CGO_ENABLED=0 tags=no_btrfs,no_devmapper,no_zfs"
+  "cni-plugins|github.com/containernetworking/plugins|cni-bridge=github.com/containernetworking/plugins/plugins/main/bridge cni-host-local=github.com/containernetworking/plugins/plugins/ipam/host-local cni-loopback=github.com/containernetworking/plugins/plugins/main/loopback cni-portmap=github.com/containernetworking/plugins/plugins/meta/portmap|CGO_ENABLED=0"
+  "cri-tools|sigs.k8s.io/cri-tools|crictl=sigs.k8s.io/cri-tools/cmd/crictl|CGO_ENABLED=0"
   # Our own module (module "local"): named by a hash of its source, and linked as
   # <bin_dir>/devnode-streams, where the devnode looks for it.
   "devnode-streams|local|devnode-streams=vcp.dev/devnode-streams"
@@ -98,7 +105,14 @@ $list || trap cleanup_gocache EXIT
 start_all=$SECONDS
 total=0 built=0
 for g in "${groups[@]}"; do
-  IFS='|' read -r dir module pkgs <<<"$g"
+  IFS='|' read -r dir module pkgs opts <<<"$g"
+  build_env=() tags=""
+  for o in $opts; do
+    case $o in
+      tags=*) tags=${o#tags=} ;;
+      *=*) build_env+=("$o") ;;
+    esac
+  done
   version=$(module_version "$dir" "$module")
   missing=() names=()
   for cp in $pkgs; do
@@ -134,7 +148,7 @@ for g in "${groups[@]}"; do
   tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
   log="$bin_dir/build-$dir.log"
   t0=$SECONDS
-  ( cd "$here/$dir" && go build -trimpath -ldflags "$(ldflags_for "$module" "$version")" -o "$tmp/" "${missing[@]}" ) >"$log" 2>&1 &
+  ( cd "$here/$dir" && env "${build_env[@]}" go build -trimpath ${tags:+-tags "$tags"} -ldflags "$(ldflags_for "$module" "$version")" -o "$tmp/" "${missing[@]}" ) >"$log" 2>&1 &
   pid=$!
   # go build is silent for minutes on a cold cache; a heartbeat shows it is alive.
   while kill -0 "$pid" 2>/dev/null; do

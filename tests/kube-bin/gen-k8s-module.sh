@@ -30,7 +30,7 @@ goline=$(grep -m1 '^go ' "$upstream")
   echo "require k8s.io/kubernetes $version"
   echo
   echo "tool ("
-  for t in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for t in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
     echo "	k8s.io/kubernetes/cmd/$t"
   done
   echo ")"
