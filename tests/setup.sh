@@ -22,6 +22,12 @@ command -v ip >/dev/null || missing+=(iproute2)
 # a pty for an interactive kubectl exec).
 command -v curl >/dev/null || missing+=(curl)
 command -v script >/dev/null || missing+=(bsdutils)
+# The real node (docs/dev-cluster.md): runc under containerd, iptables and nftables for the
+# CNI plugins, kube-proxy and the node's own rules, and a static busybox for its test image.
+[[ -x /usr/sbin/runc ]] || missing+=(runc)
+command -v iptables >/dev/null || missing+=(iptables)
+command -v nft >/dev/null || missing+=(nftables)
+[[ -x /bin/busybox ]] || missing+=(busybox-static)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3 python3-venv)
 if ((${#missing[@]})); then
   sudo=""

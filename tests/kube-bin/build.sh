@@ -34,7 +34,7 @@ groups=(
   # The real node (docs/dev-cluster.md): containerd and its runc shim without cgo (no
   # btrfs, devmapper or zfs snapshotters: overlayfs and native only), the CNI plugins of a
   # bridge network, crictl.
-  "containerd|github.com/containerd/containerd/v2|containerd=github.com/containerd/containerd/v2/cmd/containerd containerd-shim-runc-v2=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2|CGO_ENABLED=0 tags=no_btrfs,no_devmapper,no_zfs"
+  "containerd|github.com/containerd/containerd/v2|containerd=github.com/containerd/containerd/v2/cmd/containerd containerd-shim-runc-v2=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 ctr=github.com/containerd/containerd/v2/cmd/ctr|CGO_ENABLED=0 tags=no_btrfs,no_devmapper,no_zfs"
   "cni-plugins|github.com/containernetworking/plugins|cni-bridge=github.com/containernetworking/plugins/plugins/main/bridge cni-host-local=github.com/containernetworking/plugins/plugins/ipam/host-local cni-loopback=github.com/containernetworking/plugins/plugins/main/loopback cni-portmap=github.com/containernetworking/plugins/plugins/meta/portmap|CGO_ENABLED=0"
   "cri-tools|sigs.k8s.io/cri-tools|crictl=sigs.k8s.io/cri-tools/cmd/crictl|CGO_ENABLED=0"
   # Our own module (module "local"): named by a hash of its source, and linked as
@@ -169,4 +169,23 @@ for g in "${groups[@]}"; do
   if [[ $module == local ]]; then ln -sfn "$dir-$version" "$bin_dir/$dir"; fi
   echo "built    ${names[*]} $version in $((SECONDS - t0))s"
 done
+# The pod sandbox's `pause` (the real node's images, docs/dev-cluster.md), compiled from the C
+# source in the Kubernetes module of the default minor as that module's own image build does,
+# statically linked so its image needs no other file. Named by the tag its Makefile gives.
+k8s_src=$(cd "$here/k8s-v1.37" && go mod download -json k8s.io/kubernetes | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+pause_tag=$(sed -n 's/^TAG ?= //p' "$k8s_src/build/pause/Makefile")
+out="$bin_dir/pause-$pause_tag"
+total=$((total + 1))
+if $list; then
+  [[ -x $out ]] && s=built || s=missing
+  echo "pause $pause_tag $out $s"
+elif [[ -x $out ]]; then
+  echo "cached   pause $pause_tag"
+else
+  command -v gcc >/dev/null || { echo "error: building pause needs gcc (Debian package gcc)" >&2; exit 1; }
+  gcc -static -Os -Wall -DVERSION="v$pause_tag-vcp" -o "$out.tmp" "$k8s_src/build/pause/linux/pause.c"
+  mv "$out.tmp" "$out"
+  built=$((built + 1))
+  echo "built    pause $pause_tag"
+fi
 $list || echo "kube-bin: $total components in $bin_dir ($built built, $((total - built)) cached) in $((SECONDS - start_all))s"

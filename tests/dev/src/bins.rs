@@ -14,6 +14,9 @@ const KWOK_GOMOD: &str = include_str!("../../kube-bin/kwok/go.mod");
 const COREDNS_GOMOD: &str = include_str!("../../kube-bin/coredns/go.mod");
 const HELM_GOMOD: &str = include_str!("../../kube-bin/helm/go.mod");
 const METRICS_SERVER_GOMOD: &str = include_str!("../../kube-bin/metrics-server/go.mod");
+const CONTAINERD_GOMOD: &str = include_str!("../../kube-bin/containerd/go.mod");
+const CNI_PLUGINS_GOMOD: &str = include_str!("../../kube-bin/cni-plugins/go.mod");
+const CRI_TOOLS_GOMOD: &str = include_str!("../../kube-bin/cri-tools/go.mod");
 
 /// The version a go.mod requires of `module` (a `require` line, single or in a block).
 pub fn required_version<'a>(gomod: &'a str, module: &str) -> Option<&'a str> {
@@ -56,7 +59,8 @@ pub fn host_kubernetes_version() -> &'static str {
     kubernetes_versions()[0]
 }
 
-/// The pinned version of a non-Kubernetes component (`etcd`, `kwok`, `coredns`, `helm`, `metrics-server`).
+/// The pinned version of a non-Kubernetes component (`etcd`, `kwok`, `coredns`, `helm`,
+/// `metrics-server`, and the real node's containerd, CNI plugins and crictl).
 pub fn tool_version(component: &str) -> Option<&'static str> {
     Some(match component {
         "etcd" => pinned(ETCD_GOMOD, "go.etcd.io/etcd/server/v3"),
@@ -64,6 +68,13 @@ pub fn tool_version(component: &str) -> Option<&'static str> {
         "coredns" => pinned(COREDNS_GOMOD, "github.com/coredns/coredns"),
         "helm" => pinned(HELM_GOMOD, "helm.sh/helm/v4"),
         "metrics-server" => pinned(METRICS_SERVER_GOMOD, "sigs.k8s.io/metrics-server"),
+        "containerd" | "containerd-shim-runc-v2" | "ctr" => {
+            pinned(CONTAINERD_GOMOD, "github.com/containerd/containerd/v2")
+        }
+        "cni-bridge" | "cni-host-local" | "cni-loopback" | "cni-portmap" => {
+            pinned(CNI_PLUGINS_GOMOD, "github.com/containernetworking/plugins")
+        }
+        "crictl" => pinned(CRI_TOOLS_GOMOD, "sigs.k8s.io/cri-tools"),
         _ => return None,
     })
 }

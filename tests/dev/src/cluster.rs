@@ -15,6 +15,7 @@ use crate::process::{self, ProcSpec, Spawned, Supervision};
 use crate::provisioner::{self, Provisioner};
 use crate::{Error, Result, bins, kubeconfig, postgres};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -49,6 +50,9 @@ pub struct Options {
     /// Simulated worker nodes.
     pub workers: u32,
     pub supervision: Supervision,
+    /// Also start the real node ([`crate::node`]): kubelet, containerd and runc, running
+    /// containers from images built here.
+    pub real_node: bool,
 }
 
 /// What `state.json` records about a started cluster.
@@ -125,6 +129,7 @@ impl DevCluster {
             state_dir: tmp.path().to_owned(),
             workers,
             supervision: Supervision::Attached,
+            real_node: false,
         };
         let mut cluster = Self::start_with(opts).await?;
         cluster._tmp = Some(tmp);
@@ -165,6 +170,7 @@ impl DevCluster {
                     state_dir: dir,
                     workers: 3,
                     supervision: Supervision::Attached,
+                    real_node: false,
                 })
                 .await?;
                 let t = c.timings();
@@ -230,6 +236,7 @@ impl DevCluster {
         self.procs.clear();
         // The devnode removes its network on SIGTERM; this covers one that could not.
         crate::devnet::sweep_recorded(&self.state_dir.join("devnode"));
+        crate::node::sweep(&self.state_dir.join(crate::node::DIR));
     }
 }
 
@@ -358,6 +365,7 @@ pub fn down(dir: &Path) -> Result<usize> {
     }
     // A devnode that was killed outright could not remove its network.
     crate::devnet::sweep_recorded(&dir.join("devnode"));
+    crate::node::sweep(&dir.join(crate::node::DIR));
     state.components.clear();
     write_state(dir, &state)?;
     Ok(stopped)
@@ -641,7 +649,14 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         let api_url = format!("https://127.0.0.1:{api_port}");
         let apiserver = ProcSpec::new("kube-apiserver", &apiserver_bin).args([
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".to_owned(),
+            // The real node reaches the apiserver from its own network namespace, at the
+            // host's end of its link (an address that exists only once the node is wired).
+            if opts.real_node {
+                "--bind-address=0.0.0.0"
+            } else {
+                "--bind-address=127.0.0.1"
+            }
+            .to_owned(),
             format!("--secure-port={api_port}"),
             format!("--advertise-address={ADVERTISE_ADDRESS}"),
             "--endpoint-reconciler-type=none".to_owned(),
@@ -810,6 +825,11 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         let mut kwok = process::spawn(&kwok, mode, &l.log("kwok"))?;
         let mut metrics_server = process::spawn(&metrics_server, mode, &l.log("metrics-server"))?;
         let devnode = process::spawn(&devnode, mode, &l.log("devnode"))?;
+        let real_node = if opts.real_node {
+            Some(start_real_node(&dir, api_port, mode).await?)
+        } else {
+            None
+        };
 
         let client = client_from(&admin_kc).await?;
         let provisioner = match mode {
@@ -850,10 +870,13 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         procs.push((kwok, Some(kwok_port), Some(kwok_health)));
         procs.push((metrics_server, Some(metrics_port), Some(metrics_health)));
         procs.push((devnode, None, None));
+        if let Some(n) = real_node {
+            procs.push((n, None, None));
+        }
         if let Some(p) = provisioner.1 {
             procs.push((p, None, None));
         }
-        wait_nodes_ready(&client, opts.workers, &mut procs).await?;
+        wait_nodes_ready(&client, opts.workers, opts.real_node, &mut procs).await?;
         let nodes_ready = t0.elapsed();
         Ok::<_, Error>((
             procs,
@@ -923,6 +946,31 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         },
         _tmp: None,
     })
+}
+
+/// Claims a node network, writes the node's files, starts it and imports its images; on
+/// failure, removes the network again.
+async fn start_real_node(dir: &Path, api_port: u16, mode: Supervision) -> Result<Spawned> {
+    let net = crate::node::NodeNet::claim()?;
+    let layout = crate::node::Layout {
+        dir: dir.join(crate::node::DIR),
+    };
+    let started = async {
+        layout.write(&net, &dir.join("pki"), api_port)?;
+        let mut proc = crate::node::spawn(&layout, &net, mode)?;
+        let n = crate::node::import_images(&layout, &net, &mut proc).await?;
+        tracing::info!(
+            images = n,
+            node = crate::node::NODE_NAME,
+            "real node started"
+        );
+        Ok::<_, Error>(proc)
+    }
+    .await;
+    if started.is_err() {
+        net.sweep();
+    }
+    started
 }
 
 /// The `vcp-devnode` binary: `$VCP_DEVNODE_BIN`, else next to this executable (or one level up,
@@ -1050,6 +1098,24 @@ async fn apply_cluster_objects(
             .map_err(Error::kube(format!("apply status of node {name}")))?;
     }
     apply_metrics_api(client, metrics_port, ca_pem).await?;
+    // A real kubelet authorizes the apiserver's calls (logs, exec, port-forward) by
+    // SubjectAccessReview, as a kubeadm cluster binds them; kwok asks nobody.
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let kubelet_api = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "vcp-dev:apiserver-kubelet-api"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": vcp_pki::KUBELET_CLIENT_USER}],
+    });
+    bindings
+        .patch(
+            "vcp-dev:apiserver-kubelet-api",
+            &pp,
+            &Patch::Apply(&kubelet_api),
+        )
+        .await
+        .map_err(Error::kube("bind the kubelet API to the apiserver"))?;
     let classes: Api<StorageClass> = Api::all(client.clone());
     let sc = serde_json::json!({
         "apiVersion": "storage.k8s.io/v1",
@@ -1085,6 +1151,7 @@ pub fn node_ready(node: &Node) -> bool {
 async fn wait_nodes_ready(
     client: &Client,
     workers: u32,
+    real_node: bool,
     procs: &mut [(Spawned, Option<u16>, Option<String>)],
 ) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -1099,8 +1166,19 @@ async fn wait_nodes_ready(
             .get_opt(DEVNODE_NAME)
             .await
             .map_err(Error::kube("get the devnode"))?;
+        let real = if real_node {
+            nodes
+                .get_opt(crate::node::NODE_NAME)
+                .await
+                .map_err(Error::kube("get the real node"))?
+                .as_ref()
+                .is_some_and(node_ready)
+        } else {
+            true
+        };
         if list.items.iter().filter(|n| node_ready(n)).count() >= workers as usize
             && devnode.as_ref().is_some_and(node_ready)
+            && real
         {
             return Ok(());
         }

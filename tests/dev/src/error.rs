@@ -78,6 +78,10 @@ pub enum Error {
     NoSuchUser(String),
     #[error("helm {args} failed:\n{output}")]
     Helm { args: String, output: String },
+    #[error("image: {0}")]
+    Image(String),
+    #[error("real node: {0}")]
+    Node(String),
     #[error("{what} did not happen within {secs}s:\n{detail}")]
     NotReady {
         what: String,

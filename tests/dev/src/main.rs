@@ -42,6 +42,10 @@ enum Command {
         /// `<state-dir>/vcp/vcp-serve.log`). A state dir keeps the mode it was set up with.
         #[arg(long, env = "VCP_DEV_LOCAL", conflicts_with = "no_platform")]
         local: bool,
+        /// Also start a real node: a kubelet, containerd and runc in namespaces of their own,
+        /// running containers from images built here (docs/dev-cluster.md, "The real node").
+        #[arg(long, env = "VCP_DEV_REAL_NODE")]
+        real_node: bool,
     },
     /// Report each component (pid, port, healthy or not) and vcp's mode and API. Exits 1 if
     /// any is unhealthy.
@@ -217,6 +221,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             tenant,
             no_platform,
             local,
+            real_node,
         } => {
             let mode = if local {
                 vcp_dev::platform::Mode::Local
@@ -236,6 +241,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 state_dir,
                 workers,
                 supervision,
+                real_node,
             })
             .await?;
             let t = c.timings();
@@ -447,6 +453,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     state_dir: dir.path().to_owned(),
                     workers,
                     supervision: Supervision::Attached,
+                    real_node: false,
                 })
                 .await?;
                 let t = c.timings();

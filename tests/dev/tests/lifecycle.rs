@@ -304,6 +304,7 @@ async fn dropping_a_cluster_stops_every_process_it_started() -> anyhow::Result<(
         state_dir: dir.path().to_owned(),
         workers: 1,
         supervision: Supervision::Attached,
+        real_node: false,
     })
     .await?;
     let pids = recorded_pids(dir.path());

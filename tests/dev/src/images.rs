@@ -1,0 +1,315 @@
+//! Container images for the real node, written here: no registry, no image builder daemon.
+//!
+//! Data flow: [`test_images`] says what each image holds (files from the binary cache that
+//! `tests/kube-bin/build.sh` fills, and from Debian packages); [`Image::archive`] writes one as
+//! a docker-archive tar (pure: the entries in, bytes out); [`crate::node`] imports the
+//! archives into the node's containerd under the names pods use, so `IfNotPresent` pulls find
+//! them and nothing is ever fetched.
+//!
+//! Why a writer of our own: an image here is one layer of a few files we already have, which
+//! takes a tar writer and two JSON documents. buildah or a registry would add a daemon or a
+//! second toolchain to every machine for that. Why docker-archive rather than an OCI layout:
+//! `ctr images import` names a docker archive's image from its `RepoTags` with no extra flag,
+//! and the archive is as reproducible (every timestamp is zero, entries keep their order).
+
+use crate::{Error, Result, bins};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// The pod sandbox image: what containerd's `pinned_images.sandbox` names.
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
+/// A shell and the usual tools (Debian's `busybox-static`), for test pods.
+pub const BUSYBOX_IMAGE: &str = "vcp.dev/busybox:1.35";
+/// Where Debian's `busybox-static` installs its binary.
+const BUSYBOX_BIN: &str = "/bin/busybox";
+
+/// One entry of an image's only layer. Paths are relative to the root (`bin/sh`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Dir {
+        path: String,
+        mode: u32,
+    },
+    File {
+        path: String,
+        mode: u32,
+        data: Vec<u8>,
+    },
+    Symlink {
+        path: String,
+        target: String,
+    },
+}
+
+/// An image of one layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// The name pods use, `registry/repository:tag`.
+    pub reference: String,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub env: Vec<String>,
+    pub entries: Vec<Entry>,
+}
+
+impl Image {
+    /// The image as a docker-archive tar: `manifest.json`, the config named by its digest,
+    /// and the layer. The same image always gives the same bytes.
+    pub fn archive(&self) -> Result<Vec<u8>> {
+        let layer = self.layer()?;
+        let layer_digest = sha256_hex(&layer);
+        let config = serde_json::json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Entrypoint": none_if_empty(&self.entrypoint),
+                "Cmd": none_if_empty(&self.cmd),
+                "Env": self.env,
+            },
+            "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
+        });
+        let config = serde_json::to_vec(&config).map_err(|e| Error::Image(e.to_string()))?;
+        let config_name = format!("{}.json", sha256_hex(&config));
+        let layer_name = format!("{layer_digest}/layer.tar");
+        let manifest = serde_json::json!([{
+            "Config": config_name,
+            "RepoTags": [self.reference],
+            "Layers": [layer_name],
+        }]);
+        let manifest = serde_json::to_vec(&manifest).map_err(|e| Error::Image(e.to_string()))?;
+        let mut out = tar::Builder::new(Vec::new());
+        append(&mut out, &Entry::file(&config_name, 0o644, config))?;
+        append(&mut out, &Entry::dir(&layer_digest, 0o755))?;
+        append(&mut out, &Entry::file(&layer_name, 0o644, layer))?;
+        append(&mut out, &Entry::file("manifest.json", 0o644, manifest))?;
+        out.into_inner().map_err(|e| Error::Image(e.to_string()))
+    }
+
+    fn layer(&self) -> Result<Vec<u8>> {
+        let mut b = tar::Builder::new(Vec::new());
+        for e in &self.entries {
+            append(&mut b, e)?;
+        }
+        b.into_inner().map_err(|e| Error::Image(e.to_string()))
+    }
+}
+
+impl Entry {
+    pub fn dir(path: &str, mode: u32) -> Entry {
+        Entry::Dir {
+            path: path.to_owned(),
+            mode,
+        }
+    }
+
+    pub fn file(path: &str, mode: u32, data: Vec<u8>) -> Entry {
+        Entry::File {
+            path: path.to_owned(),
+            mode,
+            data,
+        }
+    }
+
+    pub fn symlink(path: &str, target: &str) -> Entry {
+        Entry::Symlink {
+            path: path.to_owned(),
+            target: target.to_owned(),
+        }
+    }
+}
+
+fn none_if_empty(v: &[String]) -> serde_json::Value {
+    if v.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::json!(v)
+    }
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn append(b: &mut tar::Builder<Vec<u8>>, e: &Entry) -> Result<()> {
+    let mut h = tar::Header::new_ustar();
+    h.set_mtime(0);
+    h.set_uid(0);
+    h.set_gid(0);
+    let res = match e {
+        Entry::Dir { path, mode } => {
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_mode(*mode);
+            h.set_size(0);
+            b.append_data(&mut h, path, std::io::empty())
+        }
+        Entry::File { path, mode, data } => {
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_mode(*mode);
+            h.set_size(data.len() as u64);
+            b.append_data(&mut h, path, data.as_slice())
+        }
+        Entry::Symlink { path, target } => {
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_mode(0o777);
+            h.set_size(0);
+            b.append_link(&mut h, path, target)
+        }
+    };
+    res.map_err(|err| Error::Image(format!("tar entry {e:?}: {err}")))
+}
+
+/// The pause image: the statically linked `pause` from the binary cache, as its entrypoint.
+pub fn pause(pause_bin: &[u8]) -> Image {
+    Image {
+        reference: PAUSE_IMAGE.to_owned(),
+        entrypoint: vec!["/pause".to_owned()],
+        cmd: Vec::new(),
+        env: Vec::new(),
+        entries: vec![Entry::file("pause", 0o755, pause_bin.to_vec())],
+    }
+}
+
+/// The busybox image: the static binary and a link per applet in `/bin`, `sh` by default.
+pub fn busybox(busybox_bin: &[u8], applets: &[&str]) -> Image {
+    let mut entries = vec![
+        Entry::dir("bin", 0o755),
+        Entry::file("bin/busybox", 0o755, busybox_bin.to_vec()),
+        Entry::dir("tmp", 0o1777),
+        Entry::dir("etc", 0o755),
+        // What `id`, `ls -l` and a non-root `runAsUser` look names up in.
+        Entry::file(
+            "etc/passwd",
+            0o644,
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n".to_vec(),
+        ),
+        Entry::file(
+            "etc/group",
+            0o644,
+            b"root:x:0:\nnogroup:x:65534:\n".to_vec(),
+        ),
+    ];
+    let mut applets: Vec<&str> = applets
+        .iter()
+        .copied()
+        .filter(|a| *a != "busybox" && !a.is_empty() && !a.contains('/'))
+        .collect();
+    applets.sort_unstable();
+    applets.dedup();
+    entries.extend(
+        applets
+            .into_iter()
+            .map(|a| Entry::symlink(&format!("bin/{a}"), "busybox")),
+    );
+    Image {
+        reference: BUSYBOX_IMAGE.to_owned(),
+        entrypoint: Vec::new(),
+        cmd: vec!["sh".to_owned()],
+        env: vec!["PATH=/bin".to_owned()],
+        entries,
+    }
+}
+
+/// The images every real node gets: pause and busybox, from the binary cache and Debian.
+pub fn test_images() -> Result<Vec<Image>> {
+    let pause_path = pause_binary()?;
+    let pause_bin = std::fs::read(&pause_path).map_err(Error::io(&pause_path))?;
+    let bb = Path::new(BUSYBOX_BIN);
+    let busybox_bin = std::fs::read(bb).map_err(|_| {
+        Error::Image(format!(
+            "{BUSYBOX_BIN} is missing: install Debian's busybox-static (tests/setup.sh does)"
+        ))
+    })?;
+    let out = std::process::Command::new(bb)
+        .arg("--list")
+        .output()
+        .map_err(Error::io(bb))?;
+    let list = String::from_utf8_lossy(&out.stdout);
+    let applets: Vec<&str> = list.split_whitespace().collect();
+    Ok(vec![pause(&pause_bin), busybox(&busybox_bin, &applets)])
+}
+
+/// `pause-<tag>` in the binary cache, the tag taken from [`PAUSE_IMAGE`].
+pub fn pause_binary() -> Result<PathBuf> {
+    let tag = PAUSE_IMAGE.rsplit(':').next().unwrap_or_default();
+    let path = bins::bin_dir().join(format!("pause-{tag}"));
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Image(format!(
+            "{} is not built: run tests/kube-bin/build.sh",
+            path.display()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn entries_of(tar_bytes: &[u8]) -> Vec<(String, Vec<u8>, tar::EntryType)> {
+        let mut a = tar::Archive::new(tar_bytes);
+        a.entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let path = e.path().unwrap().to_string_lossy().into_owned();
+                let kind = e.header().entry_type();
+                let mut data = Vec::new();
+                e.read_to_end(&mut data).unwrap();
+                (path, data, kind)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_archive_names_its_image_and_its_digests_match_its_contents() {
+        let img = busybox(b"\x7fELF", &["sh", "ls", "busybox", "ls"]);
+        let bytes = img.archive().unwrap();
+        let files = entries_of(&bytes);
+        let get = |name: &str| {
+            files
+                .iter()
+                .find(|(p, _, _)| p == name)
+                .unwrap_or_else(|| panic!("{name} missing"))
+                .1
+                .clone()
+        };
+        let manifest: serde_json::Value = serde_json::from_slice(&get("manifest.json")).unwrap();
+        assert_eq!(manifest[0]["RepoTags"][0], BUSYBOX_IMAGE);
+        let config_name = manifest[0]["Config"].as_str().unwrap();
+        let config = get(config_name);
+        assert_eq!(format!("{}.json", sha256_hex(&config)), config_name);
+        let layer_name = manifest[0]["Layers"][0].as_str().unwrap();
+        let layer = get(layer_name);
+        let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
+        assert_eq!(
+            config["rootfs"]["diff_ids"][0],
+            format!("sha256:{}", sha256_hex(&layer))
+        );
+        assert_eq!(config["config"]["Cmd"][0], "sh");
+        assert!(config["config"]["Entrypoint"].is_null());
+
+        let layer = entries_of(&layer);
+        let names: Vec<&str> = layer.iter().map(|(p, _, _)| p.as_str()).collect();
+        assert!(names.contains(&"bin/busybox") && names.contains(&"etc/passwd"));
+        // One link per applet, none for busybox itself, no duplicates.
+        let links: Vec<&str> = layer
+            .iter()
+            .filter(|(_, _, k)| *k == tar::EntryType::Symlink)
+            .map(|(p, _, _)| p.as_str())
+            .collect();
+        assert_eq!(links, ["bin/ls", "bin/sh"]);
+    }
+
+    #[test]
+    fn the_same_image_gives_the_same_bytes() {
+        let a = pause(b"binary").archive().unwrap();
+        let b = pause(b"binary").archive().unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, pause(b"other").archive().unwrap());
+    }
+}

@@ -1,0 +1,624 @@
+//! The real node: a kubelet, containerd and runc running containers from images built here.
+//!
+//! Data flow: [`NodeNet::claim`] takes a free node index `k` (creating the network namespace
+//! `vcpnode<k>` is the lock) and wires it to the host; [`Layout::write`] writes containerd's,
+//! the kubelet's and the CNI's configuration (rendered by pure functions) and the node's
+//! certificates; [`spawn`] starts `run.sh`, the node's supervisor, in that network namespace
+//! and in mount and pid namespaces of its own; [`import_images`] loads [`crate::images`] into
+//! containerd once it answers. [`sweep`] removes what a node leaves on the host.
+//!
+//! Why namespaces: the kubelet, the CNI plugins and kube-proxy write global state (routes,
+//! netfilter rules, sysctls, `/var/lib/kubelet`, `/var/log/pods`). In their own namespaces,
+//! several dev clusters (parallel test binaries) each have a node, and nothing is left on the
+//! machine when a node dies: killing the supervisor (the pid namespace's init) kills every
+//! process of the node, containers included, and its mounts go with its mount namespace.
+//!
+//! Addresses of node `k`: the link `10.243.<k>.0/30` (host side `.1`, node side `.2`, the
+//! kubelet's address), the pod network `10.246.<k>.0/24` on the bridge `cni0` inside the
+//! node, routed from the host through the link so the apiserver and tests reach pods. The node
+//! has no default route: pod traffic goes to the host or to other pods, nowhere else.
+
+use crate::pki::{self, Ca, CertKey, LeafSpec};
+use crate::process::{ProcSpec, Spawned, Supervision};
+use crate::{Error, Result, bins, images};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The real node's name in the host cluster.
+pub const NODE_NAME: &str = "vcp-node-0";
+/// Label and `NoSchedule` taint of the real node: pods that must run containers select and
+/// tolerate it.
+pub const NODE_LABEL: (&str, &str) = ("vcp.dev/node", "real");
+/// The node's dir under the dev cluster's state dir.
+pub const DIR: &str = "node";
+/// File in the node's state dir recording the index it claimed.
+const NETWORK_FILE: &str = "network.json";
+/// Indexes tried; each is a /24 of `10.246.0.0/16`.
+const MAX_NODES: u8 = 64;
+
+/// Node `k`'s names and addresses (pure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeNet {
+    pub index: u8,
+}
+
+impl NodeNet {
+    pub fn netns(&self) -> String {
+        format!("vcpnode{}", self.index)
+    }
+
+    pub fn veth_host(&self) -> String {
+        format!("vnode{}h", self.index)
+    }
+
+    pub fn veth_node(&self) -> String {
+        format!("vnode{}n", self.index)
+    }
+
+    /// The host's address on the link: what the node dials for the apiserver.
+    pub fn host_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 243, self.index, 1)
+    }
+
+    /// The node's address on the link: the kubelet's API and the Node's InternalIP.
+    pub fn node_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 243, self.index, 2)
+    }
+
+    pub fn pod_cidr(&self) -> String {
+        format!("10.246.{}.0/24", self.index)
+    }
+
+    /// The kubelet's `cgroupRoot`, in every v1 hierarchy.
+    pub fn cgroup_root(&self) -> String {
+        format!("vcp-node-{}", self.index)
+    }
+
+    /// Claims the first free index: creates its namespace (the lock), the veth pair, the
+    /// addresses and the host's route to the pod network.
+    pub fn claim() -> Result<NodeNet> {
+        let mut last = None;
+        for index in 0..MAX_NODES {
+            let net = NodeNet { index };
+            match ip(&["netns", "add", &net.netns()]) {
+                Ok(()) => {
+                    // A node killed outright may have left its cgroups behind.
+                    remove_cgroups(&net.cgroup_root());
+                    if let Err(e) = net.wire() {
+                        net.sweep();
+                        return Err(e);
+                    }
+                    return Ok(net);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Node("no node index to try".into())))
+    }
+
+    fn wire(&self) -> Result<()> {
+        let (ns, host, node) = (self.netns(), self.veth_host(), self.veth_node());
+        // A veth left by a node whose namespace was removed by hand.
+        let _ = ip(&["link", "del", &host]);
+        ip(&["link", "add", &host, "type", "veth", "peer", "name", &node])?;
+        ip(&["link", "set", &node, "netns", &ns])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/30", self.host_ip()),
+            "dev",
+            &host,
+        ])?;
+        ip(&["link", "set", &host, "up"])?;
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{}/30", self.node_ip()),
+            "dev",
+            &node,
+        ])?;
+        ip(&["-n", &ns, "link", "set", &node, "up"])?;
+        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        ip(&[
+            "route",
+            "add",
+            &self.pod_cidr(),
+            "via",
+            &self.node_ip().to_string(),
+        ])?;
+        Ok(())
+    }
+
+    /// Removes the node's namespace, link (and with it the route) and cgroups. Never fails.
+    pub fn sweep(&self) {
+        let _ = ip(&["link", "del", &self.veth_host()]);
+        let _ = ip(&["netns", "del", &self.netns()]);
+        remove_cgroups(&self.cgroup_root());
+    }
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(Error::io("ip"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Node(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Removes `root` from every cgroup v1 hierarchy, deepest first; a cgroup that still has
+/// processes stays (rmdir refuses it).
+fn remove_cgroups(root: &str) {
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    for h in hierarchies.flatten() {
+        let top = h.path().join(root);
+        if top.is_dir() {
+            remove_cgroup_tree(&top);
+        }
+    }
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(children) = std::fs::read_dir(dir) {
+        for c in children.flatten() {
+            if c.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&c.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Where a node keeps everything, under `<state>/node`.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub dir: PathBuf,
+}
+
+impl Layout {
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    fn s(&self, rel: &str) -> String {
+        self.path(rel).to_string_lossy().into_owned()
+    }
+
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.path("run/containerd.sock")
+    }
+
+    /// Writes every file the node reads: certificates (issued by the cluster CA from
+    /// `pki_dir`), kubeconfig, configurations, the CNI plugins' and node binaries' links and
+    /// `run.sh`.
+    pub fn write(&self, net: &NodeNet, pki_dir: &Path, api_port: u16) -> Result<()> {
+        std::fs::create_dir_all(&self.dir).map_err(Error::io(&self.dir))?;
+        // First, so `vcp-dev down` sweeps the network even if what follows fails.
+        let rec = serde_json::json!({ "index": net.index });
+        let p = self.path(NETWORK_FILE);
+        std::fs::write(&p, rec.to_string()).map_err(Error::io(&p))?;
+        for d in [
+            "bin",
+            "cni/bin",
+            "cni/conf",
+            "cni/ipam",
+            "pki",
+            "run",
+            "containerd",
+            "kubelet",
+            "logs",
+            "pods-logs",
+            "hostdirs/var-lib-kubelet",
+            "hostdirs/var-log-containers",
+        ] {
+            let p = self.path(d);
+            std::fs::create_dir_all(&p).map_err(Error::io(&p))?;
+        }
+        let read = |n: &str| {
+            let p = pki_dir.join(n);
+            std::fs::read_to_string(&p).map_err(Error::io(p))
+        };
+        let ca = Ca::load(&CertKey {
+            cert_pem: read("ca.crt")?,
+            key_pem: read("ca.key")?,
+        })?;
+        let now = time::OffsetDateTime::now_utc();
+        let user = format!("system:node:{NODE_NAME}");
+        let client = ca.issue(
+            &LeafSpec::client(&user, &["system:nodes"]),
+            now,
+            pki::LEAF_VALIDITY,
+        )?;
+        let serving = ca.issue(
+            &LeafSpec::server(
+                NODE_NAME,
+                vec![NODE_NAME.to_owned()],
+                vec![IpAddr::V4(net.node_ip())],
+            ),
+            now,
+            pki::LEAF_VALIDITY,
+        )?;
+        let ca_path = pki_dir.join("ca.crt");
+        crate::cluster::write_secret_file(&self.path("pki/client.crt"), &client.cert_pem)?;
+        crate::cluster::write_secret_file(&self.path("pki/client.key"), &client.key_pem)?;
+        crate::cluster::write_secret_file(&self.path("pki/serving.crt"), &serving.cert_pem)?;
+        crate::cluster::write_secret_file(&self.path("pki/serving.key"), &serving.key_pem)?;
+
+        let files = [
+            ("containerd.toml", containerd_config(self)),
+            ("cni/conf/10-vcp.conflist", cni_config(self, net)),
+            (
+                "kubelet.kubeconfig",
+                kubelet_kubeconfig(self, net, api_port, &ca_path),
+            ),
+            ("kubelet.yaml", kubelet_config(self, net, &ca_path)),
+            ("run.sh", run_script(self, net)),
+        ];
+        for (name, text) in files {
+            let p = self.path(name);
+            std::fs::write(&p, text).map_err(Error::io(&p))?;
+        }
+        let link = |target: PathBuf, at: &str| -> Result<()> {
+            let at = self.path(at);
+            let _ = std::fs::remove_file(&at);
+            std::os::unix::fs::symlink(&target, &at).map_err(Error::io(&at))
+        };
+        let k8s = bins::host_kubernetes_version();
+        link(bins::binary("kubelet", k8s)?, "bin/kubelet")?;
+        for c in ["containerd", "containerd-shim-runc-v2", "ctr", "crictl"] {
+            link(bins::tool(c)?, &format!("bin/{c}"))?;
+        }
+        for p in ["bridge", "host-local", "loopback", "portmap"] {
+            link(bins::tool(&format!("cni-{p}"))?, &format!("cni/bin/{p}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// containerd's configuration: its state under the node's dir, runc from Debian with the
+/// cgroupfs driver, the CNI plugins of the bridge network, and `restrict_oom_score_adj`
+/// (without CAP_SYS_RESOURCE, which even root lacks on these machines, runc fails to lower a
+/// container's OOM score and the start dies with "can't get final child's PID from pipe").
+pub fn containerd_config(l: &Layout) -> String {
+    format!(
+        r#"version = 3
+root = "{root}"
+state = "{state}"
+[grpc]
+  address = "{socket}"
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '{pause}'
+  [plugins.'io.containerd.cri.v1.runtime']
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = '/usr/sbin/runc'
+        SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['{cni_bin}']
+      conf_dir = '{cni_conf}'
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = '127.0.0.1'
+    stream_server_port = '0'
+"#,
+        root = l.s("containerd/root"),
+        state = l.s("run/containerd-state"),
+        socket = l.containerd_socket().to_string_lossy(),
+        pause = images::PAUSE_IMAGE,
+        cni_bin = l.s("cni/bin"),
+        cni_conf = l.s("cni/conf"),
+    )
+}
+
+/// The pod network: a bridge with the node as gateway, addresses from the node's /24.
+/// Masquerading is off: nothing routes beyond the host, and the apiserver sees pods' own
+/// addresses.
+pub fn cni_config(l: &Layout, net: &NodeNet) -> String {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "vcp",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": true,
+                "ipMasq": false,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": l.s("cni/ipam"),
+                    "ranges": [[{"subnet": net.pod_cidr()}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+        ],
+    })
+    .to_string()
+}
+
+/// The kubelet's kubeconfig: the apiserver at the host's end of the link, verified by the
+/// name its certificate carries (`localhost`), with the node's own client certificate.
+pub fn kubelet_kubeconfig(l: &Layout, net: &NodeNet, api_port: u16, ca: &Path) -> String {
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "vcp-dev", "cluster": {
+            "server": format!("https://{}:{api_port}", net.host_ip()),
+            "certificate-authority": ca,
+            "tls-server-name": "localhost",
+        }}],
+        "users": [{"name": "node", "user": {
+            "client-certificate": l.s("pki/client.crt"),
+            "client-key": l.s("pki/client.key"),
+        }}],
+        "contexts": [{"name": "vcp-dev", "context": {"cluster": "vcp-dev", "user": "node"}}],
+        "current-context": "vcp-dev",
+    });
+    serde_yaml::to_string(&doc).expect("a JSON value always serializes to YAML")
+}
+
+/// The kubelet's configuration. cgroupfs and `failCgroupV1: false` because these machines
+/// have cgroup v1 only and PID 1 is not systemd; its API is authenticated by the cluster CA
+/// and authorized by the apiserver (SubjectAccessReview), as a kubeadm node's is.
+pub fn kubelet_config(l: &Layout, net: &NodeNet, ca: &Path) -> String {
+    let doc = serde_json::json!({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": false,
+        "cgroupRoot": format!("/{}", net.cgroup_root()),
+        "containerRuntimeEndpoint": format!("unix://{}", l.containerd_socket().to_string_lossy()),
+        "authentication": {
+            "anonymous": {"enabled": false},
+            "webhook": {"enabled": true},
+            "x509": {"clientCAFile": ca},
+        },
+        "authorization": {"mode": "Webhook"},
+        "tlsCertFile": l.s("pki/serving.crt"),
+        "tlsPrivateKeyFile": l.s("pki/serving.key"),
+        "address": net.node_ip().to_string(),
+        "port": 10250,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": 10248,
+        "clusterDomain": "cluster.local",
+        "podLogsDir": l.s("pods-logs"),
+        "failSwapOn": false,
+        "resolvConf": "",
+        "makeIPTablesUtilChains": false,
+        "serializeImagePulls": false,
+        // A test machine's disk is shared with everything else: never evict or collect
+        // images on its account.
+        "evictionHard": {},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "registerNode": true,
+        // Only pods that ask for a real node land here; the rest of the dev cluster's pods
+        // keep going to kwok workers and the devnode.
+        "registerWithTaints": [{"key": NODE_LABEL.0, "value": NODE_LABEL.1, "effect": "NoSchedule"}],
+        "nodeLabels": {},
+    });
+    serde_yaml::to_string(&doc).expect("a JSON value always serializes to YAML")
+}
+
+/// The node's supervisor, run as the init of its own pid namespace in its own mount
+/// namespace and in the node's network namespace. It starts containerd and, once containerd
+/// answers, the kubelet; it exits (taking every node process with it) when either exits or
+/// on SIGTERM.
+pub fn run_script(l: &Layout, net: &NodeNet) -> String {
+    let cgroup_root = net.cgroup_root();
+    format!(
+        r#"#!/bin/bash
+# Written by vcp-dev (tests/dev/src/node.rs); runs in the node's namespaces.
+set -euo pipefail
+export PATH="{bin}:/usr/sbin:/usr/bin:/sbin:/bin"
+log() {{ printf '[node] %s\n' "$*"; }}
+trap 'log "stopping"; kill -TERM $(jobs -p) 2>/dev/null; wait; exit 0' TERM INT
+# Paths the kubelet hard-codes, private to this mount namespace.
+mount --bind "{hostdirs}/var-lib-kubelet" /var/lib/kubelet
+mount --bind "{hostdirs}/var-log-containers" /var/log/containers
+mount -t tmpfs tmpfs /run/containerd
+sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+for h in /sys/fs/cgroup/*/; do
+  case $h in */unified/) continue ;; esac
+  mkdir -p "${{h}}{cgroup_root}"
+done
+containerd --config "{dir}/containerd.toml" >>"{dir}/logs/containerd.log" 2>&1 &
+for _ in $(seq 100); do [[ -S "{socket}" ]] && break; sleep 0.1; done
+[[ -S "{socket}" ]] || {{ log "containerd did not start; see {dir}/logs/containerd.log"; exit 1; }}
+kubelet --config "{dir}/kubelet.yaml" --kubeconfig "{dir}/kubelet.kubeconfig" \
+  --root-dir "{dir}/kubelet" --node-ip {node_ip} --hostname-override {name} \
+  --node-labels {label_key}={label_value} >>"{dir}/logs/kubelet.log" 2>&1 &
+log "containerd and kubelet started"
+set +e
+wait -n
+status=$?
+log "a node process exited ($status); stopping the node"
+kill -TERM $(jobs -p) 2>/dev/null
+wait
+exit $status
+"#,
+        bin = l.s("bin"),
+        hostdirs = l.s("hostdirs"),
+        dir = l.dir.to_string_lossy(),
+        socket = l.containerd_socket().to_string_lossy(),
+        node_ip = net.node_ip(),
+        name = NODE_NAME,
+        label_key = NODE_LABEL.0,
+        label_value = NODE_LABEL.1,
+    )
+}
+
+/// Directories the node bind-mounts over in its mount namespace; they must exist on the host
+/// (empty, and never written there).
+const MOUNT_POINTS: [&str; 3] = ["/var/lib/kubelet", "/var/log/containers", "/run/containerd"];
+
+/// Starts the node's supervisor: `unshare` (new mount and pid namespaces, the node process
+/// killed with it) entering the node's network namespace.
+pub fn spawn(l: &Layout, net: &NodeNet, mode: Supervision) -> Result<Spawned> {
+    for m in MOUNT_POINTS {
+        std::fs::create_dir_all(m).map_err(Error::io(m))?;
+    }
+    let unshare = which("unshare")?;
+    let spec = ProcSpec::new("node", unshare).args([
+        "--mount".to_owned(),
+        "--pid".to_owned(),
+        "--fork".to_owned(),
+        "--kill-child".to_owned(),
+        "--mount-proc".to_owned(),
+        "--".to_owned(),
+        "nsenter".to_owned(),
+        format!("--net=/run/netns/{}", net.netns()),
+        "--".to_owned(),
+        "/bin/bash".to_owned(),
+        l.s("run.sh"),
+    ]);
+    crate::process::spawn(&spec, mode, &l.path("logs/node.log"))
+}
+
+fn which(name: &str) -> Result<PathBuf> {
+    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::Node(format!("{name} is missing (Debian package util-linux)")))
+}
+
+/// Waits for containerd's socket, then imports every image of [`images::test_images`].
+/// Returns how many were imported.
+pub async fn import_images(l: &Layout, net: &NodeNet, node: &mut Spawned) -> Result<usize> {
+    let socket = l.containerd_socket();
+    let started = Instant::now();
+    while !socket.exists() {
+        node.check_running()?;
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err(Error::Timeout {
+                what: format!("containerd's socket {}", socket.display()),
+                secs: 60,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let imgs = images::test_images()?;
+    let dir = l.path("images");
+    std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+    for img in &imgs {
+        let file = dir.join(format!("{}.tar", img.reference.replace(['/', ':'], "_")));
+        let bytes = img.archive()?;
+        std::fs::write(&file, bytes).map_err(Error::io(&file))?;
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", net.netns()))
+            .arg("--")
+            .arg(l.path("bin/ctr"))
+            .args(["--address"])
+            .arg(&socket)
+            .args(["-n", "k8s.io", "images", "import"])
+            .arg(&file)
+            .output()
+            .map_err(Error::io("nsenter"))?;
+        if !out.status.success() {
+            return Err(Error::Image(format!(
+                "importing {} failed: {}",
+                img.reference,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    Ok(imgs.len())
+}
+
+/// Sweeps the node recorded in a state dir, if any.
+pub fn sweep(node_dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(node_dir.join(NETWORK_FILE)) else {
+        return;
+    };
+    let index = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| u8::try_from(v["index"].as_u64()?).ok());
+    if let Some(index) = index {
+        NodeNet { index }.sweep();
+        let _ = std::fs::remove_file(node_dir.join(NETWORK_FILE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Layout {
+        Layout {
+            dir: PathBuf::from("/state/node"),
+        }
+    }
+
+    #[test]
+    fn node_names_fit_linux_limits_and_addresses_do_not_overlap() {
+        for index in 0..MAX_NODES {
+            let n = NodeNet { index };
+            assert!(n.veth_host().len() <= 15 && n.veth_node().len() <= 15);
+            assert_ne!(n.host_ip(), n.node_ip());
+            // The link's /30 holds both ends.
+            assert_eq!(n.host_ip().octets()[..3], n.node_ip().octets()[..3]);
+        }
+        let (a, b) = (NodeNet { index: 1 }, NodeNet { index: 2 });
+        assert_ne!(a.pod_cidr(), b.pod_cidr());
+        assert_ne!(a.cgroup_root(), b.cgroup_root());
+    }
+
+    #[test]
+    fn configurations_name_the_node_paths_and_addresses() {
+        let (l, n) = (layout(), NodeNet { index: 7 });
+        let ca = Path::new("/state/pki/ca.crt");
+        let kubelet: serde_json::Value = serde_yaml::from_str(&kubelet_config(&l, &n, ca)).unwrap();
+        assert_eq!(kubelet["cgroupDriver"], "cgroupfs");
+        assert_eq!(kubelet["failCgroupV1"], false);
+        assert_eq!(kubelet["cgroupRoot"], "/vcp-node-7");
+        assert_eq!(kubelet["address"], "10.243.7.2");
+        assert_eq!(kubelet["authentication"]["anonymous"]["enabled"], false);
+        assert_eq!(
+            kubelet["containerRuntimeEndpoint"],
+            "unix:///state/node/run/containerd.sock"
+        );
+        let kc =
+            kube::config::Kubeconfig::from_yaml(&kubelet_kubeconfig(&l, &n, 6443, ca)).unwrap();
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://10.243.7.1:6443"));
+        assert_eq!(cluster.tls_server_name.as_deref(), Some("localhost"));
+        let cni: serde_json::Value = serde_json::from_str(&cni_config(&l, &n)).unwrap();
+        assert_eq!(
+            cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.246.7.0/24"
+        );
+        assert_eq!(cni["plugins"][0]["ipMasq"], false);
+        let ctd = containerd_config(&l);
+        assert!(ctd.contains("restrict_oom_score_adj = true"));
+        // Pod network namespaces are pinned in the node's state, not in the host's /run/netns.
+        assert!(ctd.contains("netns_mounts_under_state_dir = true"));
+        assert!(ctd.contains(images::PAUSE_IMAGE));
+        assert!(ctd.contains("SystemdCgroup = false"));
+        let run = run_script(&l, &n);
+        assert!(run.contains("--node-ip 10.243.7.2") && run.contains("vcp-node-7"));
+        for m in MOUNT_POINTS {
+            assert!(run.contains(m), "run.sh mounts over {m}");
+        }
+    }
+}
