@@ -17,6 +17,7 @@ const METRICS_SERVER_GOMOD: &str = include_str!("../../kube-bin/metrics-server/g
 const CONTAINERD_GOMOD: &str = include_str!("../../kube-bin/containerd/go.mod");
 const CNI_PLUGINS_GOMOD: &str = include_str!("../../kube-bin/cni-plugins/go.mod");
 const CRI_TOOLS_GOMOD: &str = include_str!("../../kube-bin/cri-tools/go.mod");
+const NETPOL_GOMOD: &str = include_str!("../../kube-bin/kube-network-policies/go.mod");
 
 /// The version a go.mod requires of `module` (a `require` line, single or in a block).
 pub fn required_version<'a>(gomod: &'a str, module: &str) -> Option<&'a str> {
@@ -75,6 +76,7 @@ pub fn tool_version(component: &str) -> Option<&'static str> {
             pinned(CNI_PLUGINS_GOMOD, "github.com/containernetworking/plugins")
         }
         "crictl" => pinned(CRI_TOOLS_GOMOD, "sigs.k8s.io/cri-tools"),
+        "kube-network-policies" => pinned(NETPOL_GOMOD, "sigs.k8s.io/kube-network-policies"),
         _ => return None,
     })
 }

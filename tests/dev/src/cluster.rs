@@ -15,6 +15,7 @@ use crate::process::{self, ProcSpec, Spawned, Supervision};
 use crate::provisioner::{self, Provisioner};
 use crate::{Error, Result, bins, kubeconfig, postgres};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
@@ -825,10 +826,11 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         let mut kwok = process::spawn(&kwok, mode, &l.log("kwok"))?;
         let mut metrics_server = process::spawn(&metrics_server, mode, &l.log("metrics-server"))?;
         let devnode = process::spawn(&devnode, mode, &l.log("devnode"))?;
-        let real_node = if opts.real_node {
-            Some(start_real_node(&dir, api_port, mode).await?)
+        let (real_node, real_node_host_ip) = if opts.real_node {
+            let (proc, net) = start_real_node(&dir, api_port, mode).await?;
+            (Some(proc), Some(net.host_ip()))
         } else {
-            None
+            (None, None)
         };
 
         let client = client_from(&admin_kc).await?;
@@ -875,6 +877,14 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         }
         if let Some(p) = provisioner.1 {
             procs.push((p, None, None));
+        }
+        if let Some(host_ip) = real_node_host_ip {
+            apply_kubernetes_endpoints(&client, host_ip, api_port).await?;
+            apply_json(
+                &client,
+                &crate::node::network_policy_objects(&crate::images::network_policy_image()),
+            )
+            .await?;
         }
         wait_nodes_ready(&client, opts.workers, opts.real_node, &mut procs).await?;
         let nodes_ready = t0.elapsed();
@@ -950,7 +960,11 @@ async fn boot(opts: Options) -> Result<DevCluster> {
 
 /// Claims a node network, writes the node's files, starts it and imports its images; on
 /// failure, removes the network again.
-async fn start_real_node(dir: &Path, api_port: u16, mode: Supervision) -> Result<Spawned> {
+async fn start_real_node(
+    dir: &Path,
+    api_port: u16,
+    mode: Supervision,
+) -> Result<(Spawned, crate::node::NodeNet)> {
     let net = crate::node::NodeNet::claim()?;
     let layout = crate::node::Layout {
         dir: dir.join(crate::node::DIR),
@@ -964,13 +978,76 @@ async fn start_real_node(dir: &Path, api_port: u16, mode: Supervision) -> Result
             node = crate::node::NODE_NAME,
             "real node started"
         );
-        Ok::<_, Error>(proc)
+        Ok::<_, Error>((proc, net))
     }
     .await;
     if started.is_err() {
         net.sweep();
     }
     started
+}
+
+/// Server-side applies each object (`apiVersion`, `kind`, `metadata.name` and, when
+/// namespaced, `metadata.namespace` set), discovering its resource.
+async fn apply_json(client: &Client, objects: &[serde_json::Value]) -> Result<()> {
+    let discovery = kube::Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(Error::kube("discover the API"))?;
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    for obj in objects {
+        let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+            api_version: obj["apiVersion"].as_str().unwrap_or_default().to_owned(),
+            kind: obj["kind"].as_str().unwrap_or_default().to_owned(),
+        })
+        .map_err(|e| Error::Node(format!("object without a type: {e}")))?;
+        let (ar, _) = discovery
+            .resolve_gvk(&gvk)
+            .ok_or_else(|| Error::Node(format!("the API serves no {gvk:?}")))?;
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let api: Api<kube::api::DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(name, &pp, &Patch::Apply(obj))
+            .await
+            .map_err(Error::kube(format!("apply {} {name}", gvk.kind)))?;
+    }
+    Ok(())
+}
+
+/// The `kubernetes` Service's endpoints for the real node's pods, which reach the apiserver
+/// through kube-proxy: the host's end of the node's link. The apiserver does not publish them
+/// itself (`--endpoint-reconciler-type=none`: it advertises an address nothing dials).
+async fn apply_kubernetes_endpoints(
+    client: &Client,
+    host_ip: std::net::Ipv4Addr,
+    api_port: u16,
+) -> Result<()> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let slice = serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes-vcp-dev",
+            "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "vcp-dev",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [host_ip.to_string()], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": api_port, "protocol": "TCP"}],
+    });
+    slices
+        .patch(
+            "kubernetes-vcp-dev",
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&slice),
+        )
+        .await
+        .map_err(Error::kube("apply the kubernetes Service's endpoints"))?;
+    Ok(())
 }
 
 /// The `vcp-devnode` binary: `$VCP_DEVNODE_BIN`, else next to this executable (or one level up,

@@ -231,6 +231,39 @@ pub fn test_images() -> Result<Vec<Image>> {
     Ok(vec![pause(&pause_bin), busybox(&busybox_bin, &applets)])
 }
 
+/// An image of one static binary from the binary cache, its entrypoint (`/<name>`).
+pub fn static_binary(reference: &str, name: &str, bin: &[u8]) -> Image {
+    Image {
+        reference: reference.to_owned(),
+        entrypoint: vec![format!("/{name}")],
+        cmd: Vec::new(),
+        env: Vec::new(),
+        entries: vec![Entry::file(name, 0o755, bin.to_vec())],
+    }
+}
+
+/// The NetworkPolicy enforcer's image, named by its pinned version.
+pub fn network_policy_image() -> String {
+    format!(
+        "vcp.dev/kube-network-policies:{}",
+        bins::tool_version("kube-network-policies").unwrap_or("unknown")
+    )
+}
+
+/// Every image the real node gets at start: [`test_images`] and the node's own
+/// NetworkPolicy enforcer.
+pub fn node_images() -> Result<Vec<Image>> {
+    let mut imgs = test_images()?;
+    let path = bins::tool("kube-network-policies")?;
+    let bin = std::fs::read(&path).map_err(Error::io(&path))?;
+    imgs.push(static_binary(
+        &network_policy_image(),
+        "kube-network-policies",
+        &bin,
+    ));
+    Ok(imgs)
+}
+
 /// `pause-<tag>` in the binary cache, the tag taken from [`PAUSE_IMAGE`].
 pub fn pause_binary() -> Result<PathBuf> {
     let tag = PAUSE_IMAGE.rsplit(':').next().unwrap_or_default();

@@ -251,19 +251,31 @@ impl Layout {
             now,
             pki::LEAF_VALIDITY,
         )?;
+        let proxy = ca.issue(
+            &LeafSpec::client(KUBE_PROXY_USER, &[]),
+            now,
+            pki::LEAF_VALIDITY,
+        )?;
         let ca_path = pki_dir.join("ca.crt");
         crate::cluster::write_secret_file(&self.path("pki/client.crt"), &client.cert_pem)?;
         crate::cluster::write_secret_file(&self.path("pki/client.key"), &client.key_pem)?;
         crate::cluster::write_secret_file(&self.path("pki/serving.crt"), &serving.cert_pem)?;
         crate::cluster::write_secret_file(&self.path("pki/serving.key"), &serving.key_pem)?;
+        crate::cluster::write_secret_file(&self.path("pki/kube-proxy.crt"), &proxy.cert_pem)?;
+        crate::cluster::write_secret_file(&self.path("pki/kube-proxy.key"), &proxy.key_pem)?;
 
         let files = [
             ("containerd.toml", containerd_config(self)),
             ("cni/conf/10-vcp.conflist", cni_config(self, net)),
             (
                 "kubelet.kubeconfig",
-                kubelet_kubeconfig(self, net, api_port, &ca_path),
+                node_kubeconfig(self, net, api_port, &ca_path, "client"),
             ),
+            (
+                "kube-proxy.kubeconfig",
+                node_kubeconfig(self, net, api_port, &ca_path, "kube-proxy"),
+            ),
+            ("kube-proxy.yaml", kube_proxy_config(self, net)),
             ("kubelet.yaml", kubelet_config(self, net, &ca_path)),
             ("run.sh", run_script(self, net)),
         ];
@@ -278,6 +290,7 @@ impl Layout {
         };
         let k8s = bins::host_kubernetes_version();
         link(bins::binary("kubelet", k8s)?, "bin/kubelet")?;
+        link(bins::binary("kube-proxy", k8s)?, "bin/kube-proxy")?;
         for c in ["containerd", "containerd-shim-runc-v2", "ctr", "crictl"] {
             link(bins::tool(c)?, &format!("bin/{c}"))?;
         }
@@ -355,9 +368,10 @@ pub fn cni_config(l: &Layout, net: &NodeNet) -> String {
     .to_string()
 }
 
-/// The kubelet's kubeconfig: the apiserver at the host's end of the link, verified by the
-/// name its certificate carries (`localhost`), with the node's own client certificate.
-pub fn kubelet_kubeconfig(l: &Layout, net: &NodeNet, api_port: u16, ca: &Path) -> String {
+/// A node component's kubeconfig: the apiserver at the host's end of the link, verified by
+/// the name its certificate carries (`localhost`), with the client certificate
+/// `pki/<cert>.crt` (`client` is the kubelet's).
+pub fn node_kubeconfig(l: &Layout, net: &NodeNet, api_port: u16, ca: &Path, cert: &str) -> String {
     let doc = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
@@ -367,11 +381,40 @@ pub fn kubelet_kubeconfig(l: &Layout, net: &NodeNet, api_port: u16, ca: &Path) -
             "tls-server-name": "localhost",
         }}],
         "users": [{"name": "node", "user": {
-            "client-certificate": l.s("pki/client.crt"),
-            "client-key": l.s("pki/client.key"),
+            "client-certificate": l.s(&format!("pki/{cert}.crt")),
+            "client-key": l.s(&format!("pki/{cert}.key")),
         }}],
         "contexts": [{"name": "vcp-dev", "context": {"cluster": "vcp-dev", "user": "node"}}],
         "current-context": "vcp-dev",
+    });
+    serde_yaml::to_string(&doc).expect("a JSON value always serializes to YAML")
+}
+
+/// kube-proxy's identity: the user the apiserver's bootstrap policy binds to
+/// `system:node-proxier`.
+pub const KUBE_PROXY_USER: &str = "system:kube-proxy";
+
+/// kube-proxy's configuration: iptables mode (the `iptables` of Debian, on nf_tables) in the
+/// node's own network namespace. Every conntrack setting is zero, which leaves the kernel's
+/// alone: the table size is global to the machine, not the node's to change.
+pub fn kube_proxy_config(l: &Layout, net: &NodeNet) -> String {
+    let doc = serde_json::json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": l.s("kube-proxy.kubeconfig")},
+        "mode": "iptables",
+        "hostnameOverride": NODE_NAME,
+        "bindAddress": net.node_ip().to_string(),
+        "clusterCIDR": net.pod_cidr(),
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "nodePortAddresses": [format!("{}/32", net.node_ip())],
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
     });
     serde_yaml::to_string(&doc).expect("a JSON value always serializes to YAML")
 }
@@ -422,7 +465,7 @@ pub fn kubelet_config(l: &Layout, net: &NodeNet, ca: &Path) -> String {
 
 /// The node's supervisor, run as the init of its own pid namespace in its own mount
 /// namespace and in the node's network namespace. It starts containerd and, once containerd
-/// answers, the kubelet; it exits (taking every node process with it) when either exits or
+/// answers, the kubelet and kube-proxy; it exits (taking every node process with it) when either exits or
 /// on SIGTERM.
 pub fn run_script(l: &Layout, net: &NodeNet) -> String {
     let cgroup_root = net.cgroup_root();
@@ -438,6 +481,19 @@ mount --bind "{hostdirs}/var-lib-kubelet" /var/lib/kubelet
 mount --bind "{hostdirs}/var-log-containers" /var/log/containers
 mount -t tmpfs tmpfs /run/containerd
 sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+# The node's own processes (host-network pods) dial Service addresses, which kube-proxy
+# rewrites only after a route was found. A route through the loopback (from the node's
+# address) gives them one that goes nowhere if no rule matches: the node has no default
+# route, and these machines' kernels have no dummy links.
+ip route add {service_cidr} dev lo src {node_ip}
+# In the mangle table, which kube-proxy leaves alone, so these come before any of its accepts.
+# Pod traffic leaves the bridge only for the host's end of the link (the apiserver); the node
+# has no default route besides, so nothing a pod sends can leave the machine.
+iptables -w -t mangle -A FORWARD -i cni0 ! -o cni0 ! -d {host_ip} -j DROP
+# The first packet of every forwarded connection goes to kube-network-policies (queue
+# {queue}), which accepts or drops it by the cluster's NetworkPolicies. No --queue-bypass:
+# while it is not running, no new connection passes.
+iptables -w -t mangle -A FORWARD -m conntrack --ctstate NEW -j NFQUEUE --queue-num {queue}
 for h in /sys/fs/cgroup/*/; do
   case $h in */unified/) continue ;; esac
   mkdir -p "${{h}}{cgroup_root}"
@@ -448,7 +504,8 @@ for _ in $(seq 100); do [[ -S "{socket}" ]] && break; sleep 0.1; done
 kubelet --config "{dir}/kubelet.yaml" --kubeconfig "{dir}/kubelet.kubeconfig" \
   --root-dir "{dir}/kubelet" --node-ip {node_ip} --hostname-override {name} \
   --node-labels {label_key}={label_value} >>"{dir}/logs/kubelet.log" 2>&1 &
-log "containerd and kubelet started"
+kube-proxy --config "{dir}/kube-proxy.yaml" >>"{dir}/logs/kube-proxy.log" 2>&1 &
+log "containerd, kubelet and kube-proxy started"
 set +e
 wait -n
 status=$?
@@ -462,10 +519,85 @@ exit $status
         dir = l.dir.to_string_lossy(),
         socket = l.containerd_socket().to_string_lossy(),
         node_ip = net.node_ip(),
+        host_ip = net.host_ip(),
+        queue = NFQUEUE_ID,
+        service_cidr = crate::cluster::SERVICE_CIDR,
         name = NODE_NAME,
         label_key = NODE_LABEL.0,
         label_value = NODE_LABEL.1,
     )
+}
+
+/// The netfilter queue the node's first packets go to, and kube-network-policies reads.
+pub const NFQUEUE_ID: u16 = 100;
+/// Namespace and name of everything that runs kube-network-policies.
+const NETPOL_NAME: &str = "kube-network-policies";
+
+/// The NetworkPolicy enforcer of the real node, as its project deploys it (a privileged
+/// DaemonSet on the host network, here pinned to the real node): its ServiceAccount, RBAC
+/// and DaemonSet. Its own nftables rules need the kernel's `nft_queue`, which these machines
+/// lack; it logs that it cannot install them, and `run.sh` diverts the same first packets to
+/// its queue with iptables' `NFQUEUE` instead (docs/dev-cluster.md).
+pub fn network_policy_objects(image: &str) -> Vec<serde_json::Value> {
+    vec![
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": NETPOL_NAME, "namespace": "kube-system"},
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": NETPOL_NAME},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["list", "watch"]},
+            ],
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": NETPOL_NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NETPOL_NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": NETPOL_NAME, "namespace": "kube-system"}],
+        }),
+        serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": NETPOL_NAME, "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": {"app": NETPOL_NAME}},
+                "template": {
+                    "metadata": {"labels": {"app": NETPOL_NAME}},
+                    "spec": {
+                        "hostNetwork": true,
+                        "dnsPolicy": "Default",
+                        "serviceAccountName": NETPOL_NAME,
+                        "nodeSelector": {NODE_LABEL.0: NODE_LABEL.1},
+                        "tolerations": [{"key": NODE_LABEL.0, "operator": "Exists"}],
+                        "priorityClassName": "system-node-critical",
+                        "containers": [{
+                            "name": NETPOL_NAME,
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "args": [
+                                "--hostname-override=$(NODE_NAME)",
+                                format!("--nfqueue-id={NFQUEUE_ID}"),
+                                // Containers' addresses come from the API; the runtime's NRI
+                                // socket is not shared with it.
+                                "--disable-nri=true",
+                                // Kernel 6.12 and later carry the fix it works around.
+                                "--netfilter-bug-1766-fix=false",
+                                "--metrics-bind-address=127.0.0.1:9080",
+                            ],
+                            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                            "securityContext": {"privileged": true},
+                        }],
+                    },
+                },
+            },
+        }),
+    ]
 }
 
 /// Directories the node bind-mounts over in its mount namespace; they must exist on the host
@@ -503,7 +635,7 @@ fn which(name: &str) -> Result<PathBuf> {
         .ok_or_else(|| Error::Node(format!("{name} is missing (Debian package util-linux)")))
 }
 
-/// Waits for containerd's socket, then imports every image of [`images::test_images`].
+/// Waits for containerd's socket, then imports every image of [`images::node_images`].
 /// Returns how many were imported.
 pub async fn import_images(l: &Layout, net: &NodeNet, node: &mut Spawned) -> Result<usize> {
     let socket = l.containerd_socket();
@@ -518,7 +650,7 @@ pub async fn import_images(l: &Layout, net: &NodeNet, node: &mut Spawned) -> Res
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let imgs = images::test_images()?;
+    let imgs = images::node_images()?;
     let dir = l.path("images");
     std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
     for img in &imgs {
@@ -598,11 +730,14 @@ mod tests {
             kubelet["containerRuntimeEndpoint"],
             "unix:///state/node/run/containerd.sock"
         );
-        let kc =
-            kube::config::Kubeconfig::from_yaml(&kubelet_kubeconfig(&l, &n, 6443, ca)).unwrap();
+        let kc = kube::config::Kubeconfig::from_yaml(&node_kubeconfig(&l, &n, 6443, ca, "client"))
+            .unwrap();
         let cluster = kc.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("https://10.243.7.1:6443"));
         assert_eq!(cluster.tls_server_name.as_deref(), Some("localhost"));
+        let proxy: serde_json::Value = serde_yaml::from_str(&kube_proxy_config(&l, &n)).unwrap();
+        assert_eq!(proxy["clusterCIDR"], "10.246.7.0/24");
+        assert_eq!(proxy["conntrack"]["maxPerCore"], 0);
         let cni: serde_json::Value = serde_json::from_str(&cni_config(&l, &n)).unwrap();
         assert_eq!(
             cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
@@ -617,6 +752,13 @@ mod tests {
         assert!(ctd.contains("SystemdCgroup = false"));
         let run = run_script(&l, &n);
         assert!(run.contains("--node-ip 10.243.7.2") && run.contains("vcp-node-7"));
+        assert!(run.contains("--queue-num 100") && !run.contains("--queue-bypass"));
+        assert!(run.contains("! -d 10.243.7.1 -j DROP"));
+        let ds = &network_policy_objects("img:1")[3];
+        assert_eq!(
+            ds["spec"]["template"]["spec"]["containers"][0]["args"][1],
+            "--nfqueue-id=100"
+        );
         for m in MOUNT_POINTS {
             assert!(run.contains(m), "run.sh mounts over {m}");
         }

@@ -187,3 +187,223 @@ async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() ->
     assert!(left.is_empty(), "node processes left: {left:?}");
     Ok(())
 }
+
+/// `sh -c` in `pod`: one HTTP request to `target` with busybox's nc (its wget crashes in the
+/// static build). Whether the answer came back.
+fn fetch(cluster: &DevCluster, ns: &str, pod: &str, target: &str) -> bool {
+    let (host, port) = target.rsplit_once(':').expect("host:port");
+    let kc = cluster.kubeconfig_path().to_owned();
+    let (_, out, _) = kubectl_with(
+        cluster,
+        &kc,
+        &[
+            "-n",
+            ns,
+            "exec",
+            pod,
+            "--",
+            "sh",
+            "-c",
+            &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 5 nc -w 2 {host} {port}"),
+        ],
+    );
+    out.contains("200 OK")
+}
+
+/// Counts the TCP connections accepted on `addr`, answering each with an empty 200. A thread
+/// of its own: the test's runtime is blocked while `kubectl exec` runs.
+fn listener(
+    addr: std::net::IpAddr,
+) -> anyhow::Result<(u16, std::sync::Arc<std::sync::atomic::AtomicUsize>)> {
+    let l = std::net::TcpListener::bind((addr, 0))?;
+    let port = l.local_addr()?.port();
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = n.clone();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = std::io::Write::write_all(&mut s, b"HTTP/1.0 200 OK\r\n\r\n");
+        }
+    });
+    Ok((port, n))
+}
+
+#[tokio::test]
+async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_node()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = DevCluster::start_with(Options {
+        state_dir: dir.path().to_owned(),
+        workers: 1,
+        supervision: Supervision::Attached,
+        real_node: true,
+    })
+    .await?;
+    let client = cluster.client();
+    namespace(&client, "np").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "np");
+    let spec = |name: &str, labels: serde_json::Value, command: &str| -> anyhow::Result<Pod> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "nodeSelector": {node::NODE_LABEL.0: node::NODE_LABEL.1},
+                "tolerations": [{"key": node::NODE_LABEL.0, "operator": "Exists"}],
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": images::BUSYBOX_IMAGE, "command": ["sh", "-c", command]}],
+            },
+        }))?)
+    };
+    let serve = "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www";
+    for (name, labels, cmd) in [
+        ("server", serde_json::json!({"app": "server"}), serve),
+        (
+            "friend",
+            serde_json::json!({"role": "friend"}),
+            "exec sleep 3600",
+        ),
+        ("stranger", serde_json::json!({}), "exec sleep 3600"),
+    ] {
+        pods.create(&PostParams::default(), &spec(name, labels, cmd)?)
+            .await?;
+    }
+    let mut server_ip = String::new();
+    for name in ["server", "friend", "stranger"] {
+        let p = eventually(
+            &format!("pod {name} running"),
+            Duration::from_secs(90),
+            || async { Ok(pods.get(name).await.ok().filter(vcp_dev::testing::running)) },
+        )
+        .await?;
+        if name == "server" {
+            server_ip = p.status.and_then(|s| s.pod_ip).expect("pod IP");
+        }
+    }
+    let server = format!("{server_ip}:8080");
+    let host_get = |url: String| async move {
+        reqwest::Client::new()
+            .get(url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .is_ok()
+    };
+    // No policy selects the server: everyone reaches it.
+    eventually("the server answering", Duration::from_secs(30), || async {
+        Ok(fetch(&cluster, "np", "friend", &server).then_some(()))
+    })
+    .await?;
+    assert!(fetch(&cluster, "np", "stranger", &server));
+    assert!(host_get(format!("http://{server}/")).await);
+
+    let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        Api::namespaced(client.clone(), "np");
+    policies
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "only-friends"},
+                "spec": {
+                    "podSelector": {"matchLabels": {"app": "server"}},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "friend"}}}]}],
+                },
+            }))?,
+        )
+        .await?;
+    eventually("the stranger refused", Duration::from_secs(30), || async {
+        Ok((!fetch(&cluster, "np", "stranger", &server)).then_some(()))
+    })
+    .await?;
+    assert!(
+        fetch(&cluster, "np", "friend", &server),
+        "the friend still gets in"
+    );
+    assert!(
+        !host_get(format!("http://{server}/")).await,
+        "nor does the host"
+    );
+
+    // Egress: the friend may now talk to nobody.
+    policies
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "friend-silent"},
+                "spec": {"podSelector": {"matchLabels": {"role": "friend"}}, "policyTypes": ["Egress"]},
+            }))?,
+        )
+        .await?;
+    eventually(
+        "the friend's egress refused",
+        Duration::from_secs(30),
+        || async { Ok((!fetch(&cluster, "np", "friend", &server)).then_some(())) },
+    )
+    .await?;
+
+    // Pod traffic leaves the bridge only for the host's end of the node's link. Give the node
+    // a route to another address of this machine (the devnode's bridge: local, so even a
+    // packet that got through would never leave the machine) and count what arrives.
+    let index = |file: &str| -> anyhow::Result<u8> {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(file))?)?;
+        Ok(v["index"].as_u64().expect("index").try_into()?)
+    };
+    let net = node::NodeNet {
+        index: index("node/network.json")?,
+    };
+    let elsewhere: std::net::IpAddr = [10, 245, index("devnode/network.json")?, 1].into();
+    let (far_port, far_seen) = listener(elsewhere)?;
+    let (near_port, near_seen) = listener(net.host_ip().into())?;
+    let ip_netns = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &net.netns()])
+            .args(args)
+            .output()
+            .expect("ip netns exec runs")
+    };
+    let added = ip_netns(&[
+        "ip",
+        "route",
+        "add",
+        &format!("{elsewhere}/32"),
+        "via",
+        &net.host_ip().to_string(),
+    ]);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    assert!(
+        fetch(
+            &cluster,
+            "np",
+            "stranger",
+            &format!("{}:{near_port}", net.host_ip())
+        ),
+        "the host's end of the link is reachable"
+    );
+    assert_eq!(near_seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(!fetch(
+        &cluster,
+        "np",
+        "stranger",
+        &format!("{elsewhere}:{far_port}")
+    ));
+    assert_eq!(
+        far_seen.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing arrived elsewhere"
+    );
+    let rules = ip_netns(&[
+        "iptables", "-w", "-t", "mangle", "-L", "FORWARD", "-v", "-x", "-n",
+    ]);
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    let dropped: u64 = rules
+        .lines()
+        .find(|l| l.contains("DROP"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(dropped > 0, "the node's rule dropped them:\n{rules}");
+    Ok(())
+}
