@@ -64,7 +64,7 @@ pub fn host_kubernetes_version() -> &'static str {
 /// `metrics-server`, and the real node's containerd, CNI plugins and crictl).
 pub fn tool_version(component: &str) -> Option<&'static str> {
     Some(match component {
-        "etcd" => pinned(ETCD_GOMOD, "go.etcd.io/etcd/server/v3"),
+        "etcd" | "etcdctl" | "etcdutl" => pinned(ETCD_GOMOD, "go.etcd.io/etcd/server/v3"),
         "kwok" => pinned(KWOK_GOMOD, "sigs.k8s.io/kwok"),
         "coredns" => pinned(COREDNS_GOMOD, "github.com/coredns/coredns"),
         "helm" => pinned(HELM_GOMOD, "helm.sh/helm/v4"),

@@ -222,6 +222,13 @@ impl DevCluster {
         process::postmortem(&self.procs, 8)
     }
 
+    /// Imports images into the real node's containerd; an error if the cluster has none.
+    pub fn import_node_images(&self, imgs: &[crate::images::Image]) -> Result<()> {
+        let (layout, net) = crate::node::recorded(&self.state_dir.join(crate::node::DIR))
+            .ok_or_else(|| Error::Node("this dev cluster has no real node (--real-node)".into()))?;
+        crate::node::import(&layout, &net, imgs)
+    }
+
     /// Stops everything this handle owns (attached mode). Safe to call twice.
     pub fn stop(&mut self) {
         if let Some(p) = self.provisioner.take() {

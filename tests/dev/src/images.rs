@@ -46,6 +46,9 @@ pub enum Entry {
 pub struct Image {
     /// The name pods use, `registry/repository:tag`.
     pub reference: String,
+    /// More names for the same image (vcp's images go by their dev name and their release
+    /// name).
+    pub also: Vec<String>,
     pub entrypoint: Vec<String>,
     pub cmd: Vec<String>,
     pub env: Vec<String>,
@@ -73,7 +76,7 @@ impl Image {
         let layer_name = format!("{layer_digest}/layer.tar");
         let manifest = serde_json::json!([{
             "Config": config_name,
-            "RepoTags": [self.reference],
+            "RepoTags": std::iter::once(&self.reference).chain(&self.also).collect::<Vec<_>>(),
             "Layers": [layer_name],
         }]);
         let manifest = serde_json::to_vec(&manifest).map_err(|e| Error::Image(e.to_string()))?;
@@ -165,6 +168,7 @@ fn append(b: &mut tar::Builder<Vec<u8>>, e: &Entry) -> Result<()> {
 pub fn pause(pause_bin: &[u8]) -> Image {
     Image {
         reference: PAUSE_IMAGE.to_owned(),
+        also: Vec::new(),
         entrypoint: vec!["/pause".to_owned()],
         cmd: Vec::new(),
         env: Vec::new(),
@@ -205,6 +209,7 @@ pub fn busybox(busybox_bin: &[u8], applets: &[&str]) -> Image {
     );
     Image {
         reference: BUSYBOX_IMAGE.to_owned(),
+        also: Vec::new(),
         entrypoint: Vec::new(),
         cmd: vec!["sh".to_owned()],
         env: vec!["PATH=/bin".to_owned()],
@@ -235,6 +240,7 @@ pub fn test_images() -> Result<Vec<Image>> {
 pub fn static_binary(reference: &str, name: &str, bin: &[u8]) -> Image {
     Image {
         reference: reference.to_owned(),
+        also: Vec::new(),
         entrypoint: vec![format!("/{name}")],
         cmd: Vec::new(),
         env: Vec::new(),
@@ -263,6 +269,224 @@ pub fn node_images() -> Result<Vec<Image>> {
     ));
     Ok(imgs)
 }
+
+/// The shared libraries `ldd` lists for a binary, the loader included (pure: its output in).
+/// An empty list for a static binary.
+pub fn ldd_libraries(ldd_output: &str) -> Vec<PathBuf> {
+    ldd_output
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+            let path = match l.split_once("=>") {
+                Some((_, rest)) => rest.trim(),
+                None => l,
+            };
+            let path = path.split(" (").next()?.trim();
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// The image users of distroless images: root and `nonroot` (65532), which vcp's templates
+/// run as.
+fn base_entries() -> Vec<Entry> {
+    vec![
+        Entry::dir("etc", 0o755),
+        Entry::file(
+            "etc/passwd",
+            0o644,
+            b"root:x:0:0:root:/root:/sbin/nologin
+nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
+"
+            .to_vec(),
+        ),
+        Entry::file(
+            "etc/group",
+            0o644,
+            b"root:x:0:
+nonroot:x:65532:
+"
+            .to_vec(),
+        ),
+        Entry::dir("tmp", 0o1777),
+        Entry::dir("home", 0o755),
+        Entry::dir("home/nonroot", 0o700),
+    ]
+}
+
+/// Adds `path` (absolute) with its parent directories, once each.
+fn add_file(entries: &mut Vec<Entry>, path: &Path, mode: u32, data: Vec<u8>) {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let mut dir = PathBuf::new();
+    if let Some(parent) = rel.parent() {
+        for c in parent.components() {
+            dir.push(c);
+            let d = dir.to_string_lossy().into_owned();
+            if !entries
+                .iter()
+                .any(|e| matches!(e, Entry::Dir { path, .. } if *path == d))
+            {
+                entries.push(Entry::dir(&d, 0o755));
+            }
+        }
+    }
+    entries.push(Entry::file(&rel.to_string_lossy(), mode, data));
+}
+
+/// An image of executables from this machine in `/usr/local/bin` (on `PATH`), with the
+/// shared libraries they load at the paths `ldd` names and distroless's users. Debug
+/// information is stripped on the way in (the workspace's debug builds are mostly that).
+pub fn from_binaries(
+    reference: &str,
+    binaries: &[(&str, PathBuf)],
+    entrypoint: Vec<String>,
+    cmd: Vec<String>,
+) -> Result<Image> {
+    let mut entries = base_entries();
+    let mut libs: Vec<PathBuf> = Vec::new();
+    for (name, host) in binaries {
+        let out = std::process::Command::new("ldd")
+            .arg(host)
+            .output()
+            .map_err(Error::io("ldd"))?;
+        for l in ldd_libraries(&String::from_utf8_lossy(&out.stdout)) {
+            if !libs.contains(&l) {
+                libs.push(l);
+            }
+        }
+        add_file(
+            &mut entries,
+            &Path::new("/usr/local/bin").join(name),
+            0o755,
+            stripped(host)?,
+        );
+    }
+    for l in &libs {
+        let data = std::fs::read(l).map_err(Error::io(l))?;
+        add_file(&mut entries, l, 0o755, data);
+    }
+    // TLS clients that fall back on the system's roots find them where distroless has them.
+    let roots = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if let Ok(data) = std::fs::read(roots) {
+        add_file(&mut entries, roots, 0o644, data);
+    }
+    Ok(Image {
+        reference: reference.to_owned(),
+        also: Vec::new(),
+        entrypoint,
+        cmd,
+        env: vec!["PATH=/usr/local/bin:/usr/bin:/bin".to_owned()],
+        entries,
+    })
+}
+
+/// The binary's bytes without debug information (`strip --strip-debug` into a temporary
+/// file); the binary itself when `strip` fails.
+fn stripped(path: &Path) -> Result<Vec<u8>> {
+    let tmp = tempfile::NamedTempFile::new().map_err(Error::io(std::env::temp_dir()))?;
+    let ok = std::process::Command::new("strip")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(tmp.path())
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    let from = if ok { tmp.path() } else { path };
+    std::fs::read(from).map_err(Error::io(from))
+}
+
+/// The catalog's control-plane images (`templates/versions.yaml`) for every minor whose
+/// binaries are built, as the templates run them: the component's binary on `PATH` (etcd's
+/// image also holds etcdctl and etcdutl, as the real one does). Returns the images and the
+/// references it skipped (a minor not built here).
+pub fn control_plane_images(catalog_yaml: &str) -> Result<(Vec<Image>, Vec<String>)> {
+    #[derive(serde::Deserialize)]
+    struct Catalog {
+        versions: Vec<Version>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Version {
+        kubernetes: String,
+        images: std::collections::BTreeMap<String, String>,
+    }
+    let catalog: Catalog = serde_yaml::from_str(catalog_yaml)
+        .map_err(|e| Error::Image(format!("versions catalog: {e}")))?;
+    let (mut out, mut skipped) = (Vec::new(), Vec::new());
+    let mut seen = std::collections::BTreeSet::new();
+    for v in &catalog.versions {
+        for (component, reference) in &v.images {
+            if !seen.insert(reference.clone()) {
+                continue;
+            }
+            let binaries: Vec<(&str, Result<PathBuf>)> = match component.as_str() {
+                "etcd" => ["etcd", "etcdctl", "etcdutl"]
+                    .into_iter()
+                    .map(|b| (b, bins::tool(b)))
+                    .collect(),
+                "coredns" => vec![("coredns", bins::tool("coredns"))],
+                c @ ("kube-apiserver" | "kube-controller-manager") => {
+                    vec![(c, bins::binary(c, &v.kubernetes))]
+                }
+                other => {
+                    return Err(Error::Image(format!(
+                        "versions catalog names an image for {other:?}, which the real node does not build"
+                    )));
+                }
+            };
+            if binaries.iter().any(|(_, b)| b.is_err()) {
+                skipped.push(reference.clone());
+                continue;
+            }
+            let binaries: Vec<(&str, PathBuf)> = binaries
+                .into_iter()
+                .filter_map(|(n, b)| Some((n, b.ok()?)))
+                .collect();
+            out.push(from_binaries(reference, &binaries, Vec::new(), Vec::new())?);
+        }
+    }
+    Ok((out, skipped))
+}
+
+/// vcp's own images, by the recipe of `orchestrator/Dockerfile` and `syncer/Dockerfile`: the
+/// binary at `/usr/local/bin`, the user 65532, the same entrypoint and command. The binary is
+/// the workspace's build next to `bin_dir` (a glibc build, so its libraries come along where
+/// the Dockerfiles' static musl build needs none). Named by the dev names the dev platform
+/// configures and by the release names the Dockerfiles give.
+pub fn vcp_images(bin_dir: &Path, release: &str) -> Result<Vec<Image>> {
+    let bin = |name: &str| {
+        let p = bin_dir.join(name);
+        if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Error::MissingBinary {
+                component: name.to_owned(),
+                version: "workspace".into(),
+                path: p,
+            })
+        }
+    };
+    let mut vcp = from_binaries(
+        VCP_DEV_IMAGE,
+        &[("vcp", bin("vcp")?)],
+        vec!["/usr/local/bin/vcp".to_owned()],
+        vec!["serve".to_owned()],
+    )?;
+    vcp.also = vec![format!("ghcr.io/vcp-dev/vcp:{release}")];
+    let mut syncer = from_binaries(
+        SYNCER_DEV_IMAGE,
+        &[("vcp-syncer", bin("vcp-syncer")?)],
+        vec!["/usr/local/bin/vcp-syncer".to_owned()],
+        Vec::new(),
+    )?;
+    syncer.also = vec![format!("ghcr.io/vcp-dev/vcp-syncer:{release}")];
+    Ok(vec![vcp, syncer])
+}
+
+/// The dev name of vcp's image (`crate::platform::DEV_TOOLS_IMAGE`).
+pub const VCP_DEV_IMAGE: &str = "vcp.dev/vcp:dev";
+/// The dev name of the syncer's image (`crate::platform::DEV_SYNCER_IMAGE`).
+pub const SYNCER_DEV_IMAGE: &str = "vcp.dev/vcp-syncer:dev";
 
 /// `pause-<tag>` in the binary cache, the tag taken from [`PAUSE_IMAGE`].
 pub fn pause_binary() -> Result<PathBuf> {
@@ -336,6 +560,41 @@ mod tests {
             .map(|(p, _, _)| p.as_str())
             .collect();
         assert_eq!(links, ["bin/ls", "bin/sh"]);
+    }
+
+    #[test]
+    fn ldd_output_gives_the_libraries_and_the_loader() {
+        let out = "\tlinux-vdso.so.1 (0x00007f80f2c51000)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f80f2a5e000)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f80f2c53000)\n";
+        assert_eq!(
+            ldd_libraries(out),
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
+        );
+        assert!(ldd_libraries("\tnot a dynamic executable\n").is_empty());
+        assert!(ldd_libraries("\tstatically linked\n").is_empty());
+    }
+
+    #[test]
+    fn files_come_with_their_directories_once() {
+        let mut e = Vec::new();
+        add_file(&mut e, Path::new("/usr/local/bin/a"), 0o755, vec![1]);
+        add_file(&mut e, Path::new("/usr/local/bin/b"), 0o755, vec![2]);
+        let dirs: Vec<&str> = e
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Dir { path, .. } => Some(path.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(dirs, ["usr", "usr/local", "usr/local/bin"]);
+    }
+
+    #[test]
+    fn dev_image_names_are_the_platforms() {
+        assert_eq!(VCP_DEV_IMAGE, crate::platform::DEV_TOOLS_IMAGE);
+        assert_eq!(SYNCER_DEV_IMAGE, crate::platform::DEV_SYNCER_IMAGE);
     }
 
     #[test]

@@ -651,9 +651,16 @@ pub async fn import_images(l: &Layout, net: &NodeNet, node: &mut Spawned) -> Res
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let imgs = images::node_images()?;
+    import(l, net, &imgs)?;
+    Ok(imgs.len())
+}
+
+/// Writes each image's archive under `<node>/images` and imports it into the node's
+/// containerd (namespace `k8s.io`, the kubelet's), replacing any image of the same name.
+pub fn import(l: &Layout, net: &NodeNet, imgs: &[images::Image]) -> Result<()> {
     let dir = l.path("images");
     std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
-    for img in &imgs {
+    for img in imgs {
         let file = dir.join(format!("{}.tar", img.reference.replace(['/', ':'], "_")));
         let bytes = img.archive()?;
         std::fs::write(&file, bytes).map_err(Error::io(&file))?;
@@ -662,11 +669,13 @@ pub async fn import_images(l: &Layout, net: &NodeNet, node: &mut Spawned) -> Res
             .arg("--")
             .arg(l.path("bin/ctr"))
             .args(["--address"])
-            .arg(&socket)
+            .arg(l.containerd_socket())
             .args(["-n", "k8s.io", "images", "import"])
             .arg(&file)
             .output()
             .map_err(Error::io("nsenter"))?;
+        // The archive is only the way in: containerd keeps its own copy.
+        let _ = std::fs::remove_file(&file);
         if !out.status.success() {
             return Err(Error::Image(format!(
                 "importing {} failed: {}",
@@ -675,19 +684,26 @@ pub async fn import_images(l: &Layout, net: &NodeNet, node: &mut Spawned) -> Res
             )));
         }
     }
-    Ok(imgs.len())
+    Ok(())
+}
+
+/// The node recorded in a state dir's node dir: its layout and network.
+pub fn recorded(node_dir: &Path) -> Option<(Layout, NodeNet)> {
+    let text = std::fs::read_to_string(node_dir.join(NETWORK_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let index = u8::try_from(v["index"].as_u64()?).ok()?;
+    Some((
+        Layout {
+            dir: node_dir.to_owned(),
+        },
+        NodeNet { index },
+    ))
 }
 
 /// Sweeps the node recorded in a state dir, if any.
 pub fn sweep(node_dir: &Path) {
-    let Ok(text) = std::fs::read_to_string(node_dir.join(NETWORK_FILE)) else {
-        return;
-    };
-    let index = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| u8::try_from(v["index"].as_u64()?).ok());
-    if let Some(index) = index {
-        NodeNet { index }.sweep();
+    if let Some((_, net)) = recorded(node_dir) {
+        net.sweep();
         let _ = std::fs::remove_file(node_dir.join(NETWORK_FILE));
     }
 }

@@ -407,3 +407,143 @@ async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_n
     assert!(dropped > 0, "the node's rule dropped them:\n{rules}");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = DevCluster::start_with(Options {
+        state_dir: dir.path().to_owned(),
+        workers: 1,
+        supervision: Supervision::Attached,
+        real_node: true,
+    })
+    .await?;
+    let t0 = std::time::Instant::now();
+    let (cp, skipped) =
+        images::control_plane_images(include_str!("../../../templates/versions.yaml"))?;
+    assert!(
+        skipped.is_empty(),
+        "every catalog minor is built here: {skipped:?}"
+    );
+    let bin_dir = vcp_dev::cluster::devnode_binary()?
+        .parent()
+        .expect("a directory")
+        .to_owned();
+    let ours = images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?;
+    cluster.import_node_images(&cp)?;
+    cluster.import_node_images(&ours)?;
+    println!(
+        "imported {} control-plane and {} vcp images in {:?}",
+        cp.len(),
+        ours.len(),
+        t0.elapsed()
+    );
+
+    let client = cluster.client();
+    namespace(&client, "imgs").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "imgs");
+    // What each image must hold: the templates' commands on PATH, or the Dockerfiles'
+    // entrypoint, as the user the templates run it as.
+    let k8s = vcp_dev::bins::host_kubernetes_version();
+    // (pod, image, command (empty: the entrypoint with --version), user, expected output)
+    type Case<'a> = (&'a str, String, Vec<&'a str>, Option<i64>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "etcd",
+            "registry.k8s.io/etcd:3.6.16-0".into(),
+            vec!["etcdctl", "version"],
+            None,
+            "etcdctl version: 3.6.16",
+        ),
+        (
+            "etcdutl",
+            "registry.k8s.io/etcd:3.6.16-0".into(),
+            vec!["etcdutl", "version"],
+            None,
+            "etcdutl version: 3.6.16",
+        ),
+        (
+            "apiserver",
+            format!("registry.k8s.io/kube-apiserver:{k8s}"),
+            vec!["kube-apiserver", "--version"],
+            Some(65532),
+            k8s,
+        ),
+        (
+            "kcm",
+            format!("registry.k8s.io/kube-controller-manager:{k8s}"),
+            vec!["kube-controller-manager", "--version"],
+            None,
+            k8s,
+        ),
+        (
+            "coredns",
+            "registry.k8s.io/coredns/coredns:v1.15.0".into(),
+            vec!["coredns", "-version"],
+            None,
+            "CoreDNS-1.15.0",
+        ),
+        (
+            "syncer",
+            images::SYNCER_DEV_IMAGE.into(),
+            vec![],
+            Some(65532),
+            "vcp-syncer",
+        ),
+        (
+            "vcp",
+            format!("ghcr.io/vcp-dev/vcp:{}", env!("CARGO_PKG_VERSION")),
+            vec![],
+            Some(65532),
+            "vcp",
+        ),
+    ];
+    for (name, image, command, user, _) in &cases {
+        let mut c = serde_json::json!({
+            "name": "c",
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "securityContext": {"readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false},
+        });
+        if command.is_empty() {
+            c["args"] = serde_json::json!(["--version"]);
+        } else {
+            c["command"] = serde_json::json!(command);
+        }
+        if let Some(uid) = user {
+            c["securityContext"]["runAsNonRoot"] = true.into();
+            c["securityContext"]["runAsUser"] = (*uid).into();
+            c["securityContext"]["runAsGroup"] = (*uid).into();
+        }
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "nodeSelector": {node::NODE_LABEL.0: node::NODE_LABEL.1},
+                "tolerations": [{"key": node::NODE_LABEL.0, "operator": "Exists"}],
+                "containers": [c],
+            },
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+    }
+    for (name, image, _, _, expect) in &cases {
+        let phase = eventually(
+            &format!("pod {name} to finish"),
+            Duration::from_secs(120),
+            || async {
+                let p = pods.get(name).await?;
+                Ok(p.status
+                    .and_then(|s| s.phase)
+                    .filter(|ph| ph == "Succeeded" || ph == "Failed"))
+            },
+        )
+        .await?;
+        let logs = pods.logs(name, &LogParams::default()).await?;
+        assert_eq!(phase, "Succeeded", "{name} ({image}): {logs}");
+        assert!(
+            logs.contains(expect),
+            "{name} ({image}) printed {logs:?}, not {expect:?}"
+        );
+    }
+    Ok(())
+}
