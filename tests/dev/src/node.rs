@@ -768,7 +768,8 @@ mod tests {
         assert!(ctd.contains("SystemdCgroup = false"));
         let run = run_script(&l, &n);
         assert!(run.contains("--node-ip 10.243.7.2") && run.contains("vcp-node-7"));
-        assert!(run.contains("--queue-num 100") && !run.contains("--queue-bypass"));
+        let queue = run.lines().find(|l| l.contains("-j NFQUEUE")).expect("the queue rule");
+        assert!(queue.contains("--queue-num 100") && !queue.contains("--queue-bypass"));
         assert!(run.contains("! -d 10.243.7.1 -j DROP"));
         let ds = &network_policy_objects("img:1")[3];
         assert_eq!(
