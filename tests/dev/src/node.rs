@@ -291,7 +291,7 @@ impl Layout {
         let k8s = bins::host_kubernetes_version();
         link(bins::binary("kubelet", k8s)?, "bin/kubelet")?;
         link(bins::binary("kube-proxy", k8s)?, "bin/kube-proxy")?;
-        for c in ["containerd", "containerd-shim-runc-v2", "ctr", "crictl"] {
+        for c in ["containerd", "containerd-shim-runc-v2", "ctr"] {
             link(bins::tool(c)?, &format!("bin/{c}"))?;
         }
         for p in ["bridge", "host-local", "loopback", "portmap"] {
