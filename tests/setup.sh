@@ -28,6 +28,8 @@ command -v script >/dev/null || missing+=(bsdutils)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v nft >/dev/null || missing+=(nftables)
 [[ -x /bin/busybox ]] || missing+=(busybox-static)
+# socat: the real node reaches the apiserver (on the host's loopback) through it.
+command -v socat >/dev/null || missing+=(socat)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3 python3-venv)
 if ((${#missing[@]})); then
   sudo=""

@@ -657,14 +657,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         let api_url = format!("https://127.0.0.1:{api_port}");
         let apiserver = ProcSpec::new("kube-apiserver", &apiserver_bin).args([
             format!("--etcd-servers={etcd_url}"),
-            // The real node reaches the apiserver from its own network namespace, at the
-            // host's end of its link (an address that exists only once the node is wired).
-            if opts.real_node {
-                "--bind-address=0.0.0.0"
-            } else {
-                "--bind-address=127.0.0.1"
-            }
-            .to_owned(),
+            "--bind-address=127.0.0.1".to_owned(),
             format!("--secure-port={api_port}"),
             format!("--advertise-address={ADVERTISE_ADDRESS}"),
             "--endpoint-reconciler-type=none".to_owned(),
@@ -834,8 +827,8 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         let mut metrics_server = process::spawn(&metrics_server, mode, &l.log("metrics-server"))?;
         let devnode = process::spawn(&devnode, mode, &l.log("devnode"))?;
         let (real_node, real_node_host_ip) = if opts.real_node {
-            let (proc, net) = start_real_node(&dir, api_port, mode).await?;
-            (Some(proc), Some(net.host_ip()))
+            let (relay, proc, net) = start_real_node(&dir, api_port, mode).await?;
+            (Some([relay, proc]), Some(net.host_ip()))
         } else {
             (None, None)
         };
@@ -879,14 +872,14 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         procs.push((kwok, Some(kwok_port), Some(kwok_health)));
         procs.push((metrics_server, Some(metrics_port), Some(metrics_health)));
         procs.push((devnode, None, None));
-        if let Some(n) = real_node {
+        for n in real_node.into_iter().flatten() {
             procs.push((n, None, None));
         }
         if let Some(p) = provisioner.1 {
             procs.push((p, None, None));
         }
         if let Some(host_ip) = real_node_host_ip {
-            apply_kubernetes_endpoints(&client, host_ip, api_port).await?;
+            apply_kubernetes_endpoints(&client, host_ip, crate::node::API_PORT).await?;
             apply_json(
                 &client,
                 &crate::node::network_policy_objects(&crate::images::network_policy_image()),
@@ -971,13 +964,15 @@ async fn start_real_node(
     dir: &Path,
     api_port: u16,
     mode: Supervision,
-) -> Result<(Spawned, crate::node::NodeNet)> {
+) -> Result<(Spawned, Spawned, crate::node::NodeNet)> {
     let net = crate::node::NodeNet::claim()?;
     let layout = crate::node::Layout {
         dir: dir.join(crate::node::DIR),
     };
     let started = async {
-        layout.write(&net, &dir.join("pki"), api_port)?;
+        layout.write(&net, &dir.join("pki"))?;
+        let relay = crate::node::api_relay(&net, api_port)?;
+        let relay = process::spawn(&relay, mode, &layout.dir.join("logs/api-relay.log"))?;
         let mut proc = crate::node::spawn(&layout, &net, mode)?;
         let n = crate::node::import_images(&layout, &net, &mut proc).await?;
         tracing::info!(
@@ -985,7 +980,7 @@ async fn start_real_node(
             node = crate::node::NODE_NAME,
             "real node started"
         );
-        Ok::<_, Error>((proc, net))
+        Ok::<_, Error>((relay, proc, net))
     }
     .await;
     if started.is_err() {
@@ -1024,7 +1019,7 @@ async fn apply_json(client: &Client, objects: &[serde_json::Value]) -> Result<()
 }
 
 /// The `kubernetes` Service's endpoints for the real node's pods, which reach the apiserver
-/// through kube-proxy: the host's end of the node's link. The apiserver does not publish them
+/// through kube-proxy: the relay at the host's end of the node's link. The apiserver does not publish them
 /// itself (`--endpoint-reconciler-type=none`: it advertises an address nothing dials).
 async fn apply_kubernetes_endpoints(
     client: &Client,

@@ -204,7 +204,7 @@ impl Layout {
     /// Writes every file the node reads: certificates (issued by the cluster CA from
     /// `pki_dir`), kubeconfig, configurations, the CNI plugins' and node binaries' links and
     /// `run.sh`.
-    pub fn write(&self, net: &NodeNet, pki_dir: &Path, api_port: u16) -> Result<()> {
+    pub fn write(&self, net: &NodeNet, pki_dir: &Path) -> Result<()> {
         std::fs::create_dir_all(&self.dir).map_err(Error::io(&self.dir))?;
         // First, so `vcp-dev down` sweeps the network even if what follows fails.
         let rec = serde_json::json!({ "index": net.index });
@@ -269,11 +269,11 @@ impl Layout {
             ("cni/conf/10-vcp.conflist", cni_config(self, net)),
             (
                 "kubelet.kubeconfig",
-                node_kubeconfig(self, net, api_port, &ca_path, "client"),
+                node_kubeconfig(self, net, &ca_path, "client"),
             ),
             (
                 "kube-proxy.kubeconfig",
-                node_kubeconfig(self, net, api_port, &ca_path, "kube-proxy"),
+                node_kubeconfig(self, net, &ca_path, "kube-proxy"),
             ),
             ("kube-proxy.yaml", kube_proxy_config(self, net)),
             ("kubelet.yaml", kubelet_config(self, net, &ca_path)),
@@ -368,15 +368,16 @@ pub fn cni_config(l: &Layout, net: &NodeNet) -> String {
     .to_string()
 }
 
-/// A node component's kubeconfig: the apiserver at the host's end of the link, verified by
+/// A node component's kubeconfig: the apiserver at the host's end of the link (the relay,
+/// [`api_relay`]), verified by
 /// the name its certificate carries (`localhost`), with the client certificate
 /// `pki/<cert>.crt` (`client` is the kubelet's).
-pub fn node_kubeconfig(l: &Layout, net: &NodeNet, api_port: u16, ca: &Path, cert: &str) -> String {
+pub fn node_kubeconfig(l: &Layout, net: &NodeNet, ca: &Path, cert: &str) -> String {
     let doc = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "vcp-dev", "cluster": {
-            "server": format!("https://{}:{api_port}", net.host_ip()),
+            "server": format!("https://{}:{API_PORT}", net.host_ip()),
             "certificate-authority": ca,
             "tls-server-name": "localhost",
         }}],
@@ -526,6 +527,24 @@ exit $status
         label_key = NODE_LABEL.0,
         label_value = NODE_LABEL.1,
     )
+}
+
+/// The port the node dials the apiserver at, on the host's end of its link: a relay there
+/// passes connections to the apiserver on the loopback. The usual apiserver port, so
+/// NetworkPolicies that allow it by port mean the same here as on a real cluster.
+pub const API_PORT: u16 = 6443;
+
+/// The relay from the host's end of the node's link to the apiserver on the loopback
+/// (Debian's socat, one process per connection).
+pub fn api_relay(net: &NodeNet, api_port: u16) -> Result<ProcSpec> {
+    Ok(ProcSpec::new("node-api-relay", which("socat")?).args([
+        "-d".to_owned(),
+        format!(
+            "TCP-LISTEN:{API_PORT},bind={},fork,reuseaddr",
+            net.host_ip()
+        ),
+        format!("TCP:127.0.0.1:{api_port}"),
+    ]))
 }
 
 /// The netfilter queue the node's first packets go to, and kube-network-policies reads.
@@ -746,11 +765,19 @@ mod tests {
             kubelet["containerRuntimeEndpoint"],
             "unix:///state/node/run/containerd.sock"
         );
-        let kc = kube::config::Kubeconfig::from_yaml(&node_kubeconfig(&l, &n, 6443, ca, "client"))
-            .unwrap();
+        let kc =
+            kube::config::Kubeconfig::from_yaml(&node_kubeconfig(&l, &n, ca, "client")).unwrap();
         let cluster = kc.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("https://10.243.7.1:6443"));
         assert_eq!(cluster.tls_server_name.as_deref(), Some("localhost"));
+        let relay = api_relay(&n, 31000);
+        if let Ok(relay) = relay {
+            assert_eq!(
+                relay.args[1],
+                "TCP-LISTEN:6443,bind=10.243.7.1,fork,reuseaddr"
+            );
+            assert_eq!(relay.args[2], "TCP:127.0.0.1:31000");
+        }
         let proxy: serde_json::Value = serde_yaml::from_str(&kube_proxy_config(&l, &n)).unwrap();
         assert_eq!(proxy["clusterCIDR"], "10.246.7.0/24");
         assert_eq!(proxy["conntrack"]["maxPerCore"], 0);
@@ -768,7 +795,10 @@ mod tests {
         assert!(ctd.contains("SystemdCgroup = false"));
         let run = run_script(&l, &n);
         assert!(run.contains("--node-ip 10.243.7.2") && run.contains("vcp-node-7"));
-        let queue = run.lines().find(|l| l.contains("-j NFQUEUE")).expect("the queue rule");
+        let queue = run
+            .lines()
+            .find(|l| l.contains("-j NFQUEUE"))
+            .expect("the queue rule");
         assert!(queue.contains("--queue-num 100") && !queue.contains("--queue-bypass"));
         assert!(run.contains("! -d 10.243.7.1 -j DROP"));
         let ds = &network_policy_objects("img:1")[3];
