@@ -885,6 +885,11 @@ async fn boot(opts: Options) -> Result<DevCluster> {
                 &crate::node::network_policy_objects(&crate::images::network_policy_image()),
             )
             .await?;
+            apply_json(
+                &client,
+                &crate::node::dns_objects(&crate::images::coredns_image()),
+            )
+            .await?;
         }
         wait_nodes_ready(&client, opts.workers, opts.real_node, &mut procs).await?;
         let nodes_ready = t0.elapsed();

@@ -256,8 +256,17 @@ pub fn network_policy_image() -> String {
     )
 }
 
-/// Every image the real node gets at start: [`test_images`] and the node's own
-/// NetworkPolicy enforcer.
+/// CoreDNS's image by the catalog's name for the pinned version: the host cluster's DNS on
+/// the real node, and every tenant's.
+pub fn coredns_image() -> String {
+    format!(
+        "registry.k8s.io/coredns/coredns:{}",
+        bins::tool_version("coredns").unwrap_or("unknown")
+    )
+}
+
+/// Every image the real node gets at start: [`test_images`], the node's own NetworkPolicy
+/// enforcer and CoreDNS (the host cluster's DNS).
 pub fn node_images() -> Result<Vec<Image>> {
     let mut imgs = test_images()?;
     let path = bins::tool("kube-network-policies")?;
@@ -267,6 +276,12 @@ pub fn node_images() -> Result<Vec<Image>> {
         "kube-network-policies",
         &bin,
     ));
+    imgs.push(from_binaries(
+        &coredns_image(),
+        &[("coredns", bins::tool("coredns")?)],
+        Vec::new(),
+        Vec::new(),
+    )?);
     Ok(imgs)
 }
 

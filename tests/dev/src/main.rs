@@ -65,6 +65,13 @@ enum Command {
         #[arg(long, env = "VCP_DEV_PURGE")]
         purge: bool,
     },
+    /// Write the control-plane images of every catalog minor and vcp's own images (from the
+    /// workspace's build next to this binary) and import them into the real node of a dev
+    /// cluster started with `up --real-node`. Prints one line per image.
+    Images {
+        #[arg(long, env = "VCP_DEV_STATE_DIR")]
+        state_dir: PathBuf,
+    },
     /// Benchmarks; each prints one summary line.
     #[command(subcommand)]
     Bench(Bench),
@@ -323,6 +330,32 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 }
                 drop(platform);
                 drop(c);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Images { state_dir } => {
+            let node_dir = state_dir.join(vcp_dev::node::DIR);
+            let (layout, net) = vcp_dev::node::recorded(&node_dir).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} has no real node: start it with `vcp-dev up --real-node`",
+                    state_dir.display()
+                )
+            })?;
+            let (mut imgs, skipped) = vcp_dev::images::control_plane_images(include_str!(
+                "../../../templates/versions.yaml"
+            ))?;
+            let exe = std::env::current_exe()?;
+            let bin_dir = exe.parent().ok_or_else(|| anyhow::anyhow!("no bin dir"))?;
+            imgs.extend(vcp_dev::images::vcp_images(
+                bin_dir,
+                env!("CARGO_PKG_VERSION"),
+            )?);
+            for img in &imgs {
+                vcp_dev::node::import(&layout, &net, std::slice::from_ref(img))?;
+                println!("imported {}", img.reference);
+            }
+            for s in skipped {
+                println!("skipped  {s} (its binaries are not built)");
             }
             Ok(ExitCode::SUCCESS)
         }

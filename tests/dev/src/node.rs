@@ -445,6 +445,7 @@ pub fn kubelet_config(l: &Layout, net: &NodeNet, ca: &Path) -> String {
         "healthzBindAddress": "127.0.0.1",
         "healthzPort": 10248,
         "clusterDomain": "cluster.local",
+        "clusterDNS": [CLUSTER_DNS_IP],
         "podLogsDir": l.s("pods-logs"),
         "failSwapOn": false,
         "resolvConf": "",
@@ -614,6 +615,92 @@ pub fn network_policy_objects(image: &str) -> Vec<serde_json::Value> {
                         }],
                     },
                 },
+            },
+        }),
+    ]
+}
+
+/// The host cluster's DNS Service address (`kube-system/kube-dns`), the kubelet's
+/// `clusterDNS`: the tenth address of the Service CIDR, as kubeadm picks it.
+pub const CLUSTER_DNS_IP: &str = "10.96.0.10";
+const DNS_NAME: &str = "coredns";
+
+/// The host cluster's DNS, which a real node's pods resolve Service names with (a tenant's
+/// apiserver dials its etcd by name): CoreDNS on the real node, as kubeadm deploys it, with
+/// no `forward`, so names outside the cluster get no answer and no query leaves the machine.
+pub fn dns_objects(image: &str) -> Vec<serde_json::Value> {
+    let corefile = ".:53 {\n    errors\n    health 127.0.0.1:8080\n    ready :8181\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n    }\n    cache 30\n    loop\n}\n";
+    vec![
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": DNS_NAME, "namespace": "kube-system"},
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "vcp-dev:coredns"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+            ],
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "vcp-dev:coredns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vcp-dev:coredns"},
+            "subjects": [{"kind": "ServiceAccount", "name": DNS_NAME, "namespace": "kube-system"}],
+        }),
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": DNS_NAME, "namespace": "kube-system"},
+            "data": {"Corefile": corefile},
+        }),
+        serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": DNS_NAME, "namespace": "kube-system"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                "template": {
+                    "metadata": {"labels": {"k8s-app": "kube-dns"}},
+                    "spec": {
+                        "serviceAccountName": DNS_NAME,
+                        "dnsPolicy": "Default",
+                        "priorityClassName": "system-cluster-critical",
+                        "nodeSelector": {NODE_LABEL.0: NODE_LABEL.1},
+                        "tolerations": [{"key": NODE_LABEL.0, "operator": "Exists"}],
+                        "containers": [{
+                            "name": DNS_NAME,
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": ["coredns", "-conf", "/etc/coredns/Corefile"],
+                            "ports": [
+                                {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                                {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
+                            ],
+                            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181}, "periodSeconds": 2},
+                            "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": true}],
+                        }],
+                        "volumes": [{"name": "config", "configMap": {"name": DNS_NAME}}],
+                    },
+                },
+            },
+        }),
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}},
+            "spec": {
+                "clusterIP": CLUSTER_DNS_IP,
+                "selector": {"k8s-app": "kube-dns"},
+                "ports": [
+                    {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                    {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+                ],
             },
         }),
     ]

@@ -93,6 +93,17 @@ pub struct ServeOptions {
     pub extra_env: Vec<(String, String)>,
 }
 
+/// Plans of a dev cluster with a real node ([`crate::node`]): control planes and tenant
+/// workloads run there as containers.
+pub const REAL_NODE_PLANS: &str = r#"default:
+  node_selector: {vcp.dev/node: real}
+  tolerations: [{key: vcp.dev/node, operator: Equal, value: real, effect: NoSchedule}]
+  policy:
+    placement:
+      node_selector: {vcp.dev/node: real}
+      tolerations: [{key: vcp.dev/node, operator: Exists}]
+"#;
+
 /// Plans of the simulation: control-plane pods on the kwok workers.
 pub const SIMULATED_PLANS: &str = "default: {node_selector: {type: kwok}}\n";
 

@@ -547,3 +547,156 @@ async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> a
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_tenant_provisioned_by_vcp_runs_on_the_real_node_and_its_pods_reach_their_service()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = DevCluster::start_with(Options {
+        state_dir: dir.path().to_owned(),
+        workers: 1,
+        supervision: Supervision::Attached,
+        real_node: true,
+    })
+    .await?;
+    let (cp, _) = images::control_plane_images(include_str!("../../../templates/versions.yaml"))?;
+    let bin_dir = vcp_dev::cluster::devnode_binary()?
+        .parent()
+        .expect("a directory")
+        .to_owned();
+    cluster.import_node_images(&cp)?;
+    cluster.import_node_images(&images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?)?;
+    let net = {
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+            dir.path().join("node/network.json"),
+        )?)?;
+        node::NodeNet {
+            index: v["index"].as_u64().expect("index").try_into()?,
+        }
+    };
+    let plans = dir.path().join("real-node-plans.yaml");
+    std::fs::write(&plans, vcp_dev::platform::REAL_NODE_PLANS)?;
+    let platform = vcp_dev::testing::platform_with(
+        &cluster,
+        "realnode",
+        2,
+        vec![
+            ("VCP_PLANS".into(), plans.to_string_lossy().into_owned()),
+            ("VCP_EXPOSE_ADDRESS".into(), net.node_ip().to_string()),
+        ],
+    )
+    .await?;
+    let t0 = std::time::Instant::now();
+    platform.admin.create_tenant("demo").await?;
+    platform
+        .admin
+        .wait_ready("demo", Duration::from_secs(300))
+        .await?;
+    println!("tenant demo Ready on the real node in {:?}", t0.elapsed());
+    let kc = platform
+        .admin
+        .kubeconfig("demo", "alice", &["admin"], "1h")
+        .await?;
+    let kc_path = dir.path().join("demo.kubeconfig");
+    std::fs::write(&kc_path, &kc)?;
+    let tenant = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&kc)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?,
+    )?;
+
+    // Every control-plane pod of the tenant runs on the real node.
+    let host_pods: Api<Pod> = Api::all(cluster.client());
+    let cp_pods = host_pods.list(&Default::default()).await?;
+    let ours: Vec<&Pod> = cp_pods
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .namespace
+                .as_deref()
+                .is_some_and(|n| n.starts_with("vcp-"))
+        })
+        .collect();
+    assert!(!ours.is_empty());
+    for p in &ours {
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(node::NODE_NAME),
+            "{:?}",
+            p.metadata.name
+        );
+    }
+
+    // A server and a client in the tenant: the client reaches the server's Service.
+    namespace(&tenant, "app").await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "app");
+    let mk = |name: &str, labels: serde_json::Value, command: &str| -> anyhow::Result<Pod> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": images::BUSYBOX_IMAGE, "command": ["sh", "-c", command]}],
+            },
+        }))?)
+    };
+    pods.create(
+        &PostParams::default(),
+        &mk(
+            "server",
+            serde_json::json!({"app": "server"}),
+            "mkdir -p /www && echo tenant-ok > /www/index.html && exec httpd -f -p 8080 -h /www",
+        )?,
+    )
+    .await?;
+    pods.create(
+        &PostParams::default(),
+        &mk("client", serde_json::json!({}), "exec sleep 3600")?,
+    )
+    .await?;
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(tenant.clone(), "app");
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "server"},
+                "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080}]},
+            }))?,
+        )
+        .await?;
+    for name in ["server", "client"] {
+        eventually(
+            &format!("tenant pod {name} running"),
+            Duration::from_secs(120),
+            || async { Ok(pods.get(name).await.ok().filter(vcp_dev::testing::running)) },
+        )
+        .await?;
+    }
+    let cluster_ip = services
+        .get("server")
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("a ClusterIP");
+    let (ok, out, err) = kubectl_with(
+        &cluster,
+        &kc_path,
+        &[
+            "-n",
+            "app",
+            "exec",
+            "client",
+            "--",
+            "sh",
+            "-c",
+            &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 5 nc -w 2 {cluster_ip} 80"),
+        ],
+    );
+    assert!(
+        ok && out.contains("tenant-ok"),
+        "by ClusterIP {cluster_ip}: {out} {err}"
+    );
+    Ok(())
+}
