@@ -549,7 +549,7 @@ async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> a
 }
 
 #[tokio::test]
-async fn a_tenant_provisioned_by_vcp_runs_on_the_real_node_and_its_pods_reach_their_service()
+async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_and_nothing_of_each_other()
 -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let cluster = DevCluster::start_with(Options {
@@ -698,5 +698,189 @@ async fn a_tenant_provisioned_by_vcp_runs_on_the_real_node_and_its_pods_reach_th
         ok && out.contains("tenant-ok"),
         "by ClusterIP {cluster_ip}: {out} {err}"
     );
+
+    // By name, through the tenant's own CoreDNS (busybox's nslookup: its own resolver).
+    let (ok, out, err) = kubectl_with(
+        &cluster,
+        &kc_path,
+        &[
+            "-n",
+            "app",
+            "exec",
+            "client",
+            "--",
+            "nslookup",
+            "server.app.svc.cluster.local",
+        ],
+    );
+    assert!(
+        ok && out.contains(&cluster_ip),
+        "server.app by DNS: {out} {err}"
+    );
+
+    // A second tenant: its pod reaches nothing of the first, and neither reaches any etcd or
+    // the other's apiserver, DNS or syncer. Each probe is a TCP connection from a pod.
+    platform.admin.create_tenant("other").await?;
+    let other_t = platform
+        .admin
+        .wait_ready("other", Duration::from_secs(300))
+        .await?;
+    let demo_t = platform
+        .admin
+        .get_tenant("demo")
+        .await?
+        .expect("demo exists");
+    let okc = platform
+        .admin
+        .kubeconfig("other", "bob", &["admin"], "1h")
+        .await?;
+    let okc_path = dir.path().join("other.kubeconfig");
+    std::fs::write(&okc_path, &okc)?;
+    let (ok, _, err) = kubectl_with(
+        &cluster,
+        &okc_path,
+        &[
+            "run",
+            "intruder",
+            &format!("--image={}", images::BUSYBOX_IMAGE),
+            "--command",
+            "--",
+            "sleep",
+            "3600",
+        ],
+    );
+    assert!(ok, "{err}");
+    let other = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&okc)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?,
+    )?;
+    let other_pods: Api<Pod> = Api::namespaced(other, "default");
+    eventually("the intruder running", Duration::from_secs(120), || async {
+        Ok(other_pods
+            .get("intruder")
+            .await
+            .ok()
+            .filter(vcp_dev::testing::running))
+    })
+    .await?;
+    // The host address of a tenant's control-plane pod, by name prefix.
+    let host = cluster.client();
+    let cp_ip = |t: &serde_json::Value, component: &str| {
+        let ns = format!("vcp-{}", t["key"].as_str().unwrap_or_default());
+        let host = host.clone();
+        let component = component.to_owned();
+        async move {
+            let list = Api::<Pod>::namespaced(host, &ns)
+                .list(&Default::default())
+                .await?;
+            list.items
+                .into_iter()
+                .find(|p| {
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with(&component))
+                })
+                .and_then(|p| p.status?.pod_ip)
+                .ok_or_else(|| anyhow::anyhow!("no {component} pod in {ns}"))
+        }
+    };
+    let server_ip = pods
+        .get("server")
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .expect("server IP");
+    let connects = |kc: &std::path::Path, ns: &str, pod: &str, ip: &str, port: u16| {
+        let (_, out, _) = kubectl_with(
+            &cluster,
+            kc,
+            &[
+                "-n",
+                ns,
+                "exec",
+                pod,
+                "--",
+                "sh",
+                "-c",
+                &format!(
+                    "timeout 4 nc -w 2 {ip} {port} </dev/null >/dev/null 2>&1 && echo connected || echo refused"
+                ),
+            ],
+        );
+        out.trim() == "connected"
+    };
+    // (what, address, port, demo's client connects, other's pod connects): a tenant's pods
+    // reach their own apiserver and DNS, as in any cluster, and nothing else of the control
+    // planes or of each other.
+    let mut seen = Vec::new();
+    for (what, ip, port, from_demo, from_other) in [
+        ("demo's server pod", server_ip.clone(), 8080, true, false),
+        (
+            "demo's etcd",
+            cp_ip(&demo_t, "etcd").await?,
+            2379,
+            false,
+            false,
+        ),
+        (
+            "other's etcd",
+            cp_ip(&other_t, "etcd").await?,
+            2379,
+            false,
+            false,
+        ),
+        (
+            "demo's apiserver",
+            cp_ip(&demo_t, "kube-apiserver").await?,
+            6443,
+            true,
+            false,
+        ),
+        (
+            "other's apiserver",
+            cp_ip(&other_t, "kube-apiserver").await?,
+            6443,
+            false,
+            true,
+        ),
+        (
+            "demo's CoreDNS",
+            cp_ip(&demo_t, "coredns").await?,
+            53,
+            true,
+            false,
+        ),
+        (
+            "other's CoreDNS",
+            cp_ip(&other_t, "coredns").await?,
+            53,
+            false,
+            true,
+        ),
+        (
+            "demo's syncer",
+            cp_ip(&demo_t, "vcp-syncer").await?,
+            10250,
+            false,
+            false,
+        ),
+        (
+            "the host apiserver",
+            net.host_ip().to_string(),
+            node::API_PORT,
+            false,
+            false,
+        ),
+    ] {
+        let d = connects(&kc_path, "app", "client", &ip, port);
+        let o = connects(&okc_path, "default", "intruder", &ip, port);
+        seen.push(format!("{what} {ip}:{port}: demo {d}, other {o}"));
+        assert_eq!((d, o), (from_demo, from_other), "{}", seen.join("\n"));
+    }
+    println!("{}", seen.join("\n"));
     Ok(())
 }
