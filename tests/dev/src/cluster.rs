@@ -229,6 +229,23 @@ impl DevCluster {
         crate::node::import(&layout, &net, imgs)
     }
 
+    /// Kills the real node outright (its supervisor, so the kubelet, containerd, kube-proxy
+    /// and every container die at once, as in a power loss) and starts it again on the same
+    /// state: the same network, containerd's images and the kubelet's pods. Attached clusters
+    /// only.
+    pub fn restart_real_node(&mut self) -> Result<()> {
+        let (layout, net) = crate::node::recorded(&self.state_dir.join(crate::node::DIR))
+            .ok_or_else(|| Error::Node("this dev cluster has no real node (--real-node)".into()))?;
+        let i = self
+            .procs
+            .iter()
+            .position(|p| p.name == "node")
+            .ok_or_else(|| Error::Node("the real node is not this handle's to restart".into()))?;
+        self.procs[i].stop(Duration::ZERO);
+        self.procs[i] = crate::node::spawn(&layout, &net, Supervision::Attached)?;
+        Ok(())
+    }
+
     /// Stops everything this handle owns (attached mode). Safe to call twice.
     pub fn stop(&mut self) {
         if let Some(p) = self.provisioner.take() {

@@ -487,15 +487,17 @@ sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 # rewrites only after a route was found. A route through the loopback (from the node's
 # address) gives them one that goes nowhere if no rule matches: the node has no default
 # route, and these machines' kernels have no dummy links.
-ip route add {service_cidr} dev lo src {node_ip}
+ip route replace {service_cidr} dev lo src {node_ip}
 # In the mangle table, which kube-proxy leaves alone, so these come before any of its accepts.
 # Pod traffic leaves the bridge only for the host's end of the link (the apiserver); the node
 # has no default route besides, so nothing a pod sends can leave the machine.
-iptables -w -t mangle -A FORWARD -i cni0 ! -o cni0 ! -d {host_ip} -j DROP
+# (Each added once: the network namespace, and its rules, outlive a restart of the node.)
+rule() {{ iptables -w -t mangle -C FORWARD "$@" 2>/dev/null || iptables -w -t mangle -A FORWARD "$@"; }}
+rule -i cni0 ! -o cni0 ! -d {host_ip} -j DROP
 # The first packet of every forwarded connection goes to kube-network-policies (queue
 # {queue}), which accepts or drops it by the cluster's NetworkPolicies. No --queue-bypass:
 # while it is not running, no new connection passes.
-iptables -w -t mangle -A FORWARD -m conntrack --ctstate NEW -j NFQUEUE --queue-num {queue}
+rule -m conntrack --ctstate NEW -j NFQUEUE --queue-num {queue}
 for h in /sys/fs/cgroup/*/; do
   case $h in */unified/) continue ;; esac
   mkdir -p "${{h}}{cgroup_root}"
@@ -884,10 +886,10 @@ mod tests {
         assert!(run.contains("--node-ip 10.243.7.2") && run.contains("vcp-node-7"));
         let queue = run
             .lines()
-            .find(|l| l.contains("-j NFQUEUE"))
+            .find(|l| l.starts_with("rule ") && l.contains("-j NFQUEUE"))
             .expect("the queue rule");
         assert!(queue.contains("--queue-num 100") && !queue.contains("--queue-bypass"));
-        assert!(run.contains("! -d 10.243.7.1 -j DROP"));
+        assert!(run.contains("rule -i cni0 ! -o cni0 ! -d 10.243.7.1 -j DROP"));
         let ds = &network_policy_objects("img:1")[3];
         assert_eq!(
             ds["spec"]["template"]["spec"]["containers"][0]["args"][1],

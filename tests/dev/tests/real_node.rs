@@ -884,3 +884,110 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
     println!("{}", seen.join("\n"));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut cluster = DevCluster::start_with(Options {
+        state_dir: dir.path().to_owned(),
+        workers: 1,
+        supervision: Supervision::Attached,
+        real_node: true,
+    })
+    .await?;
+    let (cp, _) = images::control_plane_images(include_str!("../../../templates/versions.yaml"))?;
+    let bin_dir = vcp_dev::cluster::devnode_binary()?
+        .parent()
+        .expect("a directory")
+        .to_owned();
+    cluster.import_node_images(&cp)?;
+    cluster.import_node_images(&images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?)?;
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        dir.path().join("node/network.json"),
+    )?)?;
+    let net = node::NodeNet {
+        index: v["index"].as_u64().expect("index").try_into()?,
+    };
+    let plans = dir.path().join("real-node-plans.yaml");
+    std::fs::write(&plans, vcp_dev::platform::REAL_NODE_PLANS)?;
+    let platform = vcp_dev::testing::platform_with(
+        &cluster,
+        "restart",
+        2,
+        vec![
+            ("VCP_PLANS".into(), plans.to_string_lossy().into_owned()),
+            ("VCP_EXPOSE_ADDRESS".into(), net.node_ip().to_string()),
+        ],
+    )
+    .await?;
+    platform.admin.create_tenant("keep").await?;
+    let t = platform
+        .admin
+        .wait_ready("keep", Duration::from_secs(300))
+        .await?;
+    let kc = platform
+        .admin
+        .kubeconfig("keep", "alice", &["admin"], "1h")
+        .await?;
+    let tenant = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&kc)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?,
+    )?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kept"},
+            "data": {"written": "before the node died"},
+        }))?,
+    )
+    .await?;
+    let ns = format!("vcp-{}", t["key"].as_str().unwrap_or_default());
+    let host_pods: Api<Pod> = Api::namespaced(cluster.client(), &ns);
+    let etcd_container = |p: Pod| {
+        p.status
+            .and_then(|s| s.container_statuses)
+            .and_then(|c| c.into_iter().next())
+            .and_then(|c| c.container_id)
+    };
+    let before = etcd_container(host_pods.get("etcd-0").await?).expect("a running etcd");
+
+    let t0 = std::time::Instant::now();
+    cluster.restart_real_node()?;
+    // etcd runs again in a new container, on the data it had.
+    eventually(
+        "etcd in a new container",
+        Duration::from_secs(180),
+        || async {
+            let p = host_pods.get("etcd-0").await?;
+            let ready = vcp_dev::testing::running(&p);
+            Ok(etcd_container(p).filter(|c| ready && *c != before))
+        },
+    )
+    .await?;
+    let kept = eventually(
+        "the tenant's ConfigMap read back",
+        Duration::from_secs(180),
+        || async { Ok(cms.get("kept").await.ok()) },
+    )
+    .await?;
+    assert_eq!(
+        kept.data
+            .unwrap_or_default()
+            .get("written")
+            .map(String::as_str),
+        Some("before the node died")
+    );
+    platform
+        .admin
+        .wait_ready("keep", Duration::from_secs(180))
+        .await?;
+    println!(
+        "the tenant answered again {:?} after the node was killed",
+        t0.elapsed()
+    );
+    Ok(())
+}
