@@ -1384,6 +1384,34 @@ pub async fn authz(b: AuthzBench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// From creating a busybox pod on the real node until it is Running (the cluster's start
+/// images are already imported).
+pub async fn first_pod_on_real_node(cluster: &DevCluster) -> anyhow::Result<Duration> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "first"},
+        "spec": {
+            "nodeSelector": {vcp_dev::node::NODE_LABEL.0: vcp_dev::node::NODE_LABEL.1},
+            "tolerations": [{"key": vcp_dev::node::NODE_LABEL.0, "operator": "Exists"}],
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": vcp_dev::images::BUSYBOX_IMAGE, "command": ["sleep", "3600"]}],
+        },
+    }))?;
+    let t = Instant::now();
+    pods.create(&PostParams::default(), &pod).await?;
+    loop {
+        let p = pods.get("first").await?;
+        if p.status.and_then(|s| s.phase).as_deref() == Some("Running") {
+            return Ok(t.elapsed());
+        }
+        anyhow::ensure!(
+            t.elapsed() < Duration::from_secs(120),
+            "the first pod on the real node was not Running after 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -89,6 +89,8 @@ pub struct Timings {
     pub nodes_ready: Duration,
     /// From the start call until everything, Postgres included, was up.
     pub total: Duration,
+    /// With a real node: how long writing and importing its start images took.
+    pub node_images: Option<Duration>,
 }
 
 /// A running host cluster. In attached mode it owns its processes and stops them on drop;
@@ -843,11 +845,12 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         let mut kwok = process::spawn(&kwok, mode, &l.log("kwok"))?;
         let mut metrics_server = process::spawn(&metrics_server, mode, &l.log("metrics-server"))?;
         let devnode = process::spawn(&devnode, mode, &l.log("devnode"))?;
-        let (real_node, real_node_host_ip) = if opts.real_node {
+        let (real_node, real_node_host_ip, node_images) = if opts.real_node {
+            let t = Instant::now();
             let (relay, proc, net) = start_real_node(&dir, api_port, mode).await?;
-            (Some([relay, proc]), Some(net.host_ip()))
+            (Some([relay, proc]), Some(net.host_ip()), Some(t.elapsed()))
         } else {
-            (None, None)
+            (None, None, None)
         };
 
         let client = client_from(&admin_kc).await?;
@@ -918,10 +921,20 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             admin_kc,
             apiserver_ready,
             nodes_ready,
+            node_images,
         ))
     };
     let (pg, cp) = tokio::join!(pg, cp);
-    let (mut procs, provisioner, client, api_url, admin_kc, apiserver_ready, nodes_ready) = cp?;
+    let (
+        mut procs,
+        provisioner,
+        client,
+        api_url,
+        admin_kc,
+        apiserver_ready,
+        nodes_ready,
+        node_images,
+    ) = cp?;
     let pg = pg?;
     let database_url = pg.url.clone();
     procs.push((pg.proc, Some(pg.port), None));
@@ -975,6 +988,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             apiserver_ready,
             nodes_ready,
             total: t0.elapsed(),
+            node_images,
         },
         _tmp: None,
     })

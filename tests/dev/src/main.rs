@@ -175,6 +175,10 @@ enum Bench {
         /// Simulated worker nodes per cluster.
         #[arg(long, env = "VCP_DEV_WORKERS", default_value_t = 3)]
         workers: u32,
+        /// Also start the real node, and report its part: its start images imported and a
+        /// first pod Running on it.
+        #[arg(long, env = "VCP_DEV_REAL_NODE")]
+        real_node: bool,
     },
 }
 
@@ -478,18 +482,35 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             .await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(Bench::Startup { runs, workers }) => {
+        Command::Bench(Bench::Startup {
+            runs,
+            workers,
+            real_node,
+        }) => {
             let mut samples = Vec::new();
+            let mut first_pods = Vec::new();
             for run in 1..=runs.max(1) {
                 let dir = tempfile::Builder::new().prefix("vcp-bench-").tempdir()?;
                 let c = cluster::DevCluster::start_with(Options {
                     state_dir: dir.path().to_owned(),
                     workers,
                     supervision: Supervision::Attached,
-                    real_node: false,
+                    real_node,
                 })
                 .await?;
                 let t = c.timings();
+                if real_node {
+                    let first = bench::first_pod_on_real_node(&c).await?;
+                    println!(
+                        "run {run}: node_images_s={:.2} first_pod_running_s={:.2}",
+                        t.node_images.unwrap_or_default().as_secs_f64(),
+                        first.as_secs_f64()
+                    );
+                    first_pods.push((
+                        t.node_images.unwrap_or_default().as_secs_f64(),
+                        first.as_secs_f64(),
+                    ));
+                }
                 drop(c);
                 println!(
                     "run {run}: apiserver_ready_s={:.2} nodes_ready_s={:.2} total_s={:.2}",
@@ -507,10 +528,23 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let (api50, apimax) = stat(|t| t.apiserver_ready.as_secs_f64());
             let (nodes50, nodesmax) = stat(|t| t.nodes_ready.as_secs_f64());
             let (total50, totalmax) = stat(|t| t.total.as_secs_f64());
+            let node = if first_pods.is_empty() {
+                String::new()
+            } else {
+                let p50 = |mut v: Vec<f64>| {
+                    v.sort_by(f64::total_cmp);
+                    v[v.len() / 2]
+                };
+                format!(
+                    " real_node=1 node_images_p50_s={:.2} first_pod_running_p50_s={:.2}",
+                    p50(first_pods.iter().map(|x| x.0).collect()),
+                    p50(first_pods.iter().map(|x| x.1).collect())
+                )
+            };
             println!(
                 "bench-startup runs={} workers={workers} apiserver_ready_p50_s={api50:.2} \
                  apiserver_ready_max_s={apimax:.2} nodes_ready_p50_s={nodes50:.2} \
-                 nodes_ready_max_s={nodesmax:.2} total_p50_s={total50:.2} total_max_s={totalmax:.2}",
+                 nodes_ready_max_s={nodesmax:.2} total_p50_s={total50:.2} total_max_s={totalmax:.2}{node}",
                 samples.len()
             );
             Ok(ExitCode::SUCCESS)
