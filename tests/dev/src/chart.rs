@@ -75,6 +75,34 @@ plans:
     )
 }
 
+/// Values of the dev environment on the real node ([`crate::node`]): vcp, its Postgres and
+/// every tenant's control plane and workloads run there as containers from the images built
+/// here (vcp's by the chart's own names), tenants exposed at the node's address.
+pub fn real_node_values(node_ip: std::net::Ipv4Addr) -> String {
+    let (k, v) = crate::node::NODE_LABEL;
+    format!(
+        r#"replicas: 2
+workers: 2
+serviceCIDR: {cidr}
+expose: {{mode: node-port, address: "{node_ip}"}}
+postgresql: {{enabled: true, storage: {{size: 1Gi}}}}
+logging: {{format: text, level: "info"}}
+nodeSelector: {{{k}: {v}}}
+tolerations: [{{key: {k}, operator: Equal, value: {v}, effect: NoSchedule}}]
+plans:
+  default:
+    node_selector: {{{k}: {v}}}
+    tolerations: [{{key: {k}, operator: Equal, value: {v}, effect: NoSchedule}}]
+    policy:
+      placement:
+        node_selector: {{{k}: {v}}}
+        tolerations: [{{key: {k}, operator: Exists}}]
+service: {{type: NodePort}}
+"#,
+        cidr = cluster::SERVICE_CIDR
+    )
+}
+
 /// Runs the pinned helm against the cluster of `kubeconfig`; stdout on success.
 pub fn helm(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     let program = bins::tool("helm")?;

@@ -498,6 +498,148 @@ pub fn vcp_images(bin_dir: &Path, release: &str) -> Result<Vec<Image>> {
     Ok(vec![vcp, syncer])
 }
 
+/// The chart's evaluation Postgres (`postgres:15`, as its values name it), from Debian's
+/// `postgresql-15`: its programs, libraries and data files at Debian's paths, the system time
+/// zones it was built against, every shared library they load, the user `postgres` (999, as
+/// the official image and the chart's `runAsUser`), and as entrypoint the workspace's
+/// `vcp-devnode-postgres`, which does what the official `docker-entrypoint.sh` does for the
+/// chart (initdb from `POSTGRES_*`, then `postgres`).
+pub fn postgres_image(entrypoint: &Path) -> Result<Image> {
+    const PG: &str = "/usr/lib/postgresql/15";
+    let mut entries = base_entries();
+    entries.retain(
+        |e| !matches!(e, Entry::File { path, .. } if path == "etc/passwd" || path == "etc/group"),
+    );
+    entries.push(Entry::file(
+        "etc/passwd",
+        0o644,
+        b"root:x:0:0:root:/root:/sbin/nologin\npostgres:x:999:999:postgres:/var/lib/postgresql:/bin/sh\n".to_vec(),
+    ));
+    entries.push(Entry::file(
+        "etc/group",
+        0o644,
+        b"root:x:0:\npostgres:x:999:\n".to_vec(),
+    ));
+    let mut elves = Vec::new();
+    // C.UTF-8 (the image's LANG, which initdb checks) is a compiled locale of glibc's.
+    for root in [
+        PG,
+        "/usr/share/postgresql/15",
+        "/usr/share/zoneinfo",
+        "/usr/lib/locale/C.utf8",
+    ] {
+        add_tree(&mut entries, Path::new(root), &mut elves)?;
+    }
+    add_file(
+        &mut entries,
+        Path::new("/usr/local/bin/docker-entrypoint"),
+        0o755,
+        stripped(entrypoint)?,
+    );
+    elves.push(entrypoint.to_owned());
+    let mut libs: Vec<PathBuf> = Vec::new();
+    for e in &elves {
+        let out = std::process::Command::new("ldd")
+            .arg(e)
+            .output()
+            .map_err(Error::io("ldd"))?;
+        for l in ldd_libraries(&String::from_utf8_lossy(&out.stdout)) {
+            if !libs.contains(&l) && !l.starts_with(PG) {
+                libs.push(l);
+            }
+        }
+    }
+    for l in &libs {
+        let data = std::fs::read(l).map_err(Error::io(l))?;
+        add_file(&mut entries, l, 0o755, data);
+    }
+    // initdb runs `postgres -V` through popen(3), which needs /bin/sh (the official image
+    // has bash): Debian's static busybox.
+    let bb = std::fs::read(BUSYBOX_BIN).map_err(Error::io(BUSYBOX_BIN))?;
+    add_file(&mut entries, Path::new("/bin/busybox"), 0o755, bb);
+    entries.push(Entry::symlink("bin/sh", "busybox"));
+    for d in [
+        "var",
+        "var/run",
+        "var/run/postgresql",
+        "var/lib",
+        "var/lib/postgresql",
+    ] {
+        entries.push(Entry::dir(
+            d,
+            if d.ends_with("postgresql") {
+                0o2777
+            } else {
+                0o755
+            },
+        ));
+    }
+    Ok(Image {
+        reference: "postgres:15".to_owned(),
+        also: vec!["docker.io/library/postgres:15".to_owned()],
+        entrypoint: vec!["/usr/local/bin/docker-entrypoint".to_owned()],
+        cmd: vec!["postgres".to_owned()],
+        env: vec![
+            format!("PATH={PG}/bin:/usr/local/bin:/usr/bin:/bin"),
+            "PGDATA=/var/lib/postgresql/data".to_owned(),
+            "LANG=C.UTF-8".to_owned(),
+        ],
+        entries,
+    })
+}
+
+/// Adds a directory tree of this machine at the same path: files, links and directories;
+/// records the ELF files among them (for their libraries).
+fn add_tree(entries: &mut Vec<Entry>, root: &Path, elves: &mut Vec<PathBuf>) -> Result<()> {
+    let meta = std::fs::symlink_metadata(root).map_err(Error::io(root))?;
+    let rel = root
+        .strip_prefix("/")
+        .unwrap_or(root)
+        .to_string_lossy()
+        .into_owned();
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(root).map_err(Error::io(root))?;
+        entries.push(Entry::symlink(&rel, &target.to_string_lossy()));
+    } else if meta.is_dir() {
+        if !entries
+            .iter()
+            .any(|e| matches!(e, Entry::Dir { path, .. } if *path == rel))
+        {
+            if let Some(parent) = Path::new(&rel).parent() {
+                let mut dir = PathBuf::new();
+                for c in parent.components() {
+                    dir.push(c);
+                    let d = dir.to_string_lossy().into_owned();
+                    if !entries
+                        .iter()
+                        .any(|e| matches!(e, Entry::Dir { path, .. } if *path == d))
+                    {
+                        entries.push(Entry::dir(&d, 0o755));
+                    }
+                }
+            }
+            entries.push(Entry::dir(&rel, 0o755));
+        }
+        let mut children: Vec<PathBuf> = std::fs::read_dir(root)
+            .map_err(Error::io(root))?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        children.sort();
+        for c in children {
+            add_tree(entries, &c, elves)?;
+        }
+    } else {
+        let data = std::fs::read(root).map_err(Error::io(root))?;
+        if data.starts_with(b"\x7fELF") {
+            elves.push(root.to_owned());
+        }
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777;
+        add_file(entries, root, mode, data);
+    }
+    Ok(())
+}
+
 /// The dev name of vcp's image (`crate::platform::DEV_TOOLS_IMAGE`).
 pub const VCP_DEV_IMAGE: &str = "vcp.dev/vcp:dev";
 /// The dev name of the syncer's image (`crate::platform::DEV_SYNCER_IMAGE`).

@@ -354,6 +354,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 bin_dir,
                 env!("CARGO_PKG_VERSION"),
             )?);
+            imgs.push(vcp_dev::images::postgres_image(
+                &bin_dir.join("vcp-devnode-postgres"),
+            )?);
             for img in &imgs {
                 vcp_dev::node::import(&layout, &net, std::slice::from_ref(img))?;
                 println!("imported {}", img.reference);

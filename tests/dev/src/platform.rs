@@ -221,7 +221,7 @@ impl ApiClient {
         }
     }
 
-    async fn ready(&self) -> bool {
+    pub async fn ready(&self) -> bool {
         matches!(self.http.get(format!("{}/readyz", self.base)).send().await, Ok(r) if r.status().is_success())
     }
 

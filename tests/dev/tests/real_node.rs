@@ -991,3 +991,90 @@ async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Resu
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> anyhow::Result<()> {
+    use vcp_dev::chart;
+    let dir = tempfile::tempdir()?;
+    let cluster = DevCluster::start_with(Options {
+        state_dir: dir.path().to_owned(),
+        workers: 1,
+        supervision: Supervision::Attached,
+        real_node: true,
+    })
+    .await?;
+    let (cp, _) = images::control_plane_images(include_str!("../../../templates/versions.yaml"))?;
+    let bin_dir = vcp_dev::cluster::devnode_binary()?
+        .parent()
+        .expect("a directory")
+        .to_owned();
+    cluster.import_node_images(&cp)?;
+    cluster.import_node_images(&images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?)?;
+    cluster.import_node_images(&[images::postgres_image(
+        &bin_dir.join("vcp-devnode-postgres"),
+    )?])?;
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        dir.path().join("node/network.json"),
+    )?)?;
+    let net = node::NodeNet {
+        index: v["index"].as_u64().expect("index").try_into()?,
+    };
+    let t0 = std::time::Instant::now();
+    chart::install(
+        cluster.kubeconfig_path(),
+        chart::RELEASE,
+        chart::NAMESPACE,
+        &chart::real_node_values(net.node_ip()),
+        &dir.path().join("values.yaml"),
+    )?;
+    let host = cluster.client();
+    chart::ready_pods(
+        &host,
+        dir.path(),
+        chart::NAMESPACE,
+        &chart::orchestrator_selector(chart::RELEASE),
+        2,
+        "vcp",
+        Duration::from_secs(300),
+    )
+    .await?;
+    println!(
+        "two vcp replicas Ready on the real node in {:?}",
+        t0.elapsed()
+    );
+    let full = chart::fullname(chart::RELEASE);
+    let token = chart::secret_value(
+        &host,
+        chart::NAMESPACE,
+        &format!("{full}-admin-token"),
+        "token",
+    )
+    .await?;
+    let port = chart::node_port(&host, chart::NAMESPACE, &full).await?;
+    let api =
+        vcp_dev::platform::ApiClient::new(&format!("http://{}:{port}", net.node_ip()), &token);
+    eventually(
+        "the API at the node's NodePort",
+        Duration::from_secs(60),
+        || async { Ok(api.ready().await.then_some(())) },
+    )
+    .await?;
+    let pods = Api::<Pod>::namespaced(host.clone(), chart::NAMESPACE)
+        .list(&Default::default())
+        .await?;
+    for p in &pods.items {
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(node::NODE_NAME),
+            "{:?}",
+            p.metadata.name
+        );
+    }
+    api.create_tenant("charted").await?;
+    api.wait_ready("charted", Duration::from_secs(300)).await?;
+    println!(
+        "tenant Ready through the chart's vcp {:?} after install",
+        t0.elapsed()
+    );
+    Ok(())
+}
