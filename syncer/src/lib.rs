@@ -88,6 +88,14 @@ pub enum Error {
     },
     #[error("kubelet endpoint: {0}")]
     Kubelet(String),
+    #[error("egress relay: {0}")]
+    Relay(String),
+    #[error("failed to serve the egress relay on {path}")]
+    RelaySocket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
         addr: String,
@@ -109,6 +117,7 @@ impl Error {
             Error::PolicyFile { .. } | Error::Policy { .. } => "policy",
             Error::Serve { .. } => "serve",
             Error::Kubelet(_) => "kubelet",
+            Error::Relay(_) | Error::RelaySocket { .. } => "relay",
         }
     }
 }
@@ -795,6 +804,40 @@ mod tests {
             Command::try_parse_from(["vcp-syncer", "--tenant-kubeconfig=/t", "--tenant-key=demo"])
                 .unwrap();
         assert!(matches!(cmd, Command::Sync(a) if a.tenant_key == "demo"));
+    }
+
+    #[test]
+    fn the_authorizers_egress_socket_comes_with_the_proxy_and_its_files() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["vcp-syncer", "authorize", "--revocations-file=/f"];
+            args.extend_from_slice(extra);
+            Command::try_parse_from(args)
+        };
+        let full = [
+            "--egress-socket=/run/vcp-egress/controlplane.sock",
+            "--egress-proxy=https://vcp-syncer.vcp-t1.svc:10250",
+            "--egress-ca=/ca.crt",
+            "--egress-client-cert=/tls.crt",
+            "--egress-client-key=/tls.key",
+        ];
+        let Command::Authorize(a) = parse(&full).unwrap() else {
+            panic!("not the authorizer")
+        };
+        assert_eq!(
+            a.egress_socket.as_deref(),
+            Some(std::path::Path::new("/run/vcp-egress/controlplane.sock"))
+        );
+        // Without the socket, no relay and none of its flags.
+        let Command::Authorize(a) = parse(&[]).unwrap() else {
+            panic!("not the authorizer")
+        };
+        assert_eq!(a.egress_socket, None);
+        // Each flag alone is incomplete.
+        for i in 0..full.len() {
+            let mut partial = full.to_vec();
+            partial.remove(i);
+            assert!(parse(&partial).is_err(), "without {}", full[i]);
+        }
     }
 
     #[test]
