@@ -313,9 +313,13 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
     {
         std::fs::remove_file(path).map_err(serve_err)?;
     }
-    // The socket's mode comes from the umask: the authorizer's user and root (the apiserver
-    // beside it) may connect, nobody else in the pod.
-    UnixListener::bind(path).map_err(serve_err)
+    let listener = UnixListener::bind(path).map_err(serve_err)?;
+    // Connectable by any user: the apiserver beside it runs as a user of its own (root, with
+    // or without capabilities). Who reaches the socket at all is decided by who mounts its
+    // volume, the two containers of the pod.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .map_err(serve_err)?;
+    Ok(listener)
 }
 
 #[cfg(test)]
@@ -386,6 +390,10 @@ mod tests {
         // A socket left over from an earlier run is replaced.
         drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
         let listener = bind(&socket).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&socket).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o666, "the apiserver's user may connect");
         tokio::spawn(relay.serve(listener));
         socket
     }
