@@ -218,9 +218,12 @@ impl Relay {
                         splice(req, TokioIo::new(upstream))
                     }
                     // The syncer's own answers for the tenant's own targets that do not answer.
-                    Chained::Answered(
-                        status @ (StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT),
-                    ) => crate::kubelet::text(status, "egress dial failed"),
+                    Chained::Answered(StatusCode::BAD_GATEWAY) => {
+                        crate::kubelet::text(StatusCode::BAD_GATEWAY, "egress dial failed")
+                    }
+                    Chained::Answered(StatusCode::GATEWAY_TIMEOUT) => {
+                        crate::kubelet::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out")
+                    }
                     Chained::Answered(status) => {
                         tracing::info!(target_addr = %target, status = status.as_u16(), "egress refused by the syncer");
                         crate::egress::refused()
