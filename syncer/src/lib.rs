@@ -275,7 +275,7 @@ pub const DEFAULT_LOG_LEVEL: &str = "warn,vcp_syncer=info";
 #[derive(Debug, Clone)]
 pub enum Command {
     Sync(Box<Args>),
-    Authorize(revocation::authorizer::Args),
+    Authorize(Box<revocation::authorizer::Args>),
 }
 
 impl Command {
@@ -297,7 +297,8 @@ impl Command {
         let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
         if args.get(1).is_some_and(|a| a == "authorize") {
             args.remove(1);
-            revocation::authorizer::Args::try_parse_from(args).map(Command::Authorize)
+            revocation::authorizer::Args::try_parse_from(args)
+                .map(|a| Command::Authorize(Box::new(a)))
         } else {
             Args::try_parse_from(args).map(|a| Command::Sync(Box::new(a)))
         }
@@ -312,7 +313,7 @@ impl Command {
             }
             Command::Authorize(args) => {
                 vcp_telemetry::init(args.log_format, DEFAULT_LOG_LEVEL);
-                revocation::authorizer::run(args).await
+                revocation::authorizer::run(*args).await
             }
         }
     }
