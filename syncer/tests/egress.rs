@@ -386,7 +386,7 @@ async fn the_tenants_own_pods_and_services_stay_reachable_through_the_proxy() ->
     // The tenant's workload pool is the devnode: its pods run as real processes with real
     // addresses.
     let policy = cp.policy_flag(vcp_dev::testing::DEVNODE_PLACEMENT)?;
-    let _syncer = cp.start_syncer(cluster, &[&policy])?;
+    let mut syncer = cp.start_syncer(cluster, &[&policy])?;
     let tenant = cp.connect().await?;
     namespace(&tenant, "apps").await?;
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
@@ -486,6 +486,13 @@ async fn the_tenants_own_pods_and_services_stay_reachable_through_the_proxy() ->
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+
+    // With the syncer stopped, the relay cannot ask its proxy: the same webhook fails with the
+    // proxy's one refusal, as a webhook by Service would, and tells nothing more.
+    syncer.stop_and_wait(Duration::from_secs(5));
+    let answer = webhook_answer(&cms, "own").await?;
+    refused("webhook by URL with the syncer down", &answer, &[]);
+    assert!(!answer.contains("own-hook-says-no"), "{answer}");
     Ok(())
 }
 
