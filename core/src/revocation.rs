@@ -37,6 +37,17 @@ pub fn authorizer_url() -> String {
     format!("http://{AUTHORIZER_LISTEN}{WEBHOOK_PATH}")
 }
 
+/// The directory, shared by the apiserver's and the authorizer's containers (an emptyDir),
+/// that holds [`egress_socket`].
+pub const EGRESS_DIR: &str = "/run/vcp-egress";
+
+/// The Unix socket on which the authorizer relays the apiserver's control-plane egress
+/// (`vcp-syncer authorize --egress-socket`): the apiserver dials its authorization webhook and
+/// webhooks by URL through it, and its egress configuration names it.
+pub fn egress_socket() -> String {
+    format!("{EGRESS_DIR}/controlplane.sock")
+}
+
 /// The CEL condition the tenant apiserver evaluates before calling the webhook.
 pub const MATCH_CONDITION: &str =
     "has(request.groups) && request.groups.exists(g, g.startsWith('vcp:kubeconfig:'))";

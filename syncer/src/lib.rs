@@ -88,6 +88,14 @@ pub enum Error {
     },
     #[error("kubelet endpoint: {0}")]
     Kubelet(String),
+    #[error("egress relay: {0}")]
+    Relay(String),
+    #[error("failed to serve the egress relay on {path}")]
+    RelaySocket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
         addr: String,
@@ -109,6 +117,7 @@ impl Error {
             Error::PolicyFile { .. } | Error::Policy { .. } => "policy",
             Error::Serve { .. } => "serve",
             Error::Kubelet(_) => "kubelet",
+            Error::Relay(_) | Error::RelaySocket { .. } => "relay",
         }
     }
 }
@@ -266,7 +275,7 @@ pub const DEFAULT_LOG_LEVEL: &str = "warn,vcp_syncer=info";
 #[derive(Debug, Clone)]
 pub enum Command {
     Sync(Box<Args>),
-    Authorize(revocation::authorizer::Args),
+    Authorize(Box<revocation::authorizer::Args>),
 }
 
 impl Command {
@@ -288,7 +297,8 @@ impl Command {
         let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
         if args.get(1).is_some_and(|a| a == "authorize") {
             args.remove(1);
-            revocation::authorizer::Args::try_parse_from(args).map(Command::Authorize)
+            revocation::authorizer::Args::try_parse_from(args)
+                .map(|a| Command::Authorize(Box::new(a)))
         } else {
             Args::try_parse_from(args).map(|a| Command::Sync(Box::new(a)))
         }
@@ -303,7 +313,7 @@ impl Command {
             }
             Command::Authorize(args) => {
                 vcp_telemetry::init(args.log_format, DEFAULT_LOG_LEVEL);
-                revocation::authorizer::run(args).await
+                revocation::authorizer::run(*args).await
             }
         }
     }
@@ -795,6 +805,40 @@ mod tests {
             Command::try_parse_from(["vcp-syncer", "--tenant-kubeconfig=/t", "--tenant-key=demo"])
                 .unwrap();
         assert!(matches!(cmd, Command::Sync(a) if a.tenant_key == "demo"));
+    }
+
+    #[test]
+    fn the_authorizers_egress_socket_comes_with_the_proxy_and_its_files() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["vcp-syncer", "authorize", "--revocations-file=/f"];
+            args.extend_from_slice(extra);
+            Command::try_parse_from(args)
+        };
+        let full = [
+            "--egress-socket=/run/vcp-egress/controlplane.sock",
+            "--egress-proxy=https://vcp-syncer.vcp-t1.svc:10250",
+            "--egress-ca=/ca.crt",
+            "--egress-client-cert=/tls.crt",
+            "--egress-client-key=/tls.key",
+        ];
+        let Command::Authorize(a) = parse(&full).unwrap() else {
+            panic!("not the authorizer")
+        };
+        assert_eq!(
+            a.egress_socket.as_deref(),
+            Some(std::path::Path::new("/run/vcp-egress/controlplane.sock"))
+        );
+        // Without the socket, no relay and none of its flags.
+        let Command::Authorize(a) = parse(&[]).unwrap() else {
+            panic!("not the authorizer")
+        };
+        assert_eq!(a.egress_socket, None);
+        // Each flag alone is incomplete.
+        for i in 0..full.len() {
+            let mut partial = full.to_vec();
+            partial.remove(i);
+            assert!(parse(&partial).is_err(), "without {}", full[i]);
+        }
     }
 
     #[test]

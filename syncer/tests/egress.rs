@@ -1,15 +1,19 @@
 //! The tenant apiserver's egress: a hostile tenant admin steers its apiserver at addresses
-//! outside the tenant (a forged pod IP through `pods/proxy`, an aggregated APIService, a
-//! changed Node address), and none of them is dialled; its own pods and Services stay
-//! reachable through `pods/proxy` and `services/proxy`.
+//! outside the tenant (a forged pod IP through `pods/proxy`, admission webhooks by URL, an
+//! aggregated APIService, a changed Node address), and none of them is dialled; its own pods
+//! and Services stay reachable through `pods/proxy` and `services/proxy`, and a webhook by URL
+//! at its own pod is called.
 //!
 //! The apiserver runs as a provisioned tenant's does, with its cluster egress through the
-//! syncer's egress proxy ([`TenantControlPlane::start_with_egress`]). The
+//! syncer's egress proxy and its control-plane egress (webhooks by URL) through the
+//! revocation authorizer's relay, which asks that proxy
+//! ([`TenantControlPlane::start_with_egress`]). The
 //! targets: listeners on this machine's non-loopback address standing in for vcp's API and for
 //! another tenant's syncer and etcd metrics ports (each answers with a marker and counts who
 //! connects), the dev cluster's Postgres and the host apiserver.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -135,6 +139,52 @@ fn shape(answer: &str, target: &str) -> String {
     answer.replace(target, "TARGET")
 }
 
+/// A validating webhook named `label` at `url` (with `ca`, PEM, as its bundle), called for the
+/// creation of ConfigMaps labelled `egress-hook: <label>` and failing closed.
+fn webhook_by_url(label: &str, url: &str, ca: Option<&str>) -> Res<ValidatingWebhookConfiguration> {
+    use base64::Engine;
+    let mut client_config = serde_json::json!({"url": url});
+    if let Some(ca) = ca {
+        client_config["caBundle"] =
+            serde_json::json!(base64::engine::general_purpose::STANDARD.encode(ca));
+    }
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": label},
+        "webhooks": [{
+            "name": format!("{label}.egress.test"),
+            "clientConfig": client_config,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}],
+            "objectSelector": {"matchLabels": {"egress-hook": label}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 10,
+        }],
+    }))?)
+}
+
+/// What the tenant gets for creating a ConfigMap that the webhook `label` judges, once the
+/// apiserver has taken the webhook in (until then a creation succeeds): the error's text.
+async fn webhook_answer(cms: &Api<ConfigMap>, label: &str) -> Res<String> {
+    let answer = eventually(
+        &format!("webhook {label} called"),
+        Duration::from_secs(60),
+        || async {
+            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"generateName": "probe-", "labels": {"egress-hook": label}},
+            }))?;
+            Ok(cms
+                .create(&PostParams::default(), &cm)
+                .await
+                .err()
+                .map(|e| e.to_string()))
+        },
+    )
+    .await?;
+    eprintln!("webhook {label}: {answer}");
+    Ok(answer)
+}
+
 #[tokio::test]
 async fn the_apiserver_dials_nothing_outside_the_tenant() -> Res {
     let cluster = DevCluster::shared().await?;
@@ -215,9 +265,32 @@ async fn the_apiserver_dials_nothing_outside_the_tenant() -> Res {
         "open and closed targets answer alike: {shapes:#?}"
     );
 
-    // Webhooks by URL are not here: kube-apiserver dials them in its control-plane egress
-    // context, which stays direct so that the revocation authorizer on the pod's loopback
-    // answers while the syncer is down (docs/syncer.md, "Known limits").
+    // 2. Admission webhooks by URL, which kube-apiserver dials in its control-plane egress
+    //    context: through the revocation authorizer's relay, which asks the syncer's proxy.
+    //    One configuration per target, each for ConfigMaps carrying its own label. Loopback
+    //    targets too (Postgres, the host apiserver on the dev cluster): the relay runs in the
+    //    apiserver's pod, and its loopback is no more the tenant's than any other address.
+    let hooks: Api<ValidatingWebhookConfiguration> = Api::all(tenant.clone());
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "apps");
+    let mut shapes = Vec::new();
+    for (i, target) in targets.iter().enumerate() {
+        let label = format!("by-url-{i}");
+        hooks
+            .create(
+                &PostParams::default(),
+                &webhook_by_url(&label, &format!("https://{target}/admit"), None)?,
+            )
+            .await?;
+        let answer = webhook_answer(&cms, &label).await?;
+        refused(&format!("webhook by URL at {target}"), &answer, &markers);
+        shapes.push(shape(&answer, target).replace(&label, "HOOK"));
+    }
+    shapes.dedup();
+    assert_eq!(
+        shapes.len(),
+        1,
+        "webhooks at open, closed and loopback targets answer alike: {shapes:#?}"
+    );
 
     // 3. An aggregated APIService over an ExternalName Service naming a target.
     let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(tenant.clone(), "apps");
@@ -313,7 +386,7 @@ async fn the_tenants_own_pods_and_services_stay_reachable_through_the_proxy() ->
     // The tenant's workload pool is the devnode: its pods run as real processes with real
     // addresses.
     let policy = cp.policy_flag(vcp_dev::testing::DEVNODE_PLACEMENT)?;
-    let _syncer = cp.start_syncer(cluster, &[&policy])?;
+    let mut syncer = cp.start_syncer(cluster, &[&policy])?;
     let tenant = cp.connect().await?;
     namespace(&tenant, "apps").await?;
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
@@ -355,5 +428,92 @@ async fn the_tenants_own_pods_and_services_stay_reachable_through_the_proxy() ->
     // kubectl logs still reaches the syncer's kubelet endpoint through the proxy.
     let logs = get(cluster, &cp, "/api/v1/namespaces/apps/pods/web/log");
     assert!(logs.starts_with("ok:"), "{logs}");
+
+    // A webhook by URL at one of the tenant's own pods: dialled in the control-plane context,
+    // through the authorizer's relay and the syncer's proxy, and answered by the pod. It
+    // makes a certificate for its own IP and prints it, which becomes the webhook's CA.
+    let hook: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "hook"},
+        "spec": {"containers": [{"name": "main", "image": "vcp.dev/host:any",
+            "env": [
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "HOOK", "value": OWN_HOOK},
+            ],
+            "command": ["sh", "-c", concat!(
+                "set -e; mkdir -p /tmp/egress2-hook && cd /tmp/egress2-hook && ",
+                "openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 1 ",
+                "-subj /CN=own-hook -addext \"subjectAltName=IP:$POD_IP\" 2>/dev/null && ",
+                "cat cert.pem && exec python3 -c \"$HOOK\"",
+            )],
+            "ports": [{"containerPort": 8443}]}]},
+    }))?;
+    pods.create(&PostParams::default(), &hook).await?;
+    let (ip, ca) = eventually(
+        "the webhook pod serving",
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get("hook").await?;
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+            let log = get(cluster, &cp, "/api/v1/namespaces/apps/pods/hook/log");
+            let ca = log
+                .find("-----BEGIN CERTIFICATE-----")
+                .zip(log.find("-----END CERTIFICATE-----"))
+                .map(|(b, e)| log[b..e + "-----END CERTIFICATE-----".len()].to_owned());
+            Ok((running(&p).then_some(())).and(ip).zip(ca))
+        },
+    )
+    .await?;
+    let hooks: Api<ValidatingWebhookConfiguration> = Api::all(tenant.clone());
+    hooks
+        .create(
+            &PostParams::default(),
+            &webhook_by_url("own", &format!("https://{ip}:8443/admit"), Some(&ca))?,
+        )
+        .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "apps");
+    // The pod prints its certificate before its server listens: until then the syncer's
+    // proxy answers 502 for it (its own pod, not answering yet), passed on by the relay.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = webhook_answer(&cms, "own").await?;
+        if answer.contains("own-hook-says-no") {
+            break;
+        }
+        assert!(
+            answer.contains("code 502") && std::time::Instant::now() < deadline,
+            "the tenant's own webhook was not reached: {answer}; authorizer log beside {}",
+            cp.syncer_log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // With the syncer stopped, the relay cannot ask its proxy: the same webhook fails with the
+    // proxy's one refusal, as a webhook by Service would, and tells nothing more.
+    syncer.stop_and_wait(Duration::from_secs(5));
+    let answer = webhook_answer(&cms, "own").await?;
+    refused("webhook by URL with the syncer down", &answer, &[]);
+    assert!(!answer.contains("own-hook-says-no"), "{answer}");
     Ok(())
 }
+
+/// The tenant's own admission webhook (Python, in the pod of the test above): HTTPS on 8443
+/// with the certificate the pod made, denying everything with a message of its own.
+const OWN_HOOK: &str = r#"
+import http.server, json, ssl
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": False,
+                         "status": {"code": 403, "message": "own-hook-says-no"}}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+server = http.server.HTTPServer(("", 8443), Hook)
+tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+tls.load_cert_chain("cert.pem", "key.pem")
+server.socket = tls.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#;

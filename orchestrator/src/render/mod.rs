@@ -508,6 +508,8 @@ fn context(input: &Input<'_>) -> Value {
     ctx["revocation_match_condition"] = json!(vcp_core::revocation::MATCH_CONDITION);
     ctx["revocation_authorizer_url"] = json!(vcp_core::revocation::authorizer_url());
     ctx["revocation_authorizer_listen"] = json!(vcp_core::revocation::AUTHORIZER_LISTEN);
+    ctx["egress_dir"] = json!(vcp_core::revocation::EGRESS_DIR);
+    ctx["egress_socket"] = json!(vcp_core::revocation::egress_socket());
     ctx["revocation_configmap"] = json!(vcp_core::revocation::CONFIGMAP);
     ctx["revocation_key"] = json!(vcp_core::revocation::KEY);
     // Resources default to nothing per component, so templates can always index them.

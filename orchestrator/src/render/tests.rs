@@ -637,11 +637,16 @@ fn the_apiserver_dials_the_cluster_through_its_syncers_egress_proxy() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    // `controlplane` direct: kube-apiserver dials its authorization webhook through that
-    // context, and the revocation authorizer on the pod's loopback must answer while the
-    // syncer (the proxy) is down. Webhooks by URL share it: a known limit (docs/syncer.md).
+    // `controlplane` (the authorization webhook, webhooks by URL) through the authorizer's
+    // relay on the pod's shared socket: the authorizer answers there while the syncer (the
+    // proxy) is down, and the relay passes every other target to the proxy.
     assert_eq!(names, ["cluster", "controlplane"]);
-    assert_eq!(selections[1]["connection"]["proxyProtocol"], "Direct");
+    let cp = &selections[1]["connection"];
+    assert_eq!(cp["proxyProtocol"], "HTTPConnect");
+    assert_eq!(
+        cp["transport"],
+        json!({"uds": {"udsName": vcp_core::revocation::egress_socket()}})
+    );
     for s in &selections[..1] {
         let c = &s["connection"];
         assert_eq!(c["proxyProtocol"], "HTTPConnect");
@@ -657,10 +662,75 @@ fn the_apiserver_dials_the_cluster_through_its_syncers_egress_proxy() {
             "/etc/kubernetes/pki/serving/ca.crt"
         );
     }
-    let api = &pod_spec(&all, "Deployment", "kube-apiserver")["containers"][0];
+    let spec = pod_spec(&all, "Deployment", "kube-apiserver");
+    let api = &spec["containers"][0];
     assert!(api["args"].as_array().unwrap().contains(&json!(
         "--egress-selector-config-file=/etc/kubernetes/authz/egress.yaml"
     )));
+
+    // The relay: the authorizer serves the socket, chaining to the syncer's proxy with the
+    // files the cluster selection uses.
+    let authz = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "vcp-authorizer")
+        .unwrap();
+    let args: Vec<&str> = authz["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let socket = vcp_core::revocation::egress_socket();
+    for want in [
+        format!("--egress-socket={socket}"),
+        "--egress-proxy=https://vcp-syncer.vcp-demoabc123.svc:10250".to_owned(),
+        "--egress-ca=/etc/vcp/egress-tls/ca.crt".to_owned(),
+        "--egress-client-cert=/etc/vcp/egress-tls/tls.crt".to_owned(),
+        "--egress-client-key=/etc/vcp/egress-tls/tls.key".to_owned(),
+    ] {
+        assert!(args.contains(&want.as_str()), "{want} in {args:?}");
+    }
+    // The socket's directory is one emptyDir in both containers, read-only for the apiserver.
+    let mount = |c: &serde_json::Value, name: &str| {
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .cloned()
+    };
+    let dir = vcp_core::revocation::EGRESS_DIR;
+    assert!(socket.starts_with(&format!("{dir}/")));
+    assert_eq!(
+        mount(api, "egress"),
+        Some(json!({"name": "egress", "mountPath": dir, "readOnly": true}))
+    );
+    assert_eq!(mount(authz, "egress").unwrap()["mountPath"], dir);
+    let volume = |name: &str| {
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(volume("egress")["emptyDir"], json!({}));
+    // The relay's files: the kubelet client pair and the tenant CA, never the serving key.
+    let tls = mount(authz, "authorizer-egress-tls").unwrap();
+    assert_eq!(tls["mountPath"], "/etc/vcp/egress-tls");
+    assert_eq!(tls["readOnly"], true);
+    assert!(mount(api, "authorizer-egress-tls").is_none());
+    assert_eq!(
+        volume("authorizer-egress-tls")["projected"]["sources"],
+        json!([
+            {"secret": {"name": "apiserver-kubelet-client", "items": [
+                {"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]}},
+            {"secret": {"name": "apiserver", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        ])
+    );
 }
 
 #[test]

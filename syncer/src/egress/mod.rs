@@ -2,9 +2,12 @@
 //! Service and node proxying, kubelet calls, admission and authorization webhooks, aggregated
 //! APIs) goes through here, and only to the tenant's own addresses.
 //!
-//! Data flow: the apiserver runs with `--egress-selector-config-file`, whose `cluster` and
-//! `controlplane` selections name the syncer's kubelet endpoint as an HTTP CONNECT proxy over
-//! mutual TLS (the same certificates as its kubelet calls). [`crate::kubelet::serve`] hands
+//! Data flow: the apiserver runs with `--egress-selector-config-file`, whose `cluster`
+//! selection names the syncer's kubelet endpoint as an HTTP CONNECT proxy over mutual TLS (the
+//! same certificates as its kubelet calls), and whose `controlplane` selection (the
+//! authorization webhook, webhooks by URL) goes to the [`relay`] in its own pod, which keeps
+//! the revocation authorizer local and opens every other target here the same way.
+//! [`crate::kubelet::serve`] hands
 //! each `CONNECT host:port` of the apiserver's kubelet client to [`Proxy::connect`], which
 //! judges the target with [`allow::Allowed`] (kept current by the host pod and Service
 //! watches through [`Proxy::observe_pod`] and [`Proxy::observe_service`]) and then either
@@ -18,6 +21,7 @@
 //! (vcp's API, other tenants' syncers and etcd, Postgres, the host apiserver) is neither.
 
 pub mod allow;
+pub mod relay;
 
 use crate::kubelet::Body;
 use allow::{Allowed, Dial, Refusal, ServiceAddr};

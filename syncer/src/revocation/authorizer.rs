@@ -8,17 +8,24 @@
 //! probes: ready once a list has been read, so an apiserver pod takes no traffic before its
 //! authorizer can answer.
 //!
+//! With `--egress-socket` it also serves the apiserver's control-plane egress on a Unix socket
+//! shared with it ([`crate::egress::relay`]): the apiserver dials this webhook and every
+//! webhook given by URL through that socket; the webhook stays in the pod, everything else is
+//! asked of the syncer's egress proxy.
+//!
 //! It lives and dies with the apiserver: the same pod, started and rolled with it. On SIGTERM
 //! it keeps answering for `--drain-seconds`, because the apiserver beside it keeps serving
 //! through its own shutdown delay, and every revocable request it takes then needs an answer.
 
 use super::{Revoked, channel, follow, follow_file, merge, review};
+use crate::egress::relay::{ChainTls, Relay};
 use crate::{Error, Result};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use vcp_telemetry::LogFormat;
 
@@ -56,6 +63,37 @@ pub struct Args {
     /// `--shutdown-delay-duration` and finishes what it accepted, and needs answers until then.
     #[arg(long, env = "VCP_AUTHORIZER_DRAIN_SECONDS", default_value_t = 15)]
     pub drain_seconds: u64,
+    /// A Unix socket on which to serve the apiserver's control-plane egress (HTTP CONNECT, its
+    /// egress selection `controlplane` over `uds`), on a volume the apiserver shares: this
+    /// webhook is dialled locally, every other target through the syncer's egress proxy.
+    #[arg(
+        long,
+        env = "VCP_AUTHORIZER_EGRESS_SOCKET",
+        requires_all = ["egress_proxy", "egress_ca", "egress_client_cert", "egress_client_key"]
+    )]
+    pub egress_socket: Option<PathBuf>,
+    /// The syncer's egress proxy, `https://vcp-syncer.<namespace>.svc:10250` (its kubelet
+    /// endpoint), as the apiserver's `cluster` selection names it.
+    #[arg(long, env = "VCP_AUTHORIZER_EGRESS_PROXY", requires = "egress_socket")]
+    pub egress_proxy: Option<String>,
+    /// The CA the proxy's serving certificate is verified with (the tenant CA).
+    #[arg(long, env = "VCP_AUTHORIZER_EGRESS_CA", requires = "egress_socket")]
+    pub egress_ca: Option<PathBuf>,
+    /// The client certificate presented to the proxy: the apiserver's kubelet client
+    /// certificate, the only one it serves.
+    #[arg(
+        long,
+        env = "VCP_AUTHORIZER_EGRESS_CLIENT_CERT",
+        requires = "egress_socket"
+    )]
+    pub egress_client_cert: Option<PathBuf>,
+    /// That certificate's key.
+    #[arg(
+        long,
+        env = "VCP_AUTHORIZER_EGRESS_CLIENT_KEY",
+        requires = "egress_socket"
+    )]
+    pub egress_client_key: Option<PathBuf>,
     /// Log format: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, env = "VCP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -123,6 +161,26 @@ pub async fn run(args: Args) -> Result<()> {
         .layer(DefaultBodyLimit::max(super::MAX_REVIEW))
         .with_state(revoked.clone());
     let listener = bind(&args.listen).await?;
+    let relay = match &args.egress_socket {
+        Some(socket) => {
+            let listen = listener.local_addr().map_err(|source| Error::Serve {
+                addr: args.listen.clone(),
+                source,
+            })?;
+            // All four are required with the socket (clap's `requires_all`).
+            let missing = || Error::Relay("--egress-socket needs the proxy and its files".into());
+            let tls = ChainTls {
+                ca: args.egress_ca.as_deref().ok_or_else(missing)?,
+                cert: args.egress_client_cert.as_deref().ok_or_else(missing)?,
+                key: args.egress_client_key.as_deref().ok_or_else(missing)?,
+            };
+            let proxy = args.egress_proxy.as_deref().ok_or_else(missing)?;
+            let relay = Arc::new(Relay::new(listen, proxy, &tls)?);
+            tracing::info!(socket = %socket.display(), proxy, "control-plane egress relay");
+            Some((relay, crate::egress::relay::bind(socket)?))
+        }
+        None => None,
+    };
     let health = match &args.health_listen {
         Some(addr) => Some((
             bind(addr).await?,
@@ -147,6 +205,11 @@ pub async fn run(args: Args) -> Result<()> {
             async move {
                 if let Some((listener, app)) = health {
                     serve(listener, app, "health").await;
+                }
+            },
+            async move {
+                if let Some((relay, socket)) = relay {
+                    relay.serve(socket).await;
                 }
             },
         )

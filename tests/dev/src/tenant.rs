@@ -4,7 +4,9 @@
 //! kube-controller-manager on free loopback ports, with a PKI of their own. There is no
 //! scheduler (the host schedules) and the controller-manager runs without node lifecycle (the
 //! syncer owns the virtual nodes). [`TenantControlPlane::start_syncer`] runs `vcp-syncer`
-//! between this tenant and the host. Everything stops on drop and dies with the test process.
+//! between this tenant and the host. With [`TenantControlPlane::start_with_egress`] the
+//! revocation authorizer runs too, for the apiserver's control-plane egress. Everything stops
+//! on drop and dies with the test process.
 
 use crate::cluster::{self, DevCluster, SERVICE_CIDR};
 use crate::pki::ClusterPki;
@@ -62,16 +64,56 @@ pub fn syncer_binary() -> Result<PathBuf> {
     }
 }
 
+/// Starts the revocation authorizer as the apiserver pod's sidecar runs
+/// (templates/kube-apiserver.yaml), for its control-plane egress relay on `socket`: no list is
+/// revoked, its webhook on a port of its own (the relay knows where it bound), the chained hop
+/// to the syncer's proxy at `proxy` with the apiserver's kubelet client certificate. Returns
+/// once the socket is there.
+async fn start_authorizer(dir: &Path, socket: &Path, proxy: &str, pki: &Path) -> Result<Spawned> {
+    let revoked = dir.join("revoked");
+    std::fs::write(&revoked, "").map_err(Error::io(&revoked))?;
+    let f = |n: &str| p(&pki.join(n));
+    let mut spec = ProcSpec::new("tenant-authorizer", syncer_binary()?).args([
+        "authorize".to_owned(),
+        "--listen=127.0.0.1:0".to_owned(),
+        format!("--revocations-file={}", p(&revoked)),
+        format!("--egress-socket={}", p(socket)),
+        format!("--egress-proxy={proxy}"),
+        format!("--egress-ca={}", f("ca.crt")),
+        format!("--egress-client-cert={}", f("kubelet-client.crt")),
+        format!("--egress-client-key={}", f("kubelet-client.key")),
+        // Nobody sends it SIGTERM for a drain here; a test's end stops it at once.
+        "--drain-seconds=0".to_owned(),
+    ]);
+    spec.env
+        .push(("RUST_LOG".into(), "warn,vcp_syncer=debug".into()));
+    let mut proc = process::spawn(&spec, Supervision::Attached, &dir.join("authorizer.log"))?;
+    let start = Instant::now();
+    while !socket.exists() {
+        proc.check_running()?;
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(Error::Unhealthy {
+                component: proc.name.clone(),
+                secs: 30,
+                log: proc.log.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(proc)
+}
+
 impl TenantControlPlane {
     /// Starts a tenant control plane of the host's Kubernetes version.
     pub async fn start(key: &str) -> Result<TenantControlPlane> {
         Self::start_opts(key, false).await
     }
 
-    /// [`Self::start`] with the apiserver's cluster egress through its
-    /// syncer's egress proxy, as a provisioned tenant's apiserver runs (templates/
-    /// kube-apiserver.yaml). The syncer's kubelet endpoint gets a port chosen now, which the
-    /// apiserver's egress configuration names.
+    /// [`Self::start`] with the apiserver's egress as a provisioned tenant's apiserver runs
+    /// (templates/kube-apiserver.yaml): its cluster context through its syncer's egress
+    /// proxy, its control-plane context through the revocation authorizer's relay (started
+    /// here, before the apiserver), which passes all but its own webhook to that proxy. The
+    /// syncer's kubelet endpoint gets a port chosen now, which both name.
     pub async fn start_with_egress(key: &str) -> Result<TenantControlPlane> {
         Self::start_opts(key, true).await
     }
@@ -100,24 +142,32 @@ impl TenantControlPlane {
         let [etcd_port, peer_port, api_port, kcm_port, kubelet_port] = process::free_ports()?;
         let kubelet_port = egress.then_some(kubelet_port);
         let mut egress_flags = Vec::new();
+        let mut procs = Vec::new();
         if let Some(port) = kubelet_port {
+            let socket = d.join("egress.sock");
+            // As templates/kube-apiserver.yaml: the cluster context through the syncer's
+            // proxy; the control-plane one (the authorization webhook, webhooks by URL)
+            // through the revocation authorizer's relay on a Unix socket, which keeps its own
+            // webhook local and asks the syncer's proxy for everything else.
+            let proxy = format!("https://localhost:{port}");
             let file = d.join("egress.yaml");
             let mut text = String::from(
                 "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n",
             );
-            // As templates/kube-apiserver.yaml: the cluster context through the proxy, the
-            // control-plane one (the authorization webhook, webhooks by URL) direct.
-            text.push_str("- name: controlplane\n  connection:\n    proxyProtocol: Direct\n");
             text.push_str(&format!(
-                "- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      tcp:\n        url: https://localhost:{port}\n        tlsConfig:\n          caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
+                "- name: controlplane\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      uds:\n        udsName: {}\n",
+                p(&socket)
+            ));
+            text.push_str(&format!(
+                "- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      tcp:\n        url: {proxy}\n        tlsConfig:\n          caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
                 f("ca.crt"),
                 f("kubelet-client.crt"),
                 f("kubelet-client.key"),
             ));
             std::fs::write(&file, text).map_err(Error::io(&file))?;
             egress_flags.push(format!("--egress-selector-config-file={}", p(&file)));
+            procs.push(start_authorizer(d, &socket, &proxy, &pki_dir).await?);
         }
-        let mut procs = Vec::new();
 
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");

@@ -480,7 +480,7 @@ impl Worker {
                     }
                 }
                 Backing::Dir(None) => {
-                    std::fs::create_dir_all(&dir).map_err(|e| format!("volume {}: {e}", v.name))?;
+                    volumes::make_empty_dir(&dir).map_err(|e| format!("volume {}: {e}", v.name))?;
                 }
                 Backing::Dir(Some(_)) => {}
             }

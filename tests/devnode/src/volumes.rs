@@ -401,6 +401,20 @@ pub fn write_atomic(dir: &Path, files: &[VolumeFile]) -> std::io::Result<bool> {
     Ok(true)
 }
 
+/// Creates an emptyDir's directory as a kubelet does: world-writable (0777, kubernetes
+/// `pkg/volume/emptydir`), so a container running as a user of its own can write there (make a
+/// socket, say). Only a directory created now is given that mode: an `fsGroup` may have
+/// changed it since.
+pub fn make_empty_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    // Set after creation: the process umask would take bits off a mode given to mkdir.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+}
+
 /// Gives `dir` and everything below it to group `gid` as a kubelet applies `fsGroup`: group
 /// ownership, group read and write (and search on directories), setgid directories so what
 /// the pod creates stays in the group. Symbolic links are re-owned, never followed.
@@ -477,6 +491,20 @@ fn walk_count(dir: &Path) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_dir_is_world_writable_when_made_and_left_alone_after() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("volumes").join("scratch");
+        make_empty_dir(&dir).unwrap();
+        let mode = |d: &Path| std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&dir), 0o777);
+        // An fsGroup applied since keeps its mode on the next sync.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2770)).unwrap();
+        make_empty_dir(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o2770);
+    }
 
     fn pod() -> Pod {
         serde_json::from_value(serde_json::json!({
