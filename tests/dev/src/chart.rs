@@ -78,8 +78,12 @@ plans:
 /// Values of the dev environment on the real node ([`crate::node`]): vcp, its Postgres and
 /// every tenant's control plane and workloads run there as containers from the images built
 /// here (vcp's by the chart's own names), tenants exposed at the node's address.
-pub fn real_node_values(node_ip: std::net::Ipv4Addr) -> String {
+pub fn real_node_values(node_ip: std::net::Ipv4Addr, api_node_port: Option<u16>) -> String {
     let (k, v) = crate::node::NODE_LABEL;
+    let service = match api_node_port {
+        Some(port) => format!("service: {{type: NodePort, nodePort: {port}}}\n"),
+        None => "service: {type: NodePort}\n".to_owned(),
+    };
     format!(
         r#"replicas: 2
 workers: 2
@@ -97,8 +101,7 @@ plans:
       placement:
         node_selector: {{{k}: {v}}}
         tolerations: [{{key: {k}, operator: Exists}}]
-service: {{type: NodePort}}
-"#,
+{service}"#,
         cidr = cluster::SERVICE_CIDR
     )
 }

@@ -44,7 +44,7 @@ enum Command {
         local: bool,
         /// Also start a real node: a kubelet, containerd and runc in namespaces of their own,
         /// running containers from images built here (docs/dev-cluster.md, "The real node").
-        #[arg(long, env = "VCP_DEV_REAL_NODE")]
+        #[arg(long, env = "VCP_DEV_REAL_NODE", conflicts_with = "local")]
         real_node: bool,
     },
     /// Report each component (pid, port, healthy or not) and vcp's mode and API. Exits 1 if
@@ -268,9 +268,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 s.apiserver_url
             );
             println!(
-                "  nodes Ready        {:>6.2}s  ({} kwok workers + devnode)",
+                "  nodes Ready        {:>6.2}s  ({} kwok workers + devnode{})",
                 t.nodes_ready.as_secs_f64(),
-                s.workers
+                s.workers,
+                if real_node { " + real node" } else { "" }
             );
             println!("  everything up      {:>6.2}s", t.total.as_secs_f64());
             println!("  kubeconfig         {}", s.kubeconfig.display());

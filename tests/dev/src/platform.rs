@@ -586,11 +586,39 @@ pub async fn up_chart(cluster: &DevCluster, name: &str) -> anyhow::Result<DevPla
     let vcp_dir = dir.join("vcp");
     std::fs::create_dir_all(&vcp_dir)?;
     let start = Instant::now();
+    // With a real node, everything runs there as containers: its images first.
+    let real_node = crate::node::recorded(&dir.join(crate::node::DIR)).map(|(_, net)| net);
+    let values = match &real_node {
+        Some(net) => {
+            let bin_dir = orchestrator_binary()?
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            let (mut imgs, _) = crate::images::control_plane_images(include_str!(
+                "../../../templates/versions.yaml"
+            ))?;
+            imgs.extend(crate::images::vcp_images(
+                &bin_dir,
+                env!("CARGO_PKG_VERSION"),
+            )?);
+            imgs.push(crate::images::postgres_image(
+                &bin_dir.join("vcp-devnode-postgres"),
+            )?);
+            cluster.import_node_images(&imgs)?;
+            eprintln!(
+                "  {} images imported into the real node: {:.1}s",
+                imgs.len(),
+                start.elapsed().as_secs_f64()
+            );
+            chart::real_node_values(net.node_ip(), Some(node_port))
+        }
+        None => chart::dev_values(Some(node_port)),
+    };
     chart::install(
         cluster.kubeconfig_path(),
         release,
         ns,
-        &chart::dev_values(Some(node_port)),
+        &values,
         &vcp_dir.join("values.yaml"),
     )?;
     eprintln!(
@@ -627,7 +655,11 @@ pub async fn up_chart(cluster: &DevCluster, name: &str) -> anyhow::Result<DevPla
     let admin_token =
         chart::secret_value(&client, ns, &format!("{full}-admin-token"), "token").await?;
     let node_port = chart::node_port(&client, ns, &full).await?;
-    let api_url = format!("http://127.0.0.1:{node_port}");
+    // NodePorts: the devnode opens them on the loopback, kube-proxy on the real node's address.
+    let api_url = match &real_node {
+        Some(net) => format!("http://{}:{node_port}", net.node_ip()),
+        None => format!("http://127.0.0.1:{node_port}"),
+    };
     // The devnode opens the NodePort once it sees the Service's ready endpoints.
     let api = ApiClient::new(&api_url, &admin_token);
     let reach = Instant::now();

@@ -1024,7 +1024,7 @@ async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> 
         cluster.kubeconfig_path(),
         chart::RELEASE,
         chart::NAMESPACE,
-        &chart::real_node_values(net.node_ip()),
+        &chart::real_node_values(net.node_ip(), None),
         &dir.path().join("values.yaml"),
     )?;
     let host = cluster.client();
