@@ -647,7 +647,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
         &mk(
             "server",
             serde_json::json!({"app": "server"}),
-            "mkdir -p /www && echo tenant-ok > /www/index.html && exec httpd -f -p 8080 -h /www",
+            "echo serving from the real node; mkdir -p /www && echo tenant-ok > /www/index.html && exec httpd -f -p 8080 -h /www",
         )?,
     )
     .await?;
@@ -716,6 +716,46 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
     assert!(
         ok && out.contains(&cluster_ip),
         "server.app by DNS: {out} {err}"
+    );
+    // Logs (as exec above) through the tenant's apiserver and syncer, from the real kubelet.
+    let logs = pods.logs("server", &LogParams::default()).await?;
+    assert!(logs.contains("serving from the real node"), "{logs}");
+    // An image nobody built: the tenant sees the pull fail, naming the image, at once.
+    pods.create(
+        &PostParams::default(),
+        &mk("unbuilt", serde_json::json!({}), "true").map(|mut p| {
+            if let Some(spec) = p.spec.as_mut() {
+                spec.containers[0].image = Some("vcp.dev/never-built:1".into());
+            }
+            p
+        })?,
+    )
+    .await?;
+    let waiting = eventually(
+        "the tenant's pull failure",
+        Duration::from_secs(60),
+        || async {
+            let p = pods.get("unbuilt").await?;
+            Ok(p.status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().next())
+                .and_then(|c| c.state?.waiting)
+                .filter(|w| {
+                    matches!(
+                        w.reason.as_deref(),
+                        Some("ErrImagePull" | "ImagePullBackOff")
+                    )
+                }))
+        },
+    )
+    .await?;
+    assert!(
+        waiting
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("vcp.dev/never-built:1"),
+        "{waiting:?}"
     );
 
     // A second tenant: its pod reaches nothing of the first, and neither reaches any etcd or
