@@ -54,6 +54,12 @@ pub struct ServeArgs {
     /// Address of the HTTP API.
     #[arg(long, env = "VCP_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Seconds this replica goes on serving after SIGTERM, with `/readyz` answering 503, before
+    /// it stops accepting connections: load balancers and kube-proxy take a moment to stop
+    /// sending new ones to a stopping pod, and a connection sent meanwhile must not be refused.
+    #[arg(long, env = "VCP_DRAIN_SECONDS", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub drain_seconds: u64,
     /// Seconds a connection may wait for a request without receiving a byte of it (a new
     /// connection, or a kept-alive one after its last answer) before it is closed.
     #[arg(long, env = "VCP_HTTP_IDLE_TIMEOUT_SECONDS", default_value_t = 60,
@@ -318,11 +324,13 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             metrics.clone(),
         ),
     );
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = AppState {
         inventory: inv,
         provisioner: prov,
         metrics,
         max_kubeconfig_ttl: Duration::from_secs(a.max_kubeconfig_ttl_hours * 3600),
+        draining: draining.clone(),
     };
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
@@ -334,18 +342,32 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         body: Duration::from_secs(a.http_body_timeout_seconds),
         max_connections: usize::try_from(a.http_max_connections).unwrap_or(usize::MAX),
     };
-    api::conn::serve(listener, api::router(state), limits, shutdown())
-        .await
-        .map_err(Error::Serve)
+    let drain = Duration::from_secs(a.drain_seconds);
+    api::conn::serve(
+        listener,
+        api::router(state),
+        limits,
+        shutdown(draining, drain),
+    )
+    .await
+    .map_err(Error::Serve)
 }
 
-async fn shutdown() {
+/// Resolves `drain` after SIGTERM or SIGINT, having set `draining` (so `/readyz` answers 503)
+/// at the signal; the server then stops accepting and finishes what it has.
+async fn shutdown(draining: Arc<std::sync::atomic::AtomicBool>, drain: Duration) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("signal handlers install");
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
+    draining.store(true, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        drain_seconds = drain.as_secs(),
+        "stopping: draining before closing the listener"
+    );
+    tokio::time::sleep(drain).await;
 }
 
 /// Wakes workers on every `NOTIFY vcp_tenants`, reconnecting after database outages.

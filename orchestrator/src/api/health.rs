@@ -14,14 +14,16 @@ pub(super) async fn healthz() -> &'static str {
     "ok"
 }
 
-/// Readiness: the inventory answers.
+/// Readiness: the inventory answers, and the replica is not stopping.
 #[utoipa::path(get, path = "/readyz", tag = "health", responses(
     (status = 200, description = "ready", body = String, content_type = "text/plain"),
-    (status = 503, description = "the inventory does not answer", body = String, content_type = "text/plain"),
+    (status = 503, description = "the inventory does not answer, or the replica is stopping (it serves requests for --drain-seconds after SIGTERM, so balancers take it out first)", body = String, content_type = "text/plain"),
 ))]
 #[tracing::instrument(level = "debug", skip_all)]
 pub(super) async fn readyz(State(s): State<AppState>) -> Response {
-    if s.inventory.ping().await {
+    if s.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
+    } else if s.inventory.ping().await {
         "ok".into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "inventory unavailable").into_response()

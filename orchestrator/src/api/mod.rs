@@ -61,6 +61,8 @@ pub struct AppState {
     pub provisioner: Provisioner,
     pub metrics: Arc<Metrics>,
     pub max_kubeconfig_ttl: Duration,
+    /// Set at SIGTERM: `/readyz` answers 503 while the replica drains.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(OpenApi)]

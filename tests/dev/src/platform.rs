@@ -153,6 +153,9 @@ pub async fn start_orchestrator(
         ("VCP_REPLICA_ID", opts.replica_id.clone()),
         ("VCP_WORKERS", opts.workers.to_string()),
         ("VCP_SIMULATE_CONTROL_PLANES", opts.simulate.to_string()),
+        // Clients dial a local process directly, with no balancer to drain from: stopping
+        // it need not wait (the chart's replicas keep the default).
+        ("VCP_DRAIN_SECONDS", "0".to_owned()),
         (
             "RUST_LOG",
             std::env::var("VCP_TEST_ORCHESTRATOR_LOG").unwrap_or_else(|_| "info".into()),

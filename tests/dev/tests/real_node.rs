@@ -1116,5 +1116,119 @@ async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> 
         "tenant Ready through the chart's vcp {:?} after install",
         t0.elapsed()
     );
+
+    // A `helm upgrade` to a rebuilt vcp image rolls both replicas while a client polls the
+    // API through the node's NodePort (kube-proxy) every 100 ms and another reads the
+    // tenant's apiserver: neither may see a failed request.
+    let mut rebuilt = images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?.remove(0);
+    rebuilt.reference = "vcp.dev/vcp:rebuilt".into();
+    rebuilt.also.clear();
+    rebuilt.entries.push(images::Entry::file(
+        "etc/vcp-rebuilt",
+        0o644,
+        b"a different image\n".to_vec(),
+    ));
+    cluster.import_node_images(&[rebuilt])?;
+    let kc = api.kubeconfig("charted", "alice", &["admin"], "1h").await?;
+    let tenant = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&kc)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?,
+    )?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "probe"}, "data": {"k": "v"}}),
+        )?,
+    )
+    .await?;
+    let tenant_poller = vcp_dev::testing::Poller::start(cms, "probe");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let url = format!("http://{}:{port}/v1/tenants/charted", net.node_ip());
+    let api_poller = {
+        let (stop, token) = (stop.clone(), token.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(async move {
+                let http = reqwest::Client::builder()
+                    .timeout(Duration::from_secs(5))
+                    .build()
+                    .expect("a client");
+                let (mut ok, mut failed) = (0u64, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match http.get(&url).bearer_auth(&token).send().await {
+                        Ok(r) if r.status().is_success() => ok += 1,
+                        Ok(r) => failed.push(format!("{}", r.status())),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                (ok, failed)
+            })
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let values = dir.path().join("values.yaml");
+    let (kubeconfig, values_s) = (
+        cluster.kubeconfig_path().to_owned(),
+        values.to_string_lossy().into_owned(),
+    );
+    let chart_dir = chart::chart_dir().to_string_lossy().into_owned();
+    let rolled = std::time::Instant::now();
+    tokio::task::spawn_blocking(move || {
+        chart::helm(
+            &kubeconfig,
+            &[
+                "upgrade",
+                chart::RELEASE,
+                &chart_dir,
+                "--namespace",
+                chart::NAMESPACE,
+                "-f",
+                &values_s,
+                "--set",
+                "image.repository=vcp.dev/vcp",
+                "--set",
+                "image.tag=rebuilt",
+                "--wait",
+                "--timeout",
+                "5m",
+            ],
+        )
+    })
+    .await??;
+    let rolled = rolled.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (api_ok, api_failed) = api_poller.join().expect("the poller");
+    let (tenant_ok, tenant_failed) = tenant_poller.finish().await?;
+    println!(
+        "helm upgrade to a rebuilt image: rolled in {rolled:?}; API {api_ok} answered, {} failed; tenant {tenant_ok} answered, {tenant_failed} failed",
+        api_failed.len()
+    );
+    assert!(api_failed.is_empty(), "the API failed: {api_failed:?}");
+    assert_eq!(tenant_failed, 0, "the tenant's apiserver failed");
+    let running = Api::<Pod>::namespaced(host.clone(), chart::NAMESPACE)
+        .list(
+            &kube::api::ListParams::default().labels(&chart::orchestrator_selector(chart::RELEASE)),
+        )
+        .await?;
+    assert!(
+        running
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .all(|p| p
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.containers[0].image.as_deref() == Some("vcp.dev/vcp:rebuilt"))),
+        "every replica runs the rebuilt image"
+    );
     Ok(())
 }
