@@ -84,6 +84,11 @@ pub fn real_node_values(node_ip: std::net::Ipv4Addr, api_node_port: Option<u16>)
         Some(port) => format!("service: {{type: NodePort, nodePort: {port}}}\n"),
         None => "service: {type: NodePort}\n".to_owned(),
     };
+    // The same plans as a local `vcp serve` on the real node gets.
+    let plans: String = crate::platform::REAL_NODE_PLANS
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect();
     format!(
         r#"replicas: 2
 workers: 2
@@ -94,14 +99,7 @@ logging: {{format: text, level: "info"}}
 nodeSelector: {{{k}: {v}}}
 tolerations: [{{key: {k}, operator: Equal, value: {v}, effect: NoSchedule}}]
 plans:
-  default:
-    node_selector: {{{k}: {v}}}
-    tolerations: [{{key: {k}, operator: Equal, value: {v}, effect: NoSchedule}}]
-    policy:
-      placement:
-        node_selector: {{{k}: {v}}}
-        tolerations: [{{key: {k}, operator: Exists}}]
-{service}"#,
+{plans}{service}"#,
         cidr = cluster::SERVICE_CIDR
     )
 }
@@ -290,6 +288,22 @@ mod tests {
         assert_eq!(with["nodeSelector"]["vcp.dev/runtime"], "process");
         let without: serde_json::Value = serde_yaml::from_str(&dev_values(None)).unwrap();
         assert!(without.get("service").is_none(), "{without}");
+    }
+
+    #[test]
+    fn real_node_values_put_vcp_and_the_plans_on_the_real_node() {
+        let v: serde_json::Value =
+            serde_yaml::from_str(&real_node_values([10, 243, 3, 2].into(), Some(31000))).unwrap();
+        assert_eq!(v["nodeSelector"]["vcp.dev/node"], "real");
+        assert_eq!(v["expose"]["address"], "10.243.3.2");
+        assert_eq!(v["service"]["nodePort"], 31000);
+        let plans: serde_json::Value =
+            serde_yaml::from_str(crate::platform::REAL_NODE_PLANS).unwrap();
+        assert_eq!(v["plans"], plans);
+        let v: serde_json::Value =
+            serde_yaml::from_str(&real_node_values([10, 243, 3, 2].into(), None)).unwrap();
+        assert_eq!(v["service"]["type"], "NodePort");
+        assert!(v["service"].get("nodePort").is_none());
     }
 
     #[test]

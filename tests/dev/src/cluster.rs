@@ -224,10 +224,15 @@ impl DevCluster {
         process::postmortem(&self.procs, 8)
     }
 
-    /// Imports images into the real node's containerd; an error if the cluster has none.
+    /// The real node's layout and network; an error if the cluster has none.
+    pub fn real_node(&self) -> Result<(crate::node::Layout, crate::node::NodeNet)> {
+        crate::node::recorded(&self.state_dir.join(crate::node::DIR))
+            .ok_or_else(|| Error::Node("this dev cluster has no real node (--real-node)".into()))
+    }
+
+    /// Imports images into the real node's containerd.
     pub fn import_node_images(&self, imgs: &[crate::images::Image]) -> Result<()> {
-        let (layout, net) = crate::node::recorded(&self.state_dir.join(crate::node::DIR))
-            .ok_or_else(|| Error::Node("this dev cluster has no real node (--real-node)".into()))?;
+        let (layout, net) = self.real_node()?;
         crate::node::import(&layout, &net, imgs)
     }
 
@@ -236,8 +241,7 @@ impl DevCluster {
     /// state: the same network, containerd's images and the kubelet's pods. Attached clusters
     /// only.
     pub fn restart_real_node(&mut self) -> Result<()> {
-        let (layout, net) = crate::node::recorded(&self.state_dir.join(crate::node::DIR))
-            .ok_or_else(|| Error::Node("this dev cluster has no real node (--real-node)".into()))?;
+        let (layout, net) = self.real_node()?;
         let i = self
             .procs
             .iter()

@@ -303,50 +303,69 @@ pub fn ldd_libraries(ldd_output: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The image users of distroless images: root and `nonroot` (65532), which vcp's templates
-/// run as.
-fn base_entries() -> Vec<Entry> {
+/// distroless's users: root and `nonroot` (65532), which vcp's templates run as.
+const DISTROLESS_USERS: (&str, &str) = (
+    "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
+    "root:x:0:\nnonroot:x:65532:\n",
+);
+
+/// What every image of binaries holds besides them: its users (`/etc/passwd` and
+/// `/etc/group` lines), `/tmp`, and `/home/nonroot`.
+fn base_entries((passwd, group): (&str, &str)) -> Vec<Entry> {
     vec![
         Entry::dir("etc", 0o755),
-        Entry::file(
-            "etc/passwd",
-            0o644,
-            b"root:x:0:0:root:/root:/sbin/nologin
-nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
-"
-            .to_vec(),
-        ),
-        Entry::file(
-            "etc/group",
-            0o644,
-            b"root:x:0:
-nonroot:x:65532:
-"
-            .to_vec(),
-        ),
+        Entry::file("etc/passwd", 0o644, passwd.as_bytes().to_vec()),
+        Entry::file("etc/group", 0o644, group.as_bytes().to_vec()),
         Entry::dir("tmp", 0o1777),
         Entry::dir("home", 0o755),
         Entry::dir("home/nonroot", 0o700),
     ]
 }
 
+/// Adds each directory of `dir` (relative), outermost first, that `entries` lacks.
+fn add_dirs(entries: &mut Vec<Entry>, dir: &Path, mode: u32) {
+    let mut at = PathBuf::new();
+    for c in dir.components() {
+        at.push(c);
+        let d = at.to_string_lossy().into_owned();
+        if !entries
+            .iter()
+            .any(|e| matches!(e, Entry::Dir { path, .. } if *path == d))
+        {
+            entries.push(Entry::dir(&d, mode));
+        }
+    }
+}
+
 /// Adds `path` (absolute) with its parent directories, once each.
 fn add_file(entries: &mut Vec<Entry>, path: &Path, mode: u32, data: Vec<u8>) {
     let rel = path.strip_prefix("/").unwrap_or(path);
-    let mut dir = PathBuf::new();
     if let Some(parent) = rel.parent() {
-        for c in parent.components() {
-            dir.push(c);
-            let d = dir.to_string_lossy().into_owned();
-            if !entries
-                .iter()
-                .any(|e| matches!(e, Entry::Dir { path, .. } if *path == d))
-            {
-                entries.push(Entry::dir(&d, 0o755));
+        add_dirs(entries, parent, 0o755);
+    }
+    entries.push(Entry::file(&rel.to_string_lossy(), mode, data));
+}
+
+/// Adds, once each, the shared libraries the ELF files `elves` load (as `ldd` lists them, at
+/// the same paths), except those under `skip` (already in the image).
+fn add_libraries(entries: &mut Vec<Entry>, elves: &[PathBuf], skip: Option<&Path>) -> Result<()> {
+    let mut libs: Vec<PathBuf> = Vec::new();
+    for e in elves {
+        let out = std::process::Command::new("ldd")
+            .arg(e)
+            .output()
+            .map_err(Error::io("ldd"))?;
+        for l in ldd_libraries(&String::from_utf8_lossy(&out.stdout)) {
+            if !libs.contains(&l) && !skip.is_some_and(|s| l.starts_with(s)) {
+                libs.push(l);
             }
         }
     }
-    entries.push(Entry::file(&rel.to_string_lossy(), mode, data));
+    for l in &libs {
+        let data = std::fs::read(l).map_err(Error::io(l))?;
+        add_file(entries, l, 0o755, data);
+    }
+    Ok(())
 }
 
 /// An image of executables from this machine in `/usr/local/bin` (on `PATH`), with the
@@ -358,18 +377,8 @@ pub fn from_binaries(
     entrypoint: Vec<String>,
     cmd: Vec<String>,
 ) -> Result<Image> {
-    let mut entries = base_entries();
-    let mut libs: Vec<PathBuf> = Vec::new();
+    let mut entries = base_entries(DISTROLESS_USERS);
     for (name, host) in binaries {
-        let out = std::process::Command::new("ldd")
-            .arg(host)
-            .output()
-            .map_err(Error::io("ldd"))?;
-        for l in ldd_libraries(&String::from_utf8_lossy(&out.stdout)) {
-            if !libs.contains(&l) {
-                libs.push(l);
-            }
-        }
         add_file(
             &mut entries,
             &Path::new("/usr/local/bin").join(name),
@@ -377,10 +386,8 @@ pub fn from_binaries(
             stripped(host)?,
         );
     }
-    for l in &libs {
-        let data = std::fs::read(l).map_err(Error::io(l))?;
-        add_file(&mut entries, l, 0o755, data);
-    }
+    let hosts: Vec<PathBuf> = binaries.iter().map(|(_, h)| h.clone()).collect();
+    add_libraries(&mut entries, &hosts, None)?;
     // TLS clients that fall back on the system's roots find them where distroless has them.
     let roots = Path::new("/etc/ssl/certs/ca-certificates.crt");
     if let Ok(data) = std::fs::read(roots) {
@@ -506,19 +513,9 @@ pub fn vcp_images(bin_dir: &Path, release: &str) -> Result<Vec<Image>> {
 /// chart (initdb from `POSTGRES_*`, then `postgres`).
 pub fn postgres_image(entrypoint: &Path) -> Result<Image> {
     const PG: &str = "/usr/lib/postgresql/15";
-    let mut entries = base_entries();
-    entries.retain(
-        |e| !matches!(e, Entry::File { path, .. } if path == "etc/passwd" || path == "etc/group"),
-    );
-    entries.push(Entry::file(
-        "etc/passwd",
-        0o644,
-        b"root:x:0:0:root:/root:/sbin/nologin\npostgres:x:999:999:postgres:/var/lib/postgresql:/bin/sh\n".to_vec(),
-    ));
-    entries.push(Entry::file(
-        "etc/group",
-        0o644,
-        b"root:x:0:\npostgres:x:999:\n".to_vec(),
+    let mut entries = base_entries((
+        "root:x:0:0:root:/root:/sbin/nologin\npostgres:x:999:999:postgres:/var/lib/postgresql:/bin/sh\n",
+        "root:x:0:\npostgres:x:999:\n",
     ));
     let mut elves = Vec::new();
     // C.UTF-8 (the image's LANG, which initdb checks) is a compiled locale of glibc's.
@@ -537,43 +534,17 @@ pub fn postgres_image(entrypoint: &Path) -> Result<Image> {
         stripped(entrypoint)?,
     );
     elves.push(entrypoint.to_owned());
-    let mut libs: Vec<PathBuf> = Vec::new();
-    for e in &elves {
-        let out = std::process::Command::new("ldd")
-            .arg(e)
-            .output()
-            .map_err(Error::io("ldd"))?;
-        for l in ldd_libraries(&String::from_utf8_lossy(&out.stdout)) {
-            if !libs.contains(&l) && !l.starts_with(PG) {
-                libs.push(l);
-            }
-        }
-    }
-    for l in &libs {
-        let data = std::fs::read(l).map_err(Error::io(l))?;
-        add_file(&mut entries, l, 0o755, data);
-    }
+    add_libraries(&mut entries, &elves, Some(Path::new(PG)))?;
     // initdb runs `postgres -V` through popen(3), which needs /bin/sh (the official image
     // has bash): Debian's static busybox.
     let bb = std::fs::read(BUSYBOX_BIN).map_err(Error::io(BUSYBOX_BIN))?;
     add_file(&mut entries, Path::new("/bin/busybox"), 0o755, bb);
     entries.push(Entry::symlink("bin/sh", "busybox"));
-    for d in [
-        "var",
-        "var/run",
-        "var/run/postgresql",
-        "var/lib",
-        "var/lib/postgresql",
-    ] {
-        entries.push(Entry::dir(
-            d,
-            if d.ends_with("postgresql") {
-                0o2777
-            } else {
-                0o755
-            },
-        ));
-    }
+    // The socket and data directories' parent, writable by the image's postgres user.
+    add_dirs(&mut entries, Path::new("var/run"), 0o755);
+    add_dirs(&mut entries, Path::new("var/lib"), 0o755);
+    entries.push(Entry::dir("var/run/postgresql", 0o2777));
+    entries.push(Entry::dir("var/lib/postgresql", 0o2777));
     Ok(Image {
         reference: "postgres:15".to_owned(),
         also: vec!["docker.io/library/postgres:15".to_owned()],
@@ -601,25 +572,7 @@ fn add_tree(entries: &mut Vec<Entry>, root: &Path, elves: &mut Vec<PathBuf>) -> 
         let target = std::fs::read_link(root).map_err(Error::io(root))?;
         entries.push(Entry::symlink(&rel, &target.to_string_lossy()));
     } else if meta.is_dir() {
-        if !entries
-            .iter()
-            .any(|e| matches!(e, Entry::Dir { path, .. } if *path == rel))
-        {
-            if let Some(parent) = Path::new(&rel).parent() {
-                let mut dir = PathBuf::new();
-                for c in parent.components() {
-                    dir.push(c);
-                    let d = dir.to_string_lossy().into_owned();
-                    if !entries
-                        .iter()
-                        .any(|e| matches!(e, Entry::Dir { path, .. } if *path == d))
-                    {
-                        entries.push(Entry::dir(&d, 0o755));
-                    }
-                }
-            }
-            entries.push(Entry::dir(&rel, 0o755));
-        }
+        add_dirs(entries, Path::new(&rel), 0o755);
         let mut children: Vec<PathBuf> = std::fs::read_dir(root)
             .map_err(Error::io(root))?
             .flatten()
@@ -638,6 +591,31 @@ fn add_tree(entries: &mut Vec<Entry>, root: &Path, elves: &mut Vec<PathBuf>) -> 
         add_file(entries, root, mode, data);
     }
     Ok(())
+}
+
+/// The versions catalog vcp ships, whose control-plane images the real node gets.
+pub const CATALOG: &str = include_str!("../../../templates/versions.yaml");
+
+/// Everything vcp's platform needs on the real node beyond its start images: the catalog's
+/// control-plane images ([`CATALOG`]), vcp's own ([`vcp_images`], from the workspace build in
+/// `bin_dir`) and the chart's Postgres ([`postgres_image`]). Also the catalog references
+/// skipped because their binaries are not built. CoreDNS is left out: the node imports it at
+/// start ([`node_images`]).
+pub fn platform_images(bin_dir: &Path) -> Result<(Vec<Image>, Vec<String>)> {
+    let (mut imgs, skipped) = control_plane_images(CATALOG)?;
+    imgs.retain(|i| i.reference != coredns_image());
+    imgs.extend(vcp_images(bin_dir, env!("CARGO_PKG_VERSION"))?);
+    imgs.push(postgres_image(&bin_dir.join("vcp-devnode-postgres"))?);
+    Ok((imgs, skipped))
+}
+
+/// The directory of the workspace's binaries (vcp, vcp-syncer, vcp-devnode-postgres): where
+/// the devnode's binary is.
+pub fn workspace_bin_dir() -> Result<PathBuf> {
+    Ok(crate::cluster::devnode_binary()?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default())
 }
 
 /// The dev name of vcp's image (`crate::platform::DEV_TOOLS_IMAGE`).

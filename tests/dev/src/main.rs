@@ -346,18 +346,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     state_dir.display()
                 )
             })?;
-            let (mut imgs, skipped) = vcp_dev::images::control_plane_images(include_str!(
-                "../../../templates/versions.yaml"
-            ))?;
             let exe = std::env::current_exe()?;
             let bin_dir = exe.parent().ok_or_else(|| anyhow::anyhow!("no bin dir"))?;
-            imgs.extend(vcp_dev::images::vcp_images(
-                bin_dir,
-                env!("CARGO_PKG_VERSION"),
-            )?);
-            imgs.push(vcp_dev::images::postgres_image(
-                &bin_dir.join("vcp-devnode-postgres"),
-            )?);
+            let (imgs, skipped) = vcp_dev::images::platform_images(bin_dir)?;
             for img in &imgs {
                 vcp_dev::node::import(&layout, &net, std::slice::from_ref(img))?;
                 println!("imported {}", img.reference);

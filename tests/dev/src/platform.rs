@@ -593,20 +593,7 @@ pub async fn up_chart(cluster: &DevCluster, name: &str) -> anyhow::Result<DevPla
     let real_node = crate::node::recorded(&dir.join(crate::node::DIR)).map(|(_, net)| net);
     let values = match &real_node {
         Some(net) => {
-            let bin_dir = orchestrator_binary()?
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_default();
-            let (mut imgs, _) = crate::images::control_plane_images(include_str!(
-                "../../../templates/versions.yaml"
-            ))?;
-            imgs.extend(crate::images::vcp_images(
-                &bin_dir,
-                env!("CARGO_PKG_VERSION"),
-            )?);
-            imgs.push(crate::images::postgres_image(
-                &bin_dir.join("vcp-devnode-postgres"),
-            )?);
+            let (imgs, _) = crate::images::platform_images(&crate::images::workspace_bin_dir()?)?;
             cluster.import_node_images(&imgs)?;
             eprintln!(
                 "  {} images imported into the real node: {:.1}s",

@@ -8,6 +8,62 @@ use std::time::Duration;
 use vcp_dev::testing::{eventually, kubectl_with, namespace};
 use vcp_dev::{DevCluster, Options, Supervision, images, node};
 
+/// A dev cluster with one kwok worker and the real node, in a temporary state dir.
+async fn real_cluster() -> anyhow::Result<(tempfile::TempDir, DevCluster)> {
+    let dir = tempfile::tempdir()?;
+    let cluster = DevCluster::start_with(Options {
+        state_dir: dir.path().to_owned(),
+        workers: 1,
+        supervision: Supervision::Attached,
+        real_node: true,
+    })
+    .await?;
+    Ok((dir, cluster))
+}
+
+/// Imports what vcp's platform runs from into the real node (`images::platform_images`).
+fn import_platform_images(cluster: &DevCluster) -> anyhow::Result<()> {
+    let (imgs, skipped) = images::platform_images(&images::workspace_bin_dir()?)?;
+    anyhow::ensure!(
+        skipped.is_empty(),
+        "every catalog minor is built here: {skipped:?}"
+    );
+    cluster.import_node_images(&imgs)?;
+    Ok(())
+}
+
+/// A local `vcp serve` whose tenants run on the real node: its plans, exposed at the node.
+async fn platform_on_node(
+    cluster: &DevCluster,
+    dir: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<vcp_dev::testing::TestPlatform> {
+    let (_, net) = cluster.real_node()?;
+    let plans = dir.join(format!("{name}-plans.yaml"));
+    std::fs::write(&plans, vcp_dev::platform::REAL_NODE_PLANS)?;
+    vcp_dev::testing::platform_with(
+        cluster,
+        name,
+        2,
+        vec![
+            ("VCP_PLANS".into(), plans.to_string_lossy().into_owned()),
+            ("VCP_EXPOSE_ADDRESS".into(), net.node_ip().to_string()),
+        ],
+    )
+    .await
+}
+
+/// A client of a tenant from a kubeconfig's YAML.
+async fn client_of(kubeconfig: &str) -> anyhow::Result<kube::Client> {
+    Ok(kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(kubeconfig)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?,
+    )?)
+}
+
 fn pod(name: &str, image: &str, command: &str) -> anyhow::Result<Pod> {
     Ok(serde_json::from_value(serde_json::json!({
         "metadata": {"name": name},
@@ -44,14 +100,7 @@ fn ready(p: &Pod) -> bool {
 #[tokio::test]
 async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() -> anyhow::Result<()>
 {
-    let dir = tempfile::tempdir()?;
-    let mut cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 1,
-        supervision: Supervision::Attached,
-        real_node: true,
-    })
-    .await?;
+    let (dir, mut cluster) = real_cluster().await?;
     let client = cluster.client();
     let n = Api::<Node>::all(client.clone())
         .get(node::NODE_NAME)
@@ -165,12 +214,7 @@ async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() ->
     );
 
     // Stopping the cluster stops the node and everything it ran, and removes its network.
-    let net = std::fs::read_to_string(dir.path().join("node/network.json"))?;
-    let index: u8 = serde_json::from_str::<serde_json::Value>(&net)?["index"]
-        .as_u64()
-        .expect("index")
-        .try_into()?;
-    let netns = node::NodeNet { index }.netns();
+    let netns = cluster.real_node()?.1.netns();
     assert!(std::path::Path::new("/run/netns").join(&netns).exists());
     cluster.stop();
     assert!(
@@ -231,14 +275,7 @@ fn listener(
 #[tokio::test]
 async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_node()
 -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 1,
-        supervision: Supervision::Attached,
-        real_node: true,
-    })
-    .await?;
+    let (dir, cluster) = real_cluster().await?;
     let client = cluster.client();
     namespace(&client, "np").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "np");
@@ -343,15 +380,10 @@ async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_n
     // Pod traffic leaves the bridge only for the host's end of the node's link. Give the node
     // a route to another address of this machine (the devnode's bridge: local, so even a
     // packet that got through would never leave the machine) and count what arrives.
-    let index = |file: &str| -> anyhow::Result<u8> {
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join(file))?)?;
-        Ok(v["index"].as_u64().expect("index").try_into()?)
-    };
-    let net = node::NodeNet {
-        index: index("node/network.json")?,
-    };
-    let elsewhere: std::net::IpAddr = [10, 245, index("devnode/network.json")?, 1].into();
+    let (_, net) = cluster.real_node()?;
+    let devnet =
+        vcp_dev::devnet::recorded(&dir.path().join("devnode")).expect("the devnode's network");
+    let elsewhere: std::net::IpAddr = [10, 245, devnet, 1].into();
     let (far_port, far_seen) = listener(elsewhere)?;
     let (near_port, near_seen) = listener(net.host_ip().into())?;
     let ip_netns = |args: &[&str]| {
@@ -410,34 +442,10 @@ async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_n
 
 #[tokio::test]
 async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 1,
-        supervision: Supervision::Attached,
-        real_node: true,
-    })
-    .await?;
+    let (_dir, cluster) = real_cluster().await?;
     let t0 = std::time::Instant::now();
-    let (cp, skipped) =
-        images::control_plane_images(include_str!("../../../templates/versions.yaml"))?;
-    assert!(
-        skipped.is_empty(),
-        "every catalog minor is built here: {skipped:?}"
-    );
-    let bin_dir = vcp_dev::cluster::devnode_binary()?
-        .parent()
-        .expect("a directory")
-        .to_owned();
-    let ours = images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?;
-    cluster.import_node_images(&cp)?;
-    cluster.import_node_images(&ours)?;
-    println!(
-        "imported {} control-plane and {} vcp images in {:?}",
-        cp.len(),
-        ours.len(),
-        t0.elapsed()
-    );
+    import_platform_images(&cluster)?;
+    println!("imported the platform's images in {:?}", t0.elapsed());
 
     let client = cluster.client();
     namespace(&client, "imgs").await?;
@@ -551,41 +559,10 @@ async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> a
 #[tokio::test]
 async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_and_nothing_of_each_other()
 -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 1,
-        supervision: Supervision::Attached,
-        real_node: true,
-    })
-    .await?;
-    let (cp, _) = images::control_plane_images(include_str!("../../../templates/versions.yaml"))?;
-    let bin_dir = vcp_dev::cluster::devnode_binary()?
-        .parent()
-        .expect("a directory")
-        .to_owned();
-    cluster.import_node_images(&cp)?;
-    cluster.import_node_images(&images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?)?;
-    let net = {
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-            dir.path().join("node/network.json"),
-        )?)?;
-        node::NodeNet {
-            index: v["index"].as_u64().expect("index").try_into()?,
-        }
-    };
-    let plans = dir.path().join("real-node-plans.yaml");
-    std::fs::write(&plans, vcp_dev::platform::REAL_NODE_PLANS)?;
-    let platform = vcp_dev::testing::platform_with(
-        &cluster,
-        "realnode",
-        2,
-        vec![
-            ("VCP_PLANS".into(), plans.to_string_lossy().into_owned()),
-            ("VCP_EXPOSE_ADDRESS".into(), net.node_ip().to_string()),
-        ],
-    )
-    .await?;
+    let (dir, cluster) = real_cluster().await?;
+    import_platform_images(&cluster)?;
+    let (_, net) = cluster.real_node()?;
+    let platform = platform_on_node(&cluster, dir.path(), "realnode").await?;
     let t0 = std::time::Instant::now();
     platform.admin.create_tenant("demo").await?;
     platform
@@ -599,13 +576,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
         .await?;
     let kc_path = dir.path().join("demo.kubeconfig");
     std::fs::write(&kc_path, &kc)?;
-    let tenant = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&kc)?,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await?,
-    )?;
+    let tenant = client_of(&kc).await?;
 
     // Every control-plane pod of the tenant runs on the real node.
     let host_pods: Api<Pod> = Api::all(cluster.client());
@@ -790,13 +761,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
         ],
     );
     assert!(ok, "{err}");
-    let other = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&okc)?,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await?,
-    )?;
+    let other = client_of(&okc).await?;
     let other_pods: Api<Pod> = Api::namespaced(other, "default");
     eventually("the intruder running", Duration::from_secs(120), || async {
         Ok(other_pods
@@ -927,39 +892,9 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
 
 #[tokio::test]
 async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let mut cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 1,
-        supervision: Supervision::Attached,
-        real_node: true,
-    })
-    .await?;
-    let (cp, _) = images::control_plane_images(include_str!("../../../templates/versions.yaml"))?;
-    let bin_dir = vcp_dev::cluster::devnode_binary()?
-        .parent()
-        .expect("a directory")
-        .to_owned();
-    cluster.import_node_images(&cp)?;
-    cluster.import_node_images(&images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?)?;
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        dir.path().join("node/network.json"),
-    )?)?;
-    let net = node::NodeNet {
-        index: v["index"].as_u64().expect("index").try_into()?,
-    };
-    let plans = dir.path().join("real-node-plans.yaml");
-    std::fs::write(&plans, vcp_dev::platform::REAL_NODE_PLANS)?;
-    let platform = vcp_dev::testing::platform_with(
-        &cluster,
-        "restart",
-        2,
-        vec![
-            ("VCP_PLANS".into(), plans.to_string_lossy().into_owned()),
-            ("VCP_EXPOSE_ADDRESS".into(), net.node_ip().to_string()),
-        ],
-    )
-    .await?;
+    let (dir, mut cluster) = real_cluster().await?;
+    import_platform_images(&cluster)?;
+    let platform = platform_on_node(&cluster, dir.path(), "restart").await?;
     platform.admin.create_tenant("keep").await?;
     let t = platform
         .admin
@@ -969,13 +904,7 @@ async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Resu
         .admin
         .kubeconfig("keep", "alice", &["admin"], "1h")
         .await?;
-    let tenant = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&kc)?,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await?,
-    )?;
+    let tenant = client_of(&kc).await?;
     let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "default");
     cms.create(
         &PostParams::default(),
@@ -1035,30 +964,9 @@ async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Resu
 #[tokio::test]
 async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> anyhow::Result<()> {
     use vcp_dev::chart;
-    let dir = tempfile::tempdir()?;
-    let cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 1,
-        supervision: Supervision::Attached,
-        real_node: true,
-    })
-    .await?;
-    let (cp, _) = images::control_plane_images(include_str!("../../../templates/versions.yaml"))?;
-    let bin_dir = vcp_dev::cluster::devnode_binary()?
-        .parent()
-        .expect("a directory")
-        .to_owned();
-    cluster.import_node_images(&cp)?;
-    cluster.import_node_images(&images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?)?;
-    cluster.import_node_images(&[images::postgres_image(
-        &bin_dir.join("vcp-devnode-postgres"),
-    )?])?;
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        dir.path().join("node/network.json"),
-    )?)?;
-    let net = node::NodeNet {
-        index: v["index"].as_u64().expect("index").try_into()?,
-    };
+    let (dir, cluster) = real_cluster().await?;
+    import_platform_images(&cluster)?;
+    let (_, net) = cluster.real_node()?;
     let t0 = std::time::Instant::now();
     chart::install(
         cluster.kubeconfig_path(),
@@ -1120,7 +1028,8 @@ async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> 
     // A `helm upgrade` to a rebuilt vcp image rolls both replicas while a client polls the
     // API through the node's NodePort (kube-proxy) every 100 ms and another reads the
     // tenant's apiserver: neither may see a failed request.
-    let mut rebuilt = images::vcp_images(&bin_dir, env!("CARGO_PKG_VERSION"))?.remove(0);
+    let mut rebuilt =
+        images::vcp_images(&images::workspace_bin_dir()?, env!("CARGO_PKG_VERSION"))?.remove(0);
     rebuilt.reference = "vcp.dev/vcp:rebuilt".into();
     rebuilt.also.clear();
     rebuilt.entries.push(images::Entry::file(
@@ -1130,13 +1039,7 @@ async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> 
     ));
     cluster.import_node_images(&[rebuilt])?;
     let kc = api.kubeconfig("charted", "alice", &["admin"], "1h").await?;
-    let tenant = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&kc)?,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await?,
-    )?;
+    let tenant = client_of(&kc).await?;
     let cms: Api<ConfigMap> = Api::namespaced(tenant, "default");
     cms.create(
         &PostParams::default(),
