@@ -24,7 +24,7 @@ mkdir -p "$bin_dir"
 groups=(
   "etcd|go.etcd.io/etcd/server/v3|etcd=go.etcd.io/etcd/server/v3 etcdctl=go.etcd.io/etcd/etcdctl/v3 etcdutl=go.etcd.io/etcd/etcdutl/v3"
   "kwok|sigs.k8s.io/kwok|kwok=sigs.k8s.io/kwok/cmd/kwok"
-  "k8s-v1.37|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy"
+  "k8s-v1.37|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy agnhost=k8s.io/kubernetes/test/images/agnhost"
   "k8s-v1.36|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl"
   "k8s-v1.35|k8s.io/kubernetes|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl"
   "coredns|github.com/coredns/coredns|coredns=github.com/coredns/coredns"
@@ -32,10 +32,11 @@ groups=(
   # The host's resource metrics (kubectl top), which tenant syncers serve translated.
   "metrics-server|sigs.k8s.io/metrics-server|metrics-server=sigs.k8s.io/metrics-server/cmd/metrics-server"
   # The real node (docs/dev-cluster.md): containerd and its runc shim without cgo (no
-  # btrfs, devmapper or zfs snapshotters: overlayfs and native only) with ctr (image imports),
-  # the CNI plugins of a bridge network.
+  # btrfs, devmapper or zfs snapshotters: overlayfs and native only), the CNI plugins of a
+  # bridge network, crictl.
   "containerd|github.com/containerd/containerd/v2|containerd=github.com/containerd/containerd/v2/cmd/containerd containerd-shim-runc-v2=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 ctr=github.com/containerd/containerd/v2/cmd/ctr|CGO_ENABLED=0 tags=no_btrfs,no_devmapper,no_zfs"
   "cni-plugins|github.com/containernetworking/plugins|cni-bridge=github.com/containernetworking/plugins/plugins/main/bridge cni-host-local=github.com/containernetworking/plugins/plugins/ipam/host-local cni-loopback=github.com/containernetworking/plugins/plugins/main/loopback cni-portmap=github.com/containernetworking/plugins/plugins/meta/portmap|CGO_ENABLED=0"
+  "cri-tools|sigs.k8s.io/cri-tools|crictl=sigs.k8s.io/cri-tools/cmd/crictl|CGO_ENABLED=0"
   # NetworkPolicy on the real node: the policies are evaluated in user space, first packet of
   # each connection, by kube-network-policies (docs/dev-cluster.md says why this one).
   "kube-network-policies|sigs.k8s.io/kube-network-policies|kube-network-policies=sigs.k8s.io/kube-network-policies/cmd|CGO_ENABLED=0"

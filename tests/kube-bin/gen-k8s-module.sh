@@ -33,6 +33,9 @@ goline=$(grep -m1 '^go ' "$upstream")
   for t in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
     echo "	k8s.io/kubernetes/cmd/$t"
   done
+  # The test image of the conformance suite and the real node's network tests (build.sh
+  # builds it for the default minor only).
+  echo "	k8s.io/kubernetes/test/images/agnhost"
   echo ")"
   echo
   echo "replace ("

@@ -16,6 +16,7 @@ const HELM_GOMOD: &str = include_str!("../../kube-bin/helm/go.mod");
 const METRICS_SERVER_GOMOD: &str = include_str!("../../kube-bin/metrics-server/go.mod");
 const CONTAINERD_GOMOD: &str = include_str!("../../kube-bin/containerd/go.mod");
 const CNI_PLUGINS_GOMOD: &str = include_str!("../../kube-bin/cni-plugins/go.mod");
+const CRI_TOOLS_GOMOD: &str = include_str!("../../kube-bin/cri-tools/go.mod");
 const NETPOL_GOMOD: &str = include_str!("../../kube-bin/kube-network-policies/go.mod");
 
 /// The version a go.mod requires of `module` (a `require` line, single or in a block).
@@ -60,7 +61,7 @@ pub fn host_kubernetes_version() -> &'static str {
 }
 
 /// The pinned version of a non-Kubernetes component (`etcd`, `kwok`, `coredns`, `helm`,
-/// `metrics-server`, and the real node's containerd, CNI plugins and NetworkPolicy enforcer).
+/// `metrics-server`, and the real node's containerd, CNI plugins and crictl).
 pub fn tool_version(component: &str) -> Option<&'static str> {
     Some(match component {
         "etcd" | "etcdctl" | "etcdutl" => pinned(ETCD_GOMOD, "go.etcd.io/etcd/server/v3"),
@@ -74,6 +75,7 @@ pub fn tool_version(component: &str) -> Option<&'static str> {
         "cni-bridge" | "cni-host-local" | "cni-loopback" | "cni-portmap" => {
             pinned(CNI_PLUGINS_GOMOD, "github.com/containernetworking/plugins")
         }
+        "crictl" => pinned(CRI_TOOLS_GOMOD, "sigs.k8s.io/cri-tools"),
         "kube-network-policies" => pinned(NETPOL_GOMOD, "sigs.k8s.io/kube-network-policies"),
         _ => return None,
     })

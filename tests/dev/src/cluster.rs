@@ -230,6 +230,12 @@ impl DevCluster {
             .ok_or_else(|| Error::Node("this dev cluster has no real node (--real-node)".into()))
     }
 
+    /// The world outside the cluster, linked to the real node ([`crate::outside`]).
+    pub fn outside(&self) -> Result<crate::outside::Outside> {
+        let (_, net) = self.real_node()?;
+        crate::outside::Outside::wire(net)
+    }
+
     /// Imports images into the real node's containerd.
     pub fn import_node_images(&self, imgs: &[crate::images::Image]) -> Result<()> {
         let (layout, net) = self.real_node()?;

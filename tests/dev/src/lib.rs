@@ -6,7 +6,8 @@
 //! group; [`cluster`] sequences etcd -> kube-apiserver -> controller-manager, scheduler, kwok
 //! (simulated worker nodes) and the PV [`provisioner`], and records what runs in
 //! `<state>/state.json`; [`postgres`] adds a throwaway PostgreSQL. [`platform`] puts vcp on
-//! top: installed with its Helm chart ([`chart`]) or as a local `vcp serve`.
+//! top: installed with its Helm chart ([`chart`]) or as a local `vcp serve`. The real [`node`]
+//! runs containers from [`images`] written here; [`outside`] stands for the internet in its tests.
 //!
 //! As a library, [`DevCluster::start`] gives tests a cluster that is torn down on drop (and
 //! dies with the test process even on SIGKILL); as a binary, `vcp-dev up|status|down` manages
@@ -23,6 +24,7 @@ pub mod images;
 pub mod kubeconfig;
 pub mod kwok;
 pub mod node;
+pub mod outside;
 pub mod pki;
 pub mod platform;
 pub mod postgres;

@@ -71,6 +71,27 @@ impl NodeNet {
         format!("10.246.{}.0/24", self.index)
     }
 
+    /// The network namespace standing for the world outside the cluster
+    /// ([`crate::outside`]), created only by the tests that need it.
+    pub fn outside_netns(&self) -> String {
+        format!("vcpout{}", self.index)
+    }
+
+    /// The node's end of its link to the outside (the far end is `vout<k>o`).
+    pub fn veth_outside(&self) -> String {
+        format!("vout{}n", self.index)
+    }
+
+    /// The node's address on its link to the outside, `10.243.<k>.4/30`.
+    pub fn outside_link_node(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 243, self.index, 5)
+    }
+
+    /// The outside's address on that link.
+    pub fn outside_link_far(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 243, self.index, 6)
+    }
+
     /// The kubelet's `cgroupRoot`, in every v1 hierarchy.
     pub fn cgroup_root(&self) -> String {
         format!("vcp-node-{}", self.index)
@@ -133,15 +154,17 @@ impl NodeNet {
         Ok(())
     }
 
-    /// Removes the node's namespace, link (and with it the route) and cgroups. Never fails.
+    /// Removes the node's namespace, link (and with it the route), its outside's namespace and
+    /// its cgroups. Never fails.
     pub fn sweep(&self) {
         let _ = ip(&["link", "del", &self.veth_host()]);
+        let _ = ip(&["netns", "del", &self.outside_netns()]);
         let _ = ip(&["netns", "del", &self.netns()]);
         remove_cgroups(&self.cgroup_root());
     }
 }
 
-fn ip(args: &[&str]) -> Result<()> {
+pub(crate) fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip")
         .args(args)
         .output()
@@ -291,7 +314,7 @@ impl Layout {
         let k8s = bins::host_kubernetes_version();
         link(bins::binary("kubelet", k8s)?, "bin/kubelet")?;
         link(bins::binary("kube-proxy", k8s)?, "bin/kube-proxy")?;
-        for c in ["containerd", "containerd-shim-runc-v2", "ctr"] {
+        for c in ["containerd", "containerd-shim-runc-v2", "ctr", "crictl"] {
             link(bins::tool(c)?, &format!("bin/{c}"))?;
         }
         for p in ["bridge", "host-local", "loopback", "portmap"] {
@@ -489,15 +512,20 @@ sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 # route, and these machines' kernels have no dummy links.
 ip route replace {service_cidr} dev lo src {node_ip}
 # In the mangle table, which kube-proxy leaves alone, so these come before any of its accepts.
-# Pod traffic leaves the bridge only for the host's end of the link (the apiserver); the node
-# has no default route besides, so nothing a pod sends can leave the machine.
+# Pod traffic leaves the bridge only for the host's end of the link (the apiserver) or for the
+# link to the outside, a network namespace of this machine that tests create; the node has no
+# default route besides, so nothing a pod sends can leave the machine.
 # (Each added once: the network namespace, and its rules, outlive a restart of the node.)
-rule() {{ iptables -w -t mangle -C FORWARD "$@" 2>/dev/null || iptables -w -t mangle -A FORWARD "$@"; }}
-rule -i cni0 ! -o cni0 ! -d {host_ip} -j DROP
+rule() {{ iptables -w -t mangle -C "$@" 2>/dev/null || iptables -w -t mangle -A "$@"; }}
+iptables -w -t mangle -N {pod_out} 2>/dev/null || true
+rule {pod_out} -d {host_ip} -j RETURN
+rule {pod_out} -o {veth_outside} -j RETURN
+rule {pod_out} -j DROP
+rule FORWARD -i cni0 ! -o cni0 -j {pod_out}
 # The first packet of every forwarded connection goes to kube-network-policies (queue
 # {queue}), which accepts or drops it by the cluster's NetworkPolicies. No --queue-bypass:
 # while it is not running, no new connection passes.
-rule -m conntrack --ctstate NEW -j NFQUEUE --queue-num {queue}
+rule FORWARD -m conntrack --ctstate NEW -j NFQUEUE --queue-num {queue}
 for h in /sys/fs/cgroup/*/; do
   case $h in */unified/) continue ;; esac
   mkdir -p "${{h}}{cgroup_root}"
@@ -524,6 +552,8 @@ exit $status
         socket = l.containerd_socket().to_string_lossy(),
         node_ip = net.node_ip(),
         host_ip = net.host_ip(),
+        veth_outside = net.veth_outside(),
+        pod_out = POD_OUT_CHAIN,
         queue = NFQUEUE_ID,
         service_cidr = crate::cluster::SERVICE_CIDR,
         name = NODE_NAME,
@@ -552,6 +582,9 @@ pub fn api_relay(net: &NodeNet, api_port: u16) -> Result<ProcSpec> {
 
 /// The netfilter queue the node's first packets go to, and kube-network-policies reads.
 pub const NFQUEUE_ID: u16 = 100;
+/// The node's mangle chain that drops pod traffic bound anywhere but the host's end of the
+/// link or the outside (its DROP counter shows what it stopped).
+pub const POD_OUT_CHAIN: &str = "VCP-POD-OUT";
 /// Namespace and name of everything that runs kube-network-policies.
 const NETPOL_NAME: &str = "kube-network-policies";
 
@@ -831,9 +864,14 @@ mod tests {
         for index in 0..MAX_NODES {
             let n = NodeNet { index };
             assert!(n.veth_host().len() <= 15 && n.veth_node().len() <= 15);
+            assert!(n.veth_outside().len() <= 15);
             assert_ne!(n.host_ip(), n.node_ip());
-            // The link's /30 holds both ends.
+            // The link's /30 holds both ends; the outside's /30 is the next one.
             assert_eq!(n.host_ip().octets()[..3], n.node_ip().octets()[..3]);
+            let quad = |a: Ipv4Addr| a.octets()[3] / 4;
+            assert_eq!(quad(n.host_ip()), quad(n.node_ip()));
+            assert_eq!(quad(n.outside_link_node()), quad(n.outside_link_far()));
+            assert_ne!(quad(n.node_ip()), quad(n.outside_link_node()));
         }
         let (a, b) = (NodeNet { index: 1 }, NodeNet { index: 2 });
         assert_ne!(a.pod_cidr(), b.pod_cidr());
@@ -889,7 +927,20 @@ mod tests {
             .find(|l| l.starts_with("rule ") && l.contains("-j NFQUEUE"))
             .expect("the queue rule");
         assert!(queue.contains("--queue-num 100") && !queue.contains("--queue-bypass"));
-        assert!(run.contains("rule -i cni0 ! -o cni0 ! -d 10.243.7.1 -j DROP"));
+        // Pod traffic leaving the bridge: to the host's end of the link or the outside only.
+        let chain: Vec<&str> = run
+            .lines()
+            .filter(|l| l.starts_with("rule VCP-POD-OUT "))
+            .collect();
+        assert_eq!(
+            chain,
+            [
+                "rule VCP-POD-OUT -d 10.243.7.1 -j RETURN",
+                "rule VCP-POD-OUT -o vout7n -j RETURN",
+                "rule VCP-POD-OUT -j DROP",
+            ]
+        );
+        assert!(run.contains("rule FORWARD -i cni0 ! -o cni0 -j VCP-POD-OUT"));
         let ds = &network_policy_objects("img:1")[3];
         assert_eq!(
             ds["spec"]["template"]["spec"]["containers"][0]["args"][1],

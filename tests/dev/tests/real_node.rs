@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, LogParams, PostParams};
+use std::net::SocketAddr;
 use std::time::Duration;
 use vcp_dev::testing::{eventually, kubectl_with, namespace};
 use vcp_dev::{DevCluster, Options, Supervision, images, node};
@@ -32,15 +33,20 @@ fn import_platform_images(cluster: &DevCluster) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A local `vcp serve` whose tenants run on the real node: its plans, exposed at the node.
+/// A local `vcp serve` whose tenants run on the real node: its plans and `more_plans`,
+/// exposed at the node.
 async fn platform_on_node(
     cluster: &DevCluster,
     dir: &std::path::Path,
     name: &str,
+    more_plans: &str,
 ) -> anyhow::Result<vcp_dev::testing::TestPlatform> {
     let (_, net) = cluster.real_node()?;
     let plans = dir.join(format!("{name}-plans.yaml"));
-    std::fs::write(&plans, vcp_dev::platform::REAL_NODE_PLANS)?;
+    std::fs::write(
+        &plans,
+        format!("{}{more_plans}", vcp_dev::platform::REAL_NODE_PLANS),
+    )?;
     vcp_dev::testing::platform_with(
         cluster,
         name,
@@ -428,7 +434,15 @@ async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_n
         "nothing arrived elsewhere"
     );
     let rules = ip_netns(&[
-        "iptables", "-w", "-t", "mangle", "-L", "FORWARD", "-v", "-x", "-n",
+        "iptables",
+        "-w",
+        "-t",
+        "mangle",
+        "-L",
+        node::POD_OUT_CHAIN,
+        "-v",
+        "-x",
+        "-n",
     ]);
     let rules = String::from_utf8_lossy(&rules.stdout);
     let dropped: u64 = rules
@@ -562,7 +576,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
     let (dir, cluster) = real_cluster().await?;
     import_platform_images(&cluster)?;
     let (_, net) = cluster.real_node()?;
-    let platform = platform_on_node(&cluster, dir.path(), "realnode").await?;
+    let platform = platform_on_node(&cluster, dir.path(), "realnode", "").await?;
     let t0 = std::time::Instant::now();
     platform.admin.create_tenant("demo").await?;
     platform
@@ -894,7 +908,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
 async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Result<()> {
     let (dir, mut cluster) = real_cluster().await?;
     import_platform_images(&cluster)?;
-    let platform = platform_on_node(&cluster, dir.path(), "restart").await?;
+    let platform = platform_on_node(&cluster, dir.path(), "restart", "").await?;
     platform.admin.create_tenant("keep").await?;
     let t = platform
         .admin
@@ -1133,5 +1147,212 @@ async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> 
                 .is_some_and(|s| s.containers[0].image.as_deref() == Some("vcp.dev/vcp:rebuilt"))),
         "every replica runs the rebuilt image"
     );
+    Ok(())
+}
+
+/// The plan of the egress and NodePort test: tenant pods may reach the first outside address
+/// and only it, be reached from it, and hold one NodePort Service. (The real node's `default`
+/// plan lets them reach everywhere, be reached from nowhere, and hold no NodePort Service.)
+const EDGE_PLAN: &str = r#"edge:
+  node_selector: {vcp.dev/node: real}
+  tolerations: [{key: vcp.dev/node, operator: Equal, value: real, effect: NoSchedule}]
+  policy:
+    placement:
+      node_selector: {vcp.dev/node: real}
+      tolerations: [{key: vcp.dev/node, operator: Exists}]
+    network:
+      egress_cidrs: [198.51.100.0/24]
+      ingress_cidrs: [198.51.100.0/24]
+    services: {node_port_services: 1, node_ports: 1}
+"#;
+
+#[tokio::test]
+async fn the_plans_egress_and_node_port_allowances_hold_by_traffic() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Event, Service};
+    use vcp_dev::outside::ADDRESSES;
+    let (dir, cluster) = real_cluster().await?;
+    import_platform_images(&cluster)?;
+    let (_, net) = cluster.real_node()?;
+    let outside = cluster.outside()?;
+    let [allowed, other] = ADDRESSES;
+    let allowed_srv = outside.serve(allowed, 8080)?;
+    let other_srv = outside.serve(other, 8080)?;
+    let platform = platform_on_node(&cluster, dir.path(), "edge", EDGE_PLAN).await?;
+    platform
+        .admin
+        .create_tenant_with_plan("edge", "edge")
+        .await?;
+    platform.admin.create_tenant("plain").await?;
+    // Each tenant: a web server behind a NodePort Service, and a client.
+    let mut tenants = Vec::new();
+    for name in ["edge", "plain"] {
+        platform
+            .admin
+            .wait_ready(name, Duration::from_secs(300))
+            .await?;
+        let kc = platform
+            .admin
+            .kubeconfig(name, "alice", &["admin"], "1h")
+            .await?;
+        let kc_path = dir.path().join(format!("{name}.kubeconfig"));
+        std::fs::write(&kc_path, &kc)?;
+        let tenant = client_of(&kc).await?;
+        namespace(&tenant, "app").await?;
+        let pods: Api<Pod> = Api::namespaced(tenant.clone(), "app");
+        for (pod, labels, command) in [
+            (
+                "server",
+                serde_json::json!({"app": "server"}),
+                format!(
+                    "mkdir -p /www && echo {name}-ok > /www/index.html && exec httpd -f -p 8080 -h /www"
+                ),
+            ),
+            (
+                "client",
+                serde_json::json!({}),
+                "exec sleep 3600".to_owned(),
+            ),
+        ] {
+            pods.create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": pod, "labels": labels},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "c", "image": images::BUSYBOX_IMAGE, "command": ["sh", "-c", command]}],
+                    },
+                }))?,
+            )
+            .await?;
+        }
+        tenants.push((name, kc_path, tenant, pods));
+    }
+    let mut client_ips = Vec::new();
+    for (name, _, _, pods) in &tenants {
+        for pod in ["server", "client"] {
+            let p = eventually(
+                &format!("{name}'s {pod} running"),
+                Duration::from_secs(120),
+                || async { Ok(pods.get(pod).await.ok().filter(vcp_dev::testing::running)) },
+            )
+            .await?;
+            if pod == "client" {
+                client_ips.push(p.status.and_then(|s| s.pod_ip).expect("pod IP"));
+            }
+        }
+    }
+    let connects = |kc: &std::path::Path, to: &str| {
+        let (host, port) = to.rsplit_once(':').expect("host:port");
+        let (_, out, _) = kubectl_with(
+            &cluster,
+            kc,
+            &[
+                "-n",
+                "app",
+                "exec",
+                "client",
+                "--",
+                "sh",
+                "-c",
+                &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 5 nc -w 2 {host} {port}"),
+            ],
+        );
+        out.contains("200 OK")
+    };
+
+    // Egress: edge's plan allows the first outside address only; plain's allows everywhere.
+    let (edge_kc, plain_kc) = (&tenants[0].1, &tenants[1].1);
+    let mut seen = Vec::new();
+    for (tenant, kc, to, expect) in [
+        ("edge", edge_kc, allowed, true),
+        ("edge", edge_kc, other, false),
+        ("plain", plain_kc, allowed, true),
+        ("plain", plain_kc, other, true),
+    ] {
+        let got = connects(kc, &format!("{to}:8080"));
+        seen.push(format!("{tenant} -> {to}: {got}"));
+        assert_eq!(got, expect, "{}", seen.join("\n"));
+    }
+    println!("{}", seen.join("\n"));
+    // Counted where they arrive: each from its pod's own address (no masquerade).
+    assert_eq!(allowed_srv.peers(), client_ips);
+    assert_eq!(other_srv.peers(), vec![client_ips[1].clone()]);
+
+    // NodePort: edge's Service gets a port on the node, reached from the allowed outside
+    // address only; plain's plan holds none, so its Service is served inside only.
+    let svc = |port: Option<u16>| -> anyhow::Result<Service> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "type": "NodePort",
+                "selector": {"app": "server"},
+                "ports": [{"port": 80, "targetPort": 8080, "nodePort": port}],
+            },
+        }))?)
+    };
+    let edge_svcs: Api<Service> = Api::namespaced(tenants[0].2.clone(), "app");
+    edge_svcs
+        .create(&PostParams::default(), &svc(None)?)
+        .await?;
+    let node_port = |port: u16| SocketAddr::from((net.node_ip(), port));
+    // The tenant's apiserver allocates a port of its own at once; the syncer then puts the
+    // host's in its place.
+    let (edge_port, answer) = eventually(
+        "edge's server through the host's NodePort",
+        Duration::from_secs(60),
+        || async {
+            let port = edge_svcs
+                .get("web")
+                .await?
+                .spec
+                .and_then(|s| s.ports?.into_iter().next()?.node_port)
+                .and_then(|p| u16::try_from(p).ok());
+            Ok(port.and_then(|p| Some((p, outside.connect(allowed, node_port(p))?))))
+        },
+    )
+    .await?;
+    assert!(answer.contains("edge-ok"), "{answer}");
+    assert_eq!(
+        outside.connect(other, node_port(edge_port)),
+        None,
+        "the rest of the outside is not let in"
+    );
+    // Another tenant's pod does not get in through the node either.
+    assert!(!connects(plain_kc, &node_port(edge_port).to_string()));
+
+    // plain asks for a port the host has not given anyone.
+    let plain_port = if edge_port >= 32767 {
+        30000
+    } else {
+        edge_port + 1
+    };
+    let plain_svcs: Api<Service> = Api::namespaced(tenants[1].2.clone(), "app");
+    plain_svcs
+        .create(&PostParams::default(), &svc(Some(plain_port))?)
+        .await?;
+    let events: Api<Event> = Api::namespaced(tenants[1].2.clone(), "app");
+    let refusal = eventually(
+        "plain's NodePort refused",
+        Duration::from_secs(60),
+        || async {
+            let list = events.list(&Default::default()).await?;
+            Ok(list.items.into_iter().find(|e| {
+                e.involved_object.name.as_deref() == Some("web")
+                    && e.reason.as_deref() == Some("PolicyRefused")
+            }))
+        },
+    )
+    .await?;
+    assert_eq!(refusal.type_.as_deref(), Some("Warning"));
+    println!("plain's refusal: {:?}", refusal.message);
+    // Served inside its cluster, and not on the node.
+    let plain_ip = plain_svcs
+        .get("web")
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("a ClusterIP");
+    assert!(connects(plain_kc, &format!("{plain_ip}:80")));
+    assert_eq!(outside.connect(allowed, node_port(plain_port)), None);
     Ok(())
 }
