@@ -178,6 +178,68 @@ pub fn pause(pause_bin: &[u8]) -> Image {
 
 /// The busybox image: the static binary and a link per applet in `/bin`, `sh` by default.
 pub fn busybox(busybox_bin: &[u8], applets: &[&str]) -> Image {
+    Image {
+        reference: BUSYBOX_IMAGE.to_owned(),
+        also: Vec::new(),
+        entrypoint: Vec::new(),
+        cmd: vec!["sh".to_owned()],
+        env: vec!["PATH=/bin".to_owned()],
+        entries: busybox_entries(busybox_bin, applets),
+    }
+}
+
+/// The agnhost image as the conformance suite names and runs it: `/agnhost` (and its alias
+/// `/agnhost-2`) as the entrypoint with `pause` as the command, the users and groups the
+/// suite expects of it, `/uploads`, and porter's certificate and key. The shell and tools that
+/// its Alpine base gives come from busybox here. Its dynamic libraries, if any, come along.
+pub fn agnhost(
+    tag: &str,
+    agnhost_bin: &Path,
+    busybox_bin: &[u8],
+    applets: &[&str],
+    porter: (Vec<u8>, Vec<u8>),
+) -> Result<Image> {
+    let mut entries: Vec<Entry> = busybox_entries(busybox_bin, applets)
+        .into_iter()
+        .filter(|e| !matches!(e, Entry::File { path, .. } if path.starts_with("etc/")))
+        .collect();
+    entries.extend([
+        Entry::file(
+            "etc/passwd",
+            0o644,
+            b"root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n".to_vec(),
+        ),
+        Entry::file(
+            "etc/group",
+            0o644,
+            b"root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\nnogroup:x:65534:\n".to_vec(),
+        ),
+        Entry::dir("uploads", 0o777),
+        Entry::file("localhost.crt", 0o644, porter.0),
+        Entry::file("localhost.key", 0o600, porter.1),
+        Entry::file(
+            "agnhost",
+            0o755,
+            std::fs::read(agnhost_bin).map_err(Error::io(agnhost_bin))?,
+        ),
+        Entry::symlink("agnhost-2", "agnhost"),
+    ]);
+    add_libraries(&mut entries, &[agnhost_bin.to_owned()], None)?;
+    Ok(Image {
+        reference: format!("{AGNHOST_REPOSITORY}:{tag}"),
+        also: Vec::new(),
+        entrypoint: vec!["/agnhost".to_owned()],
+        cmd: vec!["pause".to_owned()],
+        env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()],
+        entries,
+    })
+}
+
+/// The repository the conformance suite pulls agnhost from.
+pub const AGNHOST_REPOSITORY: &str = "registry.k8s.io/e2e-test-images/agnhost";
+
+/// busybox in `/bin` with a link per applet, `/tmp`, and the users `id` and `ls -l` look up.
+fn busybox_entries(busybox_bin: &[u8], applets: &[&str]) -> Vec<Entry> {
     let mut entries = vec![
         Entry::dir("bin", 0o755),
         Entry::file("bin/busybox", 0o755, busybox_bin.to_vec()),
@@ -207,17 +269,42 @@ pub fn busybox(busybox_bin: &[u8], applets: &[&str]) -> Image {
             .into_iter()
             .map(|a| Entry::symlink(&format!("bin/{a}"), "busybox")),
     );
-    Image {
-        reference: BUSYBOX_IMAGE.to_owned(),
-        also: Vec::new(),
-        entrypoint: Vec::new(),
-        cmd: vec!["sh".to_owned()],
-        env: vec!["PATH=/bin".to_owned()],
-        entries,
+    entries
+}
+
+/// Where the Kubernetes module of the default minor keeps agnhost's source: its `VERSION`
+/// (the image's tag) and porter's certificate.
+fn agnhost_source() -> Result<PathBuf> {
+    let out = std::process::Command::new("go")
+        .args(["env", "GOMODCACHE"])
+        .output()
+        .map_err(Error::io("go env GOMODCACHE"))?;
+    let cache = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let dir = Path::new(&cache)
+        .join(format!(
+            "k8s.io/kubernetes@{}",
+            bins::host_kubernetes_version()
+        ))
+        .join("test/images/agnhost");
+    if dir.join("VERSION").is_file() {
+        Ok(dir)
+    } else {
+        Err(Error::Image(format!(
+            "agnhost's source is not in the Go module cache ({}); tests/kube-bin/build.sh fetches it",
+            dir.display()
+        )))
     }
 }
 
-/// The images every real node gets: pause and busybox, from the binary cache and Debian.
+/// agnhost's tag: the `VERSION` in its source, as the suite of the default minor names it.
+pub fn agnhost_tag() -> Result<String> {
+    let p = agnhost_source()?.join("VERSION");
+    let v = std::fs::read_to_string(&p).map_err(Error::io(&p))?;
+    Ok(v.trim().to_owned())
+}
+
+/// The images every real node gets: pause, busybox and agnhost, from the binary cache, the Go
+/// module cache and Debian.
 pub fn test_images() -> Result<Vec<Image>> {
     let pause_path = pause_binary()?;
     let pause_bin = std::fs::read(&pause_path).map_err(Error::io(&pause_path))?;
@@ -233,7 +320,23 @@ pub fn test_images() -> Result<Vec<Image>> {
         .map_err(Error::io(bb))?;
     let list = String::from_utf8_lossy(&out.stdout);
     let applets: Vec<&str> = list.split_whitespace().collect();
-    Ok(vec![pause(&pause_bin), busybox(&busybox_bin, &applets)])
+    let src = agnhost_source()?;
+    let read = |p: PathBuf| std::fs::read(&p).map_err(Error::io(p));
+    let agnhost = agnhost(
+        &agnhost_tag()?,
+        &bins::binary("agnhost", bins::host_kubernetes_version())?,
+        &busybox_bin,
+        &applets,
+        (
+            read(src.join("porter/localhost.crt"))?,
+            read(src.join("porter/localhost.key"))?,
+        ),
+    )?;
+    Ok(vec![
+        pause(&pause_bin),
+        busybox(&busybox_bin, &applets),
+        agnhost,
+    ])
 }
 
 /// An image of one static binary from the binary cache, its entrypoint (`/<name>`).
@@ -730,6 +833,57 @@ mod tests {
     fn dev_image_names_are_the_platforms() {
         assert_eq!(VCP_DEV_IMAGE, crate::platform::DEV_TOOLS_IMAGE);
         assert_eq!(SYNCER_DEV_IMAGE, crate::platform::DEV_SYNCER_IMAGE);
+    }
+
+    #[test]
+    fn agnhost_is_laid_out_as_the_conformance_suite_runs_it() {
+        let bin = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(bin.path(), b"not an ELF: no libraries").unwrap();
+        let img = agnhost(
+            "2.66.1",
+            bin.path(),
+            b"bb",
+            &["sh", "nc"],
+            (b"crt".to_vec(), b"key".to_vec()),
+        )
+        .unwrap();
+        assert_eq!(
+            img.reference,
+            "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+        );
+        assert_eq!(
+            (img.entrypoint.as_slice(), img.cmd.as_slice()),
+            (&["/agnhost".to_owned()][..], &["pause".to_owned()][..])
+        );
+        let file = |p: &str| {
+            img.entries.iter().find_map(|e| match e {
+                Entry::File { path, data, .. } if path == p => {
+                    Some(String::from_utf8_lossy(data).into_owned())
+                }
+                _ => None,
+            })
+        };
+        assert_eq!(file("agnhost").as_deref(), Some("not an ELF: no libraries"));
+        assert!(
+            img.entries
+                .contains(&Entry::symlink("agnhost-2", "agnhost"))
+        );
+        assert!(img.entries.contains(&Entry::symlink("bin/nc", "busybox")));
+        // The users and groups the suite's security-context tests expect of the image, once.
+        let passwd = file("etc/passwd").unwrap();
+        assert!(passwd.contains("user-defined-in-image:x:1000:"), "{passwd}");
+        assert!(
+            file("etc/group")
+                .unwrap()
+                .contains("group-defined-in-image:x:50000:")
+        );
+        let etc_files = img
+            .entries
+            .iter()
+            .filter(|e| matches!(e, Entry::File { path, .. } if path == "etc/passwd"))
+            .count();
+        assert_eq!(etc_files, 1);
+        assert!(img.entries.contains(&Entry::dir("uploads", 0o777)));
     }
 
     #[test]

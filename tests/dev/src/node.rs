@@ -246,6 +246,7 @@ impl Layout {
             "pods-logs",
             "hostdirs/var-lib-kubelet",
             "hostdirs/var-log-containers",
+            "registry-hosts/_default",
         ] {
             let p = self.path(d);
             std::fs::create_dir_all(&p).map_err(Error::io(&p))?;
@@ -301,6 +302,9 @@ impl Layout {
             ("kube-proxy.yaml", kube_proxy_config(self, net)),
             ("kubelet.yaml", kubelet_config(self, net, &ca_path)),
             ("run.sh", run_script(self, net)),
+            ("registry-hosts/_default/hosts.toml", registry_hosts()),
+            ("no-registry.py", NO_REGISTRY.to_owned()),
+            ("crictl.yaml", crictl_config(self)),
         ];
         for (name, text) in files {
             let p = self.path(name);
@@ -338,6 +342,8 @@ state = "{state}"
 [plugins]
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = '{registry_hosts}'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = '{pause}'
   [plugins.'io.containerd.cri.v1.runtime']
@@ -361,6 +367,92 @@ state = "{state}"
         pause = images::PAUSE_IMAGE,
         cni_bin = l.s("cni/bin"),
         cni_conf = l.s("cni/conf"),
+        registry_hosts = l.s("registry-hosts"),
+    )
+}
+
+/// The node's port (on its own loopback) of [`NO_REGISTRY`].
+pub const NO_REGISTRY_PORT: u16 = 5000;
+
+/// Where containerd pulls from: every registry's default host is [`NO_REGISTRY`] on the node's
+/// loopback (`_default` applies to any registry without a directory of its own).
+pub fn registry_hosts() -> String {
+    format!(
+        "server = \"http://127.0.0.1:{NO_REGISTRY_PORT}\"\n\
+         [host.\"http://127.0.0.1:{NO_REGISTRY_PORT}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+    )
+}
+
+/// What a pull of an image that is not on the node gets: the registry of the dev cluster,
+/// which has no image. It refuses every request with a registry error naming the image and
+/// saying how images come to the node; containerd puts that in the pull error, and so the
+/// kubelet in the pod's `ErrImagePull`. Without it a pull fails at once too (the node has no
+/// route out), but with a network error that says neither. `argv`: port, hint.
+pub const NO_REGISTRY: &str = r#"
+import http.server, json, sys, urllib.parse
+port, hint = int(sys.argv[1]), sys.argv[2]
+class NoRegistry(http.server.BaseHTTPRequestHandler):
+    def answer(self, body):
+        u = urllib.parse.urlsplit(self.path)
+        parts = u.path.split("/")
+        # /v2/<name>/manifests/<reference>?ns=<registry>
+        image = self.path
+        if len(parts) >= 5 and parts[1] == "v2" and parts[-2] in ("manifests", "blobs"):
+            ns = urllib.parse.parse_qs(u.query).get("ns", [""])[0]
+            name, ref = "/".join(parts[2:-2]), parts[-1]
+            sep = "@" if ":" in ref else ":"
+            image = (ns + "/" if ns else "") + name + sep + ref
+        msg = image + " is not on this node, and the dev cluster pulls from no registry. " + hint
+        data = json.dumps({"errors": [{"code": "DENIED", "message": msg}]}).encode()
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+    def do_HEAD(self):
+        self.answer(False)
+    def do_GET(self):
+        self.answer(True)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), NoRegistry).serve_forever()
+"#;
+
+/// How images come to the node, for [`NO_REGISTRY`]'s refusals.
+pub fn no_registry_hint(l: &Layout) -> String {
+    let state = l.dir.parent().unwrap_or(&l.dir).to_string_lossy();
+    format!(
+        "Images are built here and imported: `vcp-dev images --state-dir {state}` builds vcp's \
+         images, Postgres and the control-plane images of every minor; pause, busybox and \
+         agnhost come with the node (docs/dev-cluster.md, \"Images\")."
+    )
+}
+
+/// Runs crictl against the node's containerd (the CRI, as the kubelet sees it); its output.
+pub fn crictl(l: &Layout, args: &[&str]) -> Result<String> {
+    let out = Command::new(l.path("bin/crictl"))
+        .arg("--config")
+        .arg(l.path("crictl.yaml"))
+        .args(args)
+        .output()
+        .map_err(Error::io("crictl"))?;
+    if !out.status.success() {
+        return Err(Error::Node(format!(
+            "`crictl {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// crictl's configuration for the node's containerd: `crictl --config <node>/crictl.yaml ps`.
+pub fn crictl_config(l: &Layout) -> String {
+    let socket = l.containerd_socket();
+    format!(
+        "runtime-endpoint: unix://{s}\nimage-endpoint: unix://{s}\ntimeout: 10\n",
+        s = socket.display()
     )
 }
 
@@ -530,6 +622,7 @@ for h in /sys/fs/cgroup/*/; do
   case $h in */unified/) continue ;; esac
   mkdir -p "${{h}}{cgroup_root}"
 done
+python3 "{dir}/no-registry.py" {registry_port} "{hint}" >>"{dir}/logs/no-registry.log" 2>&1 &
 containerd --config "{dir}/containerd.toml" >>"{dir}/logs/containerd.log" 2>&1 &
 for _ in $(seq 100); do [[ -S "{socket}" ]] && break; sleep 0.1; done
 [[ -S "{socket}" ]] || {{ log "containerd did not start; see {dir}/logs/containerd.log"; exit 1; }}
@@ -554,6 +647,8 @@ exit $status
         host_ip = net.host_ip(),
         veth_outside = net.veth_outside(),
         pod_out = POD_OUT_CHAIN,
+        registry_port = NO_REGISTRY_PORT,
+        hint = no_registry_hint(l).replace(['"', '`', '$'], "'"),
         queue = NFQUEUE_ID,
         service_cidr = crate::cluster::SERVICE_CIDR,
         name = NODE_NAME,
@@ -920,8 +1015,16 @@ mod tests {
         assert!(ctd.contains("netns_mounts_under_state_dir = true"));
         assert!(ctd.contains(images::PAUSE_IMAGE));
         assert!(ctd.contains("SystemdCgroup = false"));
+        // Every pull goes to the dev cluster's registry of none, on the node's loopback.
+        assert!(ctd.contains("config_path = '/state/node/registry-hosts'"));
+        assert!(registry_hosts().starts_with("server = \"http://127.0.0.1:5000\""));
+        assert!(no_registry_hint(&l).contains("`vcp-dev images --state-dir /state`"));
+        assert!(crictl_config(&l).contains("unix:///state/node/run/containerd.sock"));
         let run = run_script(&l, &n);
         assert!(run.contains("--node-ip 10.243.7.2") && run.contains("vcp-node-7"));
+        assert!(
+            run.contains("python3 \"/state/node/no-registry.py\" 5000 \"Images are built here")
+        );
         let queue = run
             .lines()
             .find(|l| l.starts_with("rule ") && l.contains("-j NFQUEUE"))

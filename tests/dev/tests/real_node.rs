@@ -190,7 +190,55 @@ async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() ->
     assert!(ok, "kubectl exec: {err}");
     assert_eq!(out, "kept\nreal\ntoken\n");
 
-    // An image nobody built fails to pull at once, named in the container's state.
+    // The CRI's own view (crictl, as the kubelet sees the runtime): the container runs.
+    let (layout, _) = cluster.real_node()?;
+    let ps = node::crictl(
+        &layout,
+        &["ps", "--name", "web", "--state", "running", "-q"],
+    )?;
+    assert_eq!(
+        ps.lines().count(),
+        1,
+        "one running container named web: {ps}"
+    );
+
+    // agnhost, the conformance suite's image, run as the suite runs it: the image's
+    // entrypoint with a subcommand as arguments.
+    let agnhost = format!("{}:{}", images::AGNHOST_REPOSITORY, images::agnhost_tag()?);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "agnhost"},
+            "spec": {
+                "nodeSelector": {node::NODE_LABEL.0: node::NODE_LABEL.1},
+                "tolerations": [{"key": node::NODE_LABEL.0, "operator": "Exists"}],
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": agnhost, "args": ["netexec", "--http-port=8081"]}],
+            },
+        }))?,
+    )
+    .await?;
+    let a = eventually("agnhost running", Duration::from_secs(60), || async {
+        Ok(pods
+            .get("agnhost")
+            .await
+            .ok()
+            .filter(vcp_dev::testing::running))
+    })
+    .await?;
+    let aip = a.status.and_then(|s| s.pod_ip).expect("pod IP");
+    let hostname = eventually("agnhost answering", Duration::from_secs(30), || async {
+        Ok(reqwest::get(format!("http://{aip}:8081/hostname"))
+            .await
+            .ok()
+            .map(|r| r.text()))
+    })
+    .await?
+    .await?;
+    assert_eq!(hostname, "agnhost");
+
+    // An image nobody built fails to pull at once, named in the container's state with how
+    // images come to the node.
     pods.create(
         &PostParams::default(),
         &pod("missing", "vcp.dev/never-built:1", "true")?,
@@ -202,20 +250,13 @@ async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() ->
             .and_then(|s| s.container_statuses)
             .and_then(|c| c.into_iter().next())
             .and_then(|c| c.state?.waiting)
-            .filter(|w| {
-                matches!(
-                    w.reason.as_deref(),
-                    Some("ErrImagePull" | "ImagePullBackOff")
-                )
-            }))
+            .filter(|w| w.reason.as_deref() == Some("ErrImagePull")))
     })
     .await?;
+    let message = waiting.message.as_deref().unwrap_or_default();
     assert!(
-        waiting
-            .message
-            .as_deref()
-            .unwrap_or_default()
-            .contains("vcp.dev/never-built:1"),
+        message.contains("vcp.dev/never-built:1 is not on this node")
+            && message.contains("vcp-dev images --state-dir"),
         "{waiting:?}"
     );
 
@@ -725,12 +766,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
                 .and_then(|s| s.container_statuses)
                 .and_then(|c| c.into_iter().next())
                 .and_then(|c| c.state?.waiting)
-                .filter(|w| {
-                    matches!(
-                        w.reason.as_deref(),
-                        Some("ErrImagePull" | "ImagePullBackOff")
-                    )
-                }))
+                .filter(|w| w.reason.as_deref() == Some("ErrImagePull")))
         },
     )
     .await?;
@@ -739,9 +775,27 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
             .message
             .as_deref()
             .unwrap_or_default()
-            .contains("vcp.dev/never-built:1"),
+            .contains("vcp.dev/never-built:1 is not on this node"),
         "{waiting:?}"
     );
+    // And as the pod's Warning event in the tenant, saying how images come to the node.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(tenant.clone(), "app");
+    let failed = eventually(
+        "the tenant's pull failure event",
+        Duration::from_secs(60),
+        || async {
+            let list = events.list(&Default::default()).await?;
+            Ok(list.items.into_iter().find(|e| {
+                e.involved_object.name.as_deref() == Some("unbuilt")
+                    && e.reason.as_deref() == Some("Failed")
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("vcp-dev images --state-dir"))
+            }))
+        },
+    )
+    .await?;
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
 
     // A second tenant: its pod reaches nothing of the first, and neither reaches any etcd or
     // the other's apiserver, DNS or syncer. Each probe is a TCP connection from a pod.
