@@ -701,15 +701,8 @@ async fn host_namespaces_deny_by_default_and_tenant_network_policies_stay_inside
     use k8s_openapi::api::networking::v1::NetworkPolicy;
     // On a dev cluster of its own with the real node, whose kube-network-policies enforces
     // the host's copies: the objects are checked, then the connections they let through.
-    let dir = tempfile::tempdir()?;
-    let cluster = DevCluster::start_with(vcp_dev::Options {
-        state_dir: dir.path().to_owned(),
-        workers: 1,
-        supervision: vcp_dev::Supervision::Attached,
-        real_node: true,
-    })
-    .await?;
-    let t = tenant_on(&cluster, "ison", ON_THE_REAL_NODE).await?;
+    let (_dir, cluster) = vcp_dev::testing::real_node_cluster().await?;
+    let t = tenant_on(&cluster, "ison", vcp_dev::testing::REAL_NODE_PLACEMENT).await?;
     namespace(&t.tenant, "apps").await?;
     let host_nps = Api::<NetworkPolicy>::namespaced(t.host.clone(), "ison-apps");
     let names = eventually("vcp's policies in ison-apps", WAIT, || async {
@@ -860,9 +853,6 @@ async fn host_namespaces_deny_by_default_and_tenant_network_policies_stay_inside
     println!("{}", seen.join("\n"));
     Ok(())
 }
-
-/// A tenant plan's placement on the real node, everything else the default.
-const ON_THE_REAL_NODE: &str = "placement:\n  node_selector: {vcp.dev/node: real}\n  tolerations: [{key: vcp.dev/node, operator: Exists}]\n";
 
 /// A web server on 8080 (busybox's httpd).
 const SERVE: &str = "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www";

@@ -986,32 +986,31 @@ async fn kubectl_top_shows_a_tenants_own_pods_and_nodes_from_the_hosts_metrics()
 }
 
 #[tokio::test]
-async fn logs_port_forward_exec_cp_and_top_reach_a_tenant_pod_the_devnode_really_runs() -> Res {
-    let cluster = DevCluster::shared().await?;
+async fn logs_port_forward_exec_cp_and_top_reach_a_tenant_container_on_the_real_node() -> Res {
+    // A dev cluster of its own with the real node: the tenant's pod is a container that the
+    // real kubelet and containerd run, and everything below goes through them.
+    let (_dir, real) = vcp_dev::testing::real_node_cluster().await?;
+    let cluster = &real;
     let cp = TenantControlPlane::start("e2ekd").await?;
-    // The tenant's workload pool is the devnode: its pods run as real processes.
-    let policy = cp.policy_flag(vcp_dev::testing::DEVNODE_PLACEMENT)?;
+    let policy = cp.policy_flag(vcp_dev::testing::REAL_NODE_PLACEMENT)?;
     let _syncer = cp.start_syncer(cluster, &[&policy])?;
     let tenant = cp.connect().await?;
     namespace(&tenant, "apps").await?;
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "shell"},
-        "spec": {"containers": [{"name": "main", "image": "vcp.dev/host:any", "command": [
-            "sh", "-c", "echo serving from the devnode; exec python3 -m http.server 8081",
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": vcp_dev::images::BUSYBOX_IMAGE, "command": [
+            "sh", "-c", "echo serving from the real node; mkdir -p /www && echo hello > /www/index.html && exec httpd -f -p 8081 -h /www",
         ]}]},
     }))?;
     pods.create(&Default::default(), &pod).await?;
     eventually(
-        "the tenant pod running on the devnode",
+        "the tenant pod running on the real node",
         Duration::from_secs(120),
         || async {
             let p = pods.get("shell").await?;
             let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            Ok(
-                (running(&p) && node.as_deref() == Some(vcp_dev::cluster::DEVNODE_NAME))
-                    .then_some(()),
-            )
+            Ok((running(&p) && node.as_deref() == Some(vcp_dev::node::NODE_NAME)).then_some(()))
         },
     )
     .await?;
@@ -1021,18 +1020,18 @@ async fn logs_port_forward_exec_cp_and_top_reach_a_tenant_pod_the_devnode_really
         c
     };
 
-    // The process's own output, and its port reached by a real HTTP client through kubectl
-    // port-forward (the devnode dials the pod's address inside its network namespace).
+    // The container's own output, and its port reached by a real HTTP client through kubectl
+    // port-forward (the kubelet has containerd dial it inside the pod's network namespace).
     let logs = eventually(
-        "the devnode process's output through the tenant",
+        "the container's output through the tenant",
         Duration::from_secs(30),
         || async {
             let (code, out, _) = run(k().args(["logs", "shell"]))?;
-            Ok((code == 0 && out.contains("serving from the devnode")).then_some(out))
+            Ok((code == 0 && out.contains("serving from the real node")).then_some(out))
         },
     )
     .await?;
-    assert!(logs.starts_with("serving from the devnode\n"), "{logs:?}");
+    assert!(logs.starts_with("serving from the real node\n"), "{logs:?}");
     let status = eventually(
         "an HTTP answer through port-forward",
         Duration::from_secs(30),
@@ -1046,9 +1045,12 @@ async fn logs_port_forward_exec_cp_and_top_reach_a_tenant_pod_the_devnode_really
         },
     )
     .await?;
-    assert!(status.starts_with("HTTP/1.0 200"), "{status:?}");
+    assert!(
+        status.starts_with("HTTP/1.") && status.contains(" 200 "),
+        "{status:?}"
+    );
 
-    // A command's output, error output and exit code, from the real process.
+    // A command's output, error output and exit code, from the container.
     let (code, out, err) = run(k().args([
         "exec",
         "shell",
@@ -1078,9 +1080,10 @@ async fn logs_port_forward_exec_cp_and_top_reach_a_tenant_pod_the_devnode_really
     );
     let _ = std::fs::remove_file(&remote);
 
-    // kubectl top: the process's own figures, through the host's metrics-server.
+    // kubectl top: the container's own figures (the kubelet's), through the host's
+    // metrics-server.
     let top = eventually(
-        "kubectl top of the devnode pod in the tenant",
+        "kubectl top of the real node's pod in the tenant",
         Duration::from_secs(90),
         || async {
             let (code, out, _) = run(k().args(["top", "pod", "shell", "--containers"]))?;

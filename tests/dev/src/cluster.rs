@@ -830,7 +830,8 @@ async fn boot(opts: Options) -> Result<DevCluster> {
                 l.pki("kubelet-client.crt")
             ),
             format!("--kubelet-client-key={}", l.pki("kubelet-client.key")),
-            "--kubelet-preferred-address-types=InternalDNS".to_owned(),
+            // kwok and the devnode publish `localhost`; the real node only its address.
+            "--kubelet-preferred-address-types=InternalDNS,InternalIP".to_owned(),
             "--kubelet-use-node-status-port".to_owned(),
             // Its shortest: tests wait two periods for a pod's first figures.
             "--metric-resolution=10s".to_owned(),

@@ -95,6 +95,26 @@ pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
 /// devnode, where they run as real processes with real addresses.
 pub const DEVNODE_PLACEMENT: &str = "placement:\n  node_selector: {vcp.dev/runtime: process}\n  tolerations: [{key: vcp.dev/runtime, operator: Exists}]\n";
 
+/// A tenant policy that places the tenant's pods on the real node (`Options::real_node`), where
+/// they run as containers.
+pub const REAL_NODE_PLACEMENT: &str = "placement:\n  node_selector: {vcp.dev/node: real}\n  tolerations: [{key: vcp.dev/node, operator: Exists}]\n";
+
+/// A dev cluster of its own with one kwok worker and the real node, in a temporary state dir.
+/// Bind it as `let (_dir, cluster) = ...`: locals drop in reverse order, so the cluster stops
+/// (and sweeps its node's network, recorded in that dir) before the dir goes.
+pub async fn real_node_cluster() -> anyhow::Result<(tempfile::TempDir, crate::cluster::DevCluster)>
+{
+    let dir = tempfile::tempdir()?;
+    let cluster = crate::cluster::DevCluster::start_with(crate::cluster::Options {
+        state_dir: dir.path().to_owned(),
+        workers: 1,
+        supervision: crate::process::Supervision::Attached,
+        real_node: true,
+    })
+    .await?;
+    Ok((dir, cluster))
+}
+
 /// Whether a pod's phase is Running.
 pub fn running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")

@@ -6,21 +6,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, LogParams, PostParams};
 use std::net::SocketAddr;
 use std::time::Duration;
-use vcp_dev::testing::{eventually, kubectl_with, namespace};
-use vcp_dev::{DevCluster, Options, Supervision, images, node};
-
-/// A dev cluster with one kwok worker and the real node, in a temporary state dir.
-async fn real_cluster() -> anyhow::Result<(tempfile::TempDir, DevCluster)> {
-    let dir = tempfile::tempdir()?;
-    let cluster = DevCluster::start_with(Options {
-        state_dir: dir.path().to_owned(),
-        workers: 1,
-        supervision: Supervision::Attached,
-        real_node: true,
-    })
-    .await?;
-    Ok((dir, cluster))
-}
+use vcp_dev::testing::{eventually, kubectl_with, namespace, real_node_cluster};
+use vcp_dev::{DevCluster, images, node};
 
 /// Imports what vcp's platform runs from into the real node (`images::platform_images`).
 fn import_platform_images(cluster: &DevCluster) -> anyhow::Result<()> {
@@ -106,7 +93,7 @@ fn ready(p: &Pod) -> bool {
 #[tokio::test]
 async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() -> anyhow::Result<()>
 {
-    let (dir, mut cluster) = real_cluster().await?;
+    let (dir, mut cluster) = real_node_cluster().await?;
     let client = cluster.client();
     let n = Api::<Node>::all(client.clone())
         .get(node::NODE_NAME)
@@ -322,7 +309,7 @@ fn listener(
 #[tokio::test]
 async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_node()
 -> anyhow::Result<()> {
-    let (dir, cluster) = real_cluster().await?;
+    let (dir, cluster) = real_node_cluster().await?;
     let client = cluster.client();
     namespace(&client, "np").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "np");
@@ -497,7 +484,7 @@ async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_n
 
 #[tokio::test]
 async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> anyhow::Result<()> {
-    let (_dir, cluster) = real_cluster().await?;
+    let (_dir, cluster) = real_node_cluster().await?;
     let t0 = std::time::Instant::now();
     import_platform_images(&cluster)?;
     println!("imported the platform's images in {:?}", t0.elapsed());
@@ -614,7 +601,7 @@ async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> a
 #[tokio::test]
 async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_and_nothing_of_each_other()
 -> anyhow::Result<()> {
-    let (dir, cluster) = real_cluster().await?;
+    let (dir, cluster) = real_node_cluster().await?;
     import_platform_images(&cluster)?;
     let (_, net) = cluster.real_node()?;
     let platform = platform_on_node(&cluster, dir.path(), "realnode", "").await?;
@@ -960,7 +947,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
 
 #[tokio::test]
 async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Result<()> {
-    let (dir, mut cluster) = real_cluster().await?;
+    let (dir, mut cluster) = real_node_cluster().await?;
     import_platform_images(&cluster)?;
     let platform = platform_on_node(&cluster, dir.path(), "restart", "").await?;
     platform.admin.create_tenant("keep").await?;
@@ -1032,7 +1019,7 @@ async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Resu
 #[tokio::test]
 async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> anyhow::Result<()> {
     use vcp_dev::chart;
-    let (dir, cluster) = real_cluster().await?;
+    let (dir, cluster) = real_node_cluster().await?;
     import_platform_images(&cluster)?;
     let (_, net) = cluster.real_node()?;
     let t0 = std::time::Instant::now();
@@ -1224,7 +1211,7 @@ const EDGE_PLAN: &str = r#"edge:
 async fn the_plans_egress_and_node_port_allowances_hold_by_traffic() -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::{Event, Service};
     use vcp_dev::outside::ADDRESSES;
-    let (dir, cluster) = real_cluster().await?;
+    let (dir, cluster) = real_node_cluster().await?;
     import_platform_images(&cluster)?;
     let (_, net) = cluster.real_node()?;
     let outside = cluster.outside()?;
