@@ -99,6 +99,13 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
         serde_json::json!({"metadata": {"name": "creds"}, "stringData": {"password": "pw"}}),
     )
     .await?;
+    // Referenced by nothing: it must stay in the tenant.
+    create::<ConfigMap>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "unused"}, "data": {"mode": "never"}}),
+    )
+    .await?;
     create::<Deployment>(&tenant, "apps", serde_json::json!({
         "metadata": {"name": "web"},
         "spec": {
@@ -170,7 +177,8 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
             .all(|p| p.spec.as_ref().unwrap().automount_service_account_token == Some(false))
     );
 
-    // Only what pods reference goes down (no --sync-all-configmaps-secrets here).
+    // Only what pods reference goes down (no --sync-all-configmaps-secrets here): `unused`
+    // was created before `settings` went down and the pods ran, so it would be there by now.
     assert!(
         Api::<ConfigMap>::namespaced(host.clone(), "e2ea-apps")
             .get_opt("unused")
