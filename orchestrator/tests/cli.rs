@@ -617,10 +617,19 @@ async fn an_admin_snapshots_restores_and_upgrades_a_tenant_and_steers_fleet_upgr
         "{r:#?}"
     );
     assert!(r.stdout.contains("Running wave 1/1"), "{r:#?}");
-    assert!(
-        row(&r.stdout, &["ops", "1.36", "->", "1.37", "Pending"]).is_some(),
-        "{r:#?}"
-    );
+    // The planner looks again after the resume, holds the tenant for its window and says so
+    // (a tenant it started instead would leave Pending, and never carry that reason).
+    let held = vcp_dev::testing::eventually(
+        "the fleet upgrade holding ops for its window",
+        Duration::from_secs(30),
+        || async {
+            let r = act("get", &[]).await?.ok();
+            Ok(row(&r.stdout, &["ops", "1.36", "->", "1.37"]).map(str::to_owned))
+                .map(|l| l.filter(|l| l.contains("waits for its maintenance window")))
+        },
+    )
+    .await?;
+    assert!(held.contains("Pending"), "{held}");
     let r = act("cancel", &["--reason", "not this week"]).await?.ok();
     assert!(r.stdout.contains("Cancelled"), "{r:#?}");
     let skipped = row(&r.stdout, &["ops", "Skipped"]).unwrap_or_else(|| panic!("{r:#?}"));

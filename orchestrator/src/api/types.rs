@@ -854,7 +854,8 @@ pub struct FleetTenantView {
     pub upgrade_state: Option<UpgradeState>,
     /// Why it is included although no selector chose it (its version expired).
     pub forced: Option<String>,
-    /// Why it failed (its rollback's reason) or was skipped.
+    /// Why it failed (its rollback's reason) or was skipped; while pending, why it waits (its
+    /// maintenance window is closed, and when it opens).
     pub reason: Option<String>,
     #[serde(default, with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]

@@ -446,6 +446,19 @@ impl Inventory {
                 .await?;
             }
         }
+        for (tenant, why) in &s.waiting {
+            sqlx::query(
+                "UPDATE fleet_upgrade_tenants SET reason = $3
+                 WHERE fleet_id = $1 AND tenant_id = $2 AND state = $4
+                   AND reason IS DISTINCT FROM $3",
+            )
+            .bind(f.id)
+            .bind(tenant)
+            .bind(why)
+            .bind(FleetEntryState::Pending)
+            .execute(&mut *tx)
+            .await?;
+        }
         let p = &s.progress;
         let before = f.progress();
         if *p != before {
@@ -548,7 +561,7 @@ impl Inventory {
             Some((_, up)) => {
                 sqlx::query(
                     "UPDATE fleet_upgrade_tenants SET state = $3, upgrade_id = $4,
-                       started_at = now()
+                       started_at = now(), reason = NULL
                      WHERE fleet_id = $1 AND tenant_id = $2",
                 )
                 .bind(fleet)

@@ -362,6 +362,9 @@ pub struct Step {
     pub finished: Vec<(i64, FleetEntryState, Option<String>)>,
     /// Tenants to start now, in order.
     pub start: Vec<i64>,
+    /// Pending entries held back, and why (their maintenance window is closed, and when it
+    /// opens): what an admin sees as the entry's reason while it waits.
+    pub waiting: Vec<(i64, String)>,
     /// Where the fleet upgrade is after the step.
     pub progress: Progress,
     /// Look again no later than this (a soak ends, a window opens); `None`: when something
@@ -374,6 +377,7 @@ pub fn step(p: &Progress, pace: &Pace, entries: &[Entry], now: OffsetDateTime) -
     let mut out = Step {
         finished: Vec::new(),
         start: Vec::new(),
+        waiting: Vec::new(),
         progress: p.clone(),
         wake_at: None,
     };
@@ -467,12 +471,21 @@ pub fn step(p: &Progress, pace: &Pace, entries: &[Entry], now: OffsetDateTime) -
         {
             let open = w.next_open(now);
             out.wake_at = Some(out.wake_at.map_or(open, |t| t.min(open)));
+            out.waiting.push((e.tenant_id, waiting_reason(w, open)));
             continue;
         }
         out.start.push(e.tenant_id);
         free -= 1;
     }
     out
+}
+
+/// Why a pending entry waits for its window.
+pub fn waiting_reason(w: &MaintenanceWindow, open: OffsetDateTime) -> String {
+    let at = open
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| open.to_string());
+    format!("waits for its maintenance window ({w}), which opens at {at}")
 }
 
 /// The lowest wave above `wave` that has entries.

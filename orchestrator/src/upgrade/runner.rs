@@ -100,7 +100,12 @@ async fn step_claimed(
     };
     let now = OffsetDateTime::now_utc();
     let s = fleet::step(&f.progress(), &pace, &entries, now);
-    if !s.finished.is_empty() || s.progress != f.progress() {
+    // A hold is written once, when its reason is new to the entry.
+    let new_holds = s.waiting.iter().any(|(t, why)| {
+        rows.iter()
+            .any(|r| r.tenant_id == *t && r.reason.as_deref() != Some(why.as_str()))
+    });
+    if !s.finished.is_empty() || s.progress != f.progress() || new_holds {
         if !inv.record_fleet_step(f, worker, &s, actor).await? {
             tracing::warn!(
                 fleet_upgrade = f.id,
@@ -146,6 +151,7 @@ async fn step_claimed(
                 let skip = fleet::Step {
                     finished: vec![(r.tenant_id, FleetEntryState::Skipped, Some(why))],
                     start: Vec::new(),
+                    waiting: Vec::new(),
                     // Unchanged from what the row had: only the entry is written.
                     progress: f.progress(),
                     wake_at: None,

@@ -360,6 +360,16 @@ fn a_tenant_outside_its_window_waits_for_it_and_paused_fleets_start_nobody() {
     let s = step(&running(), &pace(50, 0, 0), &es, now);
     assert_eq!(s.start, [2]);
     assert_eq!(s.wake_at, Some(at("2026-01-04T02:00:00Z")));
+    // The held entry says why, and when it moves.
+    assert_eq!(s.waiting.len(), 1);
+    assert_eq!(s.waiting[0].0, 1);
+    assert!(
+        s.waiting[0]
+            .1
+            .ends_with("which opens at 2026-01-04T02:00:00Z"),
+        "{:?}",
+        s.waiting
+    );
     let s = step(
         &running(),
         &Pace {
@@ -370,6 +380,7 @@ fn a_tenant_outside_its_window_waits_for_it_and_paused_fleets_start_nobody() {
         now,
     );
     assert_eq!(s.start, [1, 2]);
+    assert!(s.waiting.is_empty());
     let paused = Progress {
         state: FleetState::Paused,
         ..running()
