@@ -41,5 +41,5 @@ bench sync sync --pods 300 --latency-pods 100 --rate 50 \
   --max-syncer-share 0.5 --max-kib-per-pod 40 \
   --max-tenant-writes-per-pod 4 --max-host-writes-per-pod 1.5
 bench provision provision --tenants 2 --idle-seconds 5
-bench upgrade upgrade --simulate --tenants 20
+bench upgrade upgrade --simulate --tenants 20 --max-failed 0 --max-vcp-share 1.0
 step "done"

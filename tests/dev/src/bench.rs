@@ -69,16 +69,40 @@ impl SyncLimits {
                 measured.host_writes_per_pod,
             ),
         ];
-        pairs
-            .iter()
-            .filter_map(|(name, limit, value)| match (limit, value) {
-                (Some(l), Some(v)) if v.is_nan() || v > l => Some(format!("{name}={v:.2}>{l}")),
-                // A limit on a figure the run could not measure fails too.
-                (Some(l), None) => Some(format!("{name}=unmeasured>{l}")),
-                _ => None,
-            })
-            .collect()
+        over_limits(&pairs)
     }
+}
+
+/// Figures of a `bench upgrade` run that CI holds to a limit: failed tenants (none), and vcp's
+/// CPU over the host apiserver's while the fleet moved (about 0.2 in a simulated run; the limit
+/// CI gives is 1.0).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UpgradeLimits {
+    pub failed: Option<f64>,
+    pub vcp_share: Option<f64>,
+}
+
+impl UpgradeLimits {
+    /// What exceeds its limit, as `name=value>limit`.
+    pub fn exceeded(&self, measured: &UpgradeLimits) -> Vec<String> {
+        over_limits(&[
+            ("failed", self.failed, measured.failed),
+            ("vcp_share", self.vcp_share, measured.vcp_share),
+        ])
+    }
+}
+
+/// Each `(name, limit, measured)` past its limit, as `name=value>limit`.
+fn over_limits(pairs: &[(&str, Option<f64>, Option<f64>)]) -> Vec<String> {
+    pairs
+        .iter()
+        .filter_map(|(name, limit, value)| match (limit, value) {
+            (Some(l), Some(v)) if v.is_nan() || v > l => Some(format!("{name}={v:.2}>{l}")),
+            // A limit on a figure the run could not measure fails too.
+            (Some(l), None) => Some(format!("{name}=unmeasured>{l}")),
+            _ => None,
+        })
+        .collect()
 }
 
 fn pod(name: &str, app: &str, tokens: bool) -> Pod {
@@ -878,6 +902,8 @@ pub struct UpgradeBench {
     pub simulate: bool,
     pub workers: u16,
     pub max_parallel: u32,
+    /// Past these the run fails (CI's guard); `None`: not checked.
+    pub limits: UpgradeLimits,
 }
 
 /// Busy and total jiffies of the whole machine (every core), from the first line of
@@ -1170,15 +1196,17 @@ pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let machine_busy_pct =
         100.0 * (machine_after.0 - machine_before.0) / (machine_after.1 - machine_before.1);
+    let vcp_cpu = cpu_after - cpu_before;
+    let vcp_share = vcp_cpu / cpu_of("apiserver");
     println!(
-        "bench-upgrade tenants={} simulate={} max_parallel={} workers={} total_s={total_s:.1} per_tenant_p50_s={:.1} per_tenant_p99_s={:.1} failed={failed} vcp_rss_mib={peak_rss:.1} vcp_cpu_s={:.1} pg_cpu_s={:.1} apiserver_cpu_s={:.1} etcd_cpu_s={:.1} kcm_cpu_s={:.1} scheduler_cpu_s={:.1} kwok_cpu_s={:.1} other_cpu_s={:.1} machine_busy_pct={machine_busy_pct:.0} cores={cores} snap_p50_s={:.1} roll_p50_s={:.1} roll_p99_s={:.1} notice_p50_s={:.1} waves={waves} slots_busy_pct={slots_busy_pct:.0} passes={passes:.0} pass_s={pass_s:.0} workers_busy_pct={workers_busy_pct:.0} setup_s={:.0}",
+        "bench-upgrade tenants={} simulate={} max_parallel={} workers={} total_s={total_s:.1} per_tenant_p50_s={:.1} per_tenant_p99_s={:.1} failed={failed} vcp_share={vcp_share:.2} vcp_rss_mib={peak_rss:.1} vcp_cpu_s={:.1} pg_cpu_s={:.1} apiserver_cpu_s={:.1} etcd_cpu_s={:.1} kcm_cpu_s={:.1} scheduler_cpu_s={:.1} kwok_cpu_s={:.1} other_cpu_s={:.1} machine_busy_pct={machine_busy_pct:.0} cores={cores} snap_p50_s={:.1} roll_p50_s={:.1} roll_p99_s={:.1} notice_p50_s={:.1} waves={waves} slots_busy_pct={slots_busy_pct:.0} passes={passes:.0} pass_s={pass_s:.0} workers_busy_pct={workers_busy_pct:.0} setup_s={:.0}",
         b.tenants,
         b.simulate,
         b.max_parallel,
         b.workers,
         percentile(took.clone(), 0.5),
         percentile(took, 0.99),
-        cpu_after - cpu_before,
+        vcp_cpu,
         cpu_of("pg"),
         cpu_of("apiserver"),
         cpu_of("etcd"),
@@ -1193,6 +1221,17 @@ pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
         (bench_start.elapsed().as_secs_f64() - total_s),
     );
     drop(orch);
+    // Every tenant of the fleet must have an outcome: one that never finished counts as failed.
+    let failed = failed + b.tenants.saturating_sub(tenants.len());
+    let exceeded = b.limits.exceeded(&UpgradeLimits {
+        failed: Some(failed as f64),
+        vcp_share: vcp_share.is_finite().then_some(vcp_share),
+    });
+    anyhow::ensure!(
+        exceeded.is_empty(),
+        "bench upgrade: over the limits: {}",
+        exceeded.join(" ")
+    );
     Ok(())
 }
 
@@ -1466,5 +1505,26 @@ vcp_syncer_sync_duration_seconds_count{kind="Pod",direction="down"} 650
             ]
         );
         assert!(SyncLimits::default().exceeded(&regressed).is_empty());
+    }
+
+    #[test]
+    fn an_upgrade_run_fails_on_a_failed_tenant_or_an_unmeasured_share() {
+        let limits = UpgradeLimits {
+            failed: Some(0.0),
+            vcp_share: Some(1.0),
+        };
+        let fine = UpgradeLimits {
+            failed: Some(0.0),
+            vcp_share: Some(0.21),
+        };
+        assert!(limits.exceeded(&fine).is_empty());
+        let bad = UpgradeLimits {
+            failed: Some(1.0),
+            vcp_share: None,
+        };
+        assert_eq!(
+            limits.exceeded(&bad),
+            ["failed=1.00>0", "vcp_share=unmeasured>1"]
+        );
     }
 }

@@ -166,6 +166,12 @@ enum Bench {
         /// Tenants upgrading at once.
         #[arg(long, env = "VCP_BENCH_MAX_PARALLEL", default_value_t = 50)]
         max_parallel: u32,
+        /// Fail if more tenants than this failed (or never finished).
+        #[arg(long, env = "VCP_BENCH_MAX_FAILED", value_parser = limit)]
+        max_failed: Option<f64>,
+        /// Fail if vcp's CPU over the host apiserver's, while the fleet moved, exceeds this.
+        #[arg(long, env = "VCP_BENCH_MAX_VCP_SHARE", value_parser = limit)]
+        max_vcp_share: Option<f64>,
     },
     /// Start and stop fresh clusters (new state dir each time) and report startup times.
     Startup {
@@ -467,12 +473,18 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             simulate,
             workers,
             max_parallel,
+            max_failed,
+            max_vcp_share,
         }) => {
             bench::upgrade(bench::UpgradeBench {
                 tenants,
                 simulate,
                 workers,
                 max_parallel,
+                limits: bench::UpgradeLimits {
+                    failed: max_failed,
+                    vcp_share: max_vcp_share,
+                },
             })
             .await?;
             Ok(ExitCode::SUCCESS)
