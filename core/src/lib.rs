@@ -13,15 +13,32 @@
 //! conditions) is one set of types for the orchestrator's inventory, workers and API; the
 //! inventory's sqlx mapping and the API's schemas are behind the features `sqlx` and `openapi`.
 //!
+//! What more than one binary reads is here too: the control-plane label the orchestrator writes
+//! and the syncer's NetworkPolicies select by ([`naming::LABEL_CONTROL_PLANE_OF`]), the quota's
+//! resources the syncer enforces and the orchestrator samples and stores ([`quota`]), and how
+//! errors are told on one line ([`chain`]).
+//!
 //! No client, no pool, no I/O: everything here is a function of its arguments, tested with
-//! plain values and property tests. The orchestrator's own labels for control-plane objects
-//! (`vcp.dev/control-plane-of`, ...) live with its renderer, which is their only writer; the
-//! syncer's labels for objects only it makes (virtual nodes, mirrored volumes, token Secrets)
-//! live with the kind that makes them.
+//! plain values and property tests. The syncer's labels for objects only it makes (virtual
+//! nodes, mirrored volumes, token Secrets) live with the kind that makes them.
 
 pub mod lifecycle;
 pub mod naming;
+pub mod quota;
 pub mod revocation;
+
+/// An error and its causes on one line, `outer: cause: root cause`: an apiserver's own message
+/// (why a write was refused) is the last link, and a log line without it says nothing useful.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
 
 /// Errors of vcp-core.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -36,6 +36,13 @@ use std::collections::BTreeMap;
 
 /// The label every host object of a tenant carries: its value is the tenant key.
 pub const LABEL_TENANT: &str = "vcp.dev/tenant";
+/// The label of a tenant's control-plane namespace and every object the orchestrator renders
+/// into it (its value is the tenant key); the syncer's NetworkPolicies select the tenant's
+/// CoreDNS and apiserver by it, and replicas watch control planes by it.
+pub const LABEL_CONTROL_PLANE_OF: &str = "vcp.dev/control-plane-of";
+/// Which component of a control plane a pod is (`kube-apiserver`, `coredns`, ...): set by the
+/// orchestrator's templates, selected by the syncer's NetworkPolicies.
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
 /// Tenant-side name of a host object.
 pub const ANN_NAME: &str = "vcp.dev/tenant-name";
 /// Tenant-side namespace of a host object (absent for cluster-scoped objects).

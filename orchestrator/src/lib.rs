@@ -157,17 +157,7 @@ impl Error {
     }
 }
 
-/// An error and its causes on one line (`a: b: c`).
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+pub use vcp_core::chain;
 
 /// Result with the orchestrator's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -94,10 +94,8 @@ pub const TENANT_EGRESS: &str = "vcp-tenant-egress";
 /// Prefix of every generated policy's name.
 pub const GENERATED_PREFIX: &str = "vcp-";
 
-// The control plane's pod labels, as orchestrator/src/render puts them on its pods (the syncer
-// does not depend on the orchestrator).
-const LABEL_CONTROL_PLANE_OF: &str = "vcp.dev/control-plane-of";
-const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+// The control plane's pod labels, as orchestrator/src/render puts them on its pods.
+use vcp_core::naming::{LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF};
 const COMPONENT_DNS: &str = "coredns";
 const COMPONENT_APISERVER: &str = "kube-apiserver";
 const DNS_PORT: i32 = 53;

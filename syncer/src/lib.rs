@@ -122,18 +122,7 @@ impl Error {
     }
 }
 
-/// An error with its causes, `outer: cause: root cause`: the apiserver's own message (why a
-/// write was refused) is the last link, and logs without it say nothing useful.
-pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
+pub use vcp_core::chain;
 
 /// Wraps a kube error with what the syncer was doing, for `map_err`:
 /// `.map_err(kube_err(format!("get host secret {ns}/{name}")))`.

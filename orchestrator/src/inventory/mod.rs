@@ -1494,3 +1494,36 @@ async fn audit_in(
         .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::USAGE_COLUMNS;
+    use vcp_core::quota::RESOURCES;
+
+    /// The columns of `usage_samples` after its key, in order, as the migration creates them.
+    fn migration_columns(sql: &str) -> Vec<&str> {
+        let table = sql
+            .split("CREATE TABLE usage_samples (")
+            .nth(1)
+            .and_then(|rest| rest.split("PRIMARY KEY").next())
+            .expect("the migration creates usage_samples");
+        table
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("--"))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect()
+    }
+
+    /// One list of quota resources (vcp-core's) for the plans, the syncer's ledger and metrics,
+    /// and the inventory: the table's columns and the queries' are that list.
+    #[test]
+    fn usage_columns_are_the_quota_resources_in_the_migration_and_the_queries() {
+        let sql = include_str!("../../../migrations/0002_usage.sql");
+        let mut want = vec!["tenant_id", "sampled_at"];
+        want.extend(RESOURCES);
+        assert_eq!(migration_columns(sql), want);
+        let queried: Vec<&str> = USAGE_COLUMNS.split(',').map(str::trim).collect();
+        assert_eq!(queried, want);
+    }
+}

@@ -317,10 +317,10 @@ impl Object {
     }
 }
 
-/// Labels of everything vcp creates for a tenant's control plane.
-pub const LABEL_CONTROL_PLANE_OF: &str = "vcp.dev/control-plane-of";
+/// Labels of everything vcp creates for a tenant's control plane (the first and the last are
+/// read by the syncer too, so they live in vcp-core).
+pub use vcp_core::naming::{LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF};
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
 
 /// The loaded templates.
 pub struct Renderer {

@@ -258,18 +258,7 @@ pub struct Usage {
     pub namespaces: u64,
 }
 
-/// The resources of a quota, by their field names (the `resource` label of the metrics).
-pub const RESOURCES: [&str; 9] = [
-    "pods",
-    "requests_cpu",
-    "requests_memory",
-    "limits_cpu",
-    "limits_memory",
-    "services",
-    "persistent_volume_claims",
-    "requests_storage",
-    "namespaces",
-];
+pub use vcp_core::quota::RESOURCES;
 
 impl Usage {
     /// One resource by field name (see [`RESOURCES`]).
