@@ -982,7 +982,7 @@ async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Resu
     let t0 = std::time::Instant::now();
     cluster.restart_real_node()?;
     // etcd runs again in a new container, on the data it had.
-    eventually(
+    let back = eventually(
         "etcd in a new container",
         Duration::from_secs(180),
         || async {
@@ -991,7 +991,34 @@ async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Resu
             Ok(etcd_container(p).filter(|c| ready && *c != before))
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = back {
+        // What the kubelet says of the control plane, and the node's last log lines.
+        for p in host_pods.list(&Default::default()).await?.items {
+            eprintln!(
+                "{}: {}",
+                p.metadata.name.unwrap_or_default(),
+                serde_json::to_string(&p.status).unwrap_or_default()
+            );
+        }
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client(), &ns);
+        for ev in events.list(&Default::default()).await?.items {
+            eprintln!(
+                "event {:?} {:?} {:?}: {:?}",
+                ev.involved_object.name, ev.reason, ev.count, ev.message
+            );
+        }
+        let (layout, _) = cluster.real_node()?;
+        for log in ["kubelet", "containerd"] {
+            let text = std::fs::read_to_string(layout.dir.join(format!("logs/{log}.log")))
+                .unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                eprintln!("{log}: {l}");
+            }
+        }
+        return Err(e);
+    }
     let kept = eventually(
         "the tenant's ConfigMap read back",
         Duration::from_secs(180),
