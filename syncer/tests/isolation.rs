@@ -867,22 +867,9 @@ async fn settled_connects(
     ip: &str,
     expect: bool,
 ) -> bool {
+    let target = format!("{ip}:8080");
     let once = || {
-        let (_, out, _) = vcp_dev::testing::kubectl_with(
-            cluster,
-            cluster.kubeconfig_path(),
-            &[
-                "-n",
-                ns,
-                "exec",
-                pod,
-                "--",
-                "sh",
-                "-c",
-                &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 5 nc -w 2 {ip} 8080"),
-            ],
-        );
-        out.contains("200 OK")
+        vcp_dev::testing::http_get_from_pod(cluster, cluster.kubeconfig_path(), ns, pod, &target)
     };
     let mut got = once();
     for _ in 0..15 {

@@ -53,6 +53,57 @@ pub fn kubectl_with(
     )
 }
 
+/// One HTTP request from inside pod `ns/pod` (by `kubectl exec` with `kubeconfig`: the host's,
+/// or a tenant's) to `target` (`host:port`), with busybox's `nc` (its `wget` crashes in the
+/// static build). Whether a 200 came back.
+pub fn http_get_from_pod(
+    cluster: &crate::cluster::DevCluster,
+    kubeconfig: &std::path::Path,
+    ns: &str,
+    pod: &str,
+    target: &str,
+) -> bool {
+    let (host, port) = target.rsplit_once(':').expect("host:port");
+    let (_, out, _) = kubectl_with(
+        cluster,
+        kubeconfig,
+        &[
+            "-n",
+            ns,
+            "exec",
+            pod,
+            "--",
+            "sh",
+            "-c",
+            &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 5 nc -w 2 {host} {port}"),
+        ],
+    );
+    out.contains("200 OK")
+}
+
+/// The first event about object `name` with `reason` whose message contains `text`, within a
+/// minute.
+pub async fn event_about(
+    events: &Api<k8s_openapi::api::core::v1::Event>,
+    name: &str,
+    reason: &str,
+    text: &str,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Event> {
+    eventually(
+        &format!("a {reason} event about {name} saying {text:?}"),
+        Duration::from_secs(60),
+        || async {
+            let list = events.list(&Default::default()).await?;
+            Ok(list.items.into_iter().find(|e| {
+                e.involved_object.name.as_deref() == Some(name)
+                    && e.reason.as_deref() == Some(reason)
+                    && e.message.as_deref().is_some_and(|m| m.contains(text))
+            }))
+        },
+    )
+    .await
+}
+
 /// Polls `f` every 250 ms until it yields a value; fails after `timeout`, naming `what`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
 where

@@ -266,26 +266,9 @@ async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() ->
     Ok(())
 }
 
-/// `sh -c` in `pod`: one HTTP request to `target` with busybox's nc (its wget crashes in the
-/// static build). Whether the answer came back.
+/// One HTTP request from host pod `ns/pod` to `target`: whether it was answered.
 fn fetch(cluster: &DevCluster, ns: &str, pod: &str, target: &str) -> bool {
-    let (host, port) = target.rsplit_once(':').expect("host:port");
-    let kc = cluster.kubeconfig_path().to_owned();
-    let (_, out, _) = kubectl_with(
-        cluster,
-        &kc,
-        &[
-            "-n",
-            ns,
-            "exec",
-            pod,
-            "--",
-            "sh",
-            "-c",
-            &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 5 nc -w 2 {host} {port}"),
-        ],
-    );
-    out.contains("200 OK")
+    vcp_dev::testing::http_get_from_pod(cluster, cluster.kubeconfig_path(), ns, pod, target)
 }
 
 /// Counts the TCP connections accepted on `addr`, answering each with an empty 200. A thread
@@ -767,21 +750,10 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
     );
     // And as the pod's Warning event in the tenant, saying how images come to the node.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(tenant.clone(), "app");
-    let failed = eventually(
-        "the tenant's pull failure event",
-        Duration::from_secs(60),
-        || async {
-            let list = events.list(&Default::default()).await?;
-            Ok(list.items.into_iter().find(|e| {
-                e.involved_object.name.as_deref() == Some("unbuilt")
-                    && e.reason.as_deref() == Some("Failed")
-                    && e.message
-                        .as_deref()
-                        .is_some_and(|m| m.contains("vcp-dev images --state-dir"))
-            }))
-        },
-    )
-    .await?;
+    let failed =
+        vcp_dev::testing::event_about(&events, "unbuilt", "Failed", "vcp-dev images --state-dir")
+            .await?;
+
     assert_eq!(failed.type_.as_deref(), Some("Warning"));
 
     // A second tenant: its pod reaches nothing of the first, and neither reaches any etcd or
@@ -1310,22 +1282,7 @@ async fn the_plans_egress_and_node_port_allowances_hold_by_traffic() -> anyhow::
         }
     }
     let connects = |kc: &std::path::Path, to: &str| {
-        let (host, port) = to.rsplit_once(':').expect("host:port");
-        let (_, out, _) = kubectl_with(
-            &cluster,
-            kc,
-            &[
-                "-n",
-                "app",
-                "exec",
-                "client",
-                "--",
-                "sh",
-                "-c",
-                &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 5 nc -w 2 {host} {port}"),
-            ],
-        );
-        out.contains("200 OK")
+        vcp_dev::testing::http_get_from_pod(&cluster, kc, "app", "client", to)
     };
 
     // Egress: edge's plan allows the first outside address only; plain's allows everywhere.
@@ -1399,18 +1356,8 @@ async fn the_plans_egress_and_node_port_allowances_hold_by_traffic() -> anyhow::
         .create(&PostParams::default(), &svc(Some(plain_port))?)
         .await?;
     let events: Api<Event> = Api::namespaced(tenants[1].2.clone(), "app");
-    let refusal = eventually(
-        "plain's NodePort refused",
-        Duration::from_secs(60),
-        || async {
-            let list = events.list(&Default::default()).await?;
-            Ok(list.items.into_iter().find(|e| {
-                e.involved_object.name.as_deref() == Some("web")
-                    && e.reason.as_deref() == Some("PolicyRefused")
-            }))
-        },
-    )
-    .await?;
+    let refusal = vcp_dev::testing::event_about(&events, "web", "PolicyRefused", "").await?;
+
     assert_eq!(refusal.type_.as_deref(), Some("Warning"));
     println!("plain's refusal: {:?}", refusal.message);
     // Served inside its cluster, and not on the node.
