@@ -17,9 +17,11 @@
 //! - `vcp-isolate` selects every pod for Ingress and Egress with no rules: no host pod of a
 //!   tenant is ever unisolated, and what it may do is exactly the union of the allowances below;
 //! - `vcp-control-plane` lets every pod reach its own tenant's CoreDNS (53 UDP and TCP) and
-//!   apiserver (6443), and be reached by that apiserver (admission webhooks, aggregated APIs),
-//!   even a pod a tenant policy isolates: they are the tenant's cluster infrastructure (name
-//!   resolution, the `kubernetes` Service), not its workloads;
+//!   apiserver (6443), and be reached by that apiserver and its egress proxy, the tenant's
+//!   syncer (admission webhooks, aggregated APIs, `pods/proxy` and `services/proxy`, which the
+//!   apiserver dials through the syncer's pod), even a pod a tenant policy isolates: they are
+//!   the tenant's cluster infrastructure (name resolution, the `kubernetes` Service), not its
+//!   workloads;
 //! - `vcp-tenant-ingress` and `vcp-tenant-egress` give a pod that no tenant policy isolates in
 //!   their direction what "not isolated" means in the tenant's cluster: every pod of the tenant
 //!   (namespaces labelled `vcp.dev/tenant=K`) and the outside addresses the plan allows.
@@ -38,7 +40,7 @@
 //!
 //! The property: no policy made here allows traffic between a tenant pod and anything outside
 //! the tenant's own world (its pods in its host namespaces, and the outside addresses of its
-//! plan), except the tenant's own CoreDNS and apiserver pods. Peer by peer:
+//! plan), except the tenant's own CoreDNS, apiserver and syncer pods. Peer by peer:
 //! - a podSelector alone selects in the policy's own namespace, a host namespace of the tenant;
 //! - every namespaceSelector carries `vcp.dev/tenant=K` in its matchLabels, and only the syncer
 //!   labels namespaces so (a tenant's `vcp.dev/tenant` selector key becomes
@@ -98,6 +100,10 @@ pub const GENERATED_PREFIX: &str = "vcp-";
 use vcp_core::naming::{LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF};
 const COMPONENT_DNS: &str = "coredns";
 const COMPONENT_APISERVER: &str = "kube-apiserver";
+/// The syncer, which is also the apiserver's egress proxy: what the apiserver dials in the
+/// tenant's cluster (webhooks, aggregated APIs, `pods/proxy`, `services/proxy`) the syncer's
+/// pod dials for it, after checking it is the tenant's own.
+const COMPONENT_SYNCER: &str = "vcp-syncer";
 const DNS_PORT: i32 = 53;
 const APISERVER_PORT: i32 = 6443;
 /// Set by the host apiserver on every namespace to the namespace's own name.
@@ -397,15 +403,13 @@ pub fn host_policies(
         spec: Some(spec),
     };
     let types = |t: &[&str]| Some(t.iter().map(|t| (*t).to_owned()).collect());
-    let control_plane = |component: &str| {
-        Some(vec![NetworkPolicyPeer {
-            namespace_selector: Some(labels_selector(&[(LABEL_NAMESPACE_NAME, control_plane_ns)])),
-            pod_selector: Some(labels_selector(&[
-                (LABEL_CONTROL_PLANE_OF, key.as_str()),
-                (LABEL_COMPONENT, component),
-            ])),
-            ip_block: None,
-        }])
+    let control_plane = |component: &str| NetworkPolicyPeer {
+        namespace_selector: Some(labels_selector(&[(LABEL_NAMESPACE_NAME, control_plane_ns)])),
+        pod_selector: Some(labels_selector(&[
+            (LABEL_CONTROL_PLANE_OF, key.as_str()),
+            (LABEL_COMPONENT, component),
+        ])),
+        ip_block: None,
     };
     let not_isolated = |label: &str| LabelSelector {
         match_labels: None,
@@ -431,18 +435,21 @@ pub fn host_policies(
                 pod_selector: Some(LabelSelector::default()),
                 policy_types: types(&["Ingress", "Egress"]),
                 // The tenant's apiserver calls its admission webhooks and aggregated APIs,
-                // which run as tenant pods.
+                // which run as tenant pods, through its egress proxy, the syncer.
                 ingress: Some(vec![NetworkPolicyIngressRule {
-                    from: control_plane(COMPONENT_APISERVER),
+                    from: Some(vec![
+                        control_plane(COMPONENT_APISERVER),
+                        control_plane(COMPONENT_SYNCER),
+                    ]),
                     ports: None,
                 }]),
                 egress: Some(vec![
                     NetworkPolicyEgressRule {
-                        to: control_plane(COMPONENT_DNS),
+                        to: Some(vec![control_plane(COMPONENT_DNS)]),
                         ports: Some(vec![port(DNS_PORT, "UDP"), port(DNS_PORT, "TCP")]),
                     },
                     NetworkPolicyEgressRule {
-                        to: control_plane(COMPONENT_APISERVER),
+                        to: Some(vec![control_plane(COMPONENT_APISERVER)]),
                         ports: Some(vec![port(APISERVER_PORT, "TCP")]),
                     },
                 ]),
@@ -810,7 +817,9 @@ mod tests {
                 "spec": {
                     "podSelector": {},
                     "policyTypes": ["Ingress", "Egress"],
-                    "ingress": [{"from": control_plane("kube-apiserver")}],
+                    // The apiserver, and its egress proxy (the syncer): webhooks, aggregated
+                    // APIs and the proxy subresources reach tenant pods through it.
+                    "ingress": [{"from": [control_plane("kube-apiserver")[0].clone(), control_plane("vcp-syncer")[0].clone()]}],
                     "egress": [
                         {
                             "to": control_plane("coredns"),

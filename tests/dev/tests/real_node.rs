@@ -695,6 +695,20 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
         "by ClusterIP {cluster_ip}: {out} {err}"
     );
 
+    // The tenant's apiserver reaches its pods through its egress proxy, the syncer's pod
+    // (`pods/proxy`, as webhooks and aggregated APIs do): the host's NetworkPolicies let the
+    // syncer in.
+    let (ok, out, err) = kubectl_with(
+        &cluster,
+        &kc_path,
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/app/pods/server:8080/proxy/",
+        ],
+    );
+    assert!(ok && out.contains("tenant-ok"), "pods/proxy: {out} {err}");
+
     // By name, through the tenant's own CoreDNS (busybox's nslookup: its own resolver).
     let (ok, out, err) = kubectl_with(
         &cluster,
