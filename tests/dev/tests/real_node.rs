@@ -83,6 +83,27 @@ fn pod(name: &str, image: &str, command: &str) -> anyhow::Result<Pod> {
     }))?)
 }
 
+/// The first container of pod `name` waiting in `ErrImagePull` (its message is the pull's
+/// error), within a minute.
+async fn pull_failure(
+    pods: &Api<Pod>,
+    name: &str,
+) -> anyhow::Result<k8s_openapi::api::core::v1::ContainerStateWaiting> {
+    eventually(
+        &format!("{name}'s image pull failure"),
+        Duration::from_secs(60),
+        || async {
+            let p = pods.get(name).await?;
+            Ok(p.status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().next())
+                .and_then(|c| c.state?.waiting)
+                .filter(|w| w.reason.as_deref() == Some("ErrImagePull")))
+        },
+    )
+    .await
+}
+
 fn ready(p: &Pod) -> bool {
     p.status
         .as_ref()
@@ -231,15 +252,7 @@ async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() ->
         &pod("missing", "vcp.dev/never-built:1", "true")?,
     )
     .await?;
-    let waiting = eventually("an image pull failure", Duration::from_secs(60), || async {
-        let p = pods.get("missing").await?;
-        Ok(p.status
-            .and_then(|s| s.container_statuses)
-            .and_then(|c| c.into_iter().next())
-            .and_then(|c| c.state?.waiting)
-            .filter(|w| w.reason.as_deref() == Some("ErrImagePull")))
-    })
-    .await?;
+    let waiting = pull_failure(&pods, "missing").await?;
     let message = waiting.message.as_deref().unwrap_or_default();
     assert!(
         message.contains("vcp.dev/never-built:1 is not on this node")
@@ -741,19 +754,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
         })?,
     )
     .await?;
-    let waiting = eventually(
-        "the tenant's pull failure",
-        Duration::from_secs(60),
-        || async {
-            let p = pods.get("unbuilt").await?;
-            Ok(p.status
-                .and_then(|s| s.container_statuses)
-                .and_then(|c| c.into_iter().next())
-                .and_then(|c| c.state?.waiting)
-                .filter(|w| w.reason.as_deref() == Some("ErrImagePull")))
-        },
-    )
-    .await?;
+    let waiting = pull_failure(&pods, "unbuilt").await?;
     assert!(
         waiting
             .message
