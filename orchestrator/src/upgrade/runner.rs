@@ -100,11 +100,15 @@ async fn step_claimed(
     };
     let now = OffsetDateTime::now_utc();
     let s = fleet::step(&f.progress(), &pace, &entries, now);
-    // A hold is written once, when its reason is new to the entry.
-    let new_holds = s.waiting.iter().any(|(t, why)| {
-        rows.iter()
-            .any(|r| r.tenant_id == *t && r.reason.as_deref() != Some(why.as_str()))
-    });
+    // A hold is written once, when its reason is new to the entry (by id: one look per hold).
+    let stored: std::collections::HashMap<i64, Option<&str>> = rows
+        .iter()
+        .map(|r| (r.tenant_id, r.reason.as_deref()))
+        .collect();
+    let new_holds = s
+        .waiting
+        .iter()
+        .any(|(t, why)| stored.get(t).is_some_and(|r| *r != Some(why.as_str())));
     if !s.finished.is_empty() || s.progress != f.progress() || new_holds {
         if !inv.record_fleet_step(f, worker, &s, actor).await? {
             tracing::warn!(
