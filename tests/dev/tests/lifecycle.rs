@@ -365,18 +365,31 @@ fn a_killed_owner_takes_its_cluster_along() {
         "the cluster stopped before its owner was killed"
     );
     let net = vcp_dev::devnet::recorded(&dir.path().join("devnode")).expect("devnode network");
-    let bridge = std::path::Path::new("/sys/class/net").join(vcp_dev::devnet::bridge(net));
+    let bridge = vcp_dev::devnet::bridge(net);
+    let ours = link_index(&bridge).expect("the devnode's bridge is up");
     owner.kill().unwrap(); // SIGKILL: no destructor runs, only the parent-death signal
     owner.wait().unwrap();
     assert_all_gone(&pids, Duration::from_secs(5));
     // The devnode removes its network as it stops; on a loaded machine that can trail its
-    // containers by a moment.
+    // containers by a moment. Another dev cluster's devnode may claim the freed name at once
+    // (tests run side by side), so the link compared is ours by its interface index.
+    let still_ours = || link_index(&bridge) == Some(ours);
     let start = std::time::Instant::now();
-    while bridge.exists() && start.elapsed() < Duration::from_secs(15) {
+    while still_ours() && start.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(
-        !bridge.exists(),
+        !still_ours(),
         "the devnode of a killed owner left its network behind"
     );
+}
+
+/// The interface index of link `name`, if it exists: it tells one link from a later one of
+/// the same name.
+fn link_index(name: &str) -> Option<u32> {
+    std::fs::read_to_string(std::path::Path::new("/sys/class/net").join(name).join("ifindex"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
