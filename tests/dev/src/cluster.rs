@@ -254,6 +254,7 @@ impl DevCluster {
             .position(|p| p.name == "node")
             .ok_or_else(|| Error::Node("the real node is not this handle's to restart".into()))?;
         self.procs[i].stop(Duration::ZERO);
+        crate::node::wait_emptied(&net, Duration::from_secs(60))?;
         self.procs[i] = crate::node::spawn(&layout, &net, Supervision::Attached)?;
         Ok(())
     }

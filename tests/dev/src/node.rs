@@ -623,8 +623,12 @@ for h in /sys/fs/cgroup/*/; do
   mkdir -p "${{h}}{cgroup_root}"
 done
 python3 "{dir}/no-registry.py" {registry_port} "{hint}" >>"{dir}/logs/no-registry.log" 2>&1 &
+# The socket of a killed containerd stays on disk; waiting for it would start the kubelet
+# before containerd listens, and the kubelet exits at once when it cannot reach containerd.
+rm -f "{socket}"
 containerd --config "{dir}/containerd.toml" >>"{dir}/logs/containerd.log" 2>&1 &
-for _ in $(seq 100); do [[ -S "{socket}" ]] && break; sleep 0.1; done
+# Quick on an idle machine; restoring its state after a kill takes longer on a loaded one.
+for _ in $(seq 600); do [[ -S "{socket}" ]] && break; sleep 0.1; done
 [[ -S "{socket}" ]] || {{ log "containerd did not start; see {dir}/logs/containerd.log"; exit 1; }}
 kubelet --config "{dir}/kubelet.yaml" --kubeconfig "{dir}/kubelet.kubeconfig" \
   --root-dir "{dir}/kubelet" --node-ip {node_ip} --hostname-override {name} \
@@ -863,6 +867,45 @@ pub fn spawn(l: &Layout, net: &NodeNet, mode: Supervision) -> Result<Spawned> {
     crate::process::spawn(&spec, mode, &l.path("logs/node.log"))
 }
 
+/// Waits until no process is left in the node's network namespace: a node killed with
+/// SIGKILL takes its processes along only as the kernel gets to them, and a node started
+/// again before then finds the kubelet's port, the no-registry port or containerd's database
+/// still held, and stops at once (`run.sh` stops the node when any of its processes exits).
+pub fn wait_emptied(net: &NodeNet, within: Duration) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        let left = netns_members(&net.netns());
+        if left.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() > within {
+            return Err(Error::Node(format!(
+                "processes {left:?} still run in network namespace {} {}s after the node was stopped",
+                net.netns(),
+                within.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The live processes in network namespace `name` (zombies have none and do not count).
+fn netns_members(name: &str) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(ns) = std::fs::metadata(Path::new("/run/netns").join(name)) else {
+        return Vec::new();
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|m| m.ino() == ns.ino() && m.dev() == ns.dev())
+        })
+        .collect()
+}
+
 fn which(name: &str) -> Result<PathBuf> {
     ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
         .iter()
@@ -1025,6 +1068,10 @@ mod tests {
         assert!(
             run.contains("python3 \"/state/node/no-registry.py\" 5000 \"Images are built here")
         );
+        // A killed containerd's socket is gone before containerd starts, so the wait for it
+        // waits for the new one.
+        let removed = run.find("rm -f \"/state/node/run/containerd.sock\"");
+        assert!(removed.is_some_and(|r| r < run.find("containerd --config").unwrap()));
         let queue = run
             .lines()
             .find(|l| l.starts_with("rule ") && l.contains("-j NFQUEUE"))

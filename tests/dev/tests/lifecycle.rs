@@ -387,9 +387,13 @@ fn a_killed_owner_takes_its_cluster_along() {
 /// The interface index of link `name`, if it exists: it tells one link from a later one of
 /// the same name.
 fn link_index(name: &str) -> Option<u32> {
-    std::fs::read_to_string(std::path::Path::new("/sys/class/net").join(name).join("ifindex"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    std::fs::read_to_string(
+        std::path::Path::new("/sys/class/net")
+            .join(name)
+            .join("ifindex"),
+    )
+    .ok()?
+    .trim()
+    .parse()
+    .ok()
 }

@@ -996,7 +996,7 @@ async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Resu
             );
         }
         let (layout, _) = cluster.real_node()?;
-        for log in ["kubelet", "containerd"] {
+        for log in ["node", "kubelet", "containerd"] {
             let text = std::fs::read_to_string(layout.dir.join(format!("logs/{log}.log")))
                 .unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
