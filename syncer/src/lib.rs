@@ -30,6 +30,7 @@
 //!   lets it dial only the tenant's own pods and Services and the syncer itself.
 //! - [`metrics`] counts what is served on `/metrics`.
 
+pub mod answer;
 pub mod egress;
 pub mod engine;
 pub mod kinds;
@@ -37,6 +38,7 @@ pub mod kubelet;
 pub mod metrics;
 pub mod naming;
 pub mod revocation;
+pub mod tenant;
 pub mod top;
 
 use clap::Parser;
@@ -327,8 +329,8 @@ fn counted_client(cfg: kube::Config, requests: metrics::ApiRequests) -> Result<C
 }
 
 /// Finds the tenant apiserver and DNS Services in the control-plane namespace.
-async fn pod_env(host: &Client, args: &Args) -> kinds::pods::translate::PodEnv {
-    let mut env = kinds::pods::translate::PodEnv {
+async fn pod_env(host: &Client, args: &Args) -> tenant::PodEnv {
+    let mut env = tenant::PodEnv {
         cluster_domain: args.cluster_domain.clone(),
         ..Default::default()
     };

@@ -7,7 +7,7 @@
 //! same certificates as its kubelet calls), and whose `controlplane` selection (the
 //! authorization webhook, webhooks by URL) goes to the [`relay`] in its own pod, which keeps
 //! the revocation authorizer local and opens every other target here the same way.
-//! [`crate::kubelet::serve`] hands
+//! [`crate::answer::serve`] hands
 //! each `CONNECT host:port` of the apiserver's kubelet client to [`Proxy::connect`], which
 //! judges the target with [`allow::Allowed`] (kept current by the host pod and Service
 //! watches through [`Proxy::observe_pod`] and [`Proxy::observe_service`]) and then either
@@ -23,7 +23,7 @@
 pub mod allow;
 pub mod relay;
 
-use crate::kubelet::Body;
+use crate::answer::Body;
 use allow::{Allowed, Dial, Refusal, ServiceAddr};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -164,11 +164,11 @@ impl Proxy {
             // does not answer reveals nothing it could not learn by itself.
             Ok(Err(e)) => {
                 tracing::info!(target_addr = %authority, %to, error = %e, "egress dial failed");
-                return crate::kubelet::text(StatusCode::BAD_GATEWAY, "egress dial failed");
+                return crate::answer::text(StatusCode::BAD_GATEWAY, "egress dial failed");
             }
             Err(_) => {
                 tracing::info!(target_addr = %authority, %to, "egress dial timed out");
-                return crate::kubelet::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out");
+                return crate::answer::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out");
             }
         };
         tracing::debug!(target_addr = %authority, %to, "egress allowed");

@@ -21,7 +21,6 @@
 //! runs the watches. The merged stream is pulled by the cache's feed, which applies each event
 //! before it pulls the next, so the cache [`Merge`] reads is never behind what it emitted.
 
-use super::shared::slim;
 use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -31,6 +30,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Debug;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinSet};
+
+/// Drops what the syncer never reads from an object before it is cached: managed fields
+/// (a list of every writer's field set, often the larger part of an object's metadata).
+pub fn slim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
 
 /// The tenant's host namespaces; `None` until the namespace watch has listed them once.
 pub type NamespaceSet = Option<BTreeSet<String>>;

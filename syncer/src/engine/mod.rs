@@ -23,6 +23,7 @@
 //! lives in the two apiservers, a restarted syncer converges from scratch. Pods add status up,
 //! binding to virtual nodes and two-way graceful deletion ([`crate::kinds::pods`]).
 
+pub mod backstop;
 pub mod by_namespace;
 pub mod decide;
 pub mod fanin;
@@ -32,8 +33,9 @@ pub mod shared;
 pub(crate) mod testing;
 
 use crate::kinds::namespaces::access;
-use crate::kinds::{Ctx, pods};
+use crate::kinds::pods;
 use crate::metrics::Direction;
+use crate::tenant::{Ctx, PodEnv};
 use crate::{Error, Result, kube_err};
 use decide::{Decision, HostSide, decide};
 use futures::StreamExt;
@@ -63,7 +65,7 @@ pub struct Engine {
     pub tenant: Client,
     pub host: Client,
     pub ctx: Ctx,
-    pub pod_env: pods::translate::PodEnv,
+    pub pod_env: PodEnv,
     pub recorder: Recorder,
     /// Sync latencies, reconciles in flight and errors, served on `/metrics`.
     pub metrics: crate::metrics::Metrics,
@@ -128,7 +130,7 @@ impl Engine {
         host: Client,
         key: TenantKey,
         policy: vcp_policy::TenantPolicy,
-        pod_env: pods::translate::PodEnv,
+        pod_env: PodEnv,
     ) -> Engine {
         let recorder = Recorder::new(
             tenant.clone(),

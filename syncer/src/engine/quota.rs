@@ -14,10 +14,10 @@
 //! a reconcile: the verdict is [`Verdict::NotReady`] and the caller requeues.
 
 use super::Engine;
+use super::backstop::{LIMITS_NAME, QUOTA_NAME, backstop};
 use super::shared::{Cache, Shared};
 use crate::Result;
 use crate::engine::FIELD_MANAGER;
-use crate::kinds::namespaces::translate::backstop;
 use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Service,
 };
@@ -169,10 +169,7 @@ pub fn namespace_waits(e: &Engine, ns: &str) -> Option<bool> {
 /// Whether a host create failed on the quota backstop (`vcp-quota`). Other host quotas (the
 /// host operator's own) stay errors: counted and retried with backoff, as before.
 pub fn host_refused(err: &crate::Error) -> bool {
-    let ours = format!(
-        "exceeded quota: {}",
-        crate::kinds::namespaces::translate::QUOTA_NAME
-    );
+    let ours = format!("exceeded quota: {}", QUOTA_NAME);
     matches!(err, crate::Error::Kube { source: kube::Error::Api(ae), .. }
         if ae.code == 403 && ae.message.contains(&ours))
 }
@@ -181,10 +178,7 @@ pub fn host_refused(err: &crate::Error) -> bool {
 /// usage yet (the host's quota controller fills it in within moments): retried shortly and
 /// quietly, not an error.
 pub fn host_quota_pending(err: &crate::Error) -> bool {
-    let ours = format!(
-        "status unknown for quota: {}",
-        crate::kinds::namespaces::translate::QUOTA_NAME
-    );
+    let ours = format!("status unknown for quota: {}", QUOTA_NAME);
     matches!(err, crate::Error::Kube { source: kube::Error::Api(ae), .. }
         if ae.code == 403 && ae.message.contains(&ours))
 }
@@ -263,26 +257,18 @@ pub async fn apply_backstop(e: &Engine, host_ns: &str) -> Result<()> {
     let (quota, limits) = backstop(host_ns, &e.ctx);
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     Api::<ResourceQuota>::namespaced(e.host.clone(), host_ns)
-        .patch(
-            crate::kinds::namespaces::translate::QUOTA_NAME,
-            &pp,
-            &Patch::Apply(&quota),
-        )
+        .patch(QUOTA_NAME, &pp, &Patch::Apply(&quota))
         .await
         .map_err(super::kube_err(format!(
             "apply host resource quota {host_ns}/{}",
-            crate::kinds::namespaces::translate::QUOTA_NAME
+            QUOTA_NAME
         )))?;
     Api::<LimitRange>::namespaced(e.host.clone(), host_ns)
-        .patch(
-            crate::kinds::namespaces::translate::LIMITS_NAME,
-            &pp,
-            &Patch::Apply(&limits),
-        )
+        .patch(LIMITS_NAME, &pp, &Patch::Apply(&limits))
         .await
         .map_err(super::kube_err(format!(
             "apply host limit range {host_ns}/{}",
-            crate::kinds::namespaces::translate::LIMITS_NAME
+            LIMITS_NAME
         )))?;
     Ok(())
 }
@@ -309,7 +295,7 @@ pub async fn usage(e: Arc<Engine>, period: Duration) {
 mod tests {
     //! The syncer's translators over objects the quota admitted: their host copies use exactly
     //! what admission counted, as vcp samples it from the host (`host_usage`).
-    use crate::kinds::Ctx;
+    use crate::tenant::Ctx;
     use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
     use kube::ResourceExt;
     use proptest::prelude::*;

@@ -18,6 +18,7 @@
 //! timeout), and `now_or_never` on it replaced a waiting controller's waker with a no-op. The
 //! store's own readiness is left to the one controller that reads it as its primary cache.
 
+use super::fanin::slim;
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 use kube::Resource;
@@ -28,12 +29,6 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::sync::Arc;
 use tokio::sync::watch;
-
-/// Drops what the syncer never reads from an object before it is cached: managed fields
-/// (a list of every writer's field set, often the larger part of an object's metadata).
-pub fn slim<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-}
 
 /// A shared cache and whether it holds its first complete list. Reads go to the store
 /// (`Deref`); readiness has any number of waiters.

@@ -38,29 +38,6 @@ pub mod secrets;
 pub mod services;
 pub mod volumes;
 
-use vcp_core::naming::TenantKey;
-
-/// What translators need to know about the tenant.
-#[derive(Debug, Clone)]
-pub struct Ctx {
-    pub key: TenantKey,
-    /// What the tenant's plan lets it put on the host.
-    pub policy: std::sync::Arc<vcp_policy::TenantPolicy>,
-}
-
-#[cfg(test)]
-pub(crate) mod fixtures {
-    use super::Ctx;
-    use vcp_core::naming::TenantKey;
-
-    pub fn ctx() -> Ctx {
-        Ctx {
-            key: TenantKey::new("demo").unwrap(),
-            policy: Default::default(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use crate::engine::testing::{fields, obj, offline_engine, side, span, spans_of};

@@ -23,9 +23,10 @@
 pub mod route;
 pub mod spdy;
 
+use crate::answer::{Body, text};
 use crate::{Error, Result};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -309,33 +310,6 @@ fn common_name(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let cn = cert.subject().iter_common_name().next()?;
     cn.as_str().ok().map(str::to_owned)
-}
-
-pub(crate) type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
-
-pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
-    let mut res = Response::new(
-        Full::new(Bytes::from(msg.into() + "\n"))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *res.status_mut() = status;
-    res
-}
-
-/// A JSON answer (the metrics API's objects).
-pub(crate) fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
-    let mut res = Response::new(
-        Full::new(Bytes::from(v.to_string()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    res
 }
 
 fn header_str<B>(res: &Response<B>, name: &str) -> String {

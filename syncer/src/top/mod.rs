@@ -18,9 +18,9 @@
 
 pub mod translate;
 
+use crate::answer::{Body, json};
 use crate::engine::Engine;
 use crate::kinds::pods::nodes::VIRTUAL_NODE_LABEL;
-use crate::kubelet::{Body, json};
 use crate::{Result, kube_err};
 use base64::Engine as _;
 use hyper::{Request, Response, StatusCode};

@@ -26,7 +26,7 @@
 
 pub mod decide;
 
-use crate::kubelet::Body;
+use crate::answer::Body;
 use crate::{Error, Result};
 use bytes::Bytes;
 use decide::{Hop, hop};
@@ -198,11 +198,11 @@ impl Relay {
                     // The webhook is this process: it does not answer only while it stops.
                     Ok(Err(e)) => {
                         tracing::warn!(target_addr = %authority, error = %e, "egress relay: the authorizer did not answer");
-                        crate::kubelet::text(StatusCode::BAD_GATEWAY, "egress dial failed")
+                        crate::answer::text(StatusCode::BAD_GATEWAY, "egress dial failed")
                     }
                     Err(_) => {
                         tracing::warn!(target_addr = %authority, "egress relay: the authorizer did not answer");
-                        crate::kubelet::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out")
+                        crate::answer::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out")
                     }
                 }
             }
@@ -219,10 +219,10 @@ impl Relay {
                     }
                     // The syncer's own answers for the tenant's own targets that do not answer.
                     Chained::Answered(StatusCode::BAD_GATEWAY) => {
-                        crate::kubelet::text(StatusCode::BAD_GATEWAY, "egress dial failed")
+                        crate::answer::text(StatusCode::BAD_GATEWAY, "egress dial failed")
                     }
                     Chained::Answered(StatusCode::GATEWAY_TIMEOUT) => {
-                        crate::kubelet::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out")
+                        crate::answer::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out")
                     }
                     Chained::Answered(status) => {
                         tracing::info!(target_addr = %target, status = status.as_u16(), "egress refused by the syncer");

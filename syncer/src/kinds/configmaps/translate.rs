@@ -1,6 +1,6 @@
 //! ConfigMaps: copied into the host namespace under the same name.
 
-use crate::kinds::Ctx;
+use crate::tenant::Ctx;
 use k8s_openapi::api::core::v1::ConfigMap;
 use vcp_core::naming::host_meta;
 
@@ -17,7 +17,7 @@ pub fn to_host(cm: &ConfigMap, ctx: &Ctx) -> ConfigMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::fixtures::ctx;
+    use crate::tenant::fixtures::ctx;
 
     #[test]
     fn data_is_copied_and_owner_references_are_not() {

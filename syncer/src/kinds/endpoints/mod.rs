@@ -26,7 +26,7 @@
 pub mod translate;
 
 use crate::engine::{Engine, Side, Synced, create_or_adopt, delete_host, host_selector};
-use crate::kinds::Ctx;
+use crate::tenant::Ctx;
 use crate::{Result, kube_err};
 use futures::Stream;
 use k8s_openapi::api::core::v1::{Endpoints, Service};

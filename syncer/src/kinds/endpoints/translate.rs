@@ -18,7 +18,7 @@
 //! `targetRef`s name tenant objects (their UIDs mean nothing on the host): the namespace is
 //! translated and the UID and resource version dropped.
 
-use crate::kinds::Ctx;
+use crate::tenant::Ctx;
 use k8s_openapi::api::core::v1::{Endpoints, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use vcp_core::naming;
@@ -189,7 +189,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::kinds::fixtures::ctx;
+    use crate::tenant::fixtures::ctx;
     use vcp_core::naming::LABEL_TENANT;
 
     fn svc(selector: Option<serde_json::Value>) -> Service {

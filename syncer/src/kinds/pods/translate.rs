@@ -33,7 +33,7 @@
 //! reason, message) is copied verbatim; the node binding is done separately (a Binding on the
 //! tenant pod, to the virtual node named after the host node).
 
-use crate::kinds::Ctx;
+use crate::tenant::{Ctx, PodEnv};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, HostAlias, KeyToPath, Pod, PodCondition, PodDNSConfig, PodDNSConfigOption,
@@ -45,17 +45,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use vcp_core::naming;
 use vcp_core::naming::host_meta;
 use vcp_policy::{self as policy, placement};
-
-/// Where a tenant's pods find their control plane from the host.
-#[derive(Debug, Clone, Default)]
-pub struct PodEnv {
-    /// ClusterIP and port of the tenant apiserver's host Service.
-    pub apiserver: Option<(String, i32)>,
-    /// ClusterIP of the tenant CoreDNS Service.
-    pub dns: Option<String>,
-    /// The tenant's cluster domain.
-    pub cluster_domain: String,
-}
 
 /// Keys of the host token Secret, as the projected volume lays them out.
 pub const TOKEN_KEYS: [&str; 3] = ["token", "ca.crt", "namespace"];
@@ -551,7 +540,7 @@ pub fn host_node(host: &Pod) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::fixtures::ctx;
+    use crate::tenant::fixtures::ctx;
     use vcp_core::naming::LABEL_TENANT;
 
     #[test]

@@ -12,7 +12,7 @@
 //! has reclaim policy Retain (there is nothing to reclaim in the tenant: the host owns the
 //! data) and a synthetic source; the syncer deletes it once its claim is gone.
 
-use crate::kinds::Ctx;
+use crate::tenant::Ctx;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::ResourceExt;
 use vcp_core::naming::host_meta;
@@ -120,14 +120,14 @@ mod tests {
             "spec": {"volumeName": "local-a"},
         }))
         .unwrap();
-        let a = to_host(&pvc, &crate::kinds::fixtures::ctx(), None)
+        let a = to_host(&pvc, &crate::tenant::fixtures::ctx(), None)
             .metadata
             .annotations
             .unwrap();
         assert!(!a.keys().any(|k| k.starts_with(BINDER_PREFIX)), "{a:?}");
         assert_eq!(a["team"], "a");
     }
-    use crate::kinds::fixtures::ctx;
+    use crate::tenant::fixtures::ctx;
 
     fn claim() -> PersistentVolumeClaim {
         serde_json::from_value(serde_json::json!({

@@ -2,7 +2,7 @@
 //! Secrets of the tenant are not copied: a tenant token must never be usable on the host (and
 //! the type is reserved for the host's own token controller).
 
-use crate::kinds::Ctx;
+use crate::tenant::Ctx;
 use k8s_openapi::api::core::v1::Secret;
 use vcp_core::naming::host_meta;
 
@@ -23,7 +23,7 @@ pub fn to_host(secret: &Secret, ctx: &Ctx) -> Option<Secret> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::fixtures::ctx;
+    use crate::tenant::fixtures::ctx;
 
     #[test]
     fn secrets_are_copied_but_service_account_tokens_are_not() {

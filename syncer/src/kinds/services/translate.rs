@@ -11,7 +11,7 @@
 //! range is not requested, and NodePort/LoadBalancer Services beyond the plan go down as
 //! ClusterIP Services.
 
-use crate::kinds::Ctx;
+use crate::tenant::Ctx;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
 use vcp_core::naming;
 use vcp_core::naming::host_meta;
@@ -110,7 +110,7 @@ pub fn to_tenant_patch(host: &Service, tenant: &Service) -> Option<serde_json::V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::fixtures::ctx;
+    use crate::tenant::fixtures::ctx;
 
     fn svc(ip: &str, node_port: Option<i32>) -> Service {
         serde_json::from_value(serde_json::json!({

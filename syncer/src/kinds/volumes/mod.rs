@@ -207,7 +207,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::fixtures::ctx;
+    use crate::tenant::fixtures::ctx;
 
     #[test]
     fn what_the_host_binder_adds_to_the_claim_is_no_drift() {

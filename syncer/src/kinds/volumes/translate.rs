@@ -21,8 +21,8 @@
 //! The host takes the volume source as the tenant wrote it: which sources a tenant may use
 //! (hostPath!) is the host's admission policy to decide, not the syncer's.
 
-use crate::kinds::Ctx;
 use crate::kinds::pvcs::translate::MIRROR_LABEL;
+use crate::tenant::Ctx;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
@@ -97,7 +97,7 @@ pub fn phase_to_tenant(host: &PersistentVolume, tenant: &PersistentVolume) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::fixtures::ctx;
+    use crate::tenant::fixtures::ctx;
     use vcp_core::naming::{ANN_NAME, LABEL_TENANT};
 
     fn pv(name: &str) -> PersistentVolume {
