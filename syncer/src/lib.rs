@@ -42,11 +42,7 @@ pub mod tenant;
 pub mod top;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, PersistentVolumeClaim, Pod, Secret, Service,
-};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -394,18 +390,21 @@ pub async fn run(args: Args) -> Result<()> {
     engine.sync_all_configmaps_secrets = args.sync_all_configmaps_secrets;
     engine.resync = Duration::from_secs(args.resync_seconds);
     engine.control_plane_namespace = args.host_namespace.clone();
-    engine.tokens = kinds::pods::tokens::TokenSource {
-        generation: args.token_generation.clone(),
-        ca_file: args.token_ca.clone(),
+    let mut pods = kinds::pods::PodCtx {
+        tokens: kinds::pods::tokens::TokenSource {
+            generation: args.token_generation.clone(),
+            ca_file: args.token_ca.clone(),
+        },
+        ..Default::default()
     };
-    engine.host_access =
-        args.host_role
-            .clone()
-            .zip(args.host_namespace.clone())
-            .map(|(role, ns)| kinds::namespaces::access::HostAccess {
-                role,
-                service_account: (ns, args.host_service_account.clone()),
-            });
+    let host_access = args
+        .host_role
+        .clone()
+        .zip(args.host_namespace.clone())
+        .map(|(role, ns)| kinds::namespaces::access::HostAccess {
+            role,
+            service_account: (ns, args.host_service_account.clone()),
+        });
     let kubelet = match &args.kubelet_listen {
         Some(listen) => {
             let files = kubelet::TlsFiles {
@@ -433,7 +432,7 @@ pub async fn run(args: Args) -> Result<()> {
                 port: args.kubelet_port.unwrap_or(bound.port()),
             };
             tracing::info!(listen = %bound, address = %endpoint.address, port = endpoint.port, metrics_api = args.metrics_api_client_ca.is_some(), "kubelet endpoint");
-            engine.kubelet_endpoint = Some(endpoint);
+            pods.kubelet_endpoint = Some(endpoint);
             let client = kube::client::ClientBuilder::try_from(stream_cfg)
                 .map_err(kube_err("build a client".into()))?
                 .build();
@@ -442,6 +441,7 @@ pub async fn run(args: Args) -> Result<()> {
         None => None,
     };
     let engine = Arc::new(engine);
+    let pods = Arc::new(pods);
     // The endpoint's APIService names its serving certificate's CA: the tenant CA, which also
     // signs the kubelet client it admits.
     let metrics_ca = match (&args.metrics_api_client_ca, &args.kubelet_client_ca) {
@@ -452,7 +452,7 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let (stop_tx, stopping) = tokio::sync::watch::channel(false);
     let kubelet = kubelet.map(|(listener, tls, authorities, client, bound)| {
-        let own = engine
+        let own = pods
             .kubelet_endpoint
             .clone()
             .map(|e| (e.address, e.port))
@@ -465,6 +465,7 @@ pub async fn run(args: Args) -> Result<()> {
         };
         let egress = Some(Arc::new(egress::Proxy {
             engine: engine.clone(),
+            addresses: pods.addresses.clone(),
             own,
             own_listen,
             cluster_domain: args.cluster_domain.clone(),
@@ -493,9 +494,10 @@ pub async fn run(args: Args) -> Result<()> {
     });
     let registration = {
         let e = engine.clone();
+        let endpoint = pods.kubelet_endpoint.clone();
         let period = Duration::from_secs(args.resync_seconds);
         async move {
-            let (Some(ca), Some(at)) = (metrics_ca, e.kubelet_endpoint.clone()) else {
+            let (Some(ca), Some(at)) = (metrics_ca, endpoint) else {
                 return;
             };
             // Again every resync period: a tenant admin who deletes the APIService gets it back.
@@ -517,29 +519,6 @@ pub async fn run(args: Args) -> Result<()> {
             addr: args.listen.clone(),
             source,
         })?;
-    let (pods_tx, pods_rx) = tokio::sync::oneshot::channel();
-    let nodes = {
-        let e = engine.clone();
-        let period = Duration::from_secs(args.node_sync_seconds.max(1));
-        async move {
-            if let Ok(store) = pods_rx.await {
-                kinds::pods::nodes::virtual_nodes(e, store, period).await;
-            }
-        }
-    };
-    let (claims_tx, claims_rx) =
-        tokio::sync::oneshot::channel::<engine::shared::Cache<PersistentVolumeClaim>>();
-    let mirrors = {
-        let e = engine.clone();
-        let period = Duration::from_secs(args.node_sync_seconds.max(1));
-        async move {
-            if let Ok(cache) = claims_rx.await {
-                // Ready before the mirror loop waits on the store itself (see engine::shared).
-                cache.ready().await;
-                kinds::pvcs::mirrors(e, cache.store(), period).await;
-            }
-        }
-    };
     let w = args.workers;
     let metrics = engine.clone();
     let metrics_route = axum::routing::get(move || async move {
@@ -572,100 +551,13 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let everything = async move {
         tokio::join!(
-            engine::spawned(kinds::namespaces::run(engine.clone(), key.clone())),
-            engine::spawned(kinds::volumes::run(engine.clone(), key)),
-            engine::run_kind::<ConfigMap>(
-                engine.clone(),
-                w,
-                |t, s| Box::pin(kinds::configmaps::down(t, s)),
-                |_, _| {}
-            ),
-            engine::run_plain::<Secret>(engine.clone(), w),
-            engine::run_kind::<Service>(
-                engine.clone(),
-                w,
-                |t, s| Box::pin(kinds::services::down(t, s)),
-                {
-                    let e = engine.clone();
-                    move |s, _| {
-                        let _ = e.tenant_services.set(s);
-                    }
-                }
-            ),
-            // Both follow the tenant's pod addresses (only those go down).
-            engine::run_kind_on::<Endpoints>(
-                engine.clone(),
-                w,
-                |t, s| Box::pin(kinds::endpoints::down_endpoints(t, s)),
-                |_, _| {},
-                kinds::endpoints::pod_addresses_changed(engine.clone())
-            ),
-            engine::run_kind_on::<EndpointSlice>(
-                engine.clone(),
-                w,
-                |t, s| Box::pin(kinds::endpoints::down_slice(t, s)),
-                |_, _| {},
-                kinds::endpoints::pod_addresses_changed(engine.clone())
-            ),
-            engine::run_kind::<Pod>(
-                engine.clone(),
-                w,
-                |t, s| Box::pin(kinds::pods::down(t, s)),
-                {
-                    let e = engine.clone();
-                    move |s, h| {
-                        // ConfigMaps and Secrets follow the pods that reference them.
-                        let _ = e.tenant_pods.set(s.clone());
-                        // Events up find their host pod here.
-                        let _ = e.host_pods.set(h);
-                        let _ = pods_tx.send(s);
-                    }
-                }
-            ),
-            engine::run_kind::<NetworkPolicy>(
-                engine.clone(),
-                w,
-                |t, s| Box::pin(kinds::netpols::down(t, s)),
-                {
-                    let e = engine.clone();
-                    move |s, _| {
-                        let _ = e.tenant_netpols.set(s);
-                    }
-                }
-            ),
-            engine::run_kind::<PersistentVolumeClaim>(
-                engine.clone(),
-                w,
-                |t, s| Box::pin(kinds::pvcs::down(t, s)),
-                {
-                    let e = engine.clone();
-                    move |s, _| {
-                        // The quota counts claims.
-                        let _ = e.tenant_claims.set(s.clone());
-                        let _ = claims_tx.send(s);
-                    }
-                }
-            ),
-            {
-                let e = engine.clone();
-                async move {
-                    // Events are matched to their objects through the host caches; started before
-                    // those hold their first list, the events already on the host would each cost
-                    // a GET. Not forever: events matter more than the GETs.
-                    let caches = async {
-                        engine::wait_for_cache(&e.host_namespaces).await;
-                        engine::wait_for_cache(&e.host_pods).await;
-                    };
-                    let _ = tokio::time::timeout(Duration::from_secs(30), caches).await;
-                    engine::spawned(kinds::events::run(e, usize::from(w))).await
-                }
-            },
-            engine::spawned(nodes),
-            engine::spawned(kinds::endpoints::kubernetes_endpoints(
-                engine.clone(),
-                Duration::from_secs(args.node_sync_seconds.max(1)),
-            )),
-            engine::spawned(mirrors),
+            kinds::run(kinds::Start {
+                engine: engine.clone(),
+                workers: w,
+                period: Duration::from_secs(args.node_sync_seconds.max(1)),
+                pods,
+                host_access,
+            }),
             engine::spawned(engine::quota::usage(
                 engine.clone(),
                 Duration::from_secs(args.node_sync_seconds.max(1))

@@ -104,9 +104,10 @@ fn service_addr(svc: &Service) -> Option<ServiceAddr> {
 
 /// The proxy of one tenant.
 pub struct Proxy {
-    /// The engine: the tenant's key, its addresses ([`crate::engine::Engine::egress`]) and
-    /// the metrics.
+    /// The engine: the tenant's key and the metrics.
     pub engine: Arc<crate::engine::Engine>,
+    /// The tenant's addresses, kept by the pod and Service kinds.
+    pub addresses: Arc<Addresses>,
     /// The syncer's endpoint as virtual nodes give it (`address`, `port`).
     pub own: (String, u16),
     /// Where that endpoint really listens (loopback for an unspecified bind address).
@@ -129,7 +130,7 @@ impl Proxy {
     /// Judges `authority` against the tenant's addresses now.
     pub fn decide(&self, authority: &str) -> Result<Dial, Refusal> {
         let key = self.engine.key();
-        self.engine.egress.0.read().expect("not poisoned").decide(
+        self.addresses.0.read().expect("not poisoned").decide(
             authority,
             (&self.own.0, self.own.1),
             |ns| Some(vcp_core::naming::host_namespace(key, ns)),

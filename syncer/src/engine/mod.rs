@@ -32,8 +32,6 @@ pub mod shared;
 #[cfg(test)]
 pub(crate) mod testing;
 
-use crate::kinds::namespaces::access;
-use crate::kinds::pods;
 use crate::metrics::Direction;
 use crate::tenant::{Ctx, PodEnv};
 use crate::{Error, Result, kube_err};
@@ -87,14 +85,8 @@ pub struct Engine {
     pub tenant_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
     /// The tenant-wide quota's running ledger, fed by the watches (see [`quota`]).
     pub ledger: std::sync::Mutex<vcp_policy::quota::Ledger>,
-    /// Which ConfigMaps and Secrets tenant pods reference (fed by the tenant pod watch).
-    pub pod_refs: std::sync::Mutex<crate::kinds::pods::refs::PodRefs>,
     /// Quota refusals already told, by object UID (see [`quota::tell`]).
     pub told: std::sync::Mutex<std::collections::HashMap<String, String>>,
-    /// Virtual nodes known to exist in the tenant (saves a GET per binding).
-    pub known_nodes: std::sync::Mutex<std::collections::BTreeSet<String>>,
-    /// Tenant pod writes the tenant cache may not show yet (see [`pods::up::UpWrites`]).
-    pub up_writes: pods::up::UpWrites,
     /// This tenant's host pods, once the pod controllers run (Events up find their pod here).
     pub host_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
     /// This tenant's host namespaces, once the namespace controllers run.
@@ -110,18 +102,6 @@ pub struct Engine {
     /// cache is listed: every host watch of a namespaced kind runs per namespace of this set
     /// (the syncer's credentials reach no other, see [`fanin`]).
     pub host_namespace_set: tokio::sync::watch::Sender<fanin::NamespaceSet>,
-    /// How the syncer grants itself access to each host namespace it creates (`--host-role`);
-    /// `None` when its host credentials already reach them.
-    pub host_access: Option<access::HostAccess>,
-    /// Where the tenant apiserver reaches the syncer's kubelet endpoint, if it serves one
-    /// (virtual nodes carry it).
-    pub kubelet_endpoint: Option<pods::nodes::KubeletEndpoint>,
-    /// Under what tenant pods' tokens are issued, and their CA (`--token-generation`,
-    /// `--token-ca`).
-    pub tokens: pods::tokens::TokenSource,
-    /// The tenant's pod and Service addresses on the host, which the egress proxy allows
-    /// (kept by the host pod and Service watches).
-    pub egress: Arc<crate::egress::Addresses>,
 }
 
 impl Engine {
@@ -143,7 +123,6 @@ impl Engine {
             tenant,
             host,
             ledger: std::sync::Mutex::new(vcp_policy::quota::Ledger::new(&policy.quota)),
-            pod_refs: Default::default(),
             ctx: Ctx {
                 key,
                 policy: Arc::new(policy),
@@ -159,18 +138,12 @@ impl Engine {
             tenant_claims: std::sync::OnceLock::new(),
             tenant_namespaces: std::sync::OnceLock::new(),
             told: Default::default(),
-            known_nodes: Default::default(),
-            up_writes: Default::default(),
             host_pods: std::sync::OnceLock::new(),
             host_namespaces: std::sync::OnceLock::new(),
             tenant_netpols: std::sync::OnceLock::new(),
             tenant_netpols_by_ns: Default::default(),
             control_plane_namespace: None,
             host_namespace_set: tokio::sync::watch::channel(None).0,
-            host_access: None,
-            kubelet_endpoint: None,
-            tokens: Default::default(),
-            egress: Default::default(),
         }
     }
 
@@ -204,12 +177,23 @@ pub trait Synced:
     + Sync
     + 'static
 {
+    /// What this kind keeps of its own beside the engine (pods: tokens, virtual nodes, their
+    /// writes up; ConfigMaps and Secrets read the pods' references), handed to its reconciles
+    /// in [`Side::own`]. The engine never looks inside.
+    type Own: Send + Sync + 'static;
+
     /// The desired host object, or `None` if this tenant object is not synced.
-    fn to_host(tenant: &Self, engine: &Engine) -> Option<Self>;
+    fn to_host(tenant: &Self, engine: &Engine, own: &Self::Own) -> Option<Self>;
 
     /// Lets state kept beside the caches follow this kind's watches (the quota's ledger, for
     /// the kinds it counts); nothing by default.
-    fn observe(_engine: &Arc<Engine>, _tenant: &mut Shared<Self>, _host: &mut Shared<Self>) {}
+    fn observe(
+        _engine: &Arc<Engine>,
+        _own: &Arc<Self::Own>,
+        _tenant: &mut Shared<Self>,
+        _host: &mut Shared<Self>,
+    ) {
+    }
 
     /// Which host objects of this kind the engine watches: this tenant's, by label.
     fn host_watch(key: &TenantKey) -> watcher::Config {
@@ -225,8 +209,10 @@ pub trait Synced:
 }
 
 /// The two caches of one kind.
-pub struct Side<K: Resource<DynamicType = ()> + Clone + 'static> {
+pub struct Side<K: Synced> {
     pub engine: Arc<Engine>,
+    /// The kind's own state (see [`Synced::Own`]).
+    pub own: Arc<K::Own>,
     pub tenant: Cache<K>,
     pub host: Cache<K>,
 }
@@ -340,7 +326,7 @@ pub fn cached_host<K: Synced>(side: &Side<K>, desired: &K) -> Option<Arc<K>> {
 /// Down-reconcile of a plain kind (ConfigMap, Secret).
 #[tracing::instrument(skip_all, fields(kind = K::kind(&()).as_ref(), namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub(crate) async fn down<K: Synced>(t: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
-    let Some(desired) = K::to_host(&t, &side.engine) else {
+    let Some(desired) = K::to_host(&t, &side.engine, &side.own) else {
         return Ok(Action::await_change());
     };
     down_to(t, side, desired).await
@@ -481,7 +467,7 @@ impl AsRef<Engine> for Engine {
     }
 }
 
-impl<K: Resource<DynamicType = ()> + Clone + 'static> AsRef<Engine> for Side<K> {
+impl<K: Synced> AsRef<Engine> for Side<K> {
     fn as_ref(&self) -> &Engine {
         &self.engine
     }
@@ -528,8 +514,8 @@ pub type DownFn<K> =
     fn(Arc<K>, Arc<Side<K>>) -> futures::future::BoxFuture<'static, Result<Action>>;
 
 /// Runs the plain down-reconciler for `K` (ConfigMaps, Secrets).
-pub async fn run_plain<K: Synced>(engine: Arc<Engine>, workers: u16) {
-    run_kind::<K>(engine, workers, |t, s| Box::pin(down(t, s)), |_, _| {}).await
+pub async fn run_plain<K: Synced>(engine: Arc<Engine>, own: Arc<K::Own>, workers: u16) {
+    run_kind::<K>(engine, own, workers, |t, s| Box::pin(down(t, s)), |_, _| {}).await
 }
 
 /// Runs down and gc controllers for a kind until the future is dropped. `with_stores`
@@ -537,12 +523,14 @@ pub async fn run_plain<K: Synced>(engine: Arc<Engine>, workers: u16) {
 /// Events up).
 pub async fn run_kind<K: Synced>(
     engine: Arc<Engine>,
+    own: Arc<K::Own>,
     workers: u16,
     down: DownFn<K>,
     with_stores: impl FnOnce(Cache<K>, Cache<K>),
 ) {
     run_kind_on(
         engine,
+        own,
         workers,
         down,
         with_stores,
@@ -555,6 +543,7 @@ pub async fn run_kind<K: Synced>(
 /// yields (Endpoints and EndpointSlices when the tenant's pod addresses change).
 pub async fn run_kind_on<K: Synced>(
     engine: Arc<Engine>,
+    own: Arc<K::Own>,
     workers: u16,
     down: DownFn<K>,
     with_stores: impl FnOnce(Cache<K>, Cache<K>),
@@ -566,10 +555,11 @@ pub async fn run_kind_on<K: Synced>(
     // sees a cache older than its trigger.
     let mut tenant = Shared::<K>::new();
     let mut host = Shared::<K>::new();
-    K::observe(&engine, &mut tenant, &mut host);
+    K::observe(&engine, &own, &mut tenant, &mut host);
     with_stores(tenant.cache(), host.cache());
     let side = Arc::new(Side {
         engine: engine.clone(),
+        own,
         tenant: tenant.cache(),
         host: host.cache(),
     });

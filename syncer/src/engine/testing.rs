@@ -26,10 +26,14 @@ pub fn offline_engine() -> Arc<Engine> {
     ))
 }
 
-/// Empty, unlisted caches of `K` on both sides of `engine`.
-pub fn side<K: Synced>(engine: &Arc<Engine>) -> Arc<Side<K>> {
+/// Empty, unlisted caches of `K` on both sides of `engine`, and the kind's own state as new.
+pub fn side<K: Synced>(engine: &Arc<Engine>) -> Arc<Side<K>>
+where
+    K::Own: Default,
+{
     Arc::new(Side {
         engine: engine.clone(),
+        own: Default::default(),
         tenant: Shared::<K>::new().cache(),
         host: Shared::<K>::new().cache(),
     })

@@ -26,7 +26,9 @@ use vcp_core::naming;
 use vcp_policy::{self as policy, network};
 
 impl crate::engine::Synced for NetworkPolicy {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+    type Own = ();
+
+    fn to_host(t: &Self, e: &Engine, _: &()) -> Option<Self> {
         if network::reserved_name(&t.name_any()) {
             return None;
         }
@@ -35,6 +37,7 @@ impl crate::engine::Synced for NetworkPolicy {
 
     fn observe(
         e: &Arc<Engine>,
+        _: &Arc<()>,
         tenant: &mut crate::engine::shared::Shared<Self>,
         _host: &mut crate::engine::shared::Shared<Self>,
     ) {
@@ -191,4 +194,19 @@ pub async fn ensure_host_policies(e: &Engine, host_ns: &str) -> Result<()> {
         .map_err(kube_err(format!("apply network policy {host_ns}/{name}")))?;
     }
     Ok(())
+}
+
+/// Starts the NetworkPolicy controllers (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let e = s.engine.clone();
+    Box::pin(crate::engine::run_kind::<NetworkPolicy>(
+        s.engine.clone(),
+        Arc::new(()),
+        s.workers,
+        |t, s| Box::pin(down(t, s)),
+        // Pods' isolation labels read the tenant's policies.
+        move |s, _| {
+            let _ = e.tenant_netpols.set(s);
+        },
+    ))
 }

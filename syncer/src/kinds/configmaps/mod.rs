@@ -21,9 +21,12 @@ use std::sync::Arc;
 use vcp_core::naming::{ANN_CANARY_SEEN, CANARY_KEY, is_canary};
 
 impl Synced for ConfigMap {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+    /// The pods' state: a ConfigMap goes down when a pod references it.
+    type Own = pods::PodCtx;
+
+    fn to_host(t: &Self, e: &Engine, pods: &pods::PodCtx) -> Option<Self> {
         let (ns, name) = (t.namespace()?, t.name_any());
-        (is_canary(&ns, &name) || pods::referenced(e, &ns, &name, false))
+        (is_canary(&ns, &name) || pods::referenced(e, pods, &ns, &name, false))
             .then(|| translate::to_host(t, &e.ctx))
     }
 }
@@ -74,6 +77,17 @@ pub async fn down(t: Arc<ConfigMap>, side: Arc<Side<ConfigMap>>) -> Result<Actio
         tracing::info!(stamp = %stamp, "upgrade canary made the round trip to the host");
     }
     Ok(action)
+}
+
+/// Starts the ConfigMap controllers (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(crate::engine::run_kind::<ConfigMap>(
+        s.engine.clone(),
+        s.pods.clone(),
+        s.workers,
+        |t, s| Box::pin(down(t, s)),
+        |_, _| {},
+    ))
 }
 
 #[cfg(test)]

@@ -100,7 +100,9 @@ fn tenant_service(e: &Engine, ns: &str, name: &str) -> Option<Arc<Service>> {
 }
 
 impl Synced for Endpoints {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+    type Own = ();
+
+    fn to_host(t: &Self, e: &Engine, _: &()) -> Option<Self> {
         let svc = tenant_service(e, &t.namespace()?, &t.name_any())?;
         // The Service first: only hand-managed endpoints go down, and the pod map costs a
         // pass over every host pod, which the Endpoints of every other Service must not pay.
@@ -116,7 +118,9 @@ impl Synced for Endpoints {
 }
 
 impl Synced for EndpointSlice {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+    type Own = ();
+
+    fn to_host(t: &Self, e: &Engine, _: &()) -> Option<Self> {
         if controller_managed(t) {
             return None;
         }
@@ -292,4 +296,32 @@ pub async fn kubernetes_endpoints(e: Arc<Engine>, period: Duration) {
         }
         tokio::time::sleep(period).await;
     }
+}
+
+/// Starts the Endpoints and EndpointSlice controllers, both following the tenant's pod
+/// addresses (only those go down), and the upkeep of the tenant's `kubernetes` Endpoints
+/// (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let (e, w, period) = (s.engine.clone(), s.workers, s.period);
+    Box::pin(async move {
+        futures::join!(
+            crate::engine::run_kind_on::<Endpoints>(
+                e.clone(),
+                Arc::new(()),
+                w,
+                |t, s| Box::pin(down_endpoints(t, s)),
+                |_, _| {},
+                pod_addresses_changed(e.clone())
+            ),
+            crate::engine::run_kind_on::<EndpointSlice>(
+                e.clone(),
+                Arc::new(()),
+                w,
+                |t, s| Box::pin(down_slice(t, s)),
+                |_, _| {},
+                pod_addresses_changed(e.clone())
+            ),
+            crate::engine::spawned(kubernetes_endpoints(e.clone(), period)),
+        );
+    })
 }

@@ -280,6 +280,22 @@ pub fn tenant_ref_from_caches(
     Some(naming::tenant_ref(key, pod.labels(), pod.annotations()))
 }
 
+/// Starts copying the host's Events up (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let (e, w) = (s.engine.clone(), s.workers);
+    Box::pin(async move {
+        // Events are matched to their objects through the host caches; started before those
+        // hold their first list, the events already on the host would each cost a GET. Not
+        // forever: events matter more than the GETs.
+        let caches = async {
+            crate::engine::wait_for_cache(&e.host_namespaces).await;
+            crate::engine::wait_for_cache(&e.host_pods).await;
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(30), caches).await;
+        run(e, usize::from(w)).await
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

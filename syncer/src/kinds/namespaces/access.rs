@@ -61,8 +61,8 @@ pub fn role_binding(key: &naming::TenantKey, host_ns: &str, access: &HostAccess)
 /// Makes sure the syncer's RoleBinding exists in `host_ns` (a namespace it owns). Created, never
 /// patched: its role reference cannot change, and an existing binding is either ours or the
 /// host admin's to fix. Without `--host-role`, nothing to do.
-pub async fn ensure(e: &Engine, host_ns: &str) -> Result<()> {
-    let Some(access) = &e.host_access else {
+pub async fn ensure(e: &Engine, access: Option<&HostAccess>, host_ns: &str) -> Result<()> {
+    let Some(access) = access else {
         return Ok(());
     };
     let api: Api<RoleBinding> = Api::namespaced(e.host.clone(), host_ns);

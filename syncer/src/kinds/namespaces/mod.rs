@@ -25,6 +25,9 @@ use vcp_core::naming::{self, TenantKey};
 struct Ns {
     engine: Arc<Engine>,
     tenant: Store<Namespace>,
+    /// How the syncer grants itself access to each host namespace it creates (`--host-role`);
+    /// `None` when its host credentials already reach them.
+    access: Option<access::HostAccess>,
 }
 
 #[tracing::instrument(skip_all, fields(kind = "Namespace", name = %t.name_any()))]
@@ -60,7 +63,7 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
         Ok(_) => {
             tracing::info!(namespace = %name, "created host namespace");
             // The syncer's only access to what it puts there.
-            crate::kinds::namespaces::access::ensure(e, &name).await?;
+            access::ensure(e, cx.access.as_ref(), &name).await?;
             // Deny by default before the first pod can land there.
             crate::kinds::netpols::ensure_host_policies(e, &name).await?;
             quota::apply_backstop(e, &name).await?;
@@ -82,7 +85,7 @@ async fn down(t: Arc<Namespace>, cx: Arc<Ns>) -> Result<Action> {
             // Ours: the network policies and the backstop are put back on every pass (a no-op
             // unless they drifted).
             if current.metadata.deletion_timestamp.is_none() {
-                crate::kinds::namespaces::access::ensure(e, &name).await?;
+                access::ensure(e, cx.access.as_ref(), &name).await?;
                 crate::kinds::netpols::ensure_host_policies(e, &name).await?;
                 quota::apply_backstop(e, &name).await?;
             }
@@ -152,7 +155,7 @@ impl AsRef<Engine> for Ns {
 }
 
 /// Runs the namespace controllers until dropped.
-pub async fn run(engine: Arc<Engine>, key: TenantKey) {
+pub async fn run(engine: Arc<Engine>, key: TenantKey, access: Option<access::HostAccess>) {
     // One watch and cache per side, shared by both controllers (see `crate::engine::shared`).
     let mut tenant = Shared::<Namespace>::new();
     let mut host = Shared::<Namespace>::new();
@@ -163,6 +166,7 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
     let cx = Arc::new(Ns {
         engine: engine.clone(),
         tenant: tenant.store(),
+        access,
     });
     let down_fut = Controller::for_shared_stream(tenant.subscribe(), tenant.store())
         .run(
@@ -241,6 +245,12 @@ async fn publish_set(
     }
 }
 
+/// Starts the namespace controllers (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let key = s.engine.key().clone();
+    Box::pin(run(s.engine.clone(), key, s.host_access.clone()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +261,7 @@ mod tests {
         let cx = Arc::new(Ns {
             engine: offline_engine(),
             tenant: Shared::<Namespace>::new().store(),
+            access: None,
         });
         let ns = |name: &str| obj::<Namespace>(serde_json::json!({"metadata": {"name": name}}));
         let spans = spans_of(down(ns("apps"), cx.clone())).await;

@@ -35,9 +35,32 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vcp_policy::Refusal;
+
+/// What the pods kind keeps beside the engine: the state a kubelet would hold for the
+/// tenant. One per syncer, shared by the pod controllers, the virtual-node upkeep, and the
+/// ConfigMap and Secret kinds (which go down only when a pod references them).
+#[derive(Default)]
+pub struct PodCtx {
+    /// Which ConfigMaps and Secrets tenant pods reference (fed by the tenant pod watch).
+    pub refs: Mutex<refs::PodRefs>,
+    /// Virtual nodes known to exist in the tenant (saves a GET per binding).
+    pub known_nodes: Mutex<BTreeSet<String>>,
+    /// Tenant pod writes the tenant cache may not show yet (see [`up::UpWrites`]).
+    pub up_writes: up::UpWrites,
+    /// Where the tenant apiserver reaches the syncer's kubelet endpoint, if it serves one
+    /// (virtual nodes carry it).
+    pub kubelet_endpoint: Option<nodes::KubeletEndpoint>,
+    /// Under what tenant pods' tokens are issued, and their CA (`--token-generation`,
+    /// `--token-ca`).
+    pub tokens: tokens::TokenSource,
+    /// The tenant's pod and Service addresses on the host, which the egress proxy allows
+    /// (kept by the host pod and Service watches; the Service kind holds the same).
+    pub addresses: Arc<crate::egress::Addresses>,
+}
 /// Removes a tenant pod at once (grace 0), as a kubelet does once its containers stopped.
 async fn remove_tenant_pod(e: &Engine, t: &Pod) -> Result<()> {
     let api = Api::<Pod>::namespaced(e.tenant.clone(), &t.namespace().unwrap_or_default());
@@ -140,7 +163,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 refuse(e, &t, "HostConflict", &refusals).await?;
                 return Ok(Action::requeue(CONFLICT_RETRY));
             }
-            crate::kinds::pods::tokens::ensure(e, &t, None).await?;
+            tokens::ensure(e, &side.own.tokens, &t, None).await?;
             if wants_service_links(&t) {
                 let links = tenant_service_links(e, &t.namespace().unwrap_or_default())?;
                 add_service_links(&mut desired, &links, &env_from);
@@ -180,9 +203,14 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             let policies =
                 crate::kinds::netpols::tenant_policies(e, &t.namespace().unwrap_or_default());
             crate::kinds::netpols::relabel_pod(e, &t, &h, &policies).await?;
-            crate::kinds::pods::tokens::ensure(e, &t, Some(&h)).await?;
+            tokens::ensure(e, &side.own.tokens, &t, Some(&h)).await?;
             e.metrics
-                .timed("Pod", Direction::Up, false, up::sync_up(e, &t, &h))
+                .timed(
+                    "Pod",
+                    Direction::Up,
+                    false,
+                    up::sync_up(e, &side.own, &t, &h),
+                )
                 .await?;
         }
         Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
@@ -318,28 +346,31 @@ fn drifted(desired: &Pod, host: &Pod) -> bool {
         || images(desired) != images(host)
 }
 impl Synced for Pod {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+    type Own = PodCtx;
+
+    fn to_host(t: &Self, e: &Engine, _: &PodCtx) -> Option<Self> {
         Some(to_host(t, &e.ctx, &e.pod_env))
     }
 
     fn observe(
         e: &std::sync::Arc<Engine>,
+        own: &Arc<PodCtx>,
         tenant: &mut crate::engine::shared::Shared<Self>,
         host: &mut crate::engine::shared::Shared<Self>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
-        let addresses = e.egress.clone();
+        let addresses = own.addresses.clone();
         host.observe(Box::new(move |p, present| {
             addresses.observe_pod(p, present)
         }));
-        let e = e.clone();
+        let (e, own) = (e.clone(), own.clone());
         tenant.observe(Box::new(move |pod: &Pod, present| {
             let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
                 return;
             };
             e.tenant_pods_by_ns.observe(ns, name, present);
             let refs = present.then(|| translate::references(pod));
-            e.pod_refs
+            own.refs
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .observe(ns, name, refs);
@@ -348,14 +379,44 @@ impl Synced for Pod {
 }
 
 /// Whether a tenant pod in `ns` references ConfigMap (`secret == false`) or Secret `name`.
-pub fn referenced(e: &Engine, ns: &str, name: &str, secret: bool) -> bool {
+pub fn referenced(e: &Engine, p: &PodCtx, ns: &str, name: &str, secret: bool) -> bool {
     if e.sync_all_configmaps_secrets {
         return true;
     }
-    e.pod_refs
+    p.refs
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .referenced(ns, name, secret)
+}
+
+/// Starts the pod controllers and the virtual-node upkeep (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let (e, own, w, period) = (s.engine.clone(), s.pods.clone(), s.workers, s.period);
+    Box::pin(async move {
+        let (pods_tx, pods_rx) = tokio::sync::oneshot::channel();
+        let nodes = {
+            let (e, own) = (e.clone(), own.clone());
+            async move {
+                if let Ok(store) = pods_rx.await {
+                    nodes::virtual_nodes(e, own, store, period).await;
+                }
+            }
+        };
+        let stores = {
+            let e = e.clone();
+            move |s: crate::engine::shared::Cache<Pod>, h| {
+                // ConfigMaps and Secrets follow the pods that reference them.
+                let _ = e.tenant_pods.set(s.clone());
+                // Events up find their host pod here.
+                let _ = e.host_pods.set(h);
+                let _ = pods_tx.send(s);
+            }
+        };
+        futures::join!(
+            crate::engine::run_kind::<Pod>(e, own, w, |t, s| Box::pin(down(t, s)), stores),
+            crate::engine::spawned(nodes),
+        );
+    })
 }
 
 #[cfg(test)]

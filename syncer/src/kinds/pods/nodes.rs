@@ -7,6 +7,7 @@
 //! address and port instead of the host node's, so the tenant apiserver's `logs`, `exec`,
 //! `attach` and `port-forward` go to the syncer, never to a host node.
 
+use super::PodCtx;
 use crate::engine::{Engine, FIELD_MANAGER, shared::Cache};
 use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -99,8 +100,8 @@ pub fn virtual_node(host: &Node, kubelet: Option<&KubeletEndpoint>) -> Node {
 }
 
 /// Creates the virtual node `name` in the tenant unless it is known to exist.
-pub(super) async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
-    if e.known_nodes
+pub(super) async fn ensure_virtual_node(e: &Engine, p: &PodCtx, name: &str) -> Result<()> {
+    if p.known_nodes
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .contains(name)
@@ -114,7 +115,7 @@ pub(super) async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
         .map_err(kube_err(format!("get tenant node {name}")))?
         .is_some()
     {
-        e.known_nodes
+        p.known_nodes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_owned());
@@ -124,7 +125,7 @@ pub(super) async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
         .get(name)
         .await
         .map_err(kube_err(format!("get host node {name}")))?;
-    let node = virtual_node(&host, e.kubelet_endpoint.as_ref());
+    let node = virtual_node(&host, p.kubelet_endpoint.as_ref());
     match tenant_nodes
         .create(
             &PostParams {
@@ -140,7 +141,7 @@ pub(super) async fn ensure_virtual_node(e: &Engine, name: &str) -> Result<()> {
         Err(err) => return Err(kube_err(format!("create virtual node {name}"))(err)),
     }
     refresh_virtual_node(e, &node).await?;
-    e.known_nodes
+    p.known_nodes
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(name.to_owned());
@@ -162,17 +163,22 @@ async fn refresh_virtual_node(e: &Engine, node: &Node) -> Result<()> {
 
 /// Keeps virtual nodes in step: status mirrored from the host node every period; removed once
 /// no tenant pod is bound to them.
-pub async fn virtual_nodes(e: Arc<Engine>, tenant_pods: Cache<Pod>, period: Duration) {
+pub async fn virtual_nodes(
+    e: Arc<Engine>,
+    p: Arc<PodCtx>,
+    tenant_pods: Cache<Pod>,
+    period: Duration,
+) {
     tenant_pods.ready().await;
     loop {
-        if let Err(err) = virtual_nodes_once(&e, &tenant_pods).await {
+        if let Err(err) = virtual_nodes_once(&e, &p, &tenant_pods).await {
             tracing::warn!(error = %err, "virtual node upkeep failed");
         }
         tokio::time::sleep(period).await;
     }
 }
 
-async fn virtual_nodes_once(e: &Engine, tenant_pods: &Store<Pod>) -> Result<()> {
+async fn virtual_nodes_once(e: &Engine, p: &PodCtx, tenant_pods: &Store<Pod>) -> Result<()> {
     let used: BTreeSet<String> = tenant_pods
         .state()
         .iter()
@@ -187,7 +193,7 @@ async fn virtual_nodes_once(e: &Engine, tenant_pods: &Store<Pod>) -> Result<()> 
         let name = n.name_any();
         if !used.contains(&name) {
             tracing::info!(node = %name, "no tenant pod left on virtual node; removing it");
-            e.known_nodes
+            p.known_nodes
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&name);
@@ -199,7 +205,7 @@ async fn virtual_nodes_once(e: &Engine, tenant_pods: &Store<Pod>) -> Result<()> 
             .await
             .map_err(kube_err(format!("get host node {name}")))?
         {
-            refresh_virtual_node(e, &virtual_node(&host, e.kubelet_endpoint.as_ref())).await?;
+            refresh_virtual_node(e, &virtual_node(&host, p.kubelet_endpoint.as_ref())).await?;
         }
     }
     Ok(())

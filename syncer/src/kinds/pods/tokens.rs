@@ -55,7 +55,12 @@ fn still_fresh(annotations: &BTreeMap<String, String>, generation: &str, now: Ti
 
 /// Ensures the host token Secret of tenant pod `t` is present and fresh; `host_pod` (once it
 /// exists) becomes its owner.
-pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
+pub async fn ensure(
+    e: &Engine,
+    tokens: &TokenSource,
+    t: &Pod,
+    host_pod: Option<&Pod>,
+) -> Result<()> {
     let Some((audience, expiration)) = token_request(t) else {
         return Ok(());
     };
@@ -82,7 +87,7 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
             .await;
             return Ok(());
         }
-        let fresh = still_fresh(cur.annotations(), &e.tokens.generation, Timestamp::now());
+        let fresh = still_fresh(cur.annotations(), &tokens.generation, Timestamp::now());
         let owned = host_pod.is_none()
             || cur
                 .owner_references()
@@ -121,7 +126,7 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
     let token = status
         .token
         .ok_or_else(|| Error::Token(format!("empty token for service account {ns}/{sa}")))?;
-    let ca = match &e.tokens.ca_file {
+    let ca = match &tokens.ca_file {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|err| Error::Token(format!("read the token CA {}: {err}", path.display())))?,
         None => Api::<ConfigMap>::namespaced(e.tenant.clone(), &ns)
@@ -159,7 +164,7 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
                 (naming::ANN_GENERATED.to_owned(), format!("pod/{uid}")),
                 (ANN_EXPIRES.to_owned(), expires.to_string()),
                 (ANN_RENEW.to_owned(), renew.to_string()),
-                (ANN_GENERATION.to_owned(), e.tokens.generation.clone()),
+                (ANN_GENERATION.to_owned(), tokens.generation.clone()),
             ])),
             owner_references: host_pod.and_then(|p| {
                 Some(vec![OwnerReference {

@@ -91,13 +91,13 @@ impl UpWrites {
 
 /// Binds tenant pod `t` to the virtual node of its host pod `h` and copies `h`'s status up,
 /// each only if the tenant does not show it yet.
-pub async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
+pub async fn sync_up(e: &Engine, p: &super::PodCtx, t: &Pod, h: &Pod) -> Result<()> {
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
     let uid = t.uid().unwrap_or_default();
     let rv = t.resource_version().unwrap_or_default();
     let cached_bound = t.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-    let unseen = e.up_writes.unseen(&uid, &rv, t.status.as_ref());
+    let unseen = p.up_writes.unseen(&uid, &rv, t.status.as_ref());
     // The tenant status as it stands, counting this syncer's writes the cache lags behind.
     let mut shown = match &unseen {
         Some(w) if w.status.is_some() => w.status.clone(),
@@ -108,7 +108,7 @@ pub async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
     let mut changed = false;
     let bound = cached_bound || unseen.is_some_and(|w| w.bound);
     if !bound && let Some(node) = host_node(h) {
-        ensure_virtual_node(e, node).await?;
+        ensure_virtual_node(e, p, node).await?;
         let binding = serde_json::json!({
             "apiVersion": "v1",
             "kind": "Binding",
@@ -165,7 +165,7 @@ pub async fn sync_up(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
     }
     if changed && !uid.is_empty() {
         wrote.at = std::time::Instant::now();
-        e.up_writes.record(&uid, wrote);
+        p.up_writes.record(&uid, wrote);
     }
     Ok(())
 }

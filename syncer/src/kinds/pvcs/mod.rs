@@ -153,16 +153,57 @@ async fn mirrors_once(e: &Engine, claims: &Store<PersistentVolumeClaim>) -> Resu
 }
 
 impl Synced for PersistentVolumeClaim {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+    type Own = ();
+
+    fn to_host(t: &Self, e: &Engine, _: &()) -> Option<Self> {
         // The claim's volume does not matter here (only its name and namespace are read).
         Some(to_host(t, &e.ctx, None))
     }
 
     fn observe(
         e: &std::sync::Arc<Engine>,
+        _: &std::sync::Arc<()>,
         tenant: &mut crate::engine::shared::Shared<Self>,
         host: &mut crate::engine::shared::Shared<Self>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
     }
+}
+
+/// Starts the claim controllers and the upkeep of the claims' volume mirrors (see
+/// [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let (e, w, period) = (s.engine.clone(), s.workers, s.period);
+    Box::pin(async move {
+        let (claims_tx, claims_rx) =
+            tokio::sync::oneshot::channel::<crate::engine::shared::Cache<PersistentVolumeClaim>>();
+        let mirrors = {
+            let e = e.clone();
+            async move {
+                if let Ok(cache) = claims_rx.await {
+                    // Ready before the mirror loop waits on the store itself (see engine::shared).
+                    cache.ready().await;
+                    mirrors(e, cache.store(), period).await;
+                }
+            }
+        };
+        let stores = {
+            let e = e.clone();
+            move |s: crate::engine::shared::Cache<PersistentVolumeClaim>, _| {
+                // The quota counts claims.
+                let _ = e.tenant_claims.set(s.clone());
+                let _ = claims_tx.send(s);
+            }
+        };
+        futures::join!(
+            crate::engine::run_kind::<PersistentVolumeClaim>(
+                e,
+                Arc::new(()),
+                w,
+                |t, s| Box::pin(down(t, s)),
+                stores
+            ),
+            crate::engine::spawned(mirrors),
+        );
+    })
 }

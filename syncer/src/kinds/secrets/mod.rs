@@ -11,9 +11,21 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 impl Synced for Secret {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
-        pods::referenced(e, &t.namespace()?, &t.name_any(), true)
+    /// The pods' state: a Secret goes down when a pod references it.
+    type Own = pods::PodCtx;
+
+    fn to_host(t: &Self, e: &Engine, pods: &pods::PodCtx) -> Option<Self> {
+        pods::referenced(e, pods, &t.namespace()?, &t.name_any(), true)
             .then(|| translate::to_host(t, &e.ctx))
             .flatten()
     }
+}
+
+/// Starts the Secret controllers (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(crate::engine::run_plain::<Secret>(
+        s.engine.clone(),
+        s.pods.clone(),
+        s.workers,
+    ))
 }

@@ -265,7 +265,10 @@ async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result
 }
 
 impl Synced for Service {
-    fn to_host(t: &Self, e: &Engine) -> Option<Self> {
+    /// The tenant's host addresses, which the egress proxy reads (shared with the pods).
+    type Own = crate::egress::Addresses;
+
+    fn to_host(t: &Self, e: &Engine, _: &Self::Own) -> Option<Self> {
         // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
         if vcp_policy::services::is_local_service(t) {
             return None;
@@ -279,13 +282,29 @@ impl Synced for Service {
 
     fn observe(
         e: &std::sync::Arc<Engine>,
+        addresses: &std::sync::Arc<Self::Own>,
         tenant: &mut crate::engine::shared::Shared<Self>,
         host: &mut crate::engine::shared::Shared<Self>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
-        let addresses = e.egress.clone();
+        let addresses = addresses.clone();
         host.observe(Box::new(move |s, present| {
             addresses.observe_service(s, present);
         }));
     }
+}
+
+/// Starts the Service controllers (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let e = s.engine.clone();
+    Box::pin(crate::engine::run_kind::<Service>(
+        s.engine.clone(),
+        s.pods.addresses.clone(),
+        s.workers,
+        |t, s| Box::pin(down(t, s)),
+        // Pods' service links and Endpoints read the tenant's Services.
+        move |s, _| {
+            let _ = e.tenant_services.set(s);
+        },
+    ))
 }

@@ -204,6 +204,12 @@ pub async fn run(engine: Arc<Engine>, key: TenantKey) {
     futures::join!(down_fut, gc_fut);
 }
 
+/// Starts the volume controllers (see [`super::KINDS`]).
+pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let key = s.engine.key().clone();
+    Box::pin(run(s.engine.clone(), key))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
