@@ -3,6 +3,7 @@
 //! (`endpoints::selector_changed`); an ExternalName the plan does not allow stays off the host
 //! (`vcp_policy::services::refused_external_name`).
 
+pub mod node_ports;
 pub mod translate;
 
 use crate::engine::decide::{Decision, HostSide, decide};
@@ -26,7 +27,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
     if vcp_policy::services::is_local_service(&t) {
         return Ok(Action::await_change());
     }
-    let (host_ports, refusals) = host_ports(e, &t);
+    let (host_ports, refusals) = host_ports(e, &side.own, &t);
     let desired = translate::to_host(&t, &e.ctx, true, host_ports);
     let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
     let ns = t.namespace().unwrap_or_default();
@@ -151,24 +152,32 @@ async fn create(
     }
 }
 
+/// What the Service kind keeps beside the engine.
+#[derive(Default)]
+pub struct ServicesCtx {
+    /// The tenant's host addresses, which the egress proxy reads (the pods keep them too).
+    pub addresses: Arc<crate::egress::Addresses>,
+    /// The tenant's NodePort and LoadBalancer Services and their verdicts, fed by the tenant
+    /// Service watch.
+    pub node_ports: std::sync::Mutex<node_ports::NodePorts>,
+}
+
 /// Whether the tenant's plan admits `t` with host NodePorts (always, for other types), and what
-/// it refuses. Decided over the whole tenant Service cache in creation order, so every pass
-/// and every restarted syncer admits the same Services.
-pub fn host_ports(e: &Engine, t: &Service) -> (bool, Vec<Refusal>) {
+/// it refuses. Decided over the tenant's Services in creation order, so every pass and every
+/// restarted syncer admits the same Services; looked up in [`node_ports`], not recounted.
+pub fn host_ports(e: &Engine, own: &ServicesCtx, t: &Service) -> (bool, Vec<Refusal>) {
     if !policy::services::takes_node_ports(t) {
         return (true, Vec::new());
     }
-    let key = (t.namespace().unwrap_or_default(), t.name_any());
-    let Some(cache) = e.tenant_services.get() else {
+    // Until the tenant cache holds its first list the order is not known: no NodePorts yet.
+    if !e.tenant_services.get().is_some_and(|c| c.is_ready()) {
         return (false, policy::services::check(t, &e.ctx.policy.services));
-    };
-    let all = cache.state();
-    let (verdicts, _) =
-        policy::services::admitted(all.iter().map(|s| s.as_ref()), &e.ctx.policy.services);
-    let refusals = verdicts
-        .get(&key)
-        .cloned()
-        .unwrap_or_else(|| policy::services::check(t, &e.ctx.policy.services));
+    }
+    let refusals = own
+        .node_ports
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .refusals(t, &e.ctx.policy.services);
     (refusals.is_empty(), refusals)
 }
 
@@ -265,10 +274,9 @@ async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result
 }
 
 impl Synced for Service {
-    /// The tenant's host addresses, which the egress proxy reads (shared with the pods).
-    type Own = crate::egress::Addresses;
+    type Own = ServicesCtx;
 
-    fn to_host(t: &Self, e: &Engine, _: &Self::Own) -> Option<Self> {
+    fn to_host(t: &Self, e: &Engine, own: &ServicesCtx) -> Option<Self> {
         // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
         if vcp_policy::services::is_local_service(t) {
             return None;
@@ -276,18 +284,25 @@ impl Synced for Service {
         if policy::services::refused_external_name(t, &e.ctx.policy).is_some() {
             return None;
         }
-        let (host_ports, _) = host_ports(e, t);
+        let (host_ports, _) = host_ports(e, own, t);
         Some(translate::to_host(t, &e.ctx, true, host_ports))
     }
 
     fn observe(
         e: &std::sync::Arc<Engine>,
-        addresses: &std::sync::Arc<Self::Own>,
+        own: &std::sync::Arc<ServicesCtx>,
         tenant: &mut crate::engine::shared::Shared<Self>,
         host: &mut crate::engine::shared::Shared<Self>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
-        let addresses = addresses.clone();
+        let kept = own.clone();
+        tenant.observe(Box::new(move |s, present| {
+            kept.node_ports
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .observe(s, present);
+        }));
+        let addresses = own.addresses.clone();
         host.observe(Box::new(move |s, present| {
             addresses.observe_service(s, present);
         }));
@@ -299,7 +314,10 @@ pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
     let e = s.engine.clone();
     Box::pin(crate::engine::run_kind::<Service>(
         s.engine.clone(),
-        s.pods.addresses.clone(),
+        Arc::new(ServicesCtx {
+            addresses: s.pods.addresses.clone(),
+            ..Default::default()
+        }),
         s.workers,
         |t, s| Box::pin(down(t, s)),
         // Pods' service links and Endpoints read the tenant's Services.
