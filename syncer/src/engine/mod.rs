@@ -77,6 +77,9 @@ pub struct Engine {
     pub tenant_pods_by_ns: by_namespace::ByNamespace,
     /// The tenant Service cache, once the Service controller runs (service links, endpoints).
     pub tenant_services: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Service>>,
+    /// The tenant Services' names by namespace (fed by their tenant watch): a pod's service
+    /// links read its namespace's, not every Service of the tenant.
+    pub tenant_services_by_ns: by_namespace::ByNamespace,
     /// The tenant claim cache, once the claim controller runs (the quota counts claims).
     pub tenant_claims:
         std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::PersistentVolumeClaim>>,
@@ -135,6 +138,7 @@ impl Engine {
             tenant_pods: std::sync::OnceLock::new(),
             tenant_pods_by_ns: Default::default(),
             tenant_services: std::sync::OnceLock::new(),
+            tenant_services_by_ns: Default::default(),
             tenant_claims: std::sync::OnceLock::new(),
             tenant_namespaces: std::sync::OnceLock::new(),
             told: Default::default(),

@@ -108,12 +108,6 @@ pub fn tenant_policies(e: &Engine, ns: &str) -> Vec<NetworkPolicy> {
         .collect()
 }
 
-/// The isolation labels a tenant pod's host pod must carry.
-pub fn isolation_labels(e: &Engine, pod: &Pod) -> BTreeMap<String, String> {
-    let ns = pod.namespace().unwrap_or_default();
-    network::isolation_labels(pod.labels(), &tenant_policies(e, &ns))
-}
-
 /// Brings the isolation labels of every host pod of tenant namespace `ns` in line with the
 /// tenant's policies there (one merge patch per pod whose labels change).
 async fn relabel(e: &Engine, ns: &str) -> Result<()> {
@@ -128,20 +122,20 @@ async fn relabel(e: &Engine, ns: &str) -> Result<()> {
     }) {
         let key = kube::runtime::reflector::ObjectRef::new(&t.name_any()).within(&host_ns);
         if let Some(h) = host_pods.get(&key) {
-            relabel_pod(e, &t, &h, &policies).await?;
+            relabel_pod(e, &h, &network::isolation_labels(t.labels(), &policies)).await?;
         }
     }
     Ok(())
 }
 
-/// Sets and removes the isolation labels of host pod `h` of tenant pod `t` as `policies` (the
-/// tenant policies of its namespace) say. A merge patch, not an apply: the labels must also
-/// go when a policy no longer isolates the pod, whoever set them.
-pub async fn relabel_pod(e: &Engine, t: &Pod, h: &Pod, policies: &[NetworkPolicy]) -> Result<()> {
+/// Sets and removes the isolation labels of host pod `h` as `want` says (read for the two
+/// isolation keys only: the tenant pod's labels under its namespace's policies,
+/// `network::isolation_labels`). A merge patch, not an apply: the labels must also go when a
+/// policy no longer isolates the pod, whoever set them.
+pub async fn relabel_pod(e: &Engine, h: &Pod, want: &BTreeMap<String, String>) -> Result<()> {
     if !naming::owned_by(e.key(), h.labels()) {
         return Ok(());
     }
-    let want = network::isolation_labels(t.labels(), policies);
     let mut patch = serde_json::Map::new();
     for k in [
         network::LABEL_INGRESS_ISOLATED,

@@ -14,6 +14,7 @@
 //! pod may go down at all (policy, quota, its ConfigMaps and Secrets, its token:
 //! [`tokens`]), and creates or updates the host pod that [`translate::to_host`] describes.
 
+pub mod decide;
 pub mod nodes;
 pub mod refs;
 pub mod tokens;
@@ -26,11 +27,11 @@ use crate::engine::{
     Engine, Placed, Side, Synced, apply, cached_host, create_or_adopt, delete_exact, delete_host,
 };
 use crate::kinds::pods::translate::{
-    EnvFromKeys, add_service_links, keep_host_env, placement_notes, service_links, to_host,
-    wants_service_links,
+    EnvFromKeys, add_service_links, keep_host_env, service_links, to_host, wants_service_links,
 };
 use crate::metrics::Direction;
 use crate::{Error, Result, kube_err};
+use decide::{Admission, HostPod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -92,13 +93,14 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     if !crate::engine::cache_ready(&side.host) {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
-    let mut desired = to_host(&t, &e.ctx, &e.pod_env);
-    // Which tenant NetworkPolicies isolate it (see `kinds::netpols`).
-    desired
-        .metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .extend(crate::kinds::netpols::isolation_labels(e, &t));
+    // The host pod, once per pass: translation, placement and the isolation labels the
+    // namespace's NetworkPolicies call for (see `decide`).
+    let ns = t.namespace().unwrap_or_default();
+    let policies = crate::kinds::netpols::tenant_policies(e, &ns);
+    let HostPod {
+        pod: mut desired,
+        notes,
+    } = decide::host_pod(&t, &e.ctx, &e.pod_env, &policies);
     let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
 
     if t.metadata.deletion_timestamp.is_some() {
@@ -129,22 +131,20 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 remove_tenant_pod(e, &t).await?;
                 return Ok(Action::await_change());
             }
-            // The plan decides before anything of the pod reaches the host.
-            let refusals = vcp_policy::pods::admit(&t, &e.ctx.policy);
-            if !refusals.is_empty() {
-                refuse(e, &t, "PolicyRefused", &refusals).await?;
-                return Ok(Action::requeue(e.resync));
-            }
-            // A finished pod never runs again (a kubelet would not restart it either); it
-            // takes no quota, so it must not take the host either.
-            let phase = t.status.as_ref().and_then(|s| s.phase.as_deref());
-            if matches!(phase, Some("Succeeded" | "Failed")) {
-                return Ok(Action::requeue(e.resync));
-            }
-            // Then the tenant-wide quota, in creation order over every tenant pod. A pod over it
-            // shows why in its condition, as for any refusal.
-            if let Some(wait) = wait_for_quota(e, &t, quota::pod(e, &t)).await? {
-                return Ok(wait);
+            // The plan, then the phase (a finished pod never runs again, as a kubelet would
+            // not restart it; it takes no quota, so no host either), then the tenant-wide
+            // quota in creation order over every tenant pod; a refusal shows on the pod.
+            match decide::admit(&t, &e.ctx, || quota::pod(e, &t)) {
+                Admission::Go => {}
+                Admission::Refused(refusals) => {
+                    refuse(e, &t, "PolicyRefused", &refusals).await?;
+                    return Ok(Action::requeue(e.resync));
+                }
+                Admission::Finished => return Ok(Action::requeue(e.resync)),
+                Admission::Quota(v) => {
+                    let wait = wait_for_quota(e, &t, v).await?;
+                    return Ok(wait.unwrap_or_else(|| Action::requeue(e.resync)));
+                }
             }
             // What the host pod mounts first: its ConfigMaps, Secrets and token. One held on
             // the host by someone else keeps the pod off the host: it would mount theirs.
@@ -165,7 +165,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             }
             tokens::ensure(e, &side.own.tokens, &t, None).await?;
             if wants_service_links(&t) {
-                let links = tenant_service_links(e, &t.namespace().unwrap_or_default())?;
+                let links = tenant_service_links(e, &ns)?;
                 add_service_links(&mut desired, &links, &env_from);
             }
             // The pod takes its share now, right before the create (the first look above
@@ -182,12 +182,9 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             if let Some(wait) = wait_for_quota(e, &t, quota::host_verdict(&created)).await? {
                 return Ok(wait);
             }
-            if created? == Placed::Ours {
-                let notes = placement_notes(&t, &e.ctx);
-                if !notes.is_empty() {
-                    e.report(t.as_ref(), "PlacementAdjusted", notes.join("; "))
-                        .await;
-                }
+            if created? == Placed::Ours && !notes.is_empty() {
+                e.report(t.as_ref(), "PlacementAdjusted", notes.join("; "))
+                    .await;
             }
         }
         Decision::Replace(h) => {
@@ -200,9 +197,8 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 keep_host_env(&mut desired, &h);
                 apply(e, &desired).await?;
             }
-            let policies =
-                crate::kinds::netpols::tenant_policies(e, &t.namespace().unwrap_or_default());
-            crate::kinds::netpols::relabel_pod(e, &t, &h, &policies).await?;
+            // The isolation labels `desired` carries, worked out above.
+            crate::kinds::netpols::relabel_pod(e, &h, desired.labels()).await?;
             tokens::ensure(e, &side.own.tokens, &t, Some(&h)).await?;
             e.metrics
                 .timed(
@@ -312,20 +308,22 @@ async fn sync_references(e: &Engine, t: &Pod) -> Result<(EnvFromKeys, Vec<String
 
 /// Service-link variables of tenant namespace `ns`, from the tenant Service cache (complete
 /// before any is computed, or a pod created at startup would miss links; until then the pod
-/// is retried, see [`crate::engine::cache_ready`] for why it does not wait).
+/// is retried, see [`crate::engine::cache_ready`] for why it does not wait). Only the
+/// namespace's Services are read, by name: a pod's cost does not grow with the tenant's other
+/// namespaces.
 fn tenant_service_links(e: &Engine, ns: &str) -> Result<Vec<k8s_openapi::api::core::v1::EnvVar>> {
     let store = e
         .tenant_services
         .get()
         .filter(|s| crate::engine::cache_ready(s))
         .ok_or_else(|| Error::NotReady("tenant service cache".into()))?;
-    let services = store.state();
-    Ok(service_links(
-        services
-            .iter()
-            .filter(|s| s.metadata.namespace.as_deref() == Some(ns))
-            .map(|s| s.as_ref()),
-    ))
+    let services: Vec<Arc<k8s_openapi::api::core::v1::Service>> = e
+        .tenant_services_by_ns
+        .names(ns)
+        .iter()
+        .filter_map(|name| store.get(&kube::runtime::reflector::ObjectRef::new(name).within(ns)))
+        .collect();
+    Ok(service_links(services.iter().map(|s| s.as_ref())))
 }
 
 /// Whether the host pod lost something the tenant set (labels, annotations, images): the

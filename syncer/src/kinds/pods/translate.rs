@@ -166,6 +166,12 @@ fn rewrite_container(c: &mut Container, dropped: &[String], kube_env: &[EnvVar])
 
 /// The host pod for a tenant pod.
 pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
+    to_host_noting(pod, ctx, env).0
+}
+
+/// [`to_host`], and what placement changed of what the tenant asked for (one sentence each,
+/// told to the tenant once the host pod exists).
+pub fn to_host_noting(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> (Pod, Vec<String>) {
     let mut spec: PodSpec = pod.spec.clone().unwrap_or_default();
     let secret = crate::naming::token_secret_name(&pod.uid().unwrap_or_default());
     for v in spec.volumes.iter_mut().flatten() {
@@ -203,9 +209,11 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
     }
     spec.scheduling_gates = None;
     // Placement, affinity and classes: confined to the plan's pool and the tenant's own pods
-    // (what it asked for and did not get is reported separately, see `placement_notes`).
+    // (what it asked for and did not get, such as dropped tolerations, node selector keys the
+    // pool overrides or unmapped priority classes, is returned beside the pod and told: the
+    // pod still runs).
     let policy = &ctx.policy;
-    placement::confine(&mut spec, &ctx.key, &policy.placement, &policy.scheduling);
+    let notes = placement::confine(&mut spec, &ctx.key, &policy.placement, &policy.scheduling);
     policy::pods::downward_to_tenant_view(&mut spec);
     // What the tenant-wide quota counted for containers that set no resources (the host's
     // LimitRange would fill in the same; written here so the two never disagree).
@@ -279,20 +287,12 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
             policy::pods::ANN_SERVICE_ACCOUNT.into(),
             service_account.unwrap_or_else(|| "default".into()),
         );
-    Pod {
+    let host = Pod {
         metadata,
         spec: Some(spec),
         status: None,
-    }
-}
-
-/// What the host pod does not get of what the tenant asked for (dropped tolerations, node
-/// selector keys the pool overrides, unmapped priority classes): told to the tenant, since the
-/// pod still runs.
-pub fn placement_notes(pod: &Pod, ctx: &Ctx) -> Vec<String> {
-    let mut spec = pod.spec.clone().unwrap_or_default();
-    let policy = &ctx.policy;
-    placement::confine(&mut spec, &ctx.key, &policy.placement, &policy.scheduling)
+    };
+    (host, notes)
 }
 
 /// A Service name or port name as a kubelet spells it in a variable name.
@@ -547,7 +547,7 @@ mod tests {
     fn a_node_name_the_tenant_chose_is_told_as_a_placement_change() {
         let mut pod = tenant_pod();
         pod.spec.as_mut().unwrap().node_name = Some("devnode-0".into());
-        let notes = placement_notes(&pod, &ctx());
+        let notes = to_host_noting(&pod, &ctx(), &PodEnv::default()).1;
         assert!(
             notes
                 .iter()
@@ -560,7 +560,7 @@ mod tests {
             "the host scheduler binds"
         );
         // Not bound: nothing about a node to tell.
-        let notes = placement_notes(&tenant_pod(), &ctx());
+        let notes = to_host_noting(&tenant_pod(), &ctx(), &PodEnv::default()).1;
         assert!(!notes.iter().any(|n| n.contains("nodeName")), "{notes:?}");
     }
 

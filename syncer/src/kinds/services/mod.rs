@@ -295,8 +295,11 @@ impl Synced for Service {
         host: &mut crate::engine::shared::Shared<Self>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
-        let kept = own.clone();
+        let (kept, e) = (own.clone(), e.clone());
         tenant.observe(Box::new(move |s, present| {
+            if let (Some(ns), Some(name)) = (&s.metadata.namespace, &s.metadata.name) {
+                e.tenant_services_by_ns.observe(ns, name, present);
+            }
             kept.node_ports
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
