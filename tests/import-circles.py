@@ -37,9 +37,10 @@ def circles(root, depth=None):
         return src
     def expand(tree):
         # a::{b, c::{d, e}} -> [a::b, a::c::d, a::c::e]
-        tree=tree.replace(' ','').replace('\n','')
+        # `x as y` keeps `x`; then whitespace goes, so braces split cleanly.
+        tree=re.sub(r'\s+as\s+\w+','',tree).replace(' ','').replace('\n','')
         m=re.match(r'^([^{]*)\{(.*)\}$',tree)
-        if not m: return [tree.split('as')[0] if '::' in tree or True else tree]
+        if not m: return [tree]
         pre,body=m.group(1),m.group(2)
         parts=[];depth=0;cur=''
         for ch in body:
@@ -71,7 +72,6 @@ def circles(root, depth=None):
         alias={}
         for u in re.findall(r'\buse\s+([^;]+);',src):
             for e in expand(u.strip()):
-                e=re.sub(r'as\w+$','',e)
                 a=absolute(m,e)
                 if a is None: continue
                 r=resolve(a)
