@@ -335,8 +335,10 @@ pub fn stop_group(pgid: u32, grace: Duration) {
 /// line. The ports are released before use, so they are taken below the kernel's ephemeral range
 /// (and below the NodePort range): a port the kernel handed out with port 0 is soon reused as the
 /// source port of some outgoing connection, which made a component's bind fail now and then.
-/// Within this process a port is never handed out twice; between processes the random start and
-/// the bind check leave only a window of a few seconds in 10,000 ports.
+/// A port is handed out once per machine while its process lives: within this process through
+/// `GIVEN`, and between processes through a claim on the shared lock file (see `claim`). The
+/// bind check alone left a window between the check and the component's bind in which another
+/// test binary picked the same port (etcd's peer port "address already in use" in CI).
 pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
     use std::hash::{BuildHasher, Hasher};
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
@@ -360,7 +362,10 @@ pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
         let port = low + (next % span) as u16;
         // A stride coprime with the span visits every port once, far apart from the last pick.
         next = next.wrapping_add(7919);
-        if given.contains(&port) || std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+        if given.contains(&port)
+            || std::net::TcpListener::bind(("127.0.0.1", port)).is_err()
+            || !claim(port)
+        {
             continue;
         }
         given.push(port);
@@ -374,6 +379,65 @@ pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
         )));
     }
     Ok(ports)
+}
+
+/// The file whose bytes stand for the pool's ports: byte `p` locked means port `p` was handed
+/// out to a process that still runs. Open file description locks (not POSIX record locks) so
+/// that a lock taken through a second open of the file conflicts even within one process, and
+/// so that no other close in this process drops them; the kernel releases them when the
+/// process exits, however it exits. The descriptor is close-on-exec, so children never hold it.
+fn claims() -> Option<&'static File> {
+    static FILE: OnceLock<Option<File>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = claims_path();
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o666)
+            .open(&path)
+        {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!(
+                    "vcp-dev: port claims off ({}: {e}); ports are only checked by binding",
+                    path.display()
+                );
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+fn claims_path() -> PathBuf {
+    std::env::temp_dir().join("vcp-dev-ports.lock")
+}
+
+/// Claims `port` for this process: false when another process holds it. A kernel without
+/// open file description locks leaves only the bind check.
+fn claim(port: u16) -> bool {
+    let Some(file) = claims() else { return true };
+    match lock_byte(file, port) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => false,
+        Err(_) => true,
+    }
+}
+
+fn lock_byte(file: &File, port: u16) -> nix::Result<()> {
+    use nix::fcntl::{FcntlArg, fcntl};
+    use nix::libc;
+    let range = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: libc::off_t::from(port),
+        l_len: 1,
+        l_pid: 0,
+    };
+    fcntl(file, FcntlArg::F_OFD_SETLK(&range)).map(drop)
 }
 
 /// Ports the kernel picks, for a machine whose ephemeral range leaves no room below it.
@@ -422,6 +486,95 @@ mod tests {
                 assert!(seen.insert(p), "{p} handed out twice");
                 std::net::TcpListener::bind(("127.0.0.1", p)).unwrap();
             }
+        }
+    }
+
+    #[test]
+    fn a_port_claimed_elsewhere_is_never_handed_out() {
+        let _pool = POOL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (low, high) = port_pool();
+        claims().expect("the claims file opens");
+        // A second open of the claims file is another claimant, as another process would be.
+        let other = File::options()
+            .read(true)
+            .write(true)
+            .open(claims_path())
+            .unwrap();
+        let claimed: Vec<u16> = (low..high)
+            .step_by(2)
+            .filter(|&p| lock_byte(&other, p).is_ok())
+            .collect();
+        assert!(
+            claimed.len() > 4000,
+            "only {} ports claimable",
+            claimed.len()
+        );
+        for _ in 0..20 {
+            let ports: [u16; 5] = free_ports().unwrap();
+            for p in ports {
+                assert!(
+                    claimed.binary_search(&p).is_err(),
+                    "{p} was handed out although another claimant holds it"
+                );
+            }
+        }
+        drop(other);
+    }
+
+    /// Run only as the child of `a_port_stays_claimed_while_its_process_lives`.
+    #[test]
+    fn port_claim_child() {
+        if std::env::var_os("VCP_DEV_PORT_CLAIM_CHILD").is_none() {
+            return;
+        }
+        let ports: [u16; 8] = free_ports().unwrap();
+        println!("ports={}", ports.map(|p| p.to_string()).join(","));
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+    }
+
+    #[test]
+    fn a_port_stays_claimed_while_its_process_lives() {
+        use std::io::{BufRead, Write};
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "process::tests::port_claim_child", "--nocapture"])
+            .env("VCP_DEV_PORT_CLAIM_CHILD", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let ports: Vec<u16> = loop {
+            let mut line = String::new();
+            assert_ne!(
+                out.read_line(&mut line).unwrap(),
+                0,
+                "the child printed no ports"
+            );
+            if let Some(list) = line.trim().strip_prefix("ports=") {
+                break list.split(',').map(|p| p.parse().unwrap()).collect();
+            }
+        };
+        let mine = File::options()
+            .read(true)
+            .write(true)
+            .open(claims_path())
+            .unwrap();
+        for &p in &ports {
+            assert!(
+                lock_byte(&mine, p).is_err(),
+                "{p}, handed to a live process, is not claimed"
+            );
+        }
+        writeln!(child.stdin.take().unwrap()).unwrap();
+        assert!(child.wait().unwrap().success());
+        for &p in &ports {
+            assert!(
+                lock_byte(&mine, p).is_ok(),
+                "{p} is still claimed after its process exited"
+            );
         }
     }
 
