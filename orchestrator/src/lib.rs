@@ -22,6 +22,7 @@ pub mod access;
 pub mod api;
 pub mod cli;
 pub mod inventory;
+pub mod lifecycle;
 pub mod metrics;
 pub mod names;
 pub mod pki;

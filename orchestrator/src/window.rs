@@ -2,7 +2,7 @@
 //!
 //! A window is set on a plan (`render::Plan::maintenance_window`) or on a tenant (the API's
 //! `maintenance_window`, stored in the inventory as JSON); the tenant's own wins. The fleet
-//! planner ([`crate::upgrade::fleet`]) asks [`MaintenanceWindow::contains`] and
+//! planner ([`crate::lifecycle::fleet`]) asks [`MaintenanceWindow::contains`] and
 //! [`MaintenanceWindow::next_open`] whether to start a tenant now or when to wake up. The CLI
 //! reads the text form (`sat,sun 02:00 4h`, [`FromStr`]), the API the JSON form
 //! ([`RawWindow`], checked when read).

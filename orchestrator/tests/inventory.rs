@@ -625,8 +625,8 @@ async fn new_fleet(
     catalog: &Catalog,
     target: &str,
     max_parallel: u32,
-) -> anyhow::Result<vcp_orchestrator::inventory::fleet::FleetRow> {
-    use vcp_orchestrator::upgrade::fleet::{self, Candidate, Request, Selector};
+) -> anyhow::Result<vcp_orchestrator::upgrade::store::FleetRow> {
+    use vcp_orchestrator::lifecycle::fleet::{self, Candidate, Request, Selector};
     let candidates: Vec<Candidate> = inv
         .list_tenants(None)
         .await?
@@ -649,7 +649,7 @@ async fn new_fleet(
     let entries = fleet::plan(catalog, &req, &candidates)?;
     Ok(inv
         .create_fleet(
-            &vcp_orchestrator::inventory::fleet::NewFleet {
+            &vcp_orchestrator::upgrade::store::NewFleet {
                 target: target.into(),
                 selector: serde_json::json!({}),
                 chain: false,
@@ -677,8 +677,8 @@ async fn upgrades_of(inv: &Inventory, tenant: i64) -> anyhow::Result<Vec<(String
 #[tokio::test]
 async fn a_fleet_tenant_starts_once_and_only_under_the_fleets_lease() -> anyhow::Result<()> {
     use vcp_core::lifecycle::{FleetEntryState, UpgradeState};
-    use vcp_orchestrator::inventory::fleet::StartOutcome;
-    use vcp_orchestrator::upgrade::fleet::{Entry, Pace, step};
+    use vcp_orchestrator::lifecycle::fleet::{Entry, Pace, step};
+    use vcp_orchestrator::upgrade::store::StartOutcome;
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "fleet_start").await?;
     let catalog = Catalog::builtin();
@@ -765,7 +765,7 @@ async fn a_fleet_tenant_starts_once_and_only_under_the_fleets_lease() -> anyhow:
         soak: Duration::ZERO,
         respect_windows: true,
     };
-    let view = |rows: &[vcp_orchestrator::inventory::fleet::FleetEntryRow]| -> Vec<Entry> {
+    let view = |rows: &[vcp_orchestrator::upgrade::store::FleetEntryRow]| -> Vec<Entry> {
         rows.iter()
             .map(|r| Entry {
                 tenant_id: r.tenant_id,
@@ -860,7 +860,7 @@ async fn a_fleet_tenant_starts_once_and_only_under_the_fleets_lease() -> anyhow:
 #[tokio::test]
 async fn pause_resume_and_cancel_follow_the_fleet_state_machine() -> anyhow::Result<()> {
     use vcp_core::lifecycle::{FleetEntryState, FleetState};
-    use vcp_orchestrator::inventory::fleet::{ActionOutcome, FleetAction, StartOutcome};
+    use vcp_orchestrator::upgrade::store::{ActionOutcome, FleetAction, StartOutcome};
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "fleet_actions").await?;
     ready_tenants(&inv, "1.36", &["pa", "pb"]).await?;
@@ -921,7 +921,7 @@ async fn pause_resume_and_cancel_follow_the_fleet_state_machine() -> anyhow::Res
 #[tokio::test]
 async fn an_expired_tenant_that_opted_out_is_moved_one_minor_and_told_why() -> anyhow::Result<()> {
     use vcp_core::lifecycle::FleetUpgrades;
-    use vcp_orchestrator::inventory::fleet::StartOutcome;
+    use vcp_orchestrator::upgrade::store::StartOutcome;
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "fleet_expired").await?;
     let yaml = include_str!("../../templates/versions.yaml");
@@ -1010,7 +1010,7 @@ async fn a_restarted_replica_takes_back_its_own_tenant_and_fleet_leases_only() -
 #[tokio::test]
 async fn a_patch_update_starts_once_however_many_replicas_race_for_it() -> anyhow::Result<()> {
     use vcp_core::lifecycle::AutoUpdate;
-    use vcp_orchestrator::upgrade::Transition;
+    use vcp_orchestrator::lifecycle::upgrade::Transition;
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "patch_updates").await?;
     let ids = ready_tenants(&inv, "1.37", &["opted", "plan", "out", "busy"]).await?;
@@ -1226,8 +1226,8 @@ async fn the_inventory_connects_over_tls_verifying_the_servers_certificate() -> 
 /// a fleet worker holds it at that moment (the release keeps it due).
 #[tokio::test]
 async fn a_fleet_is_due_at_once_when_one_of_its_tenants_upgrades_ends() -> anyhow::Result<()> {
-    use vcp_orchestrator::inventory::fleet::StartOutcome;
-    use vcp_orchestrator::upgrade::Transition;
+    use vcp_orchestrator::lifecycle::upgrade::Transition;
+    use vcp_orchestrator::upgrade::store::StartOutcome;
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "fleet_due").await?;
     let catalog = Catalog::builtin();

@@ -1,5 +1,5 @@
 //! Fleet upgrades (admins only): `POST /v1/upgrades` checks the request and plans it
-//! (`crate::upgrade::fleet::plan`, over every live tenant), the inventory stores the plan,
+//! (`crate::lifecycle::fleet::plan`, over every live tenant), the inventory stores the plan,
 //! and the fleet worker of any replica steps it; `GET` shows its progress, and
 //! `pause`, `resume` and `cancel` change its state.
 
@@ -10,9 +10,9 @@ use super::{
     FleetUpgradeAction, FleetUpgradeDetail, FleetUpgradeList, FleetUpgradeView, Problem,
     ProblemBody, body, object_body,
 };
-use crate::inventory::fleet::{ActionOutcome, FleetAction, FleetRow, FleetSummary, NewFleet};
+use crate::lifecycle::fleet::{self, Candidate, Request, Selector};
 use crate::names::TenantName;
-use crate::upgrade::fleet::{self, Candidate, Request, Selector};
+use crate::upgrade::store::{ActionOutcome, FleetAction, FleetRow, FleetSummary, NewFleet};
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -61,7 +61,7 @@ fn request(s: &AppState, req: &CreateFleetUpgrade) -> Result<Request, Problem> {
     if target.class == crate::render::catalog::Class::Expired {
         return Err(Problem::invalid(
             "target",
-            &crate::upgrade::skew::SkewError::ExpiredTarget(target.minor.clone()).to_string(),
+            &crate::lifecycle::skew::SkewError::ExpiredTarget(target.minor.clone()).to_string(),
         ));
     }
     let bounded = |field: &str, v: u32, lo: u32, hi: u32| {

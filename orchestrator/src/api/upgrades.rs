@@ -1,6 +1,6 @@
 //! Upgrades of one tenant's control plane, and its upgrade settings (maintenance window,
 //! fleet upgrade opt-out, automatic patch updates): `PATCH /v1/tenants/{name}` checks the request
-//! against the skew rules (`crate::upgrade::skew`) and records the upgrade with its first hop;
+//! against the skew rules (`crate::lifecycle::skew`) and records the upgrade with its first hop;
 //! the reconcile workers roll it, gate it and, if a gate fails, roll it back (poll the tenant's
 //! `phase` and `upgrade`).
 
@@ -11,7 +11,7 @@ use super::{
     AppState, Name, Problem, ProblemBody, TenantView, UpgradeTenant, caller_and_tenant, object_body,
 };
 use crate::inventory::{NewUpgrade, TenantSettings};
-use crate::upgrade::skew::{self, Allow};
+use crate::lifecycle::skew::{self, Allow};
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;

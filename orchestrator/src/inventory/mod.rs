@@ -1,4 +1,6 @@
-//! The Postgres inventory: the only module that writes SQL.
+//! The Postgres inventory: the tenants' tables, the pool, and the steps every table's writes
+//! share (leases, the audit trail, `NOTIFY`). A feature with tables of its own keeps their SQL
+//! in its folder (fleet upgrades: [`crate::upgrade::store`]).
 //!
 //! Tenants, the versions catalog in use, certificates and kubeconfigs issued, API tokens (as
 //! SHA-256 hashes), an audit trail, and the tenants' quota usage samples (for billing).
@@ -6,20 +8,20 @@
 //! that creates work sends `NOTIFY vcp_tenants` so idle replicas wake at once instead of at
 //! their next poll.
 //!
-//! Fleet upgrades (many tenants moved in waves) are in [`fleet`]; they start each tenant's
-//! upgrade through the same transaction a `PATCH /v1/tenants/{name}` uses.
+//! Fleet upgrades (many tenants moved in waves) keep their tables in
+//! [`crate::upgrade::store`]; they start each tenant's upgrade through the same transaction a
+//! `PATCH /v1/tenants/{name}` uses ([`start_upgrade_in`]).
 //!
 //! The lifecycle columns are typed ([`vcp_core::lifecycle`]): `desired` and `phase` decode through
 //! checked mappings and `conditions` through serde, so a value the code does not know fails the
 //! read instead of turning into a default.
 
 pub mod audit;
-pub mod fleet;
 pub mod rotations;
 
+use crate::lifecycle::upgrade::{Active, HopSnapshot, Transition};
 use crate::pki::CertInfo;
 use crate::render::Catalog;
-use crate::upgrade::{Active, HopSnapshot, Transition};
 use crate::window::MaintenanceWindow;
 use crate::{Error, Result};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
@@ -284,7 +286,7 @@ pub struct CertificateRow {
     pub not_after: OffsetDateTime,
 }
 
-const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
+pub(crate) const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
      phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
      maintenance_window, fleet_upgrades, auto_update, release";
 
@@ -300,7 +302,7 @@ fn unique_violation(e: &sqlx::Error) -> Option<String> {
 /// The inventory.
 #[derive(Debug, Clone)]
 pub struct Inventory {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
 }
 
 impl Inventory {
@@ -1278,7 +1280,7 @@ impl Inventory {
 /// Starts an upgrade inside `tx` (see [`Inventory::start_upgrade`]): the tenant `tenant_id`
 /// must be live, Ready, on `from`, (`owner`'s, if given) and not moved by another upgrade.
 /// `requested_by` is what the upgrade shows as its origin; `actor` is the audit's.
-async fn start_upgrade_in(
+pub(crate) async fn start_upgrade_in(
     tx: &mut sqlx::PgConnection,
     tenant_id: i64,
     from: &str,
@@ -1349,7 +1351,27 @@ async fn start_upgrade_in(
     Ok(Some((row, up)))
 }
 
-async fn notify(tx: &mut sqlx::PgConnection) -> Result<()> {
+/// Makes the fleet upgrade that started tenant upgrade `upgrade` (if one did) due at once and
+/// wakes the workers: its entry's end is recorded, and the slot refilled, by the next step
+/// rather than at the fleet worker's poll. A step running under a lease meanwhile keeps it
+/// due: [`Inventory::claim_fleet`](crate::upgrade::store) moves `next_step_at` to the lease's end, and
+/// `Inventory::release_fleet` keeps the earlier of that and its own wake-up.
+async fn fleet_due_now(tx: &mut sqlx::PgConnection, upgrade: i64) -> Result<()> {
+    let r = sqlx::query(
+        "UPDATE fleet_upgrades SET next_step_at = now()
+         WHERE id IN (SELECT fleet_id FROM fleet_upgrade_tenants WHERE upgrade_id = $1)
+           AND next_step_at > now()",
+    )
+    .bind(upgrade)
+    .execute(&mut *tx)
+    .await?;
+    if r.rows_affected() > 0 {
+        notify(tx).await?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn notify(tx: &mut sqlx::PgConnection) -> Result<()> {
     sqlx::query("SELECT pg_notify($1, '')")
         .bind(CHANNEL)
         .execute(tx)
@@ -1405,7 +1427,7 @@ async fn apply_transition(
     if !row.state.active() {
         // The upgrade ended: a fleet upgrade that started it has a slot free (or a wave
         // done) now, so it is due at once instead of at its next poll.
-        fleet::due_now(&mut *tx, row.id).await?;
+        fleet_due_now(&mut *tx, row.id).await?;
     }
     if matches!(tr, Transition::NextHop { .. }) {
         let t: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -1478,7 +1500,7 @@ pub enum AdminTokenChange {
     StillRevoked,
 }
 
-async fn audit_in(
+pub(crate) async fn audit_in(
     tx: &mut sqlx::PgConnection,
     actor: &str,
     action: &str,

@@ -11,15 +11,15 @@ pub mod host;
 pub mod kubeconfig;
 mod rotations;
 mod snapshots;
-pub mod steps;
 pub mod wake;
 
 use crate::inventory::rotations::RotationRow;
 use crate::inventory::{Inventory, NewRestore, Outcome, RestoreRow, Tenant};
+use crate::lifecycle::steps;
+use crate::lifecycle::upgrade;
 use crate::pki::rotation::{self, Target};
 use crate::pki::{self, ApiNames, Ca, CertKey};
 use crate::render::{self, Catalog, Component, Expose, Input, Object, Plan, Renderer, Settings};
-use crate::upgrade;
 use crate::{Error, Result};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};

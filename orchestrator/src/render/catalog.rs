@@ -2,7 +2,7 @@
 //! with which images and flags, and where each minor is in its life ([`Class`]) (pure).
 //!
 //! New tenants resolve their version here ([`Catalog::resolve_new`]: no `expired` minor, a
-//! `preview` one only on request); upgrades plan their hops from it (`crate::upgrade::skew`).
+//! `preview` one only on request); upgrades plan their hops from it (`crate::lifecycle::skew`).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -26,7 +26,7 @@ pub struct Version {
     pub controller_manager_flags: Vec<String>,
     /// This minor's apiserver stores some resource in a way the minor before it cannot read
     /// (a new storage version, an encoding change): rolling back a hop into it restores the
-    /// etcd snapshot taken before the hop (`crate::upgrade::rollback_restore`).
+    /// etcd snapshot taken before the hop (`crate::lifecycle::upgrade::rollback_restore`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub storage_change: bool,
     /// Other releases of this minor than `kubernetes`: older ones tenants still run, newer

@@ -26,9 +26,9 @@
 //! but only one start can pass that check (the other matches no row), so no tenant is updated
 //! twice; a replica killed mid-sweep leaves started updates (committed) or nothing.
 
-use super::skew;
 use crate::Result;
 use crate::inventory::Inventory;
+use crate::lifecycle::skew;
 use crate::metrics::Metrics;
 use crate::provision::Config;
 use crate::render::Catalog;

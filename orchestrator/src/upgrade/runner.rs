@@ -1,4 +1,4 @@
-//! The fleet worker of `vcp serve`: steps fleet upgrades (the I/O edge of [`super::fleet`]).
+//! The fleet worker of `vcp serve`: steps fleet upgrades (the I/O edge of [`crate::lifecycle::fleet`]).
 //!
 //! Data flow: claim a due fleet upgrade (a row lease, so one replica steps it at a time and
 //! any replica takes over when a holder dies), read its entries with the state of each
@@ -8,11 +8,11 @@
 //! release the lease until the next step is due. The tenant upgrades themselves are rolled by
 //! the reconcile workers; this only decides who starts when.
 
-use super::fleet::{self, Entry, Pace};
-use super::skew::{self, Allow};
+use super::store::{FleetEntryRow, FleetRow, StartOutcome};
 use crate::Result;
 use crate::inventory::Inventory;
-use crate::inventory::fleet::{FleetEntryRow, FleetRow, StartOutcome};
+use crate::lifecycle::fleet::{self, Entry, Pace};
+use crate::lifecycle::skew::{self, Allow};
 use crate::metrics::Metrics;
 use crate::provision::Config;
 use crate::render::Plan;
@@ -26,7 +26,7 @@ use vcp_core::lifecycle::{FleetEntryState, FleetState};
 /// How long a claimed fleet upgrade stays ours without renewal; a step takes far less.
 pub const LEASE: Duration = Duration::from_secs(30);
 /// How often a fleet upgrade with tenants moving is looked at. The end of one of its tenants'
-/// upgrades makes it due at once (`inventory::fleet::due_now`); this poll covers what
+/// upgrades makes it due at once (`inventory::fleet_due_now`); this poll covers what
 /// nothing announces (a maintenance window opening, a tenant becoming startable).
 pub const POLL: Duration = Duration::from_secs(2);
 

@@ -12,9 +12,9 @@
 //! untouched `Pending` entry; another replica, once the lease runs out, continues from there
 //! and cannot start the same entry again. Every transition is audited.
 
-use super::{Inventory, NewUpgrade, Tenant, audit_in, notify, start_upgrade_in};
 use crate::Result;
-use crate::upgrade::fleet::{Counts, Planned, Progress, Step};
+use crate::inventory::{Inventory, NewUpgrade, Tenant, audit_in, notify, start_upgrade_in};
+use crate::lifecycle::fleet::{Counts, Planned, Progress, Step};
 use crate::window::MaintenanceWindow;
 use sqlx::types::Json;
 use std::collections::BTreeMap;
@@ -34,7 +34,7 @@ pub struct NewFleet {
     pub failure_budget: u32,
     pub soak_seconds: u32,
     pub respect_maintenance_windows: bool,
-    /// Its tenants, from [`crate::upgrade::fleet::plan`].
+    /// Its tenants, from [`crate::lifecycle::fleet::plan`].
     pub entries: Vec<Planned>,
 }
 
@@ -60,7 +60,7 @@ pub struct FleetRow {
 }
 
 impl FleetRow {
-    /// Where it is, as [`crate::upgrade::fleet::step`] takes it.
+    /// Where it is, as [`crate::lifecycle::fleet::step`] takes it.
     pub fn progress(&self) -> Progress {
         Progress {
             state: self.state,
@@ -584,7 +584,7 @@ impl Inventory {
             None => {
                 let t: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT {} FROM tenants WHERE id = $1",
-                    super::TENANT_COLUMNS
+                    crate::inventory::TENANT_COLUMNS
                 )))
                 .bind(e.tenant_id)
                 .fetch_optional(&mut *tx)
@@ -627,7 +627,7 @@ impl Inventory {
     }
 
     /// Releases a fleet upgrade's lease; it is due again after `after`, or at once if one
-    /// of its tenants' upgrades ended while we held it ([`due_now`]).
+    /// of its tenants' upgrades ended while we held it ([`crate::inventory`]'s `fleet_due_now`).
     pub async fn release_fleet(&self, id: i64, worker: &str, after: Duration) -> Result<()> {
         sqlx::query(
             "UPDATE fleet_upgrades SET lease_owner = NULL, lease_until = NULL,
@@ -641,26 +641,6 @@ impl Inventory {
         .await?;
         Ok(())
     }
-}
-
-/// Makes the fleet upgrade that started tenant upgrade `upgrade` (if one did) due at once and
-/// wakes the workers: its entry's end is recorded, and the slot refilled, by the next step
-/// rather than at the fleet worker's poll. A step running under a lease meanwhile keeps it
-/// due: [`Inventory::claim_fleet`] moves `next_step_at` to the lease's end, and
-/// [`Inventory::release_fleet`] keeps the earlier of that and its own wake-up.
-pub(super) async fn due_now(tx: &mut sqlx::PgConnection, upgrade: i64) -> Result<()> {
-    let r = sqlx::query(
-        "UPDATE fleet_upgrades SET next_step_at = now()
-         WHERE id IN (SELECT fleet_id FROM fleet_upgrade_tenants WHERE upgrade_id = $1)
-           AND next_step_at > now()",
-    )
-    .bind(upgrade)
-    .execute(&mut *tx)
-    .await?;
-    if r.rows_affected() > 0 {
-        notify(tx).await?;
-    }
-    Ok(())
 }
 
 /// Locks the fleet row if `worker` holds its lease; false otherwise.
