@@ -1,8 +1,10 @@
 //! The host side of snapshots and restores ([`crate::snapshot`]): a pass applies the Jobs,
 //! reads how they ended from their pods, and records it.
 
-use super::Provisioner;
+use super::{Pass, Provisioner};
+use crate::inventory::Outcome;
 use crate::inventory::{NewRestore, RestoreRow, SnapshotRow, Tenant};
+use crate::lifecycle::steps;
 use crate::render::{Component, Input, JobKind, LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF};
 use crate::snapshot::{self, JobState, Report, RestoreStep, RestoreView};
 use crate::{Error, Result};
@@ -10,7 +12,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
 use serde_json::json;
-use vcp_core::lifecycle::SnapshotState;
+use std::time::Duration;
+use time::OffsetDateTime;
+use vcp_core::lifecycle::{ConditionReason, ConditionStatus, ConditionType, Phase, SnapshotState};
 use vcp_core::naming::control_plane_namespace;
 
 /// The last termination message of a pod's containers (init containers first, as they ran).
@@ -265,5 +269,105 @@ impl Provisioner {
                 String::new(),
             ),
         })
+    }
+}
+
+impl Provisioner {
+    /// A pass while a restore has members left to restore: the control plane stays stopped.
+    pub(super) async fn restore_pass(
+        &self,
+        t: &Tenant,
+        r: &RestoreRow,
+        now: OffsetDateTime,
+    ) -> Pass {
+        use ConditionReason as R;
+        use ConditionStatus as S;
+        let prev = &t.conditions.0;
+        let mut v = steps::Verdict {
+            phase: Phase::Restoring,
+            conditions: prev.clone(),
+            requeue_after: steps::REQUEUE_WAITING,
+        };
+        let mut error = None;
+        let version = self.version_of(t);
+        let result = match self.job_input(t, version.as_ref()) {
+            None => Ok((
+                Some(NewRestore::Failed(format!(
+                    "version {} or plan {} is not configured",
+                    t.version, t.plan
+                ))),
+                String::new(),
+            )),
+            Some(input) => self.restore_members(t, &input, r).await,
+        };
+        let restore = match result {
+            Ok((done, msg)) => {
+                match &done {
+                    None => steps::set_condition(
+                        &mut v,
+                        ConditionType::Restored,
+                        S::False,
+                        R::Waiting,
+                        &msg,
+                        prev,
+                        now,
+                    ),
+                    Some(NewRestore::Failed(why)) => {
+                        steps::set_condition(
+                            &mut v,
+                            ConditionType::Restored,
+                            S::False,
+                            R::Failed,
+                            why,
+                            prev,
+                            now,
+                        );
+                        // Started again on the data it has; the next pass brings it up.
+                        v.phase = Phase::Provisioning;
+                        v.requeue_after = Duration::ZERO;
+                    }
+                    Some(_) => {
+                        steps::set_condition(
+                            &mut v,
+                            ConditionType::Restored,
+                            S::False,
+                            R::Waiting,
+                            &msg,
+                            prev,
+                            now,
+                        );
+                        v.requeue_after = Duration::ZERO;
+                    }
+                }
+                done.map(|d| (r.id, d))
+            }
+            Err(e) => {
+                error = Some(e.variant());
+                steps::set_condition(
+                    &mut v,
+                    ConditionType::Restored,
+                    S::False,
+                    R::Error,
+                    &e.public(),
+                    prev,
+                    now,
+                );
+                v.requeue_after = steps::REQUEUE_ERROR;
+                None
+            }
+        };
+        Pass {
+            outcome: Outcome {
+                phase: v.phase,
+                conditions: v.conditions,
+                endpoint: t.endpoint.clone(),
+                observed_generation: t.generation,
+                requeue_after: v.requeue_after,
+                upgrade: None,
+                restore,
+            },
+            error,
+            work: Vec::new(),
+        }
     }
 }
