@@ -205,7 +205,7 @@ pub enum Command {
         #[command(flatten)]
         connection: cli::Connection,
         #[command(subcommand)]
-        action: cli::TenantCommand,
+        action: cli::tenants::TenantCommand,
     },
     /// Fleet upgrades (admins only): move many tenants to a new minor in waves.
     #[command(subcommand_value_name = "ACTION")]
@@ -213,7 +213,7 @@ pub enum Command {
         #[command(flatten)]
         connection: cli::Connection,
         #[command(subcommand)]
-        action: cli::UpgradeCommand,
+        action: cli::upgrades::UpgradeCommand,
     },
     /// Issue a kubeconfig for a tenant (a client certificate for --user in the --group
     /// groups), or revoke one.
@@ -222,37 +222,37 @@ pub enum Command {
         #[command(flatten)]
         connection: cli::Connection,
         #[command(flatten)]
-        args: cli::KubeconfigArgs,
+        args: cli::kubeconfigs::KubeconfigArgs,
         #[command(subcommand)]
-        action: Option<cli::KubeconfigCommand>,
+        action: Option<cli::kubeconfigs::KubeconfigCommand>,
     },
     /// A tenant user's access: revoke every kubeconfig issued to it.
     User {
         #[command(flatten)]
         connection: cli::Connection,
         #[command(subcommand)]
-        action: cli::UserCommand,
+        action: cli::kubeconfigs::UserCommand,
     },
     /// Create, list and revoke API tokens (admins only).
     Token {
         #[command(flatten)]
         connection: cli::Connection,
         #[command(subcommand)]
-        action: cli::TokenCommand,
+        action: cli::tokens::TokenCommand,
     },
     /// etcd snapshots of a tenant, and restores from them.
     Snapshot {
         #[command(flatten)]
         connection: cli::Connection,
         #[command(subcommand)]
-        action: cli::SnapshotCommand,
+        action: cli::snapshots::SnapshotCommand,
     },
     /// Read the audit trail: every change, who made it and when (owners: their tenants').
     Audit {
         #[command(flatten)]
         connection: cli::Connection,
         #[command(flatten)]
-        args: cli::AuditArgs,
+        args: cli::audit::AuditArgs,
     },
     /// Kubernetes versions tenants can run.
     Version {
@@ -290,21 +290,25 @@ pub async fn run(args: Args) -> Result<()> {
             println!("migrations applied");
             Ok(())
         }
-        Command::Tenant { connection, action } => cli::tenant(&connection, action).await,
-        Command::Upgrade { connection, action } => cli::upgrade(&connection, action).await,
+        Command::Tenant { connection, action } => cli::tenants::tenant(&connection, action).await,
+        Command::Upgrade { connection, action } => {
+            cli::upgrades::upgrade(&connection, action).await
+        }
         Command::Kubeconfig {
             connection,
             args,
             action,
         } => match action {
-            Some(action) => cli::kubeconfig_command(&connection, action).await,
-            None => cli::kubeconfig(&connection, args).await,
+            Some(action) => cli::kubeconfigs::kubeconfig_command(&connection, action).await,
+            None => cli::kubeconfigs::kubeconfig(&connection, args).await,
         },
-        Command::User { connection, action } => cli::user(&connection, action).await,
-        Command::Token { connection, action } => cli::token(&connection, action).await,
+        Command::User { connection, action } => cli::kubeconfigs::user(&connection, action).await,
+        Command::Token { connection, action } => cli::tokens::token(&connection, action).await,
         Command::Version { connection, action } => cli::version(&connection, action).await,
-        Command::Audit { connection, args } => cli::audit(&connection, args).await,
-        Command::Snapshot { connection, action } => cli::snapshot(&connection, action).await,
+        Command::Audit { connection, args } => cli::audit::audit(&connection, args).await,
+        Command::Snapshot { connection, action } => {
+            cli::snapshots::snapshot(&connection, action).await
+        }
         Command::Tool(cmd) => snapshot::tool::run(cmd).await,
         Command::Openapi => {
             let doc = api::openapi()
@@ -359,7 +363,7 @@ mod tests {
 
     #[test]
     fn kubeconfig_issues_by_default_and_revokes_by_subcommand() {
-        use crate::cli::{KubeconfigCommand, UserCommand};
+        use crate::cli::kubeconfigs::{KubeconfigCommand, UserCommand};
         use clap::Parser as _;
         let parse = |args: &[&str]| crate::Args::try_parse_from(args).map(|a| a.command);
         match parse(&["vcp", "kubeconfig", "team-a", "--user", "alice"]).unwrap() {
