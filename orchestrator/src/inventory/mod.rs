@@ -232,8 +232,8 @@ impl Inventory {
             Some("tenants_key_key") => Error::KeyCollision,
             _ => Error::Database(e),
         })?;
-        audit_in(
-            &mut tx,
+        commit_work(
+            tx,
             actor,
             "tenant.create",
             Some(row.id),
@@ -242,8 +242,6 @@ impl Inventory {
                 "fleet_upgrades": t.fleet_upgrades, "auto_update": t.auto_update}),
         )
         .await?;
-        notify(&mut tx).await?;
-        tx.commit().await?;
         Ok(row)
     }
 
@@ -562,6 +560,37 @@ pub(crate) async fn notify(tx: &mut sqlx::PgConnection) -> Result<()> {
         .execute(tx)
         .await?;
     Ok(())
+}
+
+/// The last steps of a transaction whose change gives the workers something to do: its audit
+/// entry, `NOTIFY` (Postgres delivers it at commit, so no worker wakes before the change is
+/// visible), then the commit. One helper, so no such write forgets its audit or its wake-up.
+pub(crate) async fn commit_work(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    actor: &str,
+    action: &str,
+    tenant_id: Option<i64>,
+    detail: serde_json::Value,
+) -> Result<()> {
+    audit_in(&mut tx, actor, action, tenant_id, detail).await?;
+    notify(&mut tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Locks a live tenant that is to be present and makes it due at once, so the change the
+/// caller writes next runs in the next pass; `None` when it is gone or being deleted
+/// meanwhile. By id, not by name: an admin's name may match several owners' tenants.
+pub(crate) async fn due_if_present(tx: &mut sqlx::PgConnection, id: i64) -> Result<Option<Tenant>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE tenants SET next_reconcile_at = now()
+         WHERE id = $1 AND deleted_at IS NULL AND desired = $2
+         RETURNING {TENANT_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(Desired::Present)
+    .fetch_optional(tx)
+    .await?)
 }
 
 pub(crate) async fn audit_in(

@@ -2,11 +2,10 @@
 //! (`migrations/0010_rotations.sql`): started by an admin through the API, advanced phase by
 //! phase by the tenant's reconcile pass ([`crate::pki::rotation`]), each step audited.
 
-use super::{Inventory, KubeconfigRow, TENANT_COLUMNS, Tenant, audit_in, notify};
+use super::{Inventory, KubeconfigRow, Tenant, audit_in, commit_work, due_if_present};
 use crate::Result;
 use crate::pki::rotation::{Phase, Target};
 use time::OffsetDateTime;
-use vcp_core::lifecycle::Desired;
 
 /// One rotation, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -54,16 +53,7 @@ impl Inventory {
         actor: &str,
     ) -> Result<std::result::Result<RotationRow, StartRefused>> {
         let mut tx = self.pool.begin().await?;
-        let live: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE tenants SET next_reconcile_at = now()
-             WHERE id = $1 AND deleted_at IS NULL AND desired = $2
-             RETURNING {TENANT_COLUMNS}"
-        )))
-        .bind(t.id)
-        .bind(Desired::Present)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if live.is_none() {
+        if due_if_present(&mut tx, t.id).await?.is_none() {
             return Ok(Err(StartRefused::NotPresent));
         }
         let active: Option<RotationRow> =
@@ -87,8 +77,8 @@ impl Inventory {
         .bind(actor)
         .fetch_one(&mut *tx)
         .await?;
-        audit_in(
-            &mut tx,
+        commit_work(
+            tx,
             actor,
             "tenant.rotate",
             Some(t.id),
@@ -96,8 +86,6 @@ impl Inventory {
                 "overlap_seconds": row.overlap_seconds}),
         )
         .await?;
-        notify(&mut tx).await?;
-        tx.commit().await?;
         Ok(Ok(row))
     }
 

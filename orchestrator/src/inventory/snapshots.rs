@@ -2,7 +2,7 @@
 //! by the API or by an upgrade before each hop, recorded by the tenant's reconcile pass with
 //! what the snapshot Job reported; restores started by admins and advanced by the pass.
 
-use super::{Inventory, TENANT_COLUMNS, Tenant, UpgradeRow, audit_in, notify};
+use super::{Inventory, Tenant, UpgradeRow, audit_in, commit_work, due_if_present, notify};
 use crate::Result;
 use crate::snapshot::{self, Report};
 use time::OffsetDateTime;
@@ -125,16 +125,7 @@ impl Inventory {
     /// an admin's name may match several owners' tenants.
     pub async fn request_snapshot(&self, t: &Tenant, actor: &str) -> Result<Option<SnapshotRow>> {
         let mut tx = self.pool.begin().await?;
-        let t: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE tenants SET next_reconcile_at = now()
-             WHERE id = $1 AND deleted_at IS NULL AND desired = $2
-             RETURNING {TENANT_COLUMNS}"
-        )))
-        .bind(t.id)
-        .bind(Desired::Present)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(t) = t else {
+        let Some(t) = due_if_present(&mut tx, t.id).await? else {
             return Ok(None);
         };
         let row = insert(&mut tx, &t, None, actor).await?;
@@ -273,8 +264,8 @@ impl Inventory {
         .bind(actor)
         .fetch_one(&mut *tx)
         .await?;
-        audit_in(
-            &mut tx,
+        commit_work(
+            tx,
             actor,
             "tenant.restore.start",
             Some(t.id),
@@ -282,8 +273,6 @@ impl Inventory {
                 "revision": snapshot.revision}),
         )
         .await?;
-        notify(&mut tx).await?;
-        tx.commit().await?;
         Ok(Some(row))
     }
 

@@ -13,7 +13,9 @@
 //! and cannot start the same entry again. Every transition is audited.
 
 use crate::Result;
-use crate::inventory::{Inventory, NewUpgrade, Tenant, audit_in, notify, start_upgrade_in};
+use crate::inventory::{
+    Inventory, NewUpgrade, Tenant, audit_in, commit_work, notify, start_upgrade_in,
+};
 use crate::lifecycle::fleet::{Counts, Planned, Progress, Step};
 use crate::window::MaintenanceWindow;
 use sqlx::types::Json;
@@ -209,8 +211,8 @@ impl Inventory {
             .execute(&mut *tx)
             .await?;
         }
-        audit_in(
-            &mut tx,
+        commit_work(
+            tx,
             actor,
             "fleet.create",
             None,
@@ -219,8 +221,6 @@ impl Inventory {
                 "waves": f.entries.iter().map(|p| p.wave + 1).max().unwrap_or(0)}),
         )
         .await?;
-        notify(&mut tx).await?;
-        tx.commit().await?;
         Ok(row)
     }
 
