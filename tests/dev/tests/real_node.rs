@@ -594,6 +594,110 @@ async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> a
     Ok(())
 }
 
+/// Runs agnhost's `webhook` in tenant namespace `app`, registers it by URL at the pod's
+/// address (`/always-deny`, for ConfigMaps labelled `own-hook`), and waits for a creation to
+/// be denied with its message. Until the apiserver has taken the webhook in, creations pass;
+/// until the pod listens, the syncer's proxy answers 502 for it.
+async fn own_webhook_answers(tenant: &kube::Client, net: &node::NodeNet) -> anyhow::Result<()> {
+    use base64::Engine;
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Secret;
+    let now = time::OffsetDateTime::now_utc();
+    let ca = vcp_pki::Ca::generate("own-hook-ca", now, time::Duration::hours(1))?;
+    let range: Vec<std::net::IpAddr> = (1..=254)
+        .map(|i| std::net::Ipv4Addr::new(10, 246, net.index, i).into())
+        .collect();
+    assert!(
+        net.pod_cidr()
+            .starts_with(&format!("10.246.{}.", net.index)),
+        "the node's pod range moved: {}",
+        net.pod_cidr()
+    );
+    let leaf = ca.issue(
+        &vcp_pki::LeafSpec::server("own-hook", vec![], range),
+        now,
+        time::Duration::hours(1),
+    )?;
+    let secrets: Api<Secret> = Api::namespaced(tenant.clone(), "app");
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "own-hook-tls"},
+                "type": "kubernetes.io/tls",
+                "stringData": {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem},
+            }))?,
+        )
+        .await?;
+    let agnhost = format!("{}:{}", images::AGNHOST_REPOSITORY, images::agnhost_tag()?);
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "app");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "own-hook"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": agnhost, "args": [
+                    "webhook", "--tls-cert-file=/tls/tls.crt",
+                    "--tls-private-key-file=/tls/tls.key", "--port=8443",
+                ], "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}]}],
+                "volumes": [{"name": "tls", "secret": {"secretName": "own-hook-tls"}}],
+            },
+        }))?,
+    )
+    .await?;
+    let ip = eventually(
+        "the webhook pod running",
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get("own-hook").await?;
+            Ok(vcp_dev::testing::running(&p)
+                .then(|| p.status.and_then(|s| s.pod_ip))
+                .flatten())
+        },
+    )
+    .await?;
+    let hooks: Api<ValidatingWebhookConfiguration> = Api::all(tenant.clone());
+    hooks
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "own-hook"},
+                "webhooks": [{
+                    "name": "own-hook.vcp.test",
+                    "clientConfig": {
+                        "url": format!("https://{ip}:8443/always-deny"),
+                        "caBundle": base64::engine::general_purpose::STANDARD
+                            .encode(&ca.cert_key().cert_pem),
+                    },
+                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["configmaps"]}],
+                    "objectSelector": {"matchLabels": {"own-hook": "yes"}},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 10,
+                }],
+            }))?,
+        )
+        .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "app");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let mut last = String::new();
+    while std::time::Instant::now() < deadline {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"generateName": "probe-", "labels": {"own-hook": "yes"}},
+        }))?;
+        match cms.create(&PostParams::default(), &cm).await {
+            Err(e) if e.to_string().contains("this webhook denies all requests") => return Ok(()),
+            Err(e) => last = e.to_string(),
+            Ok(_) => last = "created: the webhook is not in force yet".into(),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    anyhow::bail!("the tenant's own webhook at {ip} never answered; last: {last}")
+}
+
 #[tokio::test]
 async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_and_nothing_of_each_other()
 -> anyhow::Result<()> {
@@ -721,6 +825,12 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
         ],
     );
     assert!(ok && out.contains("tenant-ok"), "pods/proxy: {out} {err}");
+
+    // A webhook by URL at one of the tenant's own pods, agnhost's `webhook` as the conformance
+    // suite runs it: the tenant's apiserver dials it in its control-plane egress, through the
+    // syncer's pod, and TLS runs end to end to the pod. Its certificate names every address of
+    // the node's pod range, since the pod's own is known only once it runs.
+    own_webhook_answers(&tenant, &net).await?;
 
     // By name, through the tenant's own CoreDNS (busybox's nslookup: its own resolver).
     let (ok, out, err) = kubectl_with(
