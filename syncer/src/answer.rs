@@ -1,6 +1,7 @@
 //! The syncer's HTTP answers: the body type its servers (the kubelet endpoint, the egress
-//! proxy, the metrics API) share, and the plain-text and JSON responses they all send. Kept
-//! apart so each server depends on these and none on another.
+//! proxy, the metrics API) share, the plain-text and JSON responses they all send, and the
+//! Kubernetes `Status` body of a failure. Kept apart so each server depends on these and none
+//! on another.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
@@ -33,4 +34,36 @@ pub(crate) fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> 
         hyper::header::HeaderValue::from_static("application/json"),
     );
     res
+}
+
+/// A Kubernetes `Status` body of a failure, as an apiserver or a kubelet writes it.
+pub(crate) fn status(code: u16, reason: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+
+    /// kubectl and client-go decode the kubelet's error stream and the metrics API's errors as
+    /// a `Status`; both come from here.
+    #[test]
+    fn a_failure_decodes_as_a_kubernetes_status() {
+        let v = super::status(503, "ServiceUnavailable", "container c is not running");
+        assert_eq!(v["kind"], "Status");
+        assert_eq!(v["apiVersion"], "v1");
+        let s: Status = serde_json::from_value(v).unwrap();
+        assert_eq!(s.status.as_deref(), Some("Failure"));
+        assert_eq!(s.code, Some(503));
+        assert_eq!(s.reason.as_deref(), Some("ServiceUnavailable"));
+        assert_eq!(s.message.as_deref(), Some("container c is not running"));
+    }
 }

@@ -125,6 +125,21 @@ impl std::fmt::Debug for Provisioner {
 }
 
 /// Label selecting a tenant's control-plane objects.
+/// What a pass writes back for tenant `t` from the step machine's verdict: the tenant's
+/// generation is the one the pass saw; no upgrade transition and no restore unless the caller
+/// adds its own.
+fn outcome(v: steps::Verdict, t: &Tenant, endpoint: Option<String>) -> Outcome {
+    Outcome {
+        phase: v.phase,
+        conditions: v.conditions,
+        endpoint,
+        observed_generation: t.generation,
+        requeue_after: v.requeue_after,
+        upgrade: None,
+        restore: None,
+    }
+}
+
 fn cp_selector(key: &str) -> String {
     format!("{}={key}", render::LABEL_CONTROL_PLANE_OF)
 }
@@ -184,15 +199,7 @@ impl Provisioner {
                 };
                 let v = steps::tear_down(&r, &t.conditions.0, now);
                 Pass {
-                    outcome: Outcome {
-                        phase: v.phase,
-                        conditions: v.conditions,
-                        endpoint: t.endpoint.clone(),
-                        observed_generation: t.generation,
-                        requeue_after: v.requeue_after,
-                        upgrade: None,
-                        restore: None,
-                    },
+                    outcome: outcome(v, t, t.endpoint.clone()),
                     error,
                     work: Vec::new(),
                 }
@@ -379,13 +386,9 @@ impl Provisioner {
         }
         Pass {
             outcome: Outcome {
-                phase: v.phase,
-                conditions: v.conditions,
-                endpoint,
-                observed_generation: t.generation,
-                requeue_after: v.requeue_after,
                 upgrade,
                 restore,
+                ..outcome(v, t, endpoint)
             },
             error,
             work,

@@ -302,42 +302,27 @@ impl Provisioner {
         };
         let restore = match result {
             Ok((done, msg)) => {
+                let (reason, message) = match &done {
+                    Some(NewRestore::Failed(why)) => (R::Failed, why.as_str()),
+                    _ => (R::Waiting, msg.as_str()),
+                };
+                steps::set_condition(
+                    &mut v,
+                    ConditionType::Restored,
+                    S::False,
+                    reason,
+                    message,
+                    prev,
+                    now,
+                );
                 match &done {
-                    None => steps::set_condition(
-                        &mut v,
-                        ConditionType::Restored,
-                        S::False,
-                        R::Waiting,
-                        &msg,
-                        prev,
-                        now,
-                    ),
-                    Some(NewRestore::Failed(why)) => {
-                        steps::set_condition(
-                            &mut v,
-                            ConditionType::Restored,
-                            S::False,
-                            R::Failed,
-                            why,
-                            prev,
-                            now,
-                        );
+                    None => {}
+                    Some(NewRestore::Failed(_)) => {
                         // Started again on the data it has; the next pass brings it up.
                         v.phase = Phase::Provisioning;
                         v.requeue_after = Duration::ZERO;
                     }
-                    Some(_) => {
-                        steps::set_condition(
-                            &mut v,
-                            ConditionType::Restored,
-                            S::False,
-                            R::Waiting,
-                            &msg,
-                            prev,
-                            now,
-                        );
-                        v.requeue_after = Duration::ZERO;
-                    }
+                    Some(_) => v.requeue_after = Duration::ZERO,
                 }
                 done.map(|d| (r.id, d))
             }
@@ -358,13 +343,8 @@ impl Provisioner {
         };
         Pass {
             outcome: Outcome {
-                phase: v.phase,
-                conditions: v.conditions,
-                endpoint: t.endpoint.clone(),
-                observed_generation: t.generation,
-                requeue_after: v.requeue_after,
-                upgrade: None,
                 restore,
+                ..super::outcome(v, t, t.endpoint.clone())
             },
             error,
             work: Vec::new(),

@@ -177,17 +177,9 @@ pub fn data_frame(stream: u32, fin: bool, payload: &[u8]) -> Vec<u8> {
 
 /// The `Status` a kubelet would write on the error stream for a call that failed for `message`.
 pub fn failure_status(message: &str) -> Vec<u8> {
-    serde_json::json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": "ServiceUnavailable",
-        "code": 503,
-    })
-    .to_string()
-    .into_bytes()
+    crate::answer::status(503, "ServiceUnavailable", message)
+        .to_string()
+        .into_bytes()
 }
 
 /// What the endpoint knows of one SPDY connection, from both directions.

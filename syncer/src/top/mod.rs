@@ -18,7 +18,7 @@
 
 pub mod translate;
 
-use crate::answer::{Body, json};
+use crate::answer::{Body, json, status};
 use crate::engine::Engine;
 use crate::kinds::pods::nodes::VIRTUAL_NODE_LABEL;
 use crate::{Result, kube_err};
@@ -102,8 +102,8 @@ pub async fn register(
     Ok(())
 }
 
-fn failure(status: StatusCode, reason: &str, message: &str) -> Response<Body> {
-    json(status, &translate::status(status.as_u16(), reason, message))
+fn failure(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    json(code, &status(code.as_u16(), reason, message))
 }
 
 /// The query parameters served: label and field selectors.

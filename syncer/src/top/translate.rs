@@ -227,19 +227,6 @@ pub fn group() -> serde_json::Value {
     })
 }
 
-/// A Kubernetes `Status` error body.
-pub fn status(code: u16, reason: &str, message: &str) -> serde_json::Value {
-    serde_json::json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    })
-}
-
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Requirement {
