@@ -2,10 +2,10 @@
 
 use super::client::{Client, Connection, segment};
 use super::instant;
-use super::output::{self, Format};
+use super::output::{self, Format, table};
 use super::{OutputArgs, now, print};
 use crate::Result;
-use crate::api::AuditPage;
+use crate::api::{AuditEntryView, AuditPage};
 use time::OffsetDateTime;
 
 #[derive(Debug, clap::Args)]
@@ -92,7 +92,7 @@ pub async fn audit(conn: &Connection, a: AuditArgs) -> Result<()> {
     let page = audit_entries(&client, &a, now()).await?;
     match a.output.output {
         Format::Table => {
-            print(&output::audit_table(&page.items, output::terminal_width()))?;
+            print(&audit_table(&page.items, output::terminal_width()))?;
             if page.next_after.is_some() {
                 eprintln!(
                     "(more entries follow: raise --limit, or 0 for all, or narrow the filters)"
@@ -102,4 +102,28 @@ pub async fn audit(conn: &Connection, a: AuditArgs) -> Result<()> {
         }
         f => print(&output::structured(&page, f)),
     }
+}
+
+/// Audit entries, oldest first: when, who, what, which tenant, and the particulars as compact
+/// JSON (cut to the width).
+pub fn audit_table(items: &[AuditEntryView], width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                e.at.format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_default(),
+                e.actor.clone(),
+                e.action.clone(),
+                e.tenant.clone().unwrap_or_else(|| "-".into()),
+                e.detail.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "TIME", "ACTOR", "ACTION", "TENANT", "DETAIL"],
+        &rows,
+        width,
+    )
 }

@@ -1,12 +1,13 @@
 //! `vcp kubeconfig ...` and `vcp user ...`: issuing, listing and revoking user kubeconfigs.
 
 use super::client::{Client, Connection, name, segment};
-use super::output::{self, Format};
+use super::output::{self, Format, age, table};
 use super::{OutputArgs, print, progress};
 use crate::api::{IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView};
 use crate::{Error, Result};
 use std::io::Write as _;
 use std::path::PathBuf;
+use time::OffsetDateTime;
 
 /// `vcp kubeconfig NAME ...`
 #[derive(Debug, clap::Args)]
@@ -228,4 +229,72 @@ fn write_private(path: &std::path::Path, data: &[u8]) -> Result<()> {
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .map_err(io)?;
     f.write_all(data).map_err(io)
+}
+
+pub fn kubeconfigs_table(items: &[KubeconfigView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|k| {
+            let left = if k.revoked_at.is_some() {
+                "revoked".to_owned()
+            } else if k.expires_at <= now {
+                "expired".to_owned()
+            } else {
+                age(now, k.expires_at)
+            };
+            vec![
+                k.user.clone(),
+                if k.groups.is_empty() {
+                    "-".into()
+                } else {
+                    k.groups.join(",")
+                },
+                left,
+                k.created_by.clone(),
+                k.serial.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &["USER", "GROUPS", "EXPIRES IN", "ISSUED BY", "SERIAL"],
+        &rows,
+        width,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::output::fixtures::at;
+
+    #[test]
+    fn a_kubeconfig_listing_says_revoked_before_expired() {
+        let k = |expires: i64, revoked: Option<i64>| KubeconfigView {
+            user: "alice".into(),
+            groups: vec!["edit".into()],
+            serial: "0abc".into(),
+            expires_at: at(expires),
+            created_by: "admin".into(),
+            created_at: at(0),
+            revoked_at: revoked.map(at),
+            break_glass: false,
+        };
+        let out = kubeconfigs_table(
+            &[
+                k(7200, None),
+                k(7200, Some(60)),
+                k(-1, Some(-60)),
+                k(-1, None),
+            ],
+            at(0),
+            80,
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[1].contains(" 2h "), "{out}");
+        assert!(
+            lines[2].contains("revoked") && lines[3].contains("revoked"),
+            "{out}"
+        );
+        assert!(lines[4].contains("expired"), "{out}");
+    }
 }

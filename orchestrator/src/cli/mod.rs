@@ -10,13 +10,16 @@ pub mod audit;
 pub mod client;
 pub mod kubeconfigs;
 pub mod output;
+pub mod rotations;
 pub mod snapshots;
 pub mod tenants;
 pub mod tokens;
 pub mod upgrades;
+pub mod usage;
 
 use client::Client;
 pub use client::Connection;
+use output::table;
 
 use crate::api::{MaintenanceWindow, Phase, TenantView, VersionList};
 use crate::{Error, Result};
@@ -103,7 +106,7 @@ async fn follow(
     done: impl Fn(&TenantView) -> bool,
 ) -> Result<Option<TenantView>> {
     let start = Instant::now();
-    let mut p = output::Progress::default();
+    let mut p = tenants::Progress::default();
     let mut last_hint = String::new();
     let mut hint_at = Instant::now();
     loop {
@@ -129,7 +132,7 @@ async fn follow(
             return Err(Error::Client(format!("tenant {name} failed: {why}")));
         }
         // While nothing changes, say what the tenant waits on every 10 s.
-        if let Some(h) = output::Progress::waiting_on(&t)
+        if let Some(h) = tenants::Progress::waiting_on(&t)
             && (h != last_hint || hint_at.elapsed() > Duration::from_secs(10))
             && start.elapsed() > Duration::from_secs(5)
         {
@@ -153,7 +156,7 @@ pub async fn version(conn: &Connection, cmd: VersionCommand) -> Result<()> {
     let VersionCommand::List(o) = cmd;
     let v: VersionList = client.get("/v1/versions").await?;
     match o.output {
-        Format::Table => print(&output::versions_table(&v, output::terminal_width())),
+        Format::Table => print(&versions_table(&v, output::terminal_width())),
         f => print(&output::structured(&v, f)),
     }
 }
@@ -174,6 +177,22 @@ fn instant(flag: &str, v: &str, now: OffsetDateTime) -> Result<String> {
                 "{flag} {v:?}: expected an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90m, 12h, 30d)"
             ))
         })
+}
+
+pub fn versions_table(v: &VersionList, width: usize) -> String {
+    let rows: Vec<Vec<String>> = v
+        .versions
+        .iter()
+        .map(|v| {
+            vec![
+                v.minor.clone(),
+                v.kubernetes.clone(),
+                v.class.as_str().to_owned(),
+                if v.default { "*" } else { "" }.to_owned(),
+            ]
+        })
+        .collect();
+    table(&["MINOR", "KUBERNETES", "CLASS", "DEFAULT"], &rows, width)
 }
 
 #[cfg(test)]

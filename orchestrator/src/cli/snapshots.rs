@@ -1,7 +1,7 @@
 //! `vcp snapshot ...`: etcd snapshots of a tenant and restores from them.
 
 use super::client::{Client, Connection, name};
-use super::output::{self, Format};
+use super::output::{self, Format, age, bytes, table};
 use super::{OutputArgs, WaitArgs, print};
 use crate::api::{
     RestoreState, RestoreTenant, RestoreView, SnapshotList, SnapshotState, SnapshotView,
@@ -79,7 +79,7 @@ pub async fn snapshot(conn: &Connection, cmd: SnapshotCommand) -> Result<()> {
                 )));
             }
             match o.output {
-                Format::Table => print(&output::snapshots_table(&[s], &[], now, width)),
+                Format::Table => print(&snapshots_table(&[s], &[], now, width)),
                 f => print(&output::structured(&s, f)),
             }
         }
@@ -88,12 +88,7 @@ pub async fn snapshot(conn: &Connection, cmd: SnapshotCommand) -> Result<()> {
                 .get(&format!("/v1/tenants/{}/snapshots", name(&n)?))
                 .await?;
             match o.output {
-                Format::Table => print(&output::snapshots_table(
-                    &l.snapshots,
-                    &l.restores,
-                    now,
-                    width,
-                )),
+                Format::Table => print(&snapshots_table(&l.snapshots, &l.restores, now, width)),
                 f => print(&output::structured(&l, f)),
             }
         }
@@ -133,9 +128,72 @@ pub async fn snapshot(conn: &Connection, cmd: SnapshotCommand) -> Result<()> {
                 )));
             }
             match o.output {
-                Format::Table => print(&output::snapshots_table(&[], &[r], now, width)),
+                Format::Table => print(&snapshots_table(&[], &[r], now, width)),
                 f => print(&output::structured(&r, f)),
             }
         }
     }
+}
+
+/// Snapshots, then restores (each table only when it has rows).
+pub fn snapshots_table(
+    snapshots: &[SnapshotView],
+    restores: &[RestoreView],
+    now: OffsetDateTime,
+    width: usize,
+) -> String {
+    let opt = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut out = String::new();
+    if !snapshots.is_empty() || restores.is_empty() {
+        let rows: Vec<Vec<String>> = snapshots
+            .iter()
+            .map(|s| {
+                vec![
+                    s.id.to_string(),
+                    s.state.as_str().to_owned(),
+                    s.version.clone(),
+                    opt(s.revision),
+                    s.size_bytes
+                        .map(|b| bytes(b.max(0) as u64))
+                        .unwrap_or_default(),
+                    s.upgrade
+                        .map(|u| format!("upgrade {u}"))
+                        .unwrap_or_else(|| s.requested_by.clone()),
+                    age(s.created_at, now),
+                    s.reason.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "ID", "STATE", "VERSION", "REVISION", "SIZE", "BY", "AGE", "REASON",
+            ],
+            &rows,
+            width,
+        ));
+    }
+    if !restores.is_empty() {
+        let rows: Vec<Vec<String>> = restores
+            .iter()
+            .map(|r| {
+                vec![
+                    r.id.to_string(),
+                    r.snapshot.to_string(),
+                    r.state.as_str().to_owned(),
+                    r.requested_by.clone(),
+                    age(r.started_at, now),
+                    r.reason.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&table(
+            &["RESTORE", "SNAPSHOT", "STATE", "BY", "AGE", "REASON"],
+            &rows,
+            width,
+        ));
+    }
+    out
 }

@@ -1,18 +1,17 @@
 //! `vcp tenant ...`: create, list, show, update, delete, usage and rotations of tenants.
 
-use super::client::{Client, Connection, name, segment};
-use super::instant;
-use super::output::{self, Format};
+use super::client::{Client, Connection, name};
+use super::output::{self, Format, age, cut, table};
 use super::upgrades::TenantUpgrade;
 use super::{OutputArgs, WaitArgs, follow, labels, now, print, progress, window};
 use crate::api::{
-    AutoUpdate, CreateTenant, FleetUpgrades, KubeconfigList, MaintenanceWindow, Phase,
-    RotateTenant, RotationList, RotationTarget, RotationView, TenantList, TenantView, UpgradeState,
-    UpgradeTenant, UsageSamples,
+    AutoUpdate, CreateTenant, FleetUpgrades, KubeconfigList, MaintenanceWindow, Phase, TenantList,
+    TenantView, UpgradeState, UpgradeTenant,
 };
 use crate::{Error, Result};
-use std::time::{Duration, Instant};
+use std::fmt::Write as _;
 use time::OffsetDateTime;
+use vcp_core::lifecycle::{ConditionStatus, ConditionType};
 
 /// `vcp tenant ...`
 #[derive(Debug, clap::Subcommand)]
@@ -38,7 +37,7 @@ pub enum TenantCommand {
         output: OutputArgs,
     },
     /// Show a tenant's quota usage samples in a time range (every page), e.g. for billing.
-    Usage(TenantUsageArgs),
+    Usage(super::usage::TenantUsageArgs),
     /// Upgrade a tenant's control plane to another minor (and with --wait, follow it until
     /// it is done or rolled back).
     Upgrade(TenantUpgrade),
@@ -47,7 +46,7 @@ pub enum TenantCommand {
     Update(TenantUpdate),
     /// Rotate one of a tenant's CAs or its service-account key without downtime (admins; and
     /// with --wait, follow its phases until done).
-    Rotate(TenantRotate),
+    Rotate(super::rotations::TenantRotate),
     /// List a tenant's rotations, newest first, with the kubeconfigs a CA rotation ends.
     Rotations {
         /// Tenant name.
@@ -55,46 +54,6 @@ pub enum TenantCommand {
         #[command(flatten)]
         output: OutputArgs,
     },
-}
-
-/// `vcp tenant rotate NAME --target ...`
-#[derive(Debug, clap::Args)]
-pub struct TenantRotate {
-    /// Tenant name.
-    pub name: String,
-    /// What to rotate.
-    #[arg(long, env = "VCP_ROTATE_TARGET", value_enum)]
-    pub target: RotateTargetArg,
-    /// How long phase `sign` lasts at least (e.g. 0s, 90m, 12h; a longer one than 30d is cut to 30d): for `ca`, the
-    /// time users have to fetch new kubeconfigs. Default: the server's per target.
-    #[arg(long, env = "VCP_ROTATE_OVERLAP")]
-    pub overlap: Option<String>,
-    #[command(flatten)]
-    pub wait: WaitArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
-}
-
-/// `--target` of `vcp tenant rotate`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum RotateTargetArg {
-    Ca,
-    EtcdCa,
-    FrontProxyCa,
-    ServiceAccountKey,
-}
-
-impl From<RotateTargetArg> for RotationTarget {
-    fn from(t: RotateTargetArg) -> RotationTarget {
-        use crate::pki::rotation::Target;
-        match t {
-            RotateTargetArg::Ca => Target::Ca,
-            RotateTargetArg::EtcdCa => Target::EtcdCa,
-            RotateTargetArg::FrontProxyCa => Target::FrontProxyCa,
-            RotateTargetArg::ServiceAccountKey => Target::ServiceAccountKey,
-        }
-        .into()
-    }
 }
 
 /// `--fleet-upgrades`: whether fleet upgrades may move a tenant.
@@ -155,21 +114,6 @@ pub struct TenantUpdate {
     /// plan's setting).
     #[arg(long, env = "VCP_AUTO_UPDATE", value_enum)]
     pub auto_update: Option<AutoUpdateArg>,
-    #[command(flatten)]
-    pub output: OutputArgs,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct TenantUsageArgs {
-    /// Tenant name.
-    pub name: String,
-    /// Start of the range, inclusive: an RFC 3339 time (2026-01-01T00:00:00Z) or an age
-    /// (90m, 12h, 30d ago); default: 24 hours before --until.
-    #[arg(long, env = "VCP_USAGE_SINCE")]
-    pub since: Option<String>,
-    /// End of the range, exclusive: an RFC 3339 time or an age; default now.
-    #[arg(long, env = "VCP_USAGE_UNTIL")]
-    pub until: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -243,21 +187,21 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                     .ok_or_else(|| Error::Client(format!("tenant {} vanished", a.name)))?;
             }
             match a.output.output {
-                Format::Table => print(&output::tenants_table(&[t], now(), width)),
+                Format::Table => print(&tenants_table(&[t], now(), width)),
                 f => print(&output::structured(&t, f)),
             }
         }
         TenantCommand::List(o) => {
             let list: TenantList = client.get("/v1/tenants").await?;
             match o.output {
-                Format::Table => print(&output::tenants_table(&list.items, now(), width)),
+                Format::Table => print(&tenants_table(&list.items, now(), width)),
                 f => print(&output::structured(&list, f)),
             }
         }
         TenantCommand::Get { name, output: o } => {
             let t = client.tenant(&name).await?;
             match o.output {
-                Format::Table => print(&output::tenant_detail(&t, now(), width)),
+                Format::Table => print(&tenant_detail(&t, now(), width)),
                 f => print(&output::structured(&t, f)),
             }
         }
@@ -316,7 +260,7 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 }
             }
             match a.output.output {
-                Format::Table => print(&output::tenants_table(&[t], now(), width)),
+                Format::Table => print(&tenants_table(&[t], now(), width)),
                 f => print(&output::structured(&t, f)),
             }
         }
@@ -337,14 +281,14 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 .await?
                 .ok_or_else(|| Error::Client(format!("empty answer from {path}")))?;
             match a.output.output {
-                Format::Table => print(&output::tenant_detail(&t, now(), width)),
+                Format::Table => print(&tenant_detail(&t, now(), width)),
                 f => print(&output::structured(&t, f)),
             }
         }
         TenantCommand::Usage(a) => {
-            let samples = usage_samples(&client, &a, now()).await?;
+            let samples = super::usage::usage_samples(&client, &a, now()).await?;
             match a.output.output {
-                Format::Table => print(&output::usage_table(&samples, width)),
+                Format::Table => print(&super::usage::usage_table(&samples, width)),
                 f => print(&output::structured(&samples, f)),
             }
         }
@@ -353,104 +297,422 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 .get(&format!("/v1/tenants/{}/kubeconfigs", self::name(&name)?))
                 .await?;
             match o.output {
-                Format::Table => print(&output::kubeconfigs_table(&list.items, now(), width)),
+                Format::Table => print(&super::kubeconfigs::kubeconfigs_table(
+                    &list.items,
+                    now(),
+                    width,
+                )),
                 f => print(&output::structured(&list, f)),
             }
         }
-        TenantCommand::Rotate(a) => {
-            let seg = self::name(&a.name)?;
-            let req = RotateTenant {
-                target: a.target.into(),
-                overlap: a.overlap.clone(),
-            };
-            let mut r: RotationView = client
-                .post(&format!("/v1/tenants/{seg}/rotate"), &req)
-                .await?;
-            let start = Instant::now();
-            let mut shown = String::new();
-            while a.wait.wait && r.finished_at.is_none() {
-                if r.phase != shown {
-                    eprintln!("rotation {} of {}: phase {}", r.id, a.name, r.phase);
-                    shown = r.phase.clone();
-                }
-                if start.elapsed() > a.wait.timeout {
-                    return Err(Error::Client(format!(
-                        "rotation {} of {} still in phase {} after {:?}",
-                        r.id, a.name, r.phase, a.wait.timeout
-                    )));
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let l: RotationList = client.get(&format!("/v1/tenants/{seg}/rotations")).await?;
-                if let Some(x) = l.items.into_iter().find(|x| x.id == r.id) {
-                    r = x;
-                }
-            }
-            match a.output.output {
-                Format::Table => print(&output::rotations_table(&[r], now(), width)),
-                f => print(&output::structured(&r, f)),
-            }
-        }
+        TenantCommand::Rotate(a) => super::rotations::rotate(&client, a, width).await,
         TenantCommand::Rotations { name, output: o } => {
-            let l: RotationList = client
-                .get(&format!("/v1/tenants/{}/rotations", self::name(&name)?))
-                .await?;
-            match o.output {
-                Format::Table => print(&output::rotations_table(&l.items, now(), width)),
-                f => print(&output::structured(&l, f)),
-            }
+            super::rotations::rotations(&client, &name, o, width).await
         }
     }
 }
 
-/// Every sample in the range, following `next_since` page by page.
-async fn usage_samples(
-    client: &Client,
-    a: &TenantUsageArgs,
-    now: OffsetDateTime,
-) -> Result<UsageSamples> {
-    let rfc3339 = &time::format_description::well_known::Rfc3339;
-    let format = |t: OffsetDateTime| {
-        t.format(rfc3339)
-            .map_err(|e| Error::Client(format!("cannot format {t}: {e}")))
-    };
-    let mut query = String::new();
-    let mut until = a
-        .until
-        .as_deref()
-        .map(|v| instant("--until", v, now))
-        .transpose()?;
-    let mut since = a
-        .since
-        .as_deref()
-        .map(|v| instant("--since", v, now))
-        .transpose()?;
-    let mut all: Option<UsageSamples> = None;
-    loop {
-        query.clear();
-        for (k, v) in [("since", &since), ("until", &until)] {
-            if let Some(v) = v {
-                query.push(if query.is_empty() { '?' } else { '&' });
-                query.push_str(&format!("{k}={}", segment(v)));
-            }
-        }
-        let page: UsageSamples = client
-            .get(&format!("/v1/tenants/{}/usage{query}", name(&a.name)?))
-            .await?;
-        let next = page.next_since;
-        // The first answer fixed the range (a default `until` is the server's now): later
-        // pages keep its end.
-        until = Some(format(page.until)?);
-        match &mut all {
-            None => all = Some(page),
-            Some(all) => {
-                all.items.extend(page.items);
-                all.limits = page.limits;
-            }
-        }
-        let Some(next) = next else { break };
-        since = Some(format(next)?);
+/// `ready/total` over the step conditions (the final `Ready` condition is not a step).
+pub fn steps(t: &TenantView) -> String {
+    let steps: Vec<_> = t
+        .conditions
+        .iter()
+        .filter(|c| c.type_ != ConditionType::Ready)
+        .collect();
+    let ready = steps
+        .iter()
+        .filter(|c| c.status == ConditionStatus::True)
+        .count();
+    format!("{ready}/{}", steps.len())
+}
+
+pub fn tenants_table(items: &[TenantView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.phase.as_str().to_owned(),
+                steps(t),
+                t.kubernetes_version.clone().unwrap_or(t.version.clone()),
+                t.owner.clone(),
+                age(t.created_at, now),
+            ]
+        })
+        .collect();
+    table(
+        &["NAME", "PHASE", "STEPS", "VERSION", "OWNER", "AGE"],
+        &rows,
+        width,
+    )
+}
+
+/// One tenant: its fields, then its conditions.
+pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> String {
+    let mut out = String::new();
+    let fields = [
+        ("Name", t.name.clone()),
+        ("Key", t.key.clone()),
+        ("Owner", t.owner.clone()),
+        ("Phase", t.phase.as_str().to_owned()),
+        (
+            "Version",
+            format!(
+                "{} ({})",
+                t.version,
+                t.kubernetes_version.as_deref().unwrap_or("unknown")
+            ),
+        ),
+        ("Plan", t.plan.clone()),
+        ("Endpoint", t.endpoint.clone().unwrap_or_else(|| "-".into())),
+        (
+            "Labels",
+            if t.labels.is_empty() {
+                "-".into()
+            } else {
+                t.labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        ),
+        (
+            "Window",
+            t.maintenance_window
+                .as_ref()
+                .map_or_else(|| "- (the plan's, or any time)".into(), |w| w.to_string()),
+        ),
+        ("Fleet", t.fleet_upgrades.as_str().to_owned()),
+        (
+            "Auto",
+            format!(
+                "{}{}",
+                t.auto_update_effective,
+                if t.auto_update.is_none() {
+                    " (the plan's)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        ("Age", age(t.created_at, now)),
+    ];
+    for (k, v) in fields {
+        let _ = writeln!(
+            out,
+            "{:<10}{}",
+            format!("{k}:"),
+            cut(&v, width.saturating_sub(10))
+        );
     }
-    let mut all = all.ok_or_else(|| Error::Client("no answer".into()))?;
-    all.next_since = None;
-    Ok(all)
+    if let Some(u) = &t.upgrade {
+        let _ = writeln!(
+            out,
+            "\nUpgrade:  {} {} -> {} (hop {} -> {}), by {}, {} ago",
+            u.state,
+            u.from,
+            u.target,
+            u.hop_from,
+            u.hop_to,
+            u.requested_by,
+            age(u.started_at, now)
+        );
+        if let Some(why) = &u.reason {
+            let _ = writeln!(out, "Reason:   {}", cut(why, width.saturating_sub(10)));
+        }
+        if let Some(id) = u.restore_id {
+            let state = u.restore_state.map_or("unknown", |s| s.as_str());
+            let _ = writeln!(
+                out,
+                "Restore:  {id} {state} (the rollback restored the snapshot before the hop)"
+            );
+        }
+    }
+    out.push_str("\nUsage:");
+    match &t.usage {
+        None => out.push_str(" not sampled yet\n"),
+        Some(u) => {
+            let at = u
+                .sampled_at
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            let _ = writeln!(out, " sampled {} ago ({at})", age(u.sampled_at, now));
+            out.push_str(&table(
+                &["RESOURCE", "USED", "LIMIT"],
+                &super::usage::usage_rows(&u.used, &u.limits),
+                width,
+            ));
+        }
+    }
+    out.push_str("\nConditions:\n");
+    let rows: Vec<Vec<String>> = t
+        .conditions
+        .iter()
+        .map(|c| {
+            vec![
+                c.type_.to_string(),
+                c.status.to_string(),
+                c.reason.to_string(),
+                age(c.last_transition_time, now),
+                c.message.clone(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"],
+        &rows,
+        width,
+    ));
+    out
+}
+
+/// Follows a tenant while `--wait` polls it: remembers what was already reported so each
+/// step is printed once, when it becomes ready.
+#[derive(Debug, Default)]
+pub struct Progress {
+    reported: Vec<ConditionType>,
+    phase: Option<Phase>,
+}
+
+impl Progress {
+    /// Lines to print for a newly polled state (`elapsed` since the wait began).
+    pub fn update(&mut self, t: &TenantView, elapsed: std::time::Duration) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.phase != Some(t.phase) {
+            lines.push(format!(
+                "{:>6.1}s  {} is {}",
+                elapsed.as_secs_f64(),
+                t.name,
+                t.phase.as_str()
+            ));
+            self.phase = Some(t.phase);
+        }
+        let steps: Vec<_> = t
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != ConditionType::Ready)
+            .collect();
+        for (i, c) in steps.iter().enumerate() {
+            if c.status == ConditionStatus::True && !self.reported.contains(&c.type_) {
+                self.reported.push(c.type_);
+                lines.push(format!(
+                    "{:>6.1}s  [{}/{}] {}",
+                    elapsed.as_secs_f64(),
+                    i + 1,
+                    steps.len(),
+                    c.type_
+                ));
+            }
+        }
+        lines
+    }
+
+    /// What the tenant is waiting on now, if a step says so (shown while nothing changes).
+    pub fn waiting_on(t: &TenantView) -> Option<String> {
+        t.conditions
+            .iter()
+            .find(|c| c.type_ != ConditionType::Ready && c.status != ConditionStatus::True)
+            .map(|c| {
+                if c.message.is_empty() {
+                    format!("waiting for {}", c.type_)
+                } else {
+                    format!("waiting for {}: {}", c.type_, c.message)
+                }
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Hard;
+    use crate::cli::output::fixtures::{at, max_line, used};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+    use vcp_core::lifecycle::{Condition, ConditionStatus};
+
+    fn cond(t: &str, status: &str, message: &str) -> Condition {
+        Condition {
+            type_: t.parse().unwrap(),
+            status: status.parse().unwrap(),
+            reason: if status == "True" { "Ready" } else { "Waiting" }
+                .parse()
+                .unwrap(),
+            message: message.into(),
+            last_transition_time: at(0),
+        }
+    }
+
+    fn tenant(name: &str, owner: &str, conditions: Vec<Condition>) -> TenantView {
+        TenantView {
+            name: name.into(),
+            key: "k".into(),
+            owner: owner.into(),
+            labels: BTreeMap::new(),
+            version: "1.37".into(),
+            kubernetes_version: Some("v1.37.1".into()),
+            plan: "default".into(),
+            phase: Phase::Provisioning,
+            conditions,
+            endpoint: None,
+            generation: 1,
+            observed_generation: 1,
+            created_at: at(0),
+            usage: None,
+            upgrade: None,
+            maintenance_window: None,
+            fleet_upgrades: crate::api::FleetUpgrades::Include,
+            auto_update: None,
+            auto_update_effective: crate::api::AutoUpdate::Off,
+        }
+    }
+
+    #[test]
+    fn a_table_of_the_longest_names_fits_80_columns() {
+        let long = "a".repeat(40);
+        let items = vec![
+            tenant(&long, &"o".repeat(40), vec![]),
+            tenant("short", "team-a", vec![]),
+        ];
+        let out = tenants_table(&items, at(90_000), 80);
+        assert!(max_line(&out) <= 80, "{out}");
+        // Short cells survive; the long ones are cut visibly, the name last.
+        assert!(out.contains("short"), "{out}");
+        assert!(out.contains(&"a".repeat(30)), "{out}");
+        assert!(out.contains('~'), "{out}");
+        assert!(out.lines().next().unwrap().starts_with("NAME"));
+        // Columns line up: every row's PHASE starts where the header's does.
+        let col = out.lines().next().unwrap().find("PHASE").unwrap();
+        for l in out.lines().skip(1) {
+            assert_eq!(&l[col..col + 5], "Provi", "{out}");
+        }
+    }
+
+    #[test]
+    fn narrow_terminals_and_wide_messages_still_fit() {
+        let mut t = tenant(
+            "team-a",
+            "team-a",
+            vec![cond("EtcdReady", "False", &"x".repeat(300))],
+        );
+        t.labels.insert("team".into(), "a".repeat(63));
+        t.labels.insert("b".repeat(200), "x".into());
+        t.endpoint = Some(format!("https://{}.example.com:6443", "e".repeat(80)));
+        for width in [40, 60, 80, 120] {
+            let out = tenant_detail(&t, at(10), width);
+            assert!(max_line(&out) <= width, "{width}: {out}");
+        }
+    }
+
+    #[test]
+    fn a_tenant_shows_its_auto_update_setting_and_a_rollbacks_restore() {
+        use crate::api::{AutoUpdate, RestoreState, UpgradeState, UpgradeView};
+        let mut t = tenant("a", "o", vec![]);
+        t.auto_update_effective = AutoUpdate::Patch;
+        let auto = |t: &TenantView| {
+            tenant_detail(t, at(10), 80)
+                .lines()
+                .find(|l| l.starts_with("Auto:"))
+                .map(|l| l["Auto:".len()..].trim().to_owned())
+        };
+        assert_eq!(auto(&t).as_deref(), Some("patch (the plan's)"));
+        t.auto_update = Some(AutoUpdate::Patch);
+        assert_eq!(auto(&t).as_deref(), Some("patch"));
+        t.upgrade = Some(UpgradeView {
+            id: 3,
+            from: "1.36".into(),
+            target: "1.37".into(),
+            hop_from: "1.36".into(),
+            hop_to: "1.37".into(),
+            hop_from_release: Some("v1.36.4".into()),
+            hop_to_release: Some("v1.37.1".into()),
+            state: UpgradeState::RolledBack,
+            reason: Some("hop 1.36 -> 1.37 not healthy after 30s".into()),
+            restore_id: Some(5),
+            restore_state: Some(RestoreState::Succeeded),
+            requested_by: "admin".into(),
+            started_at: at(0),
+            finished_at: Some(at(5)),
+        });
+        let out = tenant_detail(&t, at(10), 80);
+        assert!(out.contains("Restore:  5 Succeeded"), "{out}");
+    }
+
+    #[test]
+    fn a_tenant_shows_its_latest_usage_against_its_limits() {
+        let mut t = tenant("a", "o", vec![cond("EtcdReady", "True", "")]);
+        assert!(tenant_detail(&t, at(10), 80).contains("Usage: not sampled yet"));
+        t.usage = Some(crate::api::TenantUsage {
+            sampled_at: at(0),
+            used: used(),
+            limits: Hard {
+                pods: Some(100),
+                requests_cpu: Some(20_000),
+                ..Default::default()
+            },
+        });
+        let out = tenant_detail(&t, at(40), 80);
+        assert!(
+            out.contains("sampled 40s ago (2027-01-15T08:00:00Z)"),
+            "{out}"
+        );
+        let line = |name: &str| {
+            out.lines()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .unwrap_or_else(|| panic!("no {name} row: {out}"))
+        };
+        assert_eq!(line("pods"), ["pods", "3", "100"]);
+        assert_eq!(line("requests.cpu"), ["requests.cpu", "300m", "20"]);
+        assert_eq!(
+            line("limits.memory"),
+            ["limits.memory", "1.5Gi", "unlimited"]
+        );
+        assert!(out.find("Usage:") < out.find("Conditions:"));
+    }
+
+    #[test]
+    fn progress_reports_each_step_once_in_order() {
+        let mut p = Progress::default();
+        let mut t = tenant(
+            "a",
+            "o",
+            vec![
+                cond("NamespaceReady", "True", ""),
+                cond("EtcdReady", "False", "1 of 1 members not ready"),
+                cond("Ready", "False", ""),
+            ],
+        );
+        let first = p.update(&t, Duration::from_secs(1));
+        assert_eq!(first.len(), 2, "{first:?}");
+        assert!(first[0].ends_with("a is Provisioning"));
+        assert!(first[1].ends_with("[1/2] NamespaceReady"));
+        assert_eq!(
+            Progress::waiting_on(&t).as_deref(),
+            Some("waiting for EtcdReady: 1 of 1 members not ready")
+        );
+        assert!(p.update(&t, Duration::from_secs(2)).is_empty());
+        t.conditions[1].status = ConditionStatus::True;
+        t.phase = Phase::Ready;
+        let last = p.update(&t, Duration::from_secs(3));
+        assert_eq!(last.len(), 2, "{last:?}");
+        assert!(last[0].ends_with("a is Ready"));
+        assert!(last[1].ends_with("[2/2] EtcdReady"));
+        assert_eq!(steps(&t), "2/2");
+    }
+
+    #[test]
+    fn structured_output_round_trips() {
+        let items = vec![tenant("a", "o", vec![cond("EtcdReady", "True", "")])];
+        for f in [Format::Json, Format::Yaml] {
+            let s = output::structured(&items, f);
+            let back: Vec<TenantView> = match f {
+                Format::Json => serde_json::from_str(&s).unwrap(),
+                _ => serde_yaml::from_str(&s).unwrap(),
+            };
+            assert_eq!(back[0].name, "a");
+            assert_eq!(back[0].conditions, items[0].conditions);
+        }
+    }
 }

@@ -1,10 +1,11 @@
 //! `vcp token ...`: the API tokens of owners and admins (admins only).
 
 use super::client::{Client, Connection, name};
-use super::output::{self, Format};
+use super::output::{self, Format, age, table};
 use super::{OutputArgs, now, print, progress};
 use crate::Result;
-use crate::api::{CreateToken, Role, TokenCreated, TokenList};
+use crate::api::{CreateToken, Role, TokenCreated, TokenList, TokenView};
+use time::OffsetDateTime;
 
 /// `vcp token ...`
 #[derive(Debug, clap::Subcommand)]
@@ -60,11 +61,7 @@ pub async fn token(conn: &Connection, cmd: TokenCommand) -> Result<()> {
         TokenCommand::List(o) => {
             let list: TokenList = client.get("/v1/tokens").await?;
             match o.output {
-                Format::Table => print(&output::tokens_table(
-                    &list.items,
-                    now(),
-                    output::terminal_width(),
-                )),
+                Format::Table => print(&tokens_table(&list.items, now(), output::terminal_width())),
                 f => print(&output::structured(&list, f)),
             }
         }
@@ -79,4 +76,24 @@ pub async fn token(conn: &Connection, cmd: TokenCommand) -> Result<()> {
             print(&format!("token {name} revoked\n"))
         }
     }
+}
+
+pub fn tokens_table(items: &[TokenView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.role.as_str().to_owned(),
+                if t.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "live"
+                }
+                .to_owned(),
+                age(t.created_at, now),
+            ]
+        })
+        .collect();
+    table(&["NAME", "ROLE", "STATE", "AGE"], &rows, width)
 }

@@ -1,14 +1,17 @@
 //! `vcp upgrade ...` and `vcp tenant upgrade`: one tenant's upgrade and fleet upgrades.
 
 use super::client::{Client, Connection};
-use super::output::{self, Format};
+use super::output::{self, Format, age, table};
 use super::{OutputArgs, WaitArgs, now, print, progress};
+use crate::api::FleetUpgradeView;
 use crate::api::{
     CreateFleetUpgrade, FleetSelector, FleetState, FleetUpgradeAction, FleetUpgradeDetail,
     FleetUpgradeList,
 };
 use crate::{Error, Result};
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
+use time::OffsetDateTime;
 
 /// `vcp upgrade ...`: fleet upgrades (admins only).
 #[derive(Debug, clap::Subcommand)]
@@ -108,7 +111,7 @@ pub async fn upgrade(conn: &Connection, cmd: UpgradeCommand) -> Result<()> {
     let client = Client::new(conn)?;
     let width = output::terminal_width();
     let show = |d: &FleetUpgradeDetail, f: Format| match f {
-        Format::Table => print(&output::fleet_detail(d, now(), width)),
+        Format::Table => print(&fleet_detail(d, now(), width)),
         f => print(&output::structured(d, f)),
     };
     match cmd {
@@ -150,7 +153,7 @@ pub async fn upgrade(conn: &Connection, cmd: UpgradeCommand) -> Result<()> {
         UpgradeCommand::List(o) => {
             let list: FleetUpgradeList = client.get("/v1/upgrades").await?;
             match o.output {
-                Format::Table => print(&output::fleets_table(&list.items, now(), width)),
+                Format::Table => print(&fleets_table(&list.items, now(), width)),
                 f => print(&output::structured(&list, f)),
             }
         }
@@ -186,7 +189,7 @@ async fn follow_fleet(client: &Client, id: i64, wait: &WaitArgs) -> Result<Fleet
     let mut last = String::new();
     loop {
         let d: FleetUpgradeDetail = client.get(&format!("/v1/upgrades/{id}")).await?;
-        let line = output::fleet_progress(&d.upgrade);
+        let line = fleet_progress(&d.upgrade);
         if line != last {
             progress(&format!("{:>6.1}s  {line}", start.elapsed().as_secs_f64()));
             for f in &d.failures {
@@ -213,5 +216,166 @@ async fn follow_fleet(client: &Client, id: i64, wait: &WaitArgs) -> Result<Fleet
             )));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// A duration as people read it: `45s`, `3m20s`, `1h05m`.
+pub fn span(secs: u64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// One line of a fleet upgrade's progress, as `vcp upgrade create --wait` prints it.
+pub fn fleet_progress(f: &FleetUpgradeView) -> String {
+    let p = &f.progress;
+    let done = p.succeeded + p.failed + p.skipped;
+    let mut line = format!(
+        "{} wave {}/{}  done {}/{} (failed {}, skipped {})  running {}  remaining {}",
+        f.state,
+        (f.current_wave + 1).min(f.waves.max(1)),
+        f.waves,
+        done,
+        p.total,
+        p.failed,
+        p.skipped,
+        p.running,
+        p.pending + p.running
+    );
+    if let Some(until) = f.soak_until {
+        let _ = write!(line, "  soaking until {}", until.time());
+    }
+    if let Some(eta) = p.eta_seconds.filter(|_| !f.state.finished()) {
+        let _ = write!(line, "  eta {}", span(eta));
+    }
+    if let Some(r) = f.reason.as_deref().filter(|_| f.state.finished()) {
+        let _ = write!(line, "  ({r})");
+    }
+    line
+}
+
+pub fn fleets_table(items: &[FleetUpgradeView], now: OffsetDateTime, width: usize) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|f| {
+            let p = &f.progress;
+            vec![
+                f.id.to_string(),
+                f.target.clone(),
+                f.state.as_str().to_owned(),
+                format!("{}/{}", (f.current_wave + 1).min(f.waves.max(1)), f.waves),
+                format!("{}/{}", p.succeeded, p.total),
+                p.failed.to_string(),
+                age(f.created_at, now),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "TARGET", "STATE", "WAVE", "DONE", "FAILED", "AGE"],
+        &rows,
+        width,
+    )
+}
+
+/// A fleet upgrade and its tenants.
+pub fn fleet_detail(d: &FleetUpgradeDetail, now: OffsetDateTime, width: usize) -> String {
+    let f = &d.upgrade;
+    let mut out = format!(
+        "fleet upgrade {} to {} (created by {}, {} ago)\n{}\n\n",
+        f.id,
+        f.target,
+        f.created_by,
+        age(f.created_at, now),
+        fleet_progress(f)
+    );
+    let rows: Vec<Vec<String>> = d
+        .tenants
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.owner.clone(),
+                t.wave.to_string(),
+                format!("{} -> {}", t.from, t.target),
+                t.state.as_str().to_owned(),
+                t.reason
+                    .clone()
+                    .or_else(|| t.forced.clone())
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["TENANT", "OWNER", "WAVE", "VERSION", "STATE", "REASON"],
+        &rows,
+        width,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::output::fixtures::{at, max_line};
+
+    #[test]
+    fn fleet_progress_shows_waves_counts_and_eta_and_the_table_fits() {
+        use crate::api::{FleetEntryState, FleetProgress, FleetState, FleetTenantView};
+        let f = FleetUpgradeView {
+            id: 7,
+            target: "1.37".into(),
+            state: FleetState::Running,
+            selector: Default::default(),
+            chain: false,
+            canary: 1,
+            max_parallel: 10,
+            failure_budget: 0,
+            soak_seconds: 60,
+            respect_maintenance_windows: true,
+            current_wave: 1,
+            waves: 3,
+            soak_until: None,
+            reason: None,
+            created_by: "admin".into(),
+            created_at: at(0),
+            finished_at: None,
+            progress: FleetProgress {
+                total: 7,
+                pending: 4,
+                running: 2,
+                succeeded: 1,
+                failed: 0,
+                skipped: 0,
+                eta_seconds: Some(200),
+            },
+        };
+        assert_eq!(
+            fleet_progress(&f),
+            "Running wave 2/3  done 1/7 (failed 0, skipped 0)  running 2  remaining 6  eta 3m20s"
+        );
+        let t = FleetTenantView {
+            name: "a".repeat(40),
+            owner: "team-a".into(),
+            wave: 2,
+            from: "1.36".into(),
+            target: "1.37".into(),
+            state: FleetEntryState::Failed,
+            upgrade_id: Some(3),
+            upgrade_state: None,
+            forced: None,
+            reason: Some("hop 1.36 -> 1.37 not healthy after 300s: ".repeat(3)),
+            started_at: None,
+            finished_at: None,
+        };
+        let d = FleetUpgradeDetail {
+            upgrade: f.clone(),
+            tenants: vec![t.clone()],
+            failures: vec![t],
+        };
+        let out = fleet_detail(&d, at(100), 80);
+        assert!(max_line(&out) <= 100, "{out}");
+        assert!(max_line(&fleets_table(&[f], at(100), 80)) <= 80);
     }
 }
