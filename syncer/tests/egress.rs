@@ -142,25 +142,13 @@ fn shape(answer: &str, target: &str) -> String {
 /// A validating webhook named `label` at `url` (with `ca`, PEM, as its bundle), called for the
 /// creation of ConfigMaps labelled `egress-hook: <label>` and failing closed.
 fn webhook_by_url(label: &str, url: &str, ca: Option<&str>) -> Res<ValidatingWebhookConfiguration> {
-    use base64::Engine;
-    let mut client_config = serde_json::json!({"url": url});
-    if let Some(ca) = ca {
-        client_config["caBundle"] =
-            serde_json::json!(base64::engine::general_purpose::STANDARD.encode(ca));
-    }
-    Ok(serde_json::from_value(serde_json::json!({
-        "metadata": {"name": label},
-        "webhooks": [{
-            "name": format!("{label}.egress.test"),
-            "clientConfig": client_config,
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}],
-            "objectSelector": {"matchLabels": {"egress-hook": label}},
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 10,
-        }],
-    }))?)
+    vcp_dev::testing::webhook_by_url(
+        label,
+        &format!("{label}.egress.test"),
+        url,
+        ca,
+        ("egress-hook", label),
+    )
 }
 
 /// What the tenant gets for creating a ConfigMap that the webhook `label` judges, once the

@@ -154,7 +154,7 @@ fn unique_violation(e: &sqlx::Error) -> Option<String> {
 /// The inventory.
 #[derive(Debug, Clone)]
 pub struct Inventory {
-    pub(crate) pool: PgPool,
+    pool: PgPool,
 }
 
 impl Inventory {

@@ -169,7 +169,7 @@ impl Inventory {
     /// Stores a planned fleet upgrade and its entries (those the plan skips as `Skipped`
     /// with its reason), audited, and wakes the workers.
     pub async fn create_fleet(&self, f: &NewFleet, actor: &str) -> Result<FleetRow> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         let row: FleetRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO fleet_upgrades (target_version, selector, chain, canary, max_parallel,
                failure_budget, soak_seconds, respect_maintenance_windows, state, created_by)
@@ -229,7 +229,7 @@ impl Inventory {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {FLEET_COLUMNS} FROM fleet_upgrades ORDER BY id DESC"
         )))
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?)
     }
 
@@ -239,7 +239,7 @@ impl Inventory {
             "SELECT {FLEET_COLUMNS} FROM fleet_upgrades WHERE id = $1"
         )))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.pool())
         .await?)
     }
 
@@ -256,7 +256,7 @@ impl Inventory {
              WHERE e.fleet_id = $1 ORDER BY e.ordinal",
         )
         .bind(id)
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?)
     }
 
@@ -267,7 +267,7 @@ impl Inventory {
              WHERE fleet_id = ANY($1) GROUP BY fleet_id, state",
         )
         .bind(ids)
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         let rest: Vec<(i64, i32, Option<f64>)> = sqlx::query_as(
             "SELECT fleet_id, max(wave) + 1,
@@ -276,7 +276,7 @@ impl Inventory {
              FROM fleet_upgrade_tenants WHERE fleet_id = ANY($1) GROUP BY fleet_id",
         )
         .bind(ids)
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         let mut out: BTreeMap<i64, FleetSummary> = BTreeMap::new();
         for (id, waves, mean) in rest {
@@ -309,7 +309,7 @@ impl Inventory {
         actor: &str,
     ) -> Result<ActionOutcome> {
         let (from, to) = action.transition();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         let Some(current) = sqlx::query_scalar::<_, FleetState>(
             "SELECT state FROM fleet_upgrades WHERE id = $1 FOR UPDATE",
         )
@@ -399,7 +399,7 @@ impl Inventory {
                 .collect::<Vec<_>>(),
         )
         .bind(FleetEntryState::Running)
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.pool())
         .await?)
     }
 
@@ -413,7 +413,7 @@ impl Inventory {
         s: &Step,
         actor: &str,
     ) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         if !hold(&mut tx, f.id, worker).await? {
             return Ok(false);
         }
@@ -509,7 +509,7 @@ impl Inventory {
         first_hop: &str,
         actor: &str,
     ) -> Result<StartOutcome> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         if !hold(&mut tx, fleet, worker).await? {
             return Ok(StartOutcome::NotOurs);
         }
@@ -637,7 +637,7 @@ impl Inventory {
         .bind(id)
         .bind(worker)
         .bind(after.as_secs_f64())
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(())
     }

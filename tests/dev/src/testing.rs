@@ -579,6 +579,37 @@ impl TokenPoller {
     }
 }
 
+/// A validating webhook configuration `name` with one webhook `webhook` called by URL (with
+/// `ca`, PEM, as its bundle) for the creation of ConfigMaps labelled `selector`, failing
+/// closed: the shape the tests of a tenant's control-plane egress register.
+pub fn webhook_by_url(
+    name: &str,
+    webhook: &str,
+    url: &str,
+    ca: Option<&str>,
+    selector: (&str, &str),
+) -> anyhow::Result<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> {
+    use base64::Engine;
+    let mut client_config = serde_json::json!({"url": url});
+    if let Some(ca) = ca {
+        client_config["caBundle"] =
+            serde_json::json!(base64::engine::general_purpose::STANDARD.encode(ca));
+    }
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": webhook,
+            "clientConfig": client_config,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}],
+            "objectSelector": {"matchLabels": {selector.0: selector.1}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 10,
+        }],
+    }))?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

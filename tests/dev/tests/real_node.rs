@@ -599,7 +599,6 @@ async fn the_control_plane_and_vcp_images_built_here_run_on_the_real_node() -> a
 /// be denied with its message. Until the apiserver has taken the webhook in, creations pass;
 /// until the pod listens, the syncer's proxy answers 502 for it.
 async fn own_webhook_answers(tenant: &kube::Client, net: &node::NodeNet) -> anyhow::Result<()> {
-    use base64::Engine;
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::Secret;
     let now = time::OffsetDateTime::now_utc();
@@ -661,24 +660,13 @@ async fn own_webhook_answers(tenant: &kube::Client, net: &node::NodeNet) -> anyh
     hooks
         .create(
             &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "own-hook"},
-                "webhooks": [{
-                    "name": "own-hook.vcp.test",
-                    "clientConfig": {
-                        "url": format!("https://{ip}:8443/always-deny"),
-                        "caBundle": base64::engine::general_purpose::STANDARD
-                            .encode(&ca.cert_key().cert_pem),
-                    },
-                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                        "operations": ["CREATE"], "resources": ["configmaps"]}],
-                    "objectSelector": {"matchLabels": {"own-hook": "yes"}},
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "timeoutSeconds": 10,
-                }],
-            }))?,
+            &vcp_dev::testing::webhook_by_url(
+                "own-hook",
+                "own-hook.vcp.test",
+                &format!("https://{ip}:8443/always-deny"),
+                Some(&ca.cert_key().cert_pem),
+                ("own-hook", "yes"),
+            )?,
         )
         .await?;
     let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "app");
