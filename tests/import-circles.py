@@ -3,6 +3,10 @@
 
 Usage: tests/import-circles.py SRC_DIR...   (CI: syncer/src orchestrator/src)
 
+A crate whose lib.rs declares its layers (a comment line `// Layers, bottom to top` followed by
+groups of `pub mod` lines, each group opened by a comment) is also checked against them: a
+top-level module may use modules of its own group or of a group below, never one above.
+
 A module is a file (`a/b.rs` or `a/b/mod.rs` is `a::b`). It imports another when its non-test
 code names it: `use` trees (braces expanded), `crate::`/`super::`/`self::` paths, and paths
 through a module a `use` brought in or through a child module. Comments and strings are
@@ -102,6 +106,7 @@ def circles(root, depth=None):
         for m,ds in deps.items():
             top.setdefault(m[:depth],set()).update(d[:depth] for d in ds)
         deps={m:{d for d in ds if d!=m} for m,ds in top.items()}
+    global DEPS; DEPS=deps
     def name(t): return '::'.join(t) or 'crate'
     idx={};low={};st=[];on=set();res=[];c=[0]
     def sc(v):
@@ -120,6 +125,38 @@ def circles(root, depth=None):
     return [(sorted(name(x) for x in r), {name(x): sorted(name(d) for d in deps[x] if d in set(r)) for x in r}) for r in res]
 
 
+def layers(root):
+    """The groups of top-level modules lib.rs declares, bottom first; [] if it declares none."""
+    lib=os.path.join(root,'lib.rs')
+    if not os.path.exists(lib): return []
+    lines=open(lib).read().split('\n')
+    try: start=next(i for i,l in enumerate(lines) if l.strip().startswith('// Layers, bottom to top'))
+    except StopIteration: return []
+    groups=[]
+    for l in lines[start+1:]:
+        l=l.strip()
+        if l.startswith('//'): groups.append([])
+        elif l.startswith('pub mod ') and groups: groups[-1].append(l[len('pub mod '):].rstrip(';'))
+        elif l=='' or not groups: continue
+        else: break
+    return [g for g in groups if g]
+
+
+def upward(root):
+    """Edges from a top-level module to one in a higher layer: (from, to) pairs."""
+    groups=layers(root)
+    if not groups: return []
+    level={m:i for i,g in enumerate(groups) for m in g}
+    circles(root,1)
+    out=[]
+    for m,ds in sorted(DEPS.items()):
+        if not m or m[0] not in level: continue
+        for d in sorted(ds):
+            if d and d[0] in level and level[d[0]]>level[m[0]]:
+                out.append((m[0],d[0]))
+    return out
+
+
 def main():
     sys.setrecursionlimit(10000)
     found = False
@@ -130,8 +167,11 @@ def main():
                 print(f"{root}: an import circle of {len(members)} {level}:")
                 for m in members:
                     print(f"    {m} -> {', '.join(edges[m])}")
+        for a,b in upward(root):
+            found = True
+            print(f"{root}: {a} uses {b}, a layer above it (lib.rs lists the layers)")
     if not found:
-        print(f"no import circles in {' '.join(sys.argv[1:])}")
+        print(f"no import circles or upward imports in {' '.join(sys.argv[1:])}")
     sys.exit(1 if found else 0)
 
 

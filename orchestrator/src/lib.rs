@@ -18,21 +18,34 @@
 //! policies, quota and usage rules from `vcp_policy`: the crates the syncer uses for the same
 //! things, so both sides agree by construction (this crate does not depend on the syncer).
 
-pub mod access;
-pub mod api;
-pub mod cli;
-pub mod inventory;
+// Layers, bottom to top; a module uses only those above it in this list (docs/architecture.md).
+// Pure: no pool, no client.
 pub mod lifecycle;
 pub mod metrics;
 pub mod names;
 pub mod pki;
-pub mod provision;
 pub mod render;
-pub mod serve;
-pub mod snapshot;
-pub mod upgrade;
-pub mod usage;
 pub mod window;
+// The tenants' table, and the writes every feature shares.
+pub mod inventory;
+// What every feature shares: the host handle, the HTTP plumbing, the client's.
+pub mod client;
+pub mod host;
+pub mod http;
+// The features, one folder each: API handlers and bodies, queries, host work, CLI command.
+pub mod audit;
+pub mod kubeconfigs;
+pub mod rotations;
+pub mod snapshots;
+pub mod tenants;
+pub mod tokens;
+pub mod upgrades;
+pub mod usage;
+// What puts the features together: the reconcile pass, the router, the command line, serve.
+pub mod api;
+pub mod cli;
+pub mod provision;
+pub mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -203,61 +216,61 @@ pub enum Command {
     #[command(subcommand_value_name = "ACTION")]
     Tenant {
         #[command(flatten)]
-        connection: cli::Connection,
+        connection: client::Connection,
         #[command(subcommand)]
-        action: cli::tenants::TenantCommand,
+        action: tenants::cli::TenantCommand,
     },
     /// Fleet upgrades (admins only): move many tenants to a new minor in waves.
     #[command(subcommand_value_name = "ACTION")]
     Upgrade {
         #[command(flatten)]
-        connection: cli::Connection,
+        connection: client::Connection,
         #[command(subcommand)]
-        action: cli::upgrades::UpgradeCommand,
+        action: upgrades::cli::UpgradeCommand,
     },
     /// Issue a kubeconfig for a tenant (a client certificate for --user in the --group
     /// groups), or revoke one.
     #[command(subcommand_negates_reqs = true)]
     Kubeconfig {
         #[command(flatten)]
-        connection: cli::Connection,
+        connection: client::Connection,
         #[command(flatten)]
-        args: cli::kubeconfigs::KubeconfigArgs,
+        args: kubeconfigs::cli::KubeconfigArgs,
         #[command(subcommand)]
-        action: Option<cli::kubeconfigs::KubeconfigCommand>,
+        action: Option<kubeconfigs::cli::KubeconfigCommand>,
     },
     /// A tenant user's access: revoke every kubeconfig issued to it.
     User {
         #[command(flatten)]
-        connection: cli::Connection,
+        connection: client::Connection,
         #[command(subcommand)]
-        action: cli::kubeconfigs::UserCommand,
+        action: kubeconfigs::cli::UserCommand,
     },
     /// Create, list and revoke API tokens (admins only).
     Token {
         #[command(flatten)]
-        connection: cli::Connection,
+        connection: client::Connection,
         #[command(subcommand)]
-        action: cli::tokens::TokenCommand,
+        action: tokens::cli::TokenCommand,
     },
     /// etcd snapshots of a tenant, and restores from them.
     Snapshot {
         #[command(flatten)]
-        connection: cli::Connection,
+        connection: client::Connection,
         #[command(subcommand)]
-        action: cli::snapshots::SnapshotCommand,
+        action: snapshots::cli::SnapshotCommand,
     },
     /// Read the audit trail: every change, who made it and when (owners: their tenants').
     Audit {
         #[command(flatten)]
-        connection: cli::Connection,
+        connection: client::Connection,
         #[command(flatten)]
-        args: cli::audit::AuditArgs,
+        args: audit::cli::AuditArgs,
     },
     /// Kubernetes versions tenants can run.
     Version {
         #[command(flatten)]
-        connection: cli::Connection,
+        connection: client::Connection,
         #[command(subcommand)]
         action: cli::VersionCommand,
     },
@@ -266,7 +279,7 @@ pub enum Command {
     /// Commands vcp's own Jobs run in a tenant's control-plane namespace (etcd snapshots and
     /// restores); not for people.
     #[command(hide = true, subcommand)]
-    Tool(snapshot::tool::ToolCommand),
+    Tool(snapshots::tool::ToolCommand),
 }
 
 impl Command {
@@ -290,31 +303,31 @@ pub async fn run(args: Args) -> Result<()> {
             println!("migrations applied");
             Ok(())
         }
-        Command::Tenant { connection, action } => cli::tenants::tenant(&connection, action).await,
+        Command::Tenant { connection, action } => tenants::cli::tenant(&connection, action).await,
         Command::Upgrade { connection, action } => {
-            cli::upgrades::upgrade(&connection, action).await
+            upgrades::cli::upgrade(&connection, action).await
         }
         Command::Kubeconfig {
             connection,
             args,
             action,
         } => match action {
-            Some(action) => cli::kubeconfigs::kubeconfig_command(&connection, action).await,
-            None => cli::kubeconfigs::kubeconfig(&connection, args).await,
+            Some(action) => kubeconfigs::cli::kubeconfig_command(&connection, action).await,
+            None => kubeconfigs::cli::kubeconfig(&connection, args).await,
         },
-        Command::User { connection, action } => cli::kubeconfigs::user(&connection, action).await,
-        Command::Token { connection, action } => cli::tokens::token(&connection, action).await,
+        Command::User { connection, action } => kubeconfigs::cli::user(&connection, action).await,
+        Command::Token { connection, action } => tokens::cli::token(&connection, action).await,
         Command::Version { connection, action } => cli::version(&connection, action).await,
-        Command::Audit { connection, args } => cli::audit::audit(&connection, args).await,
+        Command::Audit { connection, args } => audit::cli::audit(&connection, args).await,
         Command::Snapshot { connection, action } => {
-            cli::snapshots::snapshot(&connection, action).await
+            snapshots::cli::snapshot(&connection, action).await
         }
-        Command::Tool(cmd) => snapshot::tool::run(cmd).await,
+        Command::Tool(cmd) => snapshots::tool::run(cmd).await,
         Command::Openapi => {
             let doc = api::openapi()
                 .to_pretty_json()
                 .map_err(|e| Error::Client(format!("cannot encode the OpenAPI document: {e}")))?;
-            cli::print(&format!("{doc}\n"))
+            client::print(&format!("{doc}\n"))
         }
     }
 }
@@ -363,7 +376,7 @@ mod tests {
 
     #[test]
     fn kubeconfig_issues_by_default_and_revokes_by_subcommand() {
-        use crate::cli::kubeconfigs::{KubeconfigCommand, UserCommand};
+        use crate::kubeconfigs::cli::{KubeconfigCommand, UserCommand};
         use clap::Parser as _;
         let parse = |args: &[&str]| crate::Args::try_parse_from(args).map(|a| a.command);
         match parse(&["vcp", "kubeconfig", "team-a", "--user", "alice"]).unwrap() {

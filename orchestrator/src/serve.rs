@@ -1,13 +1,16 @@
 //! `vcp serve`: migrations, the admin token, reconcile workers, the fleet upgrade worker, the
 //! patch update sweep, the usage sampler and the HTTP API in one process.
 
-use crate::api::auth::{new_token, token_hash};
-use crate::api::{self, AppState};
+use crate::api;
+use crate::host::{Config, Provisioner, TenantAccess};
+use crate::http::AppState;
+use crate::http::auth::{new_token, token_hash};
 use crate::inventory::{Inventory, Released};
 use crate::metrics::{Metrics, PassKind};
 use crate::provision::wake::Woken;
-use crate::provision::{Config, Provisioner, TenantAccess};
-use crate::render::{self, Catalog, Expose, Renderer, Settings};
+use crate::render;
+use crate::render::catalog::Catalog;
+use crate::render::{Expose, Renderer, Settings};
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -192,7 +195,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
             a.host_roles_prefix
         )));
     }
-    if crate::provision::first_service_ip(&a.service_cidr).is_none() {
+    if crate::host::first_service_ip(&a.service_cidr).is_none() {
         return Err(Error::Config(format!(
             "--service-cidr {:?} is not a CIDR",
             a.service_cidr
@@ -220,7 +223,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
 
 async fn host_client(a: &ServeArgs) -> Result<kube::Client> {
     match &a.host_kubeconfig {
-        Some(p) => crate::provision::client_from_kubeconfig(&read(p)?).await,
+        Some(p) => crate::host::client_from_kubeconfig(&read(p)?).await,
         None => kube::Client::try_default()
             .await
             .map_err(|e| Error::kube("load the in-cluster configuration", e)),
@@ -243,7 +246,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             let change = inv
                 .ensure_admin_token("admin", &token_hash(t), &actor)
                 .await?;
-            if change == crate::inventory::AdminTokenChange::StillRevoked {
+            if change == crate::tokens::store::AdminTokenChange::StillRevoked {
                 tracing::warn!(
                     "the configured admin token was revoked and stays revoked; configure another to replace it"
                 );
@@ -259,8 +262,8 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         None => {}
     }
     let host = host_client(&a).await?;
-    config.host_user = crate::provision::host::identity(&host).await?;
-    crate::provision::host::ensure_host_roles(&host, &config.settings.host_roles_prefix).await?;
+    config.host_user = crate::host::ssa::identity(&host).await?;
+    crate::host::ssa::ensure_host_roles(&host, &config.settings.host_roles_prefix).await?;
     let config = Arc::new(config);
     let replica = a
         .replica_id
@@ -301,7 +304,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     }
     // One fleet worker per replica: stepping a fleet upgrade is a few queries, and the lease
     // lets any replica's worker take over one whose holder died.
-    tokio::spawn(crate::upgrade::runner::run(
+    tokio::spawn(crate::upgrades::runner::run(
         inv.clone(),
         config.clone(),
         format!("{replica}/fleet"),
@@ -310,7 +313,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     ));
     // One patch update sweep per replica: a start re-checks the tenant in one conditional
     // statement, so sweeps of several replicas never start one tenant twice.
-    tokio::spawn(crate::upgrade::auto::run(
+    tokio::spawn(crate::upgrades::auto::run(
         inv.clone(),
         config.clone(),
         format!("{replica}/auto-update"),
@@ -336,14 +339,14 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         .await
         .map_err(Error::Serve)?;
     tracing::info!(listen = %listener.local_addr().map_err(Error::Serve)?, replica, "vcp serving");
-    let limits = api::conn::Limits {
+    let limits = crate::http::conn::Limits {
         idle: Duration::from_secs(a.http_idle_timeout_seconds),
         header: Duration::from_secs(a.http_header_timeout_seconds),
         body: Duration::from_secs(a.http_body_timeout_seconds),
         max_connections: usize::try_from(a.http_max_connections).unwrap_or(usize::MAX),
     };
     let drain = Duration::from_secs(a.drain_seconds);
-    api::conn::serve(
+    crate::http::conn::serve(
         listener,
         api::router(state),
         limits,

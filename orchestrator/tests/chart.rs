@@ -460,10 +460,7 @@ fn the_deployment_runs_a_command_line_vcp_serve_accepts_with_files_it_loads() ->
         assert!(serve.replica_id.is_some(), "{what}: a replica id is passed");
         let config = vcp_orchestrator::serve::config(&serve)
             .map_err(|e| anyhow::anyhow!("{what}: vcp serve would not start: {e}"))?;
-        assert_eq!(
-            config.access,
-            vcp_orchestrator::provision::TenantAccess::Service
-        );
+        assert_eq!(config.access, vcp_orchestrator::host::TenantAccess::Service);
         if values != ALL_ON {
             assert!(serve.templates.is_none(), "built-in templates by default");
             assert_eq!(config.plans.keys().collect::<Vec<_>>(), ["default"]);
@@ -887,7 +884,7 @@ async fn impersonating(cluster: &DevCluster, ns: &str, sa: &str) -> anyhow::Resu
 #[tokio::test]
 async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more()
 -> anyhow::Result<()> {
-    use vcp_orchestrator::provision::host;
+    use vcp_orchestrator::host::ssa as host;
     use vcp_orchestrator::render::{self, Catalog, Expose, Input, Renderer, Settings};
     let cluster = DevCluster::shared().await?;
     let ns = "chart-rbac";

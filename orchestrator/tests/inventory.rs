@@ -7,7 +7,8 @@ use time::OffsetDateTime;
 use vcp_core::lifecycle::{Desired, Phase};
 use vcp_dev::postgres::EphemeralPostgres;
 use vcp_orchestrator::Error;
-use vcp_orchestrator::inventory::{Inventory, NewTenant, Outcome};
+use vcp_orchestrator::inventory::{Inventory, NewTenant};
+use vcp_orchestrator::provision::Outcome;
 use vcp_orchestrator::render::Catalog;
 use vcp_policy::quota::Usage;
 
@@ -256,8 +257,8 @@ async fn two_workers_never_hold_one_tenant_and_lost_leases_write_nothing() -> an
 async fn tokens_are_stored_as_hashes_and_revocation_is_final() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "tokens").await?;
-    let secret = vcp_orchestrator::api::auth::new_token();
-    let hash = vcp_orchestrator::api::auth::token_hash(&secret);
+    let secret = vcp_orchestrator::http::auth::new_token();
+    let hash = vcp_orchestrator::http::auth::token_hash(&secret);
     inv.create_token("team-a", "owner", &hash, "admin").await?;
     assert!(matches!(
         inv.create_token("team-a", "owner", b"other", "admin").await,
@@ -272,7 +273,7 @@ async fn tokens_are_stored_as_hashes_and_revocation_is_final() -> anyhow::Result
     assert!(inv.revoke_token("team-a", "admin").await?);
     assert!(inv.token_by_hash(&hash).await?.is_none());
     assert!(!inv.revoke_token("team-a", "admin").await?);
-    use vcp_orchestrator::inventory::AdminTokenChange as Change;
+    use vcp_orchestrator::tokens::store::AdminTokenChange as Change;
     assert_eq!(
         inv.ensure_admin_token("admin", b"h1", "vcp:r1").await?,
         Change::Created
@@ -625,7 +626,7 @@ async fn new_fleet(
     catalog: &Catalog,
     target: &str,
     max_parallel: u32,
-) -> anyhow::Result<vcp_orchestrator::upgrade::store::FleetRow> {
+) -> anyhow::Result<vcp_orchestrator::upgrades::fleet_store::FleetRow> {
     use vcp_orchestrator::lifecycle::fleet::{self, Candidate, Request, Selector};
     let candidates: Vec<Candidate> = inv
         .list_tenants(None)
@@ -649,7 +650,7 @@ async fn new_fleet(
     let entries = fleet::plan(catalog, &req, &candidates)?;
     Ok(inv
         .create_fleet(
-            &vcp_orchestrator::upgrade::store::NewFleet {
+            &vcp_orchestrator::upgrades::fleet_store::NewFleet {
                 target: target.into(),
                 selector: serde_json::json!({}),
                 chain: false,
@@ -678,7 +679,7 @@ async fn upgrades_of(inv: &Inventory, tenant: i64) -> anyhow::Result<Vec<(String
 async fn a_fleet_tenant_starts_once_and_only_under_the_fleets_lease() -> anyhow::Result<()> {
     use vcp_core::lifecycle::{FleetEntryState, UpgradeState};
     use vcp_orchestrator::lifecycle::fleet::{Entry, Pace, step};
-    use vcp_orchestrator::upgrade::store::StartOutcome;
+    use vcp_orchestrator::upgrades::fleet_store::StartOutcome;
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "fleet_start").await?;
     let catalog = Catalog::builtin();
@@ -765,7 +766,7 @@ async fn a_fleet_tenant_starts_once_and_only_under_the_fleets_lease() -> anyhow:
         soak: Duration::ZERO,
         respect_windows: true,
     };
-    let view = |rows: &[vcp_orchestrator::upgrade::store::FleetEntryRow]| -> Vec<Entry> {
+    let view = |rows: &[vcp_orchestrator::upgrades::fleet_store::FleetEntryRow]| -> Vec<Entry> {
         rows.iter()
             .map(|r| Entry {
                 tenant_id: r.tenant_id,
@@ -860,7 +861,7 @@ async fn a_fleet_tenant_starts_once_and_only_under_the_fleets_lease() -> anyhow:
 #[tokio::test]
 async fn pause_resume_and_cancel_follow_the_fleet_state_machine() -> anyhow::Result<()> {
     use vcp_core::lifecycle::{FleetEntryState, FleetState};
-    use vcp_orchestrator::upgrade::store::{ActionOutcome, FleetAction, StartOutcome};
+    use vcp_orchestrator::upgrades::fleet_store::{ActionOutcome, FleetAction, StartOutcome};
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "fleet_actions").await?;
     ready_tenants(&inv, "1.36", &["pa", "pb"]).await?;
@@ -921,7 +922,7 @@ async fn pause_resume_and_cancel_follow_the_fleet_state_machine() -> anyhow::Res
 #[tokio::test]
 async fn an_expired_tenant_that_opted_out_is_moved_one_minor_and_told_why() -> anyhow::Result<()> {
     use vcp_core::lifecycle::FleetUpgrades;
-    use vcp_orchestrator::upgrade::store::StartOutcome;
+    use vcp_orchestrator::upgrades::fleet_store::StartOutcome;
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "fleet_expired").await?;
     let yaml = include_str!("../../templates/versions.yaml");
@@ -1227,7 +1228,7 @@ async fn the_inventory_connects_over_tls_verifying_the_servers_certificate() -> 
 #[tokio::test]
 async fn a_fleet_is_due_at_once_when_one_of_its_tenants_upgrades_ends() -> anyhow::Result<()> {
     use vcp_orchestrator::lifecycle::upgrade::Transition;
-    use vcp_orchestrator::upgrade::store::StartOutcome;
+    use vcp_orchestrator::upgrades::fleet_store::StartOutcome;
     let pg = EphemeralPostgres::start().await?;
     let inv = fresh(&pg, "fleet_due").await?;
     let catalog = Catalog::builtin();
@@ -1349,9 +1350,10 @@ async fn snapshots_are_numbered_per_tenant_and_ids_from_before_stay_addressable(
         .await?;
     inv.migrate().await?;
 
-    let numbers = |rows: Vec<vcp_orchestrator::inventory::SnapshotRow>| -> Vec<(i64, String)> {
-        rows.into_iter().map(|s| (s.number, s.location)).collect()
-    };
+    let numbers =
+        |rows: Vec<vcp_orchestrator::snapshots::store::SnapshotRow>| -> Vec<(i64, String)> {
+            rows.into_iter().map(|s| (s.number, s.location)).collect()
+        };
     assert_eq!(
         numbers(inv.snapshots(a.id).await?),
         [

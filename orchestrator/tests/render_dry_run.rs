@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use std::collections::BTreeMap;
 use vcp_dev::cluster::DevCluster;
-use vcp_orchestrator::provision::host;
+use vcp_orchestrator::host::ssa as host;
 use vcp_orchestrator::render::{self, Catalog, Component, Expose, Input, Plan, Renderer, Settings};
 
 /// What the dev cluster's `vcp serve` renders with.

@@ -1,6 +1,7 @@
 //! Routes without a token: liveness, readiness, metrics and the OpenAPI document.
 
-use super::{AppState, openapi_for};
+use crate::api::openapi_for;
+use crate::http::AppState;
 use crate::metrics;
 use axum::Json;
 use axum::extract::State;

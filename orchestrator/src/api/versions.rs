@@ -1,8 +1,10 @@
 //! The Kubernetes versions tenants can run: this replica's catalog.
 
-use super::auth::authenticate;
-use super::problem::Unauthorized;
-use super::{AppState, Problem, VersionList, VersionView};
+use crate::api::types::{VersionList, VersionView};
+use crate::http::AppState;
+use crate::http::auth::authenticate;
+use crate::http::problem::Problem;
+use crate::http::problem::Unauthorized;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;

@@ -1,30 +1,16 @@
-//! The Postgres inventory: one [`Inventory`] over the pool, its SQL split by feature.
+//! The Postgres inventory: one [`Inventory`] over the pool, with the tenants every feature
+//! reads.
 //!
-//! This file holds the tenants (create, list, claim, finish, tombstone) and the steps every
-//! feature's writes share: row leases (`FOR UPDATE SKIP LOCKED`) for reconcile work, the audit
-//! trail ([`audit_in`], in the writing transaction), and `NOTIFY vcp_tenants` ([`notify`]) so
-//! idle replicas wake at once instead of at their next poll. The rest, one file per feature:
-//! [`upgrades`] (a tenant's upgrade, hop by hop), [`snapshots`] (etcd snapshots and restores),
-//! [`rotations`] (CA and key rotations), [`kubeconfigs`] (certificates and kubeconfigs issued,
-//! revocation), [`tokens`] (API tokens, stored as SHA-256 hashes), [`usage`] (quota usage
-//! samples, for billing) and [`audit`] (reading the trail back). Fleet upgrades keep their
-//! tables with their worker ([`crate::upgrade::store`]) and start each tenant's upgrade
-//! through the same statement a `PATCH /v1/tenants/{name}` uses ([`start_upgrade_in`]).
-//!
-//! The lifecycle columns are typed ([`vcp_core::lifecycle`]): `desired` and `phase` decode through
-//! checked mappings and `conditions` through serde, so a value the code does not know fails the
-//! read instead of turning into a default.
+//! This file holds the tenants (create, list, claim, tombstone), the caller a token speaks for
+//! ([`Token`]), and the steps every feature's writes share: row leases (`FOR UPDATE SKIP
+//! LOCKED`) for reconcile work, the audit trail ([`audit_in`], in the writing transaction),
+//! `NOTIFY vcp_tenants` ([`notify`]) so idle replicas wake at once instead of at their next
+//! poll, and [`commit_work`] and [`due_if_present`], the write most features end with. Each
+//! feature keeps its own tables' SQL in its folder (`crate::snapshots::store`,
+//! `crate::upgrades::store`, ...), on this pool; the pass's write-back, which joins a tenant's
+//! update to its upgrade's and restore's, is [`crate::provision`]'s.
 
-pub mod audit;
-mod kubeconfigs;
-pub mod rotations;
-pub mod snapshots;
-mod tokens;
-mod upgrades;
-mod usage;
-
-use crate::lifecycle::upgrade::Transition;
-use crate::render::Catalog;
+use crate::render::catalog::Catalog;
 use crate::window::MaintenanceWindow;
 use crate::{Error, Result};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
@@ -34,14 +20,6 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use vcp_core::lifecycle::{AutoUpdate, Condition, Desired, FleetUpgrades, Phase};
 use vcp_core::naming::TenantKey;
-
-pub use audit::{ActionFilter, AuditEntry, AuditFilter};
-pub use kubeconfigs::{CertificateRow, KubeconfigRow};
-pub use snapshots::{NewRestore, RestoreRow, SnapshotRow};
-pub use tokens::{AdminTokenChange, Token};
-pub(crate) use upgrades::start_upgrade_in;
-pub use upgrades::{NewUpgrade, UpgradeRow};
-pub use usage::UsageSample;
 
 /// Channel that wakes reconcile workers.
 pub const CHANNEL: &str = "vcp_tenants";
@@ -121,28 +99,21 @@ pub struct Released {
     pub fleet_upgrades: u64,
 }
 
-/// What one reconcile pass leaves behind.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    /// [`Phase::Deleted`] is not written by [`Inventory::finish`]: the worker tombstones the
-    /// row instead ([`Inventory::tombstone`]).
-    pub phase: Phase,
-    pub conditions: Vec<Condition>,
-    pub endpoint: Option<String>,
-    pub observed_generation: i64,
-    pub requeue_after: Duration,
-    /// What the pass means for the tenant's upgrade (its id and the transition), written in
-    /// the same transaction.
-    pub upgrade: Option<(i64, Transition)>,
-    /// What the pass means for the tenant's restore, written in the same transaction.
-    pub restore: Option<(i64, NewRestore)>,
+/// An API token (the hash only).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Token {
+    pub id: i64,
+    pub name: String,
+    pub role: String,
+    pub created_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
 }
 
 pub(crate) const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
      phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
      maintenance_window, fleet_upgrades, auto_update, release";
 
-fn unique_violation(e: &sqlx::Error) -> Option<String> {
+pub(crate) fn unique_violation(e: &sqlx::Error) -> Option<String> {
     match e {
         sqlx::Error::Database(d) if d.code().as_deref() == Some("23505") => {
             Some(d.constraint().unwrap_or_default().to_owned())
@@ -171,6 +142,17 @@ impl Inventory {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The live token with this hash.
+    pub async fn token_by_hash(&self, hash: &[u8]) -> Result<Option<Token>> {
+        Ok(sqlx::query_as(
+            "SELECT id, name, role, created_at, revoked_at FROM api_tokens
+             WHERE hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// Applies pending migrations from `migrations/` (embedded at build time).
@@ -418,55 +400,6 @@ impl Inventory {
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected() == 1)
-    }
-
-    /// Writes a pass's outcome and releases the lease. A generation bumped by the API during
-    /// the pass is kept (the pass reports the generation it saw), so the change is not lost:
-    /// the phase the API set stays (a deletion stays `Deleting`) and the tenant is due at once
-    /// instead of at the stale outcome's requeue time. Returns false if the lease had been lost.
-    pub async fn finish(&self, t: &Tenant, worker: &str, o: &Outcome, actor: &str) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
-        let phase: Option<Phase> = sqlx::query_scalar(
-            "UPDATE tenants SET
-               phase = CASE WHEN generation > $6 THEN phase ELSE $3 END,
-               conditions = $4, endpoint = $5,
-               observed_generation = GREATEST(observed_generation, $6),
-               next_reconcile_at = CASE WHEN generation > $6 THEN now()
-                 ELSE now() + make_interval(secs => $7) END,
-               lease_owner = NULL, lease_until = NULL, updated_at = now()
-             WHERE id = $1 AND lease_owner = $2
-             RETURNING phase",
-        )
-        .bind(t.id)
-        .bind(worker)
-        .bind(o.phase)
-        .bind(Json(&o.conditions))
-        .bind(&o.endpoint)
-        .bind(o.observed_generation)
-        .bind(o.requeue_after.as_secs_f64())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(phase) = phase else {
-            return Ok(false);
-        };
-        if phase != t.phase {
-            audit_in(
-                &mut tx,
-                actor,
-                "tenant.phase",
-                Some(t.id),
-                serde_json::json!({"from": t.phase, "to": phase}),
-            )
-            .await?;
-        }
-        if let Some((id, tr)) = &o.upgrade {
-            upgrades::apply_transition(&mut tx, t.id, *id, tr, actor).await?;
-        }
-        if let Some((id, r)) = &o.restore {
-            snapshots::apply_restore(&mut tx, t.id, *id, r, actor).await?;
-        }
-        tx.commit().await?;
-        Ok(true)
     }
 
     /// Tombstones a deleted tenant (its name becomes free; the row stays for the record).

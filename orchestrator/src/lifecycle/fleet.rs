@@ -6,7 +6,7 @@
 //! opted out, plus every tenant whose version is `expired`, moved one minor only), and orders
 //! them into waves ([`wave_of`]: a canary wave, then waves doubling in size). The inventory
 //! stores the plan (`fleet_upgrades`, `fleet_upgrade_tenants`). From then on a fleet worker
-//! in `vcp serve` ([`crate::upgrade::runner`]) claims the fleet upgrade, reads its entries with the
+//! in `vcp serve` ([`crate::upgrades::runner`]) claims the fleet upgrade, reads its entries with the
 //! state of each tenant's own upgrade, and asks [`step`] what to do: which entries finished
 //! (their tenant upgrade succeeded or was rolled back), which tenants to start now (the
 //! current wave's, at most `max_parallel` moving at once, each inside its maintenance
@@ -17,7 +17,8 @@
 //! Everything [`step`] decides is a function of stored state and `now`, so a replica killed
 //! between two steps leaves nothing another replica cannot recompute.
 
-use super::skew::{self, Allow, SkewError};
+use crate::lifecycle::skew;
+use crate::lifecycle::skew::{Allow, SkewError};
 use crate::render::catalog::{Catalog, Class, minor_number};
 use crate::window::MaintenanceWindow;
 use std::collections::{BTreeMap, BTreeSet};

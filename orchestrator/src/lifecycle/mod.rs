@@ -8,7 +8,7 @@
 //! - [`fleet`]: fleet upgrades in waves, with a canary, a failure budget and windows.
 //!
 //! Data flow: [`crate::provision`] runs [`steps`] and [`upgrade`] in each reconcile pass and
-//! writes their verdicts through [`crate::inventory`]; [`crate::upgrade`] runs [`fleet`]. Both
+//! writes their verdicts through [`crate::inventory`]; [`crate::upgrades`] runs [`fleet`]. Both
 //! depend on this module and it depends on neither, so the I/O sits above the rules.
 
 pub mod fleet;

@@ -2,7 +2,7 @@
 //!
 //! Data flow: `PATCH /v1/tenants/{name}` checks a request against the skew rules ([`skew`]:
 //! the hops, or a refusal naming its rule) and records an upgrade in the inventory with the
-//! first hop, `Snapshotting`, and a pending etcd snapshot ([`crate::snapshot`]). From then on
+//! first hop, `Snapshotting`, and a pending etcd snapshot ([`crate::snapshots`]). From then on
 //! the reconcile workers do the work: once the snapshot is taken the hop starts (the tenant's
 //! version becomes the hop's end); a pass renders the control plane from the tenant's version as always
 //! (so the components roll in step order, each gated on its rollout and the apiserver on
@@ -13,13 +13,13 @@
 //! so a replica killed anywhere leaves an upgrade another replica continues from.
 //!
 //! [`super::fleet`] plans fleet upgrades (many tenants, in waves) on top of this, and
-//! [`crate::upgrade::runner`] starts each tenant's upgrade through the same inventory path.
+//! [`crate::upgrades::runner`] starts each tenant's upgrade through the same inventory path.
 //!
 //! Pure: no client, no pool.
 
-use super::skew;
-use super::steps::{REQUEUE_WAITING, Step, StepResult, Verdict};
-use crate::render::Catalog;
+use crate::lifecycle::skew;
+use crate::lifecycle::steps::{REQUEUE_WAITING, Step, StepResult, Verdict};
+use crate::render::catalog::Catalog;
 use std::time::Duration;
 use time::OffsetDateTime;
 use vcp_core::lifecycle::{

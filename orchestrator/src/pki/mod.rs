@@ -7,11 +7,11 @@
 //! remaining lifetime ([`needs_renewal`]) and reissues it when either says so, which is how
 //! certificates rotate without anyone asking.
 
+pub mod rotation;
+
 use std::net::IpAddr;
 use time::Duration;
 pub use vcp_pki::*;
-
-pub mod rotation;
 
 /// Lifetime of a tenant's CAs.
 pub const CA_VALIDITY: Duration = Duration::days(5 * 365);

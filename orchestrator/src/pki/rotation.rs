@@ -25,6 +25,9 @@
 //! ([`token_generation`]) changes, and a phase advances only once every pod's token is of the
 //! current generation.
 
+use super::{Ca, CertKey};
+use crate::Result;
+use k8s_openapi::api::core::v1::Secret;
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::str::FromStr;
@@ -259,6 +262,78 @@ pub fn token_generation(ca_bundle: &str, trusted_keys: &str, signing_key_public:
 /// A short digest of a PEM text, for annotations that say which pair signed a leaf.
 pub fn fingerprint(pem: &str) -> String {
     crate::pki::hex(&Sha256::digest(pem.trim().as_bytes())[..8])
+}
+
+/// A CA as its Secret holds it now.
+#[derive(Debug)]
+pub struct CaMaterial {
+    pub current: Ca,
+    pub next: Option<Ca>,
+    /// The phase of the next CA (`None` without one).
+    pub phase: Option<Phase>,
+}
+
+impl CaMaterial {
+    /// Every certificate to trust, as one PEM bundle.
+    pub fn bundle(&self) -> String {
+        trusted(
+            &self.current.cert_key().cert_pem,
+            self.next.as_ref().map(|c| c.cert_key().cert_pem.as_str()),
+        )
+    }
+
+    /// The CA that signs a leaf now; `held_by_users`: see [`signer`].
+    pub fn signer(&self, held_by_users: bool) -> &Ca {
+        match (signer(self.phase, held_by_users), &self.next) {
+            (Signer::Next, Some(next)) => next,
+            _ => &self.current,
+        }
+    }
+}
+
+/// Where a CA Secret holds the next CA while a rotation runs.
+pub const NEXT_CERT: &str = "next.crt";
+pub const NEXT_KEY: &str = "next.key";
+
+/// The phase a CA Secret's next CA is in, from its annotation.
+pub fn phase_of(s: &Secret) -> Option<Phase> {
+    s.metadata
+        .annotations
+        .as_ref()?
+        .get(ANN_PHASE)?
+        .parse()
+        .ok()
+}
+
+/// The CA material a CA Secret holds.
+pub fn ca_of(s: &Secret) -> Result<CaMaterial> {
+    let load = |cert: &str, key: &str| -> Result<Option<Ca>> {
+        match (secret_str(s, cert), secret_str(s, key)) {
+            (Some(cert_pem), Some(key_pem)) => Ok(Some(Ca::load(&CertKey { cert_pem, key_pem })?)),
+            _ => Ok(None),
+        }
+    };
+    let current = load("tls.crt", "tls.key")?.ok_or_else(|| {
+        crate::Error::Config(format!(
+            "secret {} holds no CA",
+            s.metadata.name.as_deref().unwrap_or_default()
+        ))
+    })?;
+    let next = load(NEXT_CERT, NEXT_KEY)?;
+    let phase = next.as_ref().and_then(|_| phase_of(s));
+    Ok(CaMaterial {
+        current,
+        next,
+        phase,
+    })
+}
+
+/// A Secret's value as text.
+fn secret_str(s: &Secret, k: &str) -> Option<String> {
+    s.data
+        .as_ref()?
+        .get(k)
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
 }
 
 #[cfg(test)]

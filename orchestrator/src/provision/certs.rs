@@ -7,12 +7,16 @@
 //! each Secret as annotations). The service-account keys and bootstrap tokens come out of the
 //! same step, as the inputs the render needs.
 
-use super::{Provisioner, ROLLOUT_TOKENS, conflict, cp_selector, first_service_ip, secret_str};
+use crate::host::{Provisioner, conflict, cp_selector, first_service_ip, secret_str};
 use crate::inventory::Tenant;
-use crate::inventory::rotations::RotationRow;
-use crate::pki::rotation::{self, Target};
-use crate::pki::{self, ApiNames, Ca, CertKey};
-use crate::render::{self, Plan};
+use crate::pki;
+use crate::pki::rotation;
+use crate::pki::rotation::Target;
+use crate::pki::{ApiNames, Ca, CertKey};
+use crate::provision::ROLLOUT_TOKENS;
+use crate::render;
+use crate::render::Plan;
+use crate::rotations::store::RotationRow;
 use crate::{Error, Result};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -87,7 +91,7 @@ fn secret(
 impl Provisioner {
     /// Makes sure every CA and leaf Secret exists, is current and is recorded; returns the
     /// per-component certificate digests that roll pods on renewal.
-    pub(super) async fn ensure_pki(
+    pub(crate) async fn ensure_pki(
         &self,
         t: &Tenant,
         ns: &str,
@@ -268,7 +272,7 @@ impl Provisioner {
         ]))
     }
 
-    pub(super) async fn create_secret(
+    pub(crate) async fn create_secret(
         &self,
         secrets: &Api<Secret>,
         name: &str,

@@ -1,9 +1,11 @@
 //! Exposing a tenant's apiserver on the host: its NetworkPolicy and Service, and the endpoint
 //! clients use, read back from the Service once the host has assigned it.
 
-use super::{Provisioner, host};
+use crate::host::Provisioner;
+use crate::host::ssa as host;
 use crate::inventory::Tenant;
-use crate::render::{self, Component, Expose, Plan};
+use crate::render;
+use crate::render::{Component, Expose, Plan};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
@@ -48,7 +50,7 @@ pub fn endpoint(expose: &Expose, key: &str, live: &Service) -> Option<(String, S
 impl Provisioner {
     /// Applies the network policy and the apiserver Service; returns the endpoint URL and the
     /// host name or address to put in the serving certificate, once known.
-    pub(super) async fn expose(
+    pub(crate) async fn expose(
         &self,
         t: &Tenant,
         version: &render::Version,

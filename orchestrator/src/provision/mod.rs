@@ -15,31 +15,30 @@
 
 mod certs;
 mod expose;
-pub mod host;
-pub mod kubeconfig;
-mod rotations;
-mod snapshots;
+mod outcome;
+mod restore;
 mod teardown;
 mod tenant_api;
 pub mod wake;
 
 pub use expose::endpoint;
-pub use tenant_api::client_from_kubeconfig;
 
-use crate::inventory::rotations::RotationRow;
-use crate::inventory::{Inventory, NewRestore, Outcome, Tenant};
+use crate::host::Provisioner;
+use crate::host::ssa as host;
+use crate::inventory::Tenant;
 use crate::lifecycle::steps;
 use crate::lifecycle::upgrade;
-use crate::render::{self, Catalog, Component, Input, Object, Plan, Renderer, Settings};
+use crate::render;
+use crate::render::{Component, Input, Object};
+use crate::rotations::store::RotationRow;
+use crate::snapshots::store::NewRestore;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
+pub use outcome::Outcome;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use steps::{Action, Step, StepResult};
 use time::OffsetDateTime;
@@ -47,33 +46,6 @@ use vcp_core::lifecycle::{
     ConditionReason, ConditionStatus, ConditionType, Desired, Phase, SnapshotState, UpgradeState,
 };
 use vcp_core::naming::control_plane_namespace;
-
-/// How the orchestrator reaches tenant apiservers (readiness, bootstrap, kubeconfigs it checks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TenantAccess {
-    /// Through the Service's cluster DNS name (vcp runs inside the host cluster).
-    Service,
-    /// Through the exposed endpoint that kubeconfigs carry (vcp runs outside).
-    Endpoint,
-}
-
-/// Everything a pass needs besides the tenant.
-#[derive(Debug)]
-pub struct Config {
-    pub catalog: Catalog,
-    pub plans: BTreeMap<String, Plan>,
-    pub settings: Settings,
-    pub renderer: Renderer,
-    pub access: TenantAccess,
-    /// Control-plane pods run on simulated nodes: Ready pods stand for a serving control
-    /// plane and nothing talks to the tenant apiserver (benchmarks of vcp's own overhead).
-    pub simulate: bool,
-    /// How long one upgrade hop may take before it is rolled back.
-    pub hop_timeout: Duration,
-    /// vcp's own user on the host, bound to `vcp:tenant-namespace` in each namespace of a
-    /// tenant vcp works in (render::host_rbac).
-    pub host_user: String,
-}
 
 /// What a pass did: the outcome the worker records, and the variant of the error that stopped
 /// the pass, if one did ([`Error::variant`]; for `vcp_reconcile_errors_total{error}`).
@@ -110,20 +82,6 @@ impl BringUp {
     }
 }
 
-/// Runs passes.
-#[derive(Clone)]
-pub struct Provisioner {
-    pub inventory: Inventory,
-    pub host: Client,
-    pub config: Arc<Config>,
-}
-
-impl std::fmt::Debug for Provisioner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Provisioner").finish_non_exhaustive()
-    }
-}
-
 /// Label selecting a tenant's control-plane objects.
 /// What a pass writes back for tenant `t` from the step machine's verdict: the tenant's
 /// generation is the one the pass saw; no upgrade transition and no restore unless the caller
@@ -140,53 +98,7 @@ fn outcome(v: steps::Verdict, t: &Tenant, endpoint: Option<String>) -> Outcome {
     }
 }
 
-fn cp_selector(key: &str) -> String {
-    format!("{}={key}", render::LABEL_CONTROL_PLANE_OF)
-}
-
-fn not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-fn conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
-
-/// The first address of a CIDR (the tenant's own `kubernetes` Service IP).
-pub fn first_service_ip(cidr: &str) -> Option<IpAddr> {
-    let (base, _) = cidr.split_once('/')?;
-    match base.parse::<IpAddr>().ok()? {
-        IpAddr::V4(v4) => Some(IpAddr::V4((u32::from(v4) + 1).into())),
-        IpAddr::V6(v6) => Some(IpAddr::V6((u128::from(v6) + 1).into())),
-    }
-}
-
-fn secret_str(s: &Secret, k: &str) -> Option<String> {
-    s.data
-        .as_ref()?
-        .get(k)
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-}
-
 impl Provisioner {
-    fn input<'a>(
-        &'a self,
-        t: &'a Tenant,
-        version: &'a render::Version,
-        plan: &'a Plan,
-        rollout: BTreeMap<String, String>,
-    ) -> Input<'a> {
-        Input {
-            name: &t.name,
-            key: &t.key,
-            version,
-            plan,
-            settings: &self.config.settings,
-            rollout,
-            stopped: false,
-        }
-    }
-
     /// One pass over a claimed tenant.
     #[tracing::instrument(skip_all, fields(tenant = %t.name, key = %t.key, desired = %t.desired,
         generation = t.generation))]
@@ -393,26 +305,6 @@ impl Provisioner {
             error,
             work,
         }
-    }
-
-    /// The input of a Job's template: the tenant's version and plan (Jobs mount no
-    /// certificates that roll); `None` if either is not configured (the bring-up says so).
-    fn job_input<'a>(
-        &'a self,
-        t: &'a Tenant,
-        version: Option<&'a render::Version>,
-    ) -> Option<Input<'a>> {
-        let version = version?;
-        let plan = self.config.plans.get(&t.plan)?;
-        Some(self.input(t, version, plan, BTreeMap::new()))
-    }
-
-    /// The catalog's entry for the tenant's minor as its release runs it; `None` if this
-    /// replica's catalog does not have the minor.
-    fn version_of(&self, t: &Tenant) -> Option<render::Version> {
-        self.config
-            .catalog
-            .at_release(&t.version, t.release.as_deref())
     }
 
     /// Walks the steps (the graph in [`steps`]): the namespace, the exposure and the
@@ -668,14 +560,6 @@ impl Provisioner {
 /// The rollout entry that carries the token generation, which the syncer gets as an argument.
 pub const ROLLOUT_TOKENS: &str = "tokens";
 
-fn ignore_404<T>(r: std::result::Result<T, kube::Error>) -> std::result::Result<(), kube::Error> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(e) if not_found(&e) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 /// Whether the StatefulSets and Deployments among `objects` are fully rolled out and ready;
 /// `None` if one of them does not exist.
 async fn workload_ready(client: &Client, objects: &[Object]) -> Result<Option<StepResult>> {
@@ -729,46 +613,4 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<Option<St
         }
     }
     Ok(Some(StepResult::Ready))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pki::{self, ApiNames};
-
-    #[test]
-    fn the_serving_certificate_names_an_external_host_or_address() {
-        let names = |external: &str| ApiNames {
-            namespace: "vcp-k".into(),
-            cluster_domain: "cluster.local".into(),
-            kubernetes_service_ip: [10, 96, 0, 1].into(),
-            external: Some(external.into()),
-            etcd_replicas: 1,
-        };
-        let api = |n: &ApiNames| {
-            pki::plan(n)
-                .into_iter()
-                .find(|l| l.name == "apiserver")
-                .unwrap()
-                .spec
-        };
-        let by_name = api(&names("k.tenants.example.net"));
-        assert!(
-            by_name
-                .dns_names
-                .contains(&"k.tenants.example.net".to_owned())
-        );
-        let by_ip = api(&names("203.0.113.7"));
-        assert!(by_ip.ips.contains(&"203.0.113.7".parse().unwrap()));
-        assert!(!by_ip.dns_names.contains(&"203.0.113.7".to_owned()));
-        assert_eq!(
-            first_service_ip("10.96.0.0/16"),
-            Some("10.96.0.1".parse().unwrap())
-        );
-        assert_eq!(
-            first_service_ip("fd00:10:96::/112"),
-            Some("fd00:10:96::1".parse().unwrap())
-        );
-        assert_eq!(first_service_ip("nonsense"), None);
-    }
 }

@@ -2,10 +2,10 @@
 //! leaves nothing half-owned, and its etcd volumes are kept when the tenant asked to retain
 //! its data.
 
-use super::{Provisioner, cp_selector, ignore_404};
+use crate::host::{Provisioner, cp_selector, ignore_404};
 use crate::inventory::Tenant;
 use crate::lifecycle::steps::StepResult;
-use crate::render::{self};
+use crate::render;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -16,7 +16,7 @@ use vcp_core::naming::{LABEL_TENANT, control_plane_namespace};
 
 impl Provisioner {
     /// Removes everything vcp created for the tenant on the host. `Ready` when nothing is left.
-    pub(super) async fn tear_down(&self, t: &Tenant) -> Result<StepResult> {
+    pub(crate) async fn tear_down(&self, t: &Tenant) -> Result<StepResult> {
         let ns = control_plane_namespace(&t.key);
         // The syncer goes first, so nothing recreates host objects while they are deleted.
         let deployments: Api<Deployment> = Api::namespaced(self.host.clone(), &ns);
@@ -116,7 +116,7 @@ impl Provisioner {
         }
     }
 
-    pub(super) async fn retain_etcd_volumes(&self, ns: &str) -> Result<()> {
+    pub(crate) async fn retain_etcd_volumes(&self, ns: &str) -> Result<()> {
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.host.clone(), ns);
         let pvs: Api<PersistentVolume> = Api::all(self.host.clone());
         for pvc in pvcs

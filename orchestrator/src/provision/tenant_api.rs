@@ -1,40 +1,27 @@
-//! Talking to a tenant's own apiserver: readiness (`/readyz`), the client vcp uses there,
-//! the bootstrap objects it writes (RBAC for vcp's components, the roles that aggregate), and
+//! Talking to a tenant's own apiserver (through [`crate::host::tenant`]'s client): readiness
+//! (`/readyz`), the bootstrap objects it writes (RBAC for vcp's components, the roles that aggregate), and
 //! the gates of an upgrade hop (a write answered, a canary ConfigMap's round trip through the
 //! syncer to the host and back).
 
-use super::{Provisioner, TenantAccess, host, secret_str};
+use crate::host::Provisioner;
+use crate::host::ssa as host;
 use crate::inventory::Tenant;
 use crate::lifecycle::steps;
 use crate::lifecycle::steps::StepResult;
 use crate::lifecycle::upgrade;
-use crate::pki::{self};
-use crate::render::{self};
+use crate::pki;
+use crate::render;
 use crate::{Error, Result};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use std::time::Duration;
 use vcp_core::naming::control_plane_namespace;
-
-/// A client from kubeconfig text.
-pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client> {
-    let kc = kube::config::Kubeconfig::from_yaml(yaml).map_err(|e| Error::Config(e.to_string()))?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| Error::Config(e.to_string()))?;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(30));
-    Client::try_from(config).map_err(|e| Error::kube("build a tenant client", e))
-}
 
 impl Provisioner {
     /// Whether the tenant's aggregated roles that user groups are bound to (`view`, `edit`;
-    /// see [`crate::access::LEVELS`]) have their rules, which the controller-manager fills.
-    pub(super) async fn roles_aggregated(
+    /// see [`crate::kubeconfigs::access::LEVELS`]) have their rules, which the controller-manager fills.
+    pub(crate) async fn roles_aggregated(
         &self,
         ns: &str,
         endpoint: Option<&str>,
@@ -63,7 +50,7 @@ impl Provisioner {
     /// matchConditions send it there); an authorizer the apiserver cannot reach shows as the
     /// review's evaluation error.
     /// In simulate mode nothing talks to the tenant (there is no apiserver to ask).
-    pub(super) async fn revocations_answered(
+    pub(crate) async fn revocations_answered(
         &self,
         ns: &str,
         endpoint: Option<&str>,
@@ -101,7 +88,7 @@ impl Provisioner {
     }
 
     /// The tenant apiserver's `GET /readyz`, asked directly (not through its pods' probe).
-    pub(super) async fn readyz(&self, ns: &str, endpoint: Option<&str>) -> steps::Readyz {
+    pub(crate) async fn readyz(&self, ns: &str, endpoint: Option<&str>) -> steps::Readyz {
         if self.config.simulate {
             return steps::Readyz::Simulated;
         }
@@ -122,34 +109,12 @@ impl Provisioner {
         }
     }
 
-    /// A cluster-admin client of the tenant, as the orchestrator's own user.
-    pub async fn tenant_client(&self, ns: &str, endpoint: Option<&str>) -> Result<Client> {
-        let secrets: Api<Secret> = Api::namespaced(self.host.clone(), ns);
-        let s = secrets
-            .get("orchestrator")
-            .await
-            .map_err(|e| Error::kube("read the orchestrator's tenant certificate", e))?;
-        let server = match (self.config.access, endpoint) {
-            (TenantAccess::Endpoint, Some(e)) => e.to_owned(),
-            _ => format!("https://kube-apiserver.{ns}.svc:6443"),
-        };
-        let kc = render::kubeconfig::embedded(
-            "tenant",
-            &server,
-            &secret_str(&s, "ca.crt").unwrap_or_default(),
-            "vcp",
-            &secret_str(&s, "tls.crt").unwrap_or_default(),
-            &secret_str(&s, "tls.key").unwrap_or_default(),
-        );
-        client_from_kubeconfig(&kc).await
-    }
-
     /// An upgrade's own gate, checked once every step is ready on the hop's version: the
     /// tenant API answers a write (a canary ConfigMap in `default`, applied with this hop's
     /// stamp) and reads it back. (The syncer copies ConfigMaps only while a pod uses them, so
     /// the round trip through the syncer to the host needs a canary it always carries; not
     /// built yet.) In simulate mode nothing talks to the tenant.
-    pub(super) async fn upgrade_gate(
+    pub(crate) async fn upgrade_gate(
         &self,
         t: &Tenant,
         a: &upgrade::Active,
@@ -164,7 +129,7 @@ impl Provisioner {
         }
     }
 
-    pub(super) async fn canary(
+    pub(crate) async fn canary(
         &self,
         t: &Tenant,
         a: &upgrade::Active,
@@ -221,16 +186,16 @@ impl Provisioner {
         Ok(StepResult::Ready)
     }
 
-    pub(super) async fn bootstrap(&self, ns: &str, endpoint: Option<&str>) -> Result<StepResult> {
+    pub(crate) async fn bootstrap(&self, ns: &str, endpoint: Option<&str>) -> Result<StepResult> {
         if self.config.simulate {
             return Ok(StepResult::Ready);
         }
         let client = self.tenant_client(ns, endpoint).await?;
         let pp = PatchParams::apply(host::FIELD_MANAGER).force();
         let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-        for (group, role) in crate::access::LEVELS {
-            let name = crate::access::level_binding_name(group);
-            let body = crate::access::level_binding(group, role);
+        for (group, role) in crate::kubeconfigs::access::LEVELS {
+            let name = crate::kubeconfigs::access::level_binding_name(group);
+            let body = crate::kubeconfigs::access::level_binding(group, role);
             crbs.patch(&name, &pp, &Patch::Apply(&body))
                 .await
                 .map_err(|e| Error::kube(format!("bind group {group} in the tenant"), e))?;

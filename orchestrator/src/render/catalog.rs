@@ -32,7 +32,7 @@ pub struct Version {
     /// Other releases of this minor than `kubernetes`: older ones tenants still run, newer
     /// ones being tried out (`class: preview`). Automatic patch updates move a tenant to the
     /// newest release of its minor that is `supported` or `deprecated`
-    /// (`crate::upgrade::auto`).
+    /// (`crate::upgrades::auto`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patches: Vec<Patch>,
 }

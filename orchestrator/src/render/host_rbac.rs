@@ -6,7 +6,7 @@
 //! `vcp:tenant-namespace` role in one namespace of a tenant. Binding per namespace is what keeps
 //! Secrets out of vcp's reach everywhere else (docs/install.md, "vcp's host permissions").
 
-use super::{Object, RenderError};
+use crate::render::{Object, RenderError};
 use serde_json::json;
 
 /// The shared host ClusterRoles, as the chart installs them: their names start with `vcp:`,

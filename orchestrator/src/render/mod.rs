@@ -68,7 +68,7 @@ pub const JOB_TEMPLATES: [(JobKind, &str, &str); 2] = [
     ),
 ];
 
-/// A Job vcp runs for a tenant ([`crate::snapshot`]).
+/// A Job vcp runs for a tenant ([`crate::snapshots`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobKind {
     /// Takes one etcd snapshot (with the claim that keeps them).

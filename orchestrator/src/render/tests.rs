@@ -1,4 +1,4 @@
-use super::*;
+use crate::render::*;
 
 fn key() -> TenantKey {
     TenantKey::new("demoabc123").unwrap()
@@ -120,7 +120,7 @@ fn every_rendered_object_is_of_a_kind_the_host_writer_knows() {
         for (_, objects) in Renderer::builtin().unwrap().render_all(&input).unwrap() {
             for o in objects {
                 assert!(
-                    crate::provision::host::supported(o.api_version(), o.kind()),
+                    crate::host::ssa::supported(o.api_version(), o.kind()),
                     "{} {}: not a kind the host writer applies",
                     o.api_version(),
                     o.kind()

@@ -1,4 +1,4 @@
-use super::*;
+use crate::lifecycle::fleet::*;
 use proptest::prelude::*;
 
 fn at(s: &str) -> OffsetDateTime {

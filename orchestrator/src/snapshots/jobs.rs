@@ -1,0 +1,275 @@
+//! The host side of snapshots and restores ([`crate::snapshots`]): the pass applies the Jobs
+//! through these, reads how they ended from their pods, and records it (the restore pass that
+//! drives them is [`crate::provision`]'s).
+
+use crate::host::Provisioner;
+use crate::inventory::Tenant;
+use crate::render::{Component, Input, JobKind, LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF};
+use crate::snapshots;
+use crate::snapshots::store::{NewRestore, RestoreRow, SnapshotRow};
+use crate::snapshots::{JobState, Report, RestoreStep, RestoreView};
+use crate::{Error, Result};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use vcp_core::lifecycle::SnapshotState;
+use vcp_core::naming::control_plane_namespace;
+
+/// The last termination message of a pod's containers (init containers first, as they ran).
+fn message(p: &Pod) -> Option<String> {
+    let s = p.status.as_ref()?;
+    let all: Vec<&ContainerStatus> = s
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(s.container_statuses.iter().flatten())
+        .collect();
+    // A failure's message first: it says why; else the last container's (the report).
+    let failed = all.iter().find_map(|c| {
+        let t = c.state.as_ref()?.terminated.as_ref()?;
+        (t.exit_code != 0).then(|| {
+            format!(
+                "container {} exited {}: {}",
+                c.name,
+                t.exit_code,
+                t.message.as_deref().unwrap_or("no message")
+            )
+        })
+    });
+    failed.or_else(|| {
+        all.iter()
+            .rev()
+            .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+    })
+}
+
+impl Provisioner {
+    /// How a Job of this tenant's control-plane namespace is doing.
+    pub async fn job_state(&self, ns: &str, name: &str) -> Result<JobState> {
+        let jobs: Api<Job> = Api::namespaced(self.host.clone(), ns);
+        let Some(job) = jobs
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("read job {name}"), e))?
+        else {
+            return Ok(JobState::Absent);
+        };
+        let status = job.status.unwrap_or_default();
+        let failed = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Failed" && c.status == "True");
+        if status.succeeded.unwrap_or(0) == 0 && failed.is_none() {
+            return Ok(JobState::Running);
+        }
+        let pods: Api<Pod> = Api::namespaced(self.host.clone(), ns);
+        let mut pods = pods
+            .list(&ListParams::default().labels(&format!("job-name={name}")))
+            .await
+            .map_err(|e| Error::kube(format!("list the pods of job {name}"), e))?
+            .items;
+        pods.sort_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
+        if status.succeeded.unwrap_or(0) > 0 {
+            let done = pods
+                .iter()
+                .rev()
+                .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"));
+            return Ok(JobState::Succeeded(
+                done.and_then(message).unwrap_or_default(),
+            ));
+        }
+        let why = pods.iter().rev().find_map(message).unwrap_or_else(|| {
+            failed
+                .and_then(|c| c.message.clone())
+                .unwrap_or_else(|| "the job failed".to_owned())
+        });
+        Ok(JobState::Failed(why))
+    }
+
+    /// Moves a pending snapshot along (the control plane is up): applies its Job, or records
+    /// how it ended. Its state afterwards.
+    pub async fn take_snapshot(
+        &self,
+        t: &Tenant,
+        input: &Input<'_>,
+        s: &SnapshotRow,
+    ) -> Result<SnapshotState> {
+        let ns = control_plane_namespace(&t.key);
+        // Named by the tenant's own number, as the location it shows is.
+        let job = snapshots::snapshot_job(s.number);
+        let actor = "vcp-orchestrator";
+        if self.config.simulate {
+            // Simulated control planes have no etcd to stream from: the snapshot is recorded
+            // as such (storage version `simulated`), so upgrades measure vcp's own work.
+            let r = Report {
+                revision: 1,
+                size: 1,
+                sha256: "0".repeat(64),
+                storage_version: "simulated".into(),
+            };
+            self.inventory
+                .finish_snapshot(t.id, s.id, Ok(&r), actor)
+                .await?;
+            return Ok(SnapshotState::Succeeded);
+        }
+        match self.job_state(&ns, &job).await? {
+            JobState::Absent => {
+                let objects = self.config.renderer.render_job(
+                    JobKind::Snapshot,
+                    input,
+                    json!({"job": job, "file": snapshots::file_name(s.number)}),
+                )?;
+                crate::host::ssa::apply_all(&self.host, &objects).await?;
+                Ok(SnapshotState::Pending)
+            }
+            JobState::Running => Ok(SnapshotState::Pending),
+            JobState::Succeeded(m) => match Report::parse(&m) {
+                Some(r) => {
+                    self.inventory
+                        .finish_snapshot(t.id, s.id, Ok(&r), actor)
+                        .await?;
+                    Ok(SnapshotState::Succeeded)
+                }
+                None => {
+                    let why = format!("the snapshot job reported nothing readable: {m:.200}");
+                    self.inventory
+                        .finish_snapshot(t.id, s.id, Err(&why), actor)
+                        .await?;
+                    Ok(SnapshotState::Failed)
+                }
+            },
+            JobState::Failed(m) => {
+                self.inventory
+                    .finish_snapshot(t.id, s.id, Err(&m), actor)
+                    .await?;
+                Ok(SnapshotState::Failed)
+            }
+        }
+    }
+
+    /// Control-plane pods still there (etcd, apiserver, controller-manager, syncer).
+    pub async fn control_plane_pods(&self, t: &Tenant, ns: &str) -> Result<usize> {
+        let pods: Api<Pod> = Api::namespaced(self.host.clone(), ns);
+        let sel = format!(
+            "{LABEL_CONTROL_PLANE_OF}={},{LABEL_COMPONENT} in (etcd,kube-apiserver,kube-controller-manager,vcp-syncer)",
+            t.key
+        );
+        Ok(pods
+            .list(&ListParams::default().labels(&sel))
+            .await
+            .map_err(|e| Error::kube("list the control plane's pods", e))?
+            .items
+            .len())
+    }
+
+    /// One pass over a restore that has not restored every member yet: keeps the control
+    /// plane stopped, runs the members' Jobs once its pods are gone. What it means for the
+    /// restore (`None`: still going) and a message for the tenant's condition.
+    pub async fn restore_members(
+        &self,
+        t: &Tenant,
+        input: &Input<'_>,
+        r: &RestoreRow,
+    ) -> Result<(Option<NewRestore>, String)> {
+        let ns = control_plane_namespace(&t.key);
+        let s = self
+            .inventory
+            .snapshot(t.id, r.snapshot_id)
+            .await?
+            .filter(|s| s.state == SnapshotState::Succeeded);
+        let Some(s) = s else {
+            return Ok((
+                Some(NewRestore::Failed(format!(
+                    "snapshot {} is not a taken snapshot of this tenant",
+                    r.snapshot_number
+                ))),
+                String::new(),
+            ));
+        };
+        let members = input.plan.etcd_replicas;
+        let mut jobs = Vec::new();
+        for m in 0..members {
+            jobs.push(
+                self.job_state(&ns, &snapshots::restore_job(r.id, m))
+                    .await?,
+            );
+        }
+        let pods_left = self.control_plane_pods(t, &ns).await?;
+        let view = RestoreView {
+            restored: false,
+            pods_left,
+            jobs: jobs.clone(),
+            ready: false,
+        };
+        let step = snapshots::restore_step(&view);
+        if matches!(step, RestoreStep::Stop | RestoreStep::Restore) {
+            // Stopped, and kept stopped until every member is restored.
+            let stopped = Input {
+                stopped: true,
+                ..input.clone()
+            };
+            for c in [
+                Component::Syncer,
+                Component::ControllerManager,
+                Component::Apiserver,
+                Component::Etcd,
+            ] {
+                let objects = self.config.renderer.render(c, &stopped)?;
+                crate::host::ssa::apply_all(&self.host, &objects).await?;
+            }
+        }
+        let id = s.number;
+        Ok(match step {
+            RestoreStep::Stop => (
+                None,
+                format!(
+                    "restoring snapshot {id}: stopping the control plane ({pods_left} pods left)"
+                ),
+            ),
+            RestoreStep::Restore => {
+                if pods_left == 0 {
+                    for (m, j) in jobs.iter().enumerate() {
+                        if *j != JobState::Absent {
+                            continue;
+                        }
+                        let m = u8::try_from(m).expect("members fit a u8");
+                        let objects = self.config.renderer.render_job(
+                            JobKind::Restore,
+                            input,
+                            json!({
+                                "job": snapshots::restore_job(r.id, m),
+                                "file": snapshots::file_name(id),
+                                "sha256": s.sha256,
+                                "member": m,
+                                "staging": format!("/var/lib/etcd/restore-{}", r.id),
+                                "keep": "/var/lib/etcd/data.before-restore",
+                                "revision_bump": snapshots::REVISION_BUMP,
+                            }),
+                        )?;
+                        crate::host::ssa::apply_all(&self.host, &objects).await?;
+                    }
+                }
+                let done = jobs
+                    .iter()
+                    .filter(|j| matches!(j, JobState::Succeeded(_)))
+                    .count();
+                (
+                    None,
+                    format!("restoring snapshot {id}: {done}/{members} members restored"),
+                )
+            }
+            RestoreStep::Start | RestoreStep::Done => (
+                Some(NewRestore::Restored),
+                format!("snapshot {id} restored; starting the control plane"),
+            ),
+            RestoreStep::Failed(why) => (
+                Some(NewRestore::Failed(format!(
+                    "restoring snapshot {id}: {why}"
+                ))),
+                String::new(),
+            ),
+        })
+    }
+}

@@ -1,0 +1,340 @@
+//! etcd snapshots and restores in the inventory (`migrations/0004_snapshots.sql`): asked for
+//! by the API or by an upgrade before each hop, recorded by the tenant's reconcile pass with
+//! what the snapshot Job reported; restores started by admins and advanced by the pass. The
+//! writes an upgrade makes here (the snapshot before a hop, the restore of a rollback) are
+//! [`crate::upgrades::store`]'s, in its transactions.
+
+use crate::Result;
+use crate::inventory::{Inventory, Tenant, audit_in, commit_work, due_if_present, notify};
+use crate::snapshots;
+use crate::snapshots::Report;
+use time::OffsetDateTime;
+use vcp_core::lifecycle::{Desired, Phase, RestoreState, SnapshotState};
+use vcp_core::naming::control_plane_namespace;
+
+/// One snapshot, as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SnapshotRow {
+    /// The row's key, which restores and upgrades refer to; never shown.
+    pub id: i64,
+    pub tenant_id: i64,
+    /// Its number among the tenant's snapshots: what the API, the audit trail and the file
+    /// name show (`migrations/0011_snapshot_numbers.sql`).
+    pub number: i64,
+    pub upgrade_id: Option<i64>,
+    pub version: String,
+    pub state: SnapshotState,
+    pub reason: Option<String>,
+    pub revision: Option<i64>,
+    pub size_bytes: Option<i64>,
+    pub sha256: Option<String>,
+    pub storage_version: Option<String>,
+    pub location: String,
+    pub requested_by: String,
+    pub created_at: OffsetDateTime,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// One restore, as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RestoreRow {
+    pub id: i64,
+    pub tenant_id: i64,
+    pub snapshot_id: i64,
+    /// The [`SnapshotRow::number`] of that snapshot.
+    pub snapshot_number: i64,
+    pub state: RestoreState,
+    pub restored: bool,
+    pub reason: Option<String>,
+    pub requested_by: String,
+    pub created_at: OffsetDateTime,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// What a pass means for a restore, written with its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NewRestore {
+    /// Every member's data is the snapshot's now; the control plane only starts again.
+    Restored,
+    Succeeded,
+    Failed(String),
+}
+
+pub(crate) async fn insert(
+    tx: &mut sqlx::PgConnection,
+    t: &Tenant,
+    upgrade: Option<i64>,
+    actor: &str,
+) -> Result<SnapshotRow> {
+    // Every caller holds the tenant's row lock already (it moved the tenant in this
+    // transaction), so two snapshots of one tenant never get one number.
+    let number: i64 = sqlx::query_scalar(
+        "UPDATE tenants SET snapshot_numbers = snapshot_numbers + 1 WHERE id = $1
+         RETURNING snapshot_numbers",
+    )
+    .bind(t.id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let row: SnapshotRow = sqlx::query_as(
+        "INSERT INTO etcd_snapshots
+           (tenant_id, number, upgrade_id, version, state, location, requested_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *",
+    )
+    .bind(t.id)
+    .bind(number)
+    .bind(upgrade)
+    .bind(&t.version)
+    .bind(SnapshotState::Pending)
+    .bind(snapshots::location(
+        &control_plane_namespace(&t.key),
+        number,
+    ))
+    .bind(actor)
+    .fetch_one(&mut *tx)
+    .await?;
+    audit_in(
+        tx,
+        actor,
+        "tenant.snapshot.request",
+        Some(t.id),
+        serde_json::json!({"snapshot": row.number, "upgrade": upgrade}),
+    )
+    .await?;
+    Ok(row)
+}
+
+/// The columns of a [`RestoreRow`], for `SELECT` and `RETURNING` on `etcd_restores`.
+pub(crate) const RESTORE_COLUMNS: &str = "*, (SELECT number FROM etcd_snapshots s
+    WHERE s.id = etcd_restores.snapshot_id) AS snapshot_number";
+
+impl Inventory {
+    /// Asks for a snapshot of a live, present tenant (one the API found for the caller) and
+    /// wakes the workers; `None` if it is gone or being deleted meanwhile. By id, not by name:
+    /// an admin's name may match several owners' tenants.
+    pub async fn request_snapshot(&self, t: &Tenant, actor: &str) -> Result<Option<SnapshotRow>> {
+        let mut tx = self.pool().begin().await?;
+        let Some(t) = due_if_present(&mut tx, t.id).await? else {
+            return Ok(None);
+        };
+        let row = insert(&mut tx, &t, None, actor).await?;
+        notify(&mut tx).await?;
+        tx.commit().await?;
+        Ok(Some(row))
+    }
+
+    /// A tenant's snapshots, newest first.
+    pub async fn snapshots(&self, tenant_id: i64) -> Result<Vec<SnapshotRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM etcd_snapshots WHERE tenant_id = $1 ORDER BY id DESC")
+                .bind(tenant_id)
+                .fetch_all(self.pool())
+                .await?,
+        )
+    }
+
+    /// One snapshot of a tenant, by its number (as the API names it).
+    pub async fn numbered_snapshot(
+        &self,
+        tenant_id: i64,
+        number: i64,
+    ) -> Result<Option<SnapshotRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM etcd_snapshots WHERE tenant_id = $1 AND number = $2")
+                .bind(tenant_id)
+                .bind(number)
+                .fetch_optional(self.pool())
+                .await?,
+        )
+    }
+
+    /// One snapshot of a tenant, by its row id (as restores and upgrades refer to it).
+    pub async fn snapshot(&self, tenant_id: i64, id: i64) -> Result<Option<SnapshotRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM etcd_snapshots WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant_id)
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?,
+        )
+    }
+
+    /// The snapshots of a tenant still to take, oldest first.
+    pub async fn pending_snapshots(&self, tenant_id: i64) -> Result<Vec<SnapshotRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM etcd_snapshots WHERE tenant_id = $1 AND state = 'Pending' ORDER BY id",
+        )
+        .bind(tenant_id)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// Records how a snapshot ended (once: a snapshot already finished stays as it is).
+    pub async fn finish_snapshot(
+        &self,
+        tenant_id: i64,
+        id: i64,
+        result: Result<&Report, &str>,
+        actor: &str,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let (state, reason, r) = match result {
+            Ok(r) => (SnapshotState::Succeeded, None, Some(r)),
+            Err(why) => (SnapshotState::Failed, Some(why), None),
+        };
+        let number: Option<i64> = sqlx::query_scalar(
+            "UPDATE etcd_snapshots SET state = $3, reason = $4, revision = $5, size_bytes = $6,
+               sha256 = $7, storage_version = $8, finished_at = now()
+             WHERE tenant_id = $1 AND id = $2 AND state = 'Pending'
+             RETURNING number",
+        )
+        .bind(tenant_id)
+        .bind(id)
+        .bind(state)
+        .bind(reason)
+        .bind(r.map(|r| r.revision))
+        .bind(r.map(|r| r.size))
+        .bind(r.map(|r| r.sha256.as_str()))
+        .bind(r.map(|r| r.storage_version.as_str()))
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(number) = number {
+            audit_in(
+                &mut tx,
+                actor,
+                "tenant.snapshot.finished",
+                Some(tenant_id),
+                serde_json::json!({"snapshot": number, "state": state, "reason": reason,
+                    "revision": r.map(|r| r.revision), "sha256": r.map(|r| &r.sha256)}),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Starts a restore of a Ready tenant from one of its taken snapshots (no upgrade or
+    /// other restore running): phase `Restoring`, workers woken. `None` when the tenant is not
+    /// Ready or something else moves it (the caller tells which).
+    pub async fn start_restore(
+        &self,
+        t: &Tenant,
+        snapshot: &SnapshotRow,
+        actor: &str,
+    ) -> Result<Option<RestoreRow>> {
+        let mut tx = self.pool().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE tenants SET phase = $2, generation = generation + 1,
+               next_reconcile_at = now(), updated_at = now()
+             WHERE id = $1 AND deleted_at IS NULL AND desired = $3 AND phase = $4
+               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
+                               WHERE tenant_id = $1 AND state = ANY($5))
+               AND NOT EXISTS (SELECT 1 FROM etcd_restores
+                               WHERE tenant_id = $1 AND state = 'Running')",
+        )
+        .bind(t.id)
+        .bind(Phase::Restoring)
+        .bind(Desired::Present)
+        .bind(Phase::Ready)
+        .bind(vcp_core::lifecycle::UpgradeState::active_names())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved != 1 {
+            return Ok(None);
+        }
+        let row: RestoreRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO etcd_restores (tenant_id, snapshot_id, state, requested_by)
+             VALUES ($1, $2, $3, $4) RETURNING {RESTORE_COLUMNS}"
+        )))
+        .bind(t.id)
+        .bind(snapshot.id)
+        .bind(RestoreState::Running)
+        .bind(actor)
+        .fetch_one(&mut *tx)
+        .await?;
+        commit_work(
+            tx,
+            actor,
+            "tenant.restore.start",
+            Some(t.id),
+            serde_json::json!({"restore": row.id, "snapshot": snapshot.number,
+                "revision": snapshot.revision}),
+        )
+        .await?;
+        Ok(Some(row))
+    }
+
+    /// The restore moving a tenant now, if any.
+    pub async fn active_restore(&self, tenant_id: i64) -> Result<Option<RestoreRow>> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {RESTORE_COLUMNS} FROM etcd_restores
+                 WHERE tenant_id = $1 AND state = 'Running'"
+        )))
+        .bind(tenant_id)
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    /// A tenant's restores, newest first.
+    pub async fn restores(&self, tenant_id: i64) -> Result<Vec<RestoreRow>> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {RESTORE_COLUMNS} FROM etcd_restores WHERE tenant_id = $1 ORDER BY id DESC"
+        )))
+        .bind(tenant_id)
+        .fetch_all(self.pool())
+        .await?)
+    }
+}
+
+/// Writes what a pass means for a restore, in the pass's transaction.
+pub(crate) async fn apply_restore(
+    tx: &mut sqlx::PgConnection,
+    tenant: i64,
+    restore: i64,
+    r: &NewRestore,
+    actor: &str,
+) -> Result<()> {
+    let (state, restored, reason, action) = match r {
+        NewRestore::Restored => (RestoreState::Running, true, None, "tenant.restore.restored"),
+        NewRestore::Succeeded => (
+            RestoreState::Succeeded,
+            true,
+            None,
+            "tenant.restore.succeeded",
+        ),
+        NewRestore::Failed(why) => (
+            RestoreState::Failed,
+            false,
+            Some(why.as_str()),
+            "tenant.restore.failed",
+        ),
+    };
+    let done = sqlx::query(
+        "UPDATE etcd_restores SET state = $3, restored = restored OR $4, reason = $5,
+           finished_at = CASE WHEN $3 = 'Running' THEN NULL ELSE now() END
+         WHERE id = $1 AND tenant_id = $2 AND state = 'Running'",
+    )
+    .bind(restore)
+    .bind(tenant)
+    .bind(state)
+    .bind(restored)
+    .bind(reason)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if done == 1 {
+        sqlx::query("UPDATE tenants SET next_reconcile_at = now() WHERE id = $1")
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await?;
+        audit_in(
+            tx,
+            actor,
+            action,
+            Some(tenant),
+            serde_json::json!({"restore": restore, "reason": reason}),
+        )
+        .await?;
+    }
+    Ok(())
+}

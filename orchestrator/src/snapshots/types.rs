@@ -1,0 +1,107 @@
+//! Snapshots and restores of a tenant's etcd.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+use vcp_core::lifecycle::{RestoreState, SnapshotState};
+
+/// One etcd snapshot of a tenant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotView {
+    /// Its number among the tenant's snapshots (1, 2, ...; those taken before snapshots were
+    /// numbered per tenant kept their earlier id): what `POST .../restore` takes.
+    pub id: i64,
+    /// `Pending` until the tenant's next pass (once its etcd is up) has taken it.
+    pub state: SnapshotState,
+    /// Why it failed.
+    pub reason: Option<String>,
+    /// The upgrade that took it before one of its hops; none when asked for.
+    pub upgrade: Option<i64>,
+    /// The tenant's minor when it was asked for.
+    pub version: String,
+    /// The store's revision when the snapshot started.
+    pub revision: Option<i64>,
+    /// Bytes of the file (etcd's integrity trailer included).
+    pub size_bytes: Option<i64>,
+    /// SHA-256 of the file, hex; a restore checks the file against it first.
+    pub sha256: Option<String>,
+    /// `pvc://<control-plane namespace>/etcd-snapshots/<file>`.
+    pub location: String,
+    pub requested_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+impl From<super::store::SnapshotRow> for SnapshotView {
+    fn from(s: super::store::SnapshotRow) -> SnapshotView {
+        SnapshotView {
+            id: s.number,
+            state: s.state,
+            reason: s.reason,
+            upgrade: s.upgrade_id,
+            version: s.version,
+            revision: s.revision,
+            size_bytes: s.size_bytes,
+            sha256: s.sha256,
+            location: s.location,
+            requested_by: s.requested_by,
+            created_at: s.created_at,
+            finished_at: s.finished_at,
+        }
+    }
+}
+
+/// One restore of a tenant from a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RestoreView {
+    pub id: i64,
+    /// The snapshot's `id` (its number among the tenant's snapshots).
+    pub snapshot: i64,
+    pub state: RestoreState,
+    /// Every etcd member holds the snapshot's data (the control plane may still be starting).
+    pub restored: bool,
+    /// Why it failed.
+    pub reason: Option<String>,
+    pub requested_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub started_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+impl From<super::store::RestoreRow> for RestoreView {
+    fn from(r: super::store::RestoreRow) -> RestoreView {
+        RestoreView {
+            id: r.id,
+            snapshot: r.snapshot_number,
+            state: r.state,
+            restored: r.restored,
+            reason: r.reason,
+            requested_by: r.requested_by,
+            started_at: r.created_at,
+            finished_at: r.finished_at,
+        }
+    }
+}
+
+/// `GET /v1/tenants/{name}/snapshots`: a tenant's snapshots and restores, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotList {
+    pub snapshots: Vec<SnapshotView>,
+    pub restores: Vec<RestoreView>,
+}
+
+/// `POST /v1/tenants/{name}/restore` body.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreTenant {
+    /// The `id` of a `Succeeded` snapshot of this tenant, as its snapshot list shows it.
+    #[schema(minimum = 1)]
+    pub snapshot: i64,
+}
