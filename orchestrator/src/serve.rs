@@ -1,17 +1,15 @@
 //! `vcp serve`: migrations, the admin token, reconcile workers, the fleet upgrade worker, the
 //! patch update sweep, the usage sampler and the HTTP API in one process.
 
-use crate::api;
 use crate::host::{Config, Provisioner, TenantAccess};
 use crate::http::AppState;
 use crate::http::auth::{new_token, token_hash};
 use crate::inventory::{Inventory, Released};
 use crate::metrics::{Metrics, PassKind};
 use crate::provision::wake::Woken;
-use crate::render;
 use crate::render::catalog::Catalog;
 use crate::render::{Expose, Renderer, Settings};
-use crate::{Error, Result};
+use crate::{Error, Result, api, render};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

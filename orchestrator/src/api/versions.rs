@@ -3,8 +3,7 @@
 use crate::api::types::{VersionList, VersionView};
 use crate::http::AppState;
 use crate::http::auth::authenticate;
-use crate::http::problem::Problem;
-use crate::http::problem::Unauthorized;
+use crate::http::problem::{Problem, Unauthorized};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;

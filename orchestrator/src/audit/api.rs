@@ -4,10 +4,8 @@
 
 use crate::audit::store::{ActionFilter, AuditEntry, AuditFilter};
 use crate::audit::types::{AuditEntryView, AuditPage, AuditQuery};
-use crate::http::AppState;
-use crate::http::problem::Unauthorized;
-use crate::http::problem::{Problem, ProblemBody};
-use crate::http::query_time;
+use crate::http::problem::{Problem, ProblemBody, Unauthorized};
+use crate::http::{AppState, query_time};
 use crate::names::TenantName;
 use axum::Json;
 use axum::extract::{Query, State};

@@ -2,11 +2,8 @@
 
 use crate::Result;
 use crate::audit::types::{AuditEntryView, AuditPage};
-use crate::client::instant;
-use crate::client::output;
-use crate::client::output::{Format, table};
-use crate::client::{Client, Connection, segment};
-use crate::client::{OutputArgs, now, print};
+use crate::client::output::{self, Format, table};
+use crate::client::{Client, Connection, OutputArgs, instant, now, print, segment};
 use time::OffsetDateTime;
 
 #[derive(Debug, clap::Args)]

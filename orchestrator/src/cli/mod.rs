@@ -9,8 +9,7 @@
 
 use crate::Result;
 use crate::api::types::VersionList;
-use crate::client::output;
-use crate::client::output::{Format, table};
+use crate::client::output::{self, Format, table};
 use crate::client::{Client, Connection, OutputArgs, print};
 
 /// `vcp version ...`

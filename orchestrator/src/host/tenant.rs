@@ -4,8 +4,7 @@
 //! and upgrade gates use it, and so does kubeconfig signing (sudo grants).
 
 use super::{Provisioner, TenantAccess, secret_str};
-use crate::render;
-use crate::{Error, Result};
+use crate::{Error, Result, render};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;

@@ -4,11 +4,11 @@
 //! provisioner writes the tenant's revoked serials to the host, where the revocation
 //! authorizer in the tenant apiserver's pod refuses them (`vcp_core::revocation`).
 
-use crate::http::AppState;
-use crate::http::problem::{BodyRefused, NoBodyTaken, NoSuchTenant, Unauthorized};
-use crate::http::problem::{Problem, ProblemBody};
+use crate::http::problem::{
+    BodyRefused, NoBodyTaken, NoSuchTenant, Problem, ProblemBody, Unauthorized,
+};
 use crate::http::schema::{NameSchema, SerialSchema, SubjectSchema};
-use crate::http::{Name, NameAnd, NoBody, body, caller_and_tenant};
+use crate::http::{AppState, Name, NameAnd, NoBody, body, caller_and_tenant};
 use crate::kubeconfigs::types::{
     BreakGlassRequest, IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView,
 };

@@ -1,9 +1,7 @@
 //! `vcp kubeconfig ...` and `vcp user ...`: issuing, listing and revoking user kubeconfigs.
 
-use crate::client::output;
-use crate::client::output::{Format, age, table};
-use crate::client::{Client, Connection, name, segment};
-use crate::client::{OutputArgs, print, progress};
+use crate::client::output::{self, Format, age, table};
+use crate::client::{Client, Connection, OutputArgs, name, print, progress, segment};
 use crate::kubeconfigs::types::{
     IssueKubeconfig, KubeconfigIssued, KubeconfigList, KubeconfigView,
 };

@@ -7,10 +7,9 @@
 
 use crate::host::Provisioner;
 use crate::inventory::Tenant;
-use crate::pki;
 use crate::pki::CertInfo;
 use crate::pki::rotation::{Phase, Target};
-use crate::{Error, Result, render};
+use crate::{Error, Result, pki, render};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams};

@@ -17,8 +17,7 @@
 //! Everything [`step`] decides is a function of stored state and `now`, so a replica killed
 //! between two steps leaves nothing another replica cannot recompute.
 
-use crate::lifecycle::skew;
-use crate::lifecycle::skew::{Allow, SkewError};
+use crate::lifecycle::skew::{self, Allow, SkewError};
 use crate::render::catalog::{Catalog, Class, minor_number};
 use crate::window::MaintenanceWindow;
 use std::collections::{BTreeMap, BTreeSet};

@@ -9,15 +9,12 @@
 
 use crate::host::{Provisioner, conflict, cp_selector, first_service_ip, secret_str};
 use crate::inventory::Tenant;
-use crate::pki;
-use crate::pki::rotation;
-use crate::pki::rotation::Target;
+use crate::pki::rotation::{self, Target};
 use crate::pki::{ApiNames, Ca, CertKey};
 use crate::provision::ROLLOUT_TOKENS;
-use crate::render;
 use crate::render::Plan;
 use crate::rotations::store::RotationRow;
-use crate::{Error, Result};
+use crate::{Error, Result, pki, render};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};

@@ -1,12 +1,10 @@
 //! Exposing a tenant's apiserver on the host: its NetworkPolicy and Service, and the endpoint
 //! clients use, read back from the Service once the host has assigned it.
 
-use crate::host::Provisioner;
-use crate::host::ssa as host;
+use crate::host::{Provisioner, ssa as host};
 use crate::inventory::Tenant;
-use crate::render;
 use crate::render::{Component, Expose, Plan};
-use crate::{Error, Result};
+use crate::{Error, Result, render};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use std::collections::BTreeMap;

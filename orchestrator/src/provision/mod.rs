@@ -23,16 +23,13 @@ pub mod wake;
 
 pub use expose::endpoint;
 
-use crate::host::Provisioner;
-use crate::host::ssa as host;
+use crate::host::{Provisioner, ssa as host};
 use crate::inventory::Tenant;
-use crate::lifecycle::steps;
-use crate::lifecycle::upgrade;
-use crate::render;
+use crate::lifecycle::{steps, upgrade};
 use crate::render::{Component, Input, Object};
 use crate::rotations::store::RotationRow;
 use crate::snapshots::store::NewRestore;
-use crate::{Error, Result};
+use crate::{Error, Result, render};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::Client;
 use kube::api::Api;

@@ -5,8 +5,7 @@
 use crate::host::{Provisioner, cp_selector, ignore_404};
 use crate::inventory::Tenant;
 use crate::lifecycle::steps::StepResult;
-use crate::render;
-use crate::{Error, Result};
+use crate::{Error, Result, render};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};

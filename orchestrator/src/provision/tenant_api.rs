@@ -3,15 +3,11 @@
 //! the gates of an upgrade hop (a write answered, a canary ConfigMap's round trip through the
 //! syncer to the host and back).
 
-use crate::host::Provisioner;
-use crate::host::ssa as host;
+use crate::host::{Provisioner, ssa as host};
 use crate::inventory::Tenant;
-use crate::lifecycle::steps;
-use crate::lifecycle::steps::StepResult;
+use crate::lifecycle::steps::{self, StepResult};
 use crate::lifecycle::upgrade;
-use crate::pki;
-use crate::render;
-use crate::{Error, Result};
+use crate::{Error, Result, pki, render};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams};

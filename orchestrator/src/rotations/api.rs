@@ -3,11 +3,9 @@
 //! `serve` and `retire` to `done` (see [`crate::pki::rotation`]); `GET .../rotations` shows
 //! where each stands and, for the cluster CA, which kubeconfigs must be reissued.
 
-use crate::http::AppState;
-use crate::http::problem::{BodyRefused, NoSuchTenant, Unauthorized};
-use crate::http::problem::{Problem, ProblemBody};
+use crate::http::problem::{BodyRefused, NoSuchTenant, Problem, ProblemBody, Unauthorized};
 use crate::http::schema::NameSchema;
-use crate::http::{Name, body, caller_and_tenant};
+use crate::http::{AppState, Name, body, caller_and_tenant};
 use crate::kubeconfigs::types::KubeconfigView;
 use crate::pki::rotation::{MAX_OVERLAP, Target};
 use crate::rotations::store::{RotationRow, StartRefused};

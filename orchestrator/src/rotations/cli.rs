@@ -1,9 +1,7 @@
 //! `vcp tenant rotate` and `vcp tenant rotations`: CA and key rotations of a tenant.
 
-use crate::client::output;
-use crate::client::output::{Format, age, table};
-use crate::client::{Client, name};
-use crate::client::{OutputArgs, WaitArgs, now, print};
+use crate::client::output::{self, Format, age, table};
+use crate::client::{Client, OutputArgs, WaitArgs, name, now, print};
 use crate::rotations::api::{RotateTenant, RotationList, RotationTarget, RotationView};
 use crate::{Error, Result};
 use std::time::{Duration, Instant};

@@ -10,14 +10,12 @@
 
 use crate::host::{Provisioner, cp_selector, secret_str};
 use crate::inventory::Tenant;
-use crate::pki;
-use crate::pki::Ca;
-use crate::pki::rotation;
 use crate::pki::rotation::{
     CaMaterial, NEXT_CERT, NEXT_KEY, Phase, SecretChange, Signer, Target, ca_of, phase_of,
 };
+use crate::pki::{Ca, rotation};
 use crate::rotations::store::RotationRow;
-use crate::{Error, Result};
+use crate::{Error, Result, pki};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};

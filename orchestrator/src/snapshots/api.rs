@@ -3,13 +3,12 @@
 //! `POST /v1/tenants/{name}/restore` (admins) stops the control plane, restores every etcd
 //! member from the snapshot and starts it again (poll the tenant's `phase` and the list).
 
-use crate::http::AppState;
-use crate::http::problem::{AdminOnly, BodyRefused, NoBodyTaken, NoSuchTenant, Unauthorized};
-use crate::http::problem::{Problem, ProblemBody};
+use crate::http::problem::{
+    AdminOnly, BodyRefused, NoBodyTaken, NoSuchTenant, Problem, ProblemBody, Unauthorized,
+};
 use crate::http::schema::NameSchema;
-use crate::http::{Name, NoBody, body, caller_and_tenant};
-use crate::snapshots::types::RestoreView;
-use crate::snapshots::types::{RestoreTenant, SnapshotList, SnapshotView};
+use crate::http::{AppState, Name, NoBody, body, caller_and_tenant};
+use crate::snapshots::types::{RestoreTenant, RestoreView, SnapshotList, SnapshotView};
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;

@@ -1,11 +1,8 @@
 //! `vcp snapshot ...`: etcd snapshots of a tenant and restores from them.
 
-use crate::client::output;
-use crate::client::output::{Format, age, bytes, table};
-use crate::client::{Client, Connection, name};
-use crate::client::{OutputArgs, WaitArgs, print};
-use crate::snapshots::types::RestoreView;
-use crate::snapshots::types::{RestoreTenant, SnapshotList, SnapshotView};
+use crate::client::output::{self, Format, age, bytes, table};
+use crate::client::{Client, Connection, OutputArgs, WaitArgs, name, print};
+use crate::snapshots::types::{RestoreTenant, RestoreView, SnapshotList, SnapshotView};
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
 use time::OffsetDateTime;

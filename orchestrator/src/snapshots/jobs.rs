@@ -5,10 +5,9 @@
 use crate::host::Provisioner;
 use crate::inventory::Tenant;
 use crate::render::{Component, Input, JobKind, LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF};
-use crate::snapshots;
 use crate::snapshots::store::{NewRestore, RestoreRow, SnapshotRow};
 use crate::snapshots::{JobState, Report, RestoreStep, RestoreView};
-use crate::{Error, Result};
+use crate::{Error, Result, snapshots};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};

@@ -4,10 +4,9 @@
 //! writes an upgrade makes here (the snapshot before a hop, the restore of a rollback) are
 //! [`crate::upgrades::store`]'s, in its transactions.
 
-use crate::Result;
 use crate::inventory::{Inventory, Tenant, audit_in, commit_work, due_if_present, notify};
-use crate::snapshots;
 use crate::snapshots::Report;
+use crate::{Result, snapshots};
 use time::OffsetDateTime;
 use vcp_core::lifecycle::{Desired, Phase, RestoreState, SnapshotState};
 use vcp_core::naming::control_plane_namespace;

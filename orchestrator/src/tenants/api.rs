@@ -2,12 +2,12 @@
 //! inventory as desired state; the reconcile workers do the rest (poll `phase`).
 
 use crate::Error;
-use crate::http::AppState;
 use crate::http::auth::authenticate;
-use crate::http::problem::{BodyRefused, NoBodyTaken, NoSuchTenant, Unauthorized};
-use crate::http::problem::{Problem, ProblemBody};
+use crate::http::problem::{
+    BodyRefused, NoBodyTaken, NoSuchTenant, Problem, ProblemBody, Unauthorized,
+};
 use crate::http::schema::NameSchema;
-use crate::http::{Name, NoBody, body, caller_and_tenant, find};
+use crate::http::{AppState, Name, NoBody, body, caller_and_tenant, find};
 use crate::inventory::{NewTenant, Tenant};
 use crate::names::TenantName;
 use crate::tenants::types::{CreateTenant, DeleteQuery, TenantList, TenantUsage, TenantView};

@@ -1,9 +1,9 @@
 //! `vcp tenant ...`: create, list, show, update, delete, usage and rotations of tenants.
 
-use crate::client::output;
-use crate::client::output::{Format, age, cut, table};
-use crate::client::{Client, Connection, name};
-use crate::client::{OutputArgs, WaitArgs, labels, now, print, progress, window};
+use crate::client::output::{self, Format, age, cut, table};
+use crate::client::{
+    Client, Connection, OutputArgs, WaitArgs, labels, name, now, print, progress, window,
+};
 use crate::kubeconfigs::types::KubeconfigList;
 use crate::tenants::types::{CreateTenant, TenantList, TenantView};
 use crate::upgrades::cli::TenantUpgrade;

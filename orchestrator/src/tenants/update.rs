@@ -4,14 +4,11 @@
 //! the reconcile workers roll it, gate it and, if a gate fails, roll it back (poll the tenant's
 //! `phase` and `upgrade`).
 
-use crate::http::AppState;
-use crate::http::problem::{BodyRefused, NoSuchTenant, Unauthorized};
-use crate::http::problem::{Problem, ProblemBody};
+use crate::http::problem::{BodyRefused, NoSuchTenant, Problem, ProblemBody, Unauthorized};
 use crate::http::schema::NameSchema;
-use crate::http::{Name, caller_and_tenant, object_body};
+use crate::http::{AppState, Name, caller_and_tenant, object_body};
 use crate::inventory::TenantSettings;
-use crate::lifecycle::skew;
-use crate::lifecycle::skew::Allow;
+use crate::lifecycle::skew::{self, Allow};
 use crate::tenants::api::view;
 use crate::tenants::types::TenantView;
 use crate::upgrades::store::NewUpgrade;

@@ -1,13 +1,12 @@
 //! API tokens (admins only): create (the secret is shown once), list, revoke.
 
 use crate::Error;
-use crate::http::AppState;
-use crate::http::auth::new_token;
-use crate::http::auth::{authenticate, token_hash};
-use crate::http::problem::{AdminOnly, BodyRefused, NoBodyTaken, Unauthorized};
-use crate::http::problem::{Problem, ProblemBody};
+use crate::http::auth::{authenticate, new_token, token_hash};
+use crate::http::problem::{
+    AdminOnly, BodyRefused, NoBodyTaken, Problem, ProblemBody, Unauthorized,
+};
 use crate::http::schema::NameSchema;
-use crate::http::{Name, NoBody, body, existing_name};
+use crate::http::{AppState, Name, NoBody, body, existing_name};
 use crate::names::TenantName;
 use crate::tokens::types::{CreateToken, Role, TokenCreated, TokenList, TokenView};
 use axum::Json;

@@ -1,10 +1,8 @@
 //! `vcp token ...`: the API tokens of owners and admins (admins only).
 
 use crate::Result;
-use crate::client::output;
-use crate::client::output::{Format, age, table};
-use crate::client::{Client, Connection, name};
-use crate::client::{OutputArgs, now, print, progress};
+use crate::client::output::{self, Format, age, table};
+use crate::client::{Client, Connection, OutputArgs, name, now, print, progress};
 use crate::tokens::types::{CreateToken, Role, TokenCreated, TokenList, TokenView};
 use time::OffsetDateTime;
 

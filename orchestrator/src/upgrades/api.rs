@@ -3,13 +3,10 @@
 //! and the fleet worker of any replica steps it; `GET` shows its progress, and
 //! `pause`, `resume` and `cancel` change its state.
 
-use crate::http::AppState;
 use crate::http::auth::{Caller, authenticate};
-use crate::http::problem::{AdminOnly, BodyRefused, Unauthorized};
-use crate::http::problem::{Problem, ProblemBody};
-use crate::http::{body, object_body};
-use crate::lifecycle::fleet;
-use crate::lifecycle::fleet::{Candidate, Request, Selector};
+use crate::http::problem::{AdminOnly, BodyRefused, Problem, ProblemBody, Unauthorized};
+use crate::http::{AppState, body, object_body};
+use crate::lifecycle::fleet::{self, Candidate, Request, Selector};
 use crate::names::TenantName;
 use crate::upgrades::fleet_store::{ActionOutcome, FleetAction, FleetRow, FleetSummary, NewFleet};
 use crate::upgrades::types::{

@@ -1,9 +1,7 @@
 //! `vcp upgrade ...` and `vcp tenant upgrade`: one tenant's upgrade and fleet upgrades.
 
-use crate::client::output;
-use crate::client::output::{Format, age, table};
-use crate::client::{Client, Connection};
-use crate::client::{OutputArgs, WaitArgs, now, print, progress};
+use crate::client::output::{self, Format, age, table};
+use crate::client::{Client, Connection, OutputArgs, WaitArgs, now, print, progress};
 use crate::upgrades::types::FleetUpgradeView;
 use crate::upgrades::types::{
     CreateFleetUpgrade, FleetSelector, FleetUpgradeAction, FleetUpgradeDetail, FleetUpgradeList,

@@ -11,10 +11,8 @@
 use crate::Result;
 use crate::host::Config;
 use crate::inventory::Inventory;
-use crate::lifecycle::fleet;
-use crate::lifecycle::fleet::{Entry, Pace};
-use crate::lifecycle::skew;
-use crate::lifecycle::skew::Allow;
+use crate::lifecycle::fleet::{self, Entry, Pace};
+use crate::lifecycle::skew::{self, Allow};
 use crate::metrics::Metrics;
 use crate::render::Plan;
 use crate::upgrades::fleet_store::{FleetEntryRow, FleetRow, StartOutcome};

@@ -11,8 +11,7 @@
 use crate::Result;
 use crate::inventory::{Inventory, TENANT_COLUMNS, Tenant, audit_in, notify};
 use crate::lifecycle::upgrade::{Active, HopSnapshot, Transition};
-use crate::snapshots::store::SnapshotRow;
-use crate::snapshots::store::{RESTORE_COLUMNS, RestoreRow, insert};
+use crate::snapshots::store::{RESTORE_COLUMNS, RestoreRow, SnapshotRow, insert};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use vcp_core::lifecycle::RestoreState;

@@ -1,7 +1,6 @@
 //! Upgrades: one tenant's (`PATCH`) and fleet upgrades (`/v1/upgrades`), requests and views.
 
-use crate::http::schema::present;
-use crate::http::schema::{NameSchema, TargetSchema, VersionSchema};
+use crate::http::schema::{NameSchema, TargetSchema, VersionSchema, present};
 use crate::window::{MaintenanceWindow, RawWindow};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;

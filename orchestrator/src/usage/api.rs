@@ -1,11 +1,8 @@
 //! A tenant's usage samples by time range: the billing export (`GET /v1/tenants/{name}/usage`).
 
-use crate::http::AppState;
-use crate::http::problem::{NoSuchTenant, Unauthorized};
-use crate::http::problem::{Problem, ProblemBody};
+use crate::http::problem::{NoSuchTenant, Problem, ProblemBody, Unauthorized};
 use crate::http::schema::NameSchema;
-use crate::http::{Name, caller_and_tenant};
-use crate::http::{in_utc, query_time};
+use crate::http::{AppState, Name, caller_and_tenant, in_utc, query_time};
 use crate::usage::types::{UsageQuery, UsageSampleView, UsageSamples};
 use axum::Json;
 use axum::extract::{Query, State};

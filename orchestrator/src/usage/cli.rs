@@ -1,10 +1,8 @@
 //! `vcp tenant usage`: a tenant's usage samples over a time range, and the usage table
 //! `vcp tenant get` shows.
 
-use crate::client::OutputArgs;
-use crate::client::instant;
 use crate::client::output::{bytes, cpu, table};
-use crate::client::{Client, name, segment};
+use crate::client::{Client, OutputArgs, instant, name, segment};
 use crate::usage::types::UsageSamples;
 use crate::{Error, Result};
 use time::OffsetDateTime;
