@@ -247,6 +247,28 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
         "virtual nodes {names:?} missing some of {nodes:?}"
     );
     assert!(nodes.iter().all(|n| n.starts_with("kwok-node-")));
+    // The apiserver taints every node it creates not-ready; the syncer, the tenant's node
+    // lifecycle, takes the taint off a node whose host node is Ready.
+    eventually(
+        "virtual nodes of Ready host nodes without the not-ready taint",
+        Duration::from_secs(30),
+        || async {
+            let l = Api::<Node>::all(tenant.clone())
+                .list(&ListParams::default())
+                .await?;
+            Ok(l.items
+                .iter()
+                .filter(|n| nodes.contains(&n.name_any()))
+                .all(|n| {
+                    n.spec
+                        .as_ref()
+                        .and_then(|s| s.taints.as_ref())
+                        .is_none_or(|ts| ts.iter().all(|t| t.key != "node.kubernetes.io/not-ready"))
+                })
+                .then_some(()))
+        },
+    )
+    .await?;
 
     // Each host pod's token (issued by the tenant, kept in a host Secret it owns) authenticates
     // to the tenant apiserver as the pod's service account.

@@ -1,7 +1,8 @@
 //! Virtual nodes: the tenant's view of the host nodes its pods run on. A tenant pod is bound to
 //! the virtual node named after its host pod's node ([`super::up`]); the node is created then
 //! (`ensure_virtual_node`), its status mirrored from the host node every period, and it is
-//! removed once no tenant pod is bound to it ([`virtual_nodes`]).
+//! removed once no tenant pod is bound to it ([`virtual_nodes`]). The syncer also keeps the
+//! taints a node lifecycle controller would ([`lifecycle_taints`]): tenants run none.
 //!
 //! With a kubelet endpoint ([`crate::kubelet`]), every virtual node carries that endpoint's
 //! address and port instead of the host node's, so the tenant apiserver's `logs`, `exec`,
@@ -10,7 +11,7 @@
 use super::PodCtx;
 use crate::engine::{Engine, FIELD_MANAGER, shared::Cache};
 use crate::{Result, kube_err};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
@@ -99,6 +100,65 @@ pub fn virtual_node(host: &Node, kubelet: Option<&KubeletEndpoint>) -> Node {
     }
 }
 
+/// The taint the apiserver puts on every node it creates, and that a node lifecycle controller
+/// keeps in step with the node's Ready condition from then on.
+pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+/// The lifecycle controller's taint for a node that stopped reporting.
+pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// Whether a node's Ready condition is True.
+pub fn is_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The taints a virtual node should carry when its host node is `ready`, if they differ from
+/// `current`'s. A tenant runs no node lifecycle controller (its controller-manager runs without
+/// `nodelifecycle`: its nodes are the syncer's), so the syncer does that part of its work for
+/// virtual nodes: a Ready node carries neither [`NOT_READY`] nor [`UNREACHABLE`], a node that
+/// is not Ready carries [`NOT_READY`] (`NoSchedule`). Without this, the `not-ready` taint the
+/// apiserver adds at creation would stay, and clients that schedule by taints (the conformance
+/// suite counts schedulable nodes) would see no node they may use. Other taints, a tenant's
+/// own, are kept.
+pub fn lifecycle_taints(current: &Node, ready: bool) -> Option<Vec<Taint>> {
+    let taints = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let ours = |t: &Taint| t.key == NOT_READY || t.key == UNREACHABLE;
+    let want: Vec<Taint> = if ready {
+        taints.iter().filter(|t| !ours(t)).cloned().collect()
+    } else if taints.iter().any(|t| t.key == NOT_READY) {
+        taints.clone()
+    } else {
+        let mut w = taints.clone();
+        w.push(Taint {
+            key: NOT_READY.to_owned(),
+            effect: "NoSchedule".to_owned(),
+            ..Default::default()
+        });
+        w
+    };
+    (want != taints).then_some(want)
+}
+
+/// Gives virtual node `current` the taints its readiness calls for ([`lifecycle_taints`]).
+async fn keep_taints(e: &Engine, current: &Node, ready: bool) -> Result<()> {
+    let Some(taints) = lifecycle_taints(current, ready) else {
+        return Ok(());
+    };
+    let name = current.name_any();
+    let patch = serde_json::json!({"spec": {"taints": taints}});
+    Api::<Node>::all(e.tenant.clone())
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err(format!("set the taints of virtual node {name}")))?;
+    Ok(())
+}
+
 /// Creates the virtual node `name` in the tenant unless it is known to exist.
 pub(super) async fn ensure_virtual_node(e: &Engine, p: &PodCtx, name: &str) -> Result<()> {
     if p.known_nodes
@@ -136,7 +196,9 @@ pub(super) async fn ensure_virtual_node(e: &Engine, p: &PodCtx, name: &str) -> R
         )
         .await
     {
-        Ok(_) => {}
+        // The apiserver tainted it `not-ready` as it does every new node.
+        Ok(created) => keep_taints(e, &created, is_ready(&node)).await?,
+        // Someone else's create; the upkeep below sets its taints.
         Err(kube::Error::Api(ae)) if ae.code == 409 => {}
         Err(err) => return Err(kube_err(format!("create virtual node {name}"))(err)),
     }
@@ -205,7 +267,9 @@ async fn virtual_nodes_once(e: &Engine, p: &PodCtx, tenant_pods: &Store<Pod>) ->
             .await
             .map_err(kube_err(format!("get host node {name}")))?
         {
-            refresh_virtual_node(e, &virtual_node(&host, p.kubelet_endpoint.as_ref())).await?;
+            let v = virtual_node(&host, p.kubelet_endpoint.as_ref());
+            keep_taints(e, &n, is_ready(&v)).await?;
+            refresh_virtual_node(e, &v).await?;
         }
     }
     Ok(())
@@ -214,6 +278,43 @@ async fn virtual_nodes_once(e: &Engine, p: &PodCtx, tenant_pods: &Store<Pod>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_virtual_node_is_tainted_not_ready_exactly_while_its_host_node_is_not_ready() {
+        let node = |taints: serde_json::Value| -> Node {
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "n"}, "spec": {"taints": taints}}),
+            )
+            .unwrap()
+        };
+        let keys = |ts: Vec<Taint>| -> Vec<String> { ts.into_iter().map(|t| t.key).collect() };
+        // As the apiserver creates it, with a taint of the tenant's own.
+        let created = node(serde_json::json!([
+            {"key": NOT_READY, "effect": "NoSchedule"},
+            {"key": "team", "value": "a", "effect": "NoSchedule"},
+            {"key": UNREACHABLE, "effect": "NoExecute"},
+        ]));
+        assert_eq!(keys(lifecycle_taints(&created, true).unwrap()), ["team"]);
+        assert_eq!(lifecycle_taints(&node(serde_json::json!([])), true), None);
+        assert_eq!(
+            keys(
+                lifecycle_taints(
+                    &node(serde_json::json!([{"key": "team", "effect": "NoSchedule"}])),
+                    false
+                )
+                .unwrap()
+            ),
+            ["team", NOT_READY]
+        );
+        assert_eq!(lifecycle_taints(&created, false), None, "already not-ready");
+        let untainted: Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}})).unwrap();
+        assert_eq!(
+            keys(lifecycle_taints(&untainted, false).unwrap()),
+            [NOT_READY]
+        );
+        assert!(!is_ready(&untainted));
+    }
 
     #[test]
     fn virtual_nodes_hide_host_addresses_taints_and_private_labels() {
