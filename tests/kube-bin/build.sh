@@ -12,6 +12,10 @@
 #
 #   tests/kube-bin/build.sh            build everything missing
 #   tests/kube-bin/build.sh --list     print "<component> <version> <path> <built|missing>"
+#
+# Groups marked `optin=NAME` are built only when VCP_KUBE_BIN_EXTRA (a comma-separated list)
+# names them: the conformance suite takes about 20 minutes cold and only `vcp-dev conformance`
+# uses it, so neither setup nor CI builds it (`--list` shows them all, with `optional`).
 set -euo pipefail
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +24,9 @@ mkdir -p "$bin_dir"
 
 # Order: what the host cluster needs first.
 # module-dir | module whose version names the binaries | packages (component=package)
-#   [| build options: NAME=VALUE environment for go build, tags=a,b for -tags]
+#   [| build options: NAME=VALUE environment for go build, tags=a,b for -tags, test=a,b for
+#      components that are a package's test binary (go test -c), optin=NAME (see above),
+#      strays=ok where the module dir pins a package of another module on purpose]
 groups=(
   "etcd|go.etcd.io/etcd/server/v3|etcd=go.etcd.io/etcd/server/v3 etcdctl=go.etcd.io/etcd/etcdctl/v3 etcdutl=go.etcd.io/etcd/etcdutl/v3"
   "kwok|sigs.k8s.io/kwok|kwok=sigs.k8s.io/kwok/cmd/kwok"
@@ -43,7 +49,11 @@ groups=(
   # Our own module (module "local"): named by a hash of its source, and linked as
   # <bin_dir>/devnode-streams, where the devnode looks for it.
   "devnode-streams|local|devnode-streams=vcp.dev/devnode-streams"
+  # The conformance suite of the default minor and the ginkgo runner built against the same
+  # ginkgo release (docs/conformance.md). Opt-in: VCP_KUBE_BIN_EXTRA=conformance.
+  "conformance-v1.37|k8s.io/kubernetes|e2e.test=k8s.io/kubernetes/test/e2e ginkgo=github.com/onsi/ginkgo/v2/ginkgo|test=e2e.test optin=conformance strays=ok"
 )
+extra=",${VCP_KUBE_BIN_EXTRA:-},"
 
 module_version() { # dir module
   if [[ $2 == local ]]; then
@@ -109,13 +119,18 @@ start_all=$SECONDS
 total=0 built=0
 for g in "${groups[@]}"; do
   IFS='|' read -r dir module pkgs opts <<<"$g"
-  build_env=() tags=""
+  build_env=() tags="" tests="" optin="" strays=""
   for o in $opts; do
     case $o in
       tags=*) tags=${o#tags=} ;;
+      test=*) tests=",${o#test=}," ;;
+      optin=*) optin=${o#optin=} ;;
+      strays=*) strays=${o#strays=} ;;
       *=*) build_env+=("$o") ;;
     esac
   done
+  wanted=true
+  [[ -n $optin && $extra != *",$optin,"* ]] && wanted=false
   version=$(module_version "$dir" "$module")
   missing=() names=()
   for cp in $pkgs; do
@@ -124,7 +139,10 @@ for g in "${groups[@]}"; do
     out="$bin_dir/$comp-$version"
     if $list; then
       [[ -x $out ]] && s=built || s=missing
+      $wanted || s="$s optional"
       echo "$comp $version $out $s"
+    elif ! $wanted; then
+      total=$((total - 1))
     elif [[ -x $out ]]; then
       echo "cached   $comp $version"
     else
@@ -140,7 +158,7 @@ for g in "${groups[@]}"; do
 
   # Every binary is named by $module's version, so a group whose packages come from several
   # modules (etcd's server, etcdctl, etcdutl) must pin them all at that one release.
-  if [[ $module != local ]] && stray=$(cd "$here/$dir" && go list -f '{{.ImportPath}} {{.Module.Path}}@{{.Module.Version}}' "${missing[@]}" |
+  if [[ $module != local && $strays != ok ]] && stray=$(cd "$here/$dir" && go list -f '{{.ImportPath}} {{.Module.Path}}@{{.Module.Version}}' "${missing[@]}" |
     awk -v v="$version" '{ split($2, m, "@"); if (m[2] != v) print }') && [[ -n $stray ]]; then
     echo "error: tests/kube-bin/$dir pins these packages at another release than $module@$version:" >&2
     echo "$stray" >&2
@@ -151,7 +169,22 @@ for g in "${groups[@]}"; do
   tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
   log="$bin_dir/build-$dir.log"
   t0=$SECONDS
-  ( cd "$here/$dir" && env "${build_env[@]}" go build -trimpath ${tags:+-tags "$tags"} -ldflags "$(ldflags_for "$module" "$version")" -o "$tmp/" "${missing[@]}" ) >"$log" 2>&1 &
+  # Main packages in one `go build`; a test binary each with `go test -c`, named after its
+  # component.
+  builds=() tested=()
+  for i in "${!missing[@]}"; do
+    if [[ $tests == *",${names[$i]},"* ]]; then tested+=("$i"); else builds+=("${missing[$i]}"); fi
+  done
+  ldflags=$(ldflags_for "$module" "$version")
+  (
+    cd "$here/$dir"
+    if ((${#builds[@]})); then
+      env "${build_env[@]}" go build -trimpath ${tags:+-tags "$tags"} -ldflags "$ldflags" -o "$tmp/" "${builds[@]}"
+    fi
+    for i in "${tested[@]}"; do
+      env "${build_env[@]}" go test -c -trimpath ${tags:+-tags "$tags"} -ldflags "$ldflags" -o "$tmp/${names[$i]}" "${missing[$i]}"
+    done
+  ) >"$log" 2>&1 &
   pid=$!
   # go build is silent for minutes on a cold cache; a heartbeat shows it is alive.
   while kill -0 "$pid" 2>/dev/null; do
@@ -165,7 +198,8 @@ for g in "${groups[@]}"; do
     exit 1
   fi
   for i in "${!missing[@]}"; do
-    mv "$tmp/$(exe_name "${missing[$i]}")" "$bin_dir/${names[$i]}-$version"
+    if [[ $tests == *",${names[$i]},"* ]]; then built_as=${names[$i]}; else built_as=$(exe_name "${missing[$i]}"); fi
+    mv "$tmp/$built_as" "$bin_dir/${names[$i]}-$version"
     built=$((built + 1))
   done
   rm -rf "$tmp"

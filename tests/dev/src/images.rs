@@ -332,12 +332,91 @@ pub fn test_images() -> Result<Vec<Image>> {
             read(src.join("porter/localhost.key"))?,
         ),
     )?;
+    let mut busybox = busybox(&busybox_bin, &applets);
+    let mut agnhost = agnhost;
+    // The names the conformance suite of the default minor gives the same images, so its pods
+    // find them on the node (nothing is pulled here).
+    let manifest_path = src.join("../../utils/image/manifest.go");
+    let manifest =
+        e2e_manifest(&std::fs::read_to_string(&manifest_path).map_err(Error::io(&manifest_path))?);
+    let named = |id: &str| {
+        manifest
+            .iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, r)| r.clone())
+    };
+    busybox.also.extend(named("BusyBox"));
+    agnhost.also.extend(named("AgnhostPrev"));
+    let web: Vec<String> = ["Nginx", "NginxNew"]
+        .iter()
+        .filter_map(|id| named(id))
+        .collect();
     Ok(vec![
         pause(&pause_bin),
-        busybox(&busybox_bin, &applets),
+        busybox,
         agnhost,
+        web_server(&busybox_bin, &applets, web),
     ])
 }
+
+/// The images the conformance suite names, as (its id, `registry/name:tag`), read from the
+/// suite's `test/utils/image/manifest.go` (`configs[Id] = Config{list.Registry, "name",
+/// "tag"}`) with the default registries it declares there (`Registry: "..."`).
+pub fn e2e_manifest(src: &str) -> Vec<(String, String)> {
+    let registry = |key: &str| -> Option<&str> {
+        let line = src
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{key}:")))?;
+        line.split('"').nth(1)
+    };
+    src.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let id = l.strip_prefix("configs[")?.split(']').next()?;
+            let body = l.split_once("Config{")?.1;
+            let reg_key = body.split(',').next()?.trim().strip_prefix("list.")?;
+            let mut quoted = body.split('"').skip(1).step_by(2);
+            let (name, tag) = (quoted.next()?, quoted.next()?);
+            Some((
+                id.to_owned(),
+                format!("{}/{name}:{tag}", registry(reg_key)?),
+            ))
+        })
+        .collect()
+}
+
+/// A stand-in for the suite's web server images (nginx): busybox's httpd serving a page on
+/// port 80 as nginx's image does by default. The suite's tests only need a container that
+/// runs and answers HTTP on 80; nothing is built from nginx.
+pub fn web_server(busybox_bin: &[u8], applets: &[&str], names: Vec<String>) -> Image {
+    let mut entries = busybox_entries(busybox_bin, applets);
+    entries.extend([
+        Entry::dir("usr", 0o755),
+        Entry::dir("usr/share", 0o755),
+        Entry::dir("usr/share/nginx", 0o755),
+        Entry::dir("usr/share/nginx/html", 0o755),
+        Entry::file(
+            "usr/share/nginx/html/index.html",
+            0o644,
+            b"<html><body>Welcome to nginx (a busybox stand-in built by vcp-dev)</body></html>\n"
+                .to_vec(),
+        ),
+    ]);
+    let mut names = names.into_iter();
+    Image {
+        reference: names.next().unwrap_or_else(|| WEB_SERVER_IMAGE.to_owned()),
+        also: names.collect(),
+        entrypoint: Vec::new(),
+        cmd: ["httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"]
+            .map(str::to_owned)
+            .to_vec(),
+        env: vec!["PATH=/bin".to_owned()],
+        entries,
+    }
+}
+
+/// The web server stand-in's name when the suite's manifest names no nginx.
+pub const WEB_SERVER_IMAGE: &str = "vcp.dev/web-server:1";
 
 /// An image of one static binary from the binary cache, its entrypoint (`/<name>`).
 pub fn static_binary(reference: &str, name: &str, bin: &[u8]) -> Image {
@@ -758,6 +837,72 @@ mod tests {
                 (path, data, kind)
             })
             .collect()
+    }
+
+    #[test]
+    fn the_suites_image_names_come_from_its_manifest() {
+        let src = r#"
+	initRegistry = RegistryList{
+		PromoterE2eRegistry:      "registry.k8s.io/e2e-test-images",
+		GcRegistry:               "registry.k8s.io",
+	}
+	configs[AgnhostPrev] = Config{list.PromoterE2eRegistry, "agnhost", "2.55"}
+	configs[BusyBox] = Config{list.PromoterE2eRegistry, "busybox", "1.37.0-2"}
+	configs[Pause] = Config{list.GcRegistry, "pause", "3.10.2"}
+	configs[Odd] = Config{list.NoSuchRegistry, "odd", "1"}
+"#;
+        assert_eq!(
+            e2e_manifest(src),
+            [
+                (
+                    "AgnhostPrev",
+                    "registry.k8s.io/e2e-test-images/agnhost:2.55"
+                ),
+                (
+                    "BusyBox",
+                    "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+                ),
+                ("Pause", "registry.k8s.io/pause:3.10.2"),
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned())),
+            "an unknown registry names nothing"
+        );
+        // The manifest of the default minor, as the real node reads it.
+        if let Ok(dir) = agnhost_source() {
+            let m = e2e_manifest(
+                &std::fs::read_to_string(dir.join("../../utils/image/manifest.go")).unwrap(),
+            );
+            for id in ["BusyBox", "AgnhostPrev", "Nginx", "NginxNew", "Pause"] {
+                assert!(m.iter().any(|(i, _)| i == id), "{id} missing from {m:?}");
+            }
+        } else {
+            eprintln!(
+                "skipping the default minor's manifest: agnhost's source is not in the module cache"
+            );
+        }
+    }
+
+    #[test]
+    fn the_web_server_stand_in_serves_port_80_under_the_suites_names() {
+        let img = web_server(
+            b"\x7fELF",
+            &["sh", "httpd"],
+            vec!["n:1".into(), "n:2".into()],
+        );
+        assert_eq!(
+            (img.reference.as_str(), img.also.as_slice()),
+            ("n:1", &["n:2".to_owned()][..])
+        );
+        assert_eq!(img.cmd[..4], ["httpd", "-f", "-p", "80"]);
+        assert!(img.entries.iter().any(
+            |e| matches!(e, Entry::File { path, .. } if path == "usr/share/nginx/html/index.html")
+        ));
+        assert!(
+            img.entries
+                .iter()
+                .any(|e| matches!(e, Entry::Symlink { path, .. } if path == "bin/httpd"))
+        );
+        assert_eq!(web_server(b"", &[], Vec::new()).reference, WEB_SERVER_IMAGE);
     }
 
     #[test]

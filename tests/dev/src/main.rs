@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use vcp_dev::{Options, Supervision, cluster};
 
 mod bench;
+mod conformance;
 
 /// A local Kubernetes host cluster for vcp: etcd, kube-apiserver, controller-manager,
 /// scheduler, kwok worker nodes, a PV provisioner and Postgres, all on 127.0.0.1.
@@ -75,6 +76,10 @@ enum Command {
     /// Benchmarks; each prints one summary line.
     #[command(subcommand)]
     Bench(Bench),
+    /// The Kubernetes conformance suite against the host or a tenant of a dev cluster started
+    /// with `up --real-node` (one summary line; `--compare` adds the parity). The suite is
+    /// built on request: `VCP_KUBE_BIN_EXTRA=conformance tests/kube-bin/build.sh`.
+    Conformance(conformance::Opts),
     /// Run the PV provisioner in the foreground (`up` starts it; not for direct use).
     #[command(hide = true)]
     Provisioner {
@@ -556,6 +561,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Conformance(o) => conformance::run(o).await,
         Command::Provisioner { state_dir } => {
             let client = cluster::client_from(&state_dir.join("host.kubeconfig")).await?;
             let volumes = state_dir.join("volumes");

@@ -1,0 +1,607 @@
+//! `vcp-dev conformance`: the Kubernetes conformance suite against the dev cluster's host, or
+//! against a tenant vcp provisioned there, and the parity between the two.
+//!
+//! Data flow: the suite (`e2e.test` of one release) and its runner (`ginkgo`) come from the
+//! kube-bin cache, where the opt-in group `conformance` builds them
+//! (`VCP_KUBE_BIN_EXTRA=conformance tests/kube-bin/build.sh`). ginkgo runs the suite with
+//! `--procs N` against the target's kubeconfig (the host's admin one, or the tenant's from
+//! `vcp-dev up`) and writes one JUnit report under `<state-dir>/conformance/<target>-<time>/`,
+//! beside the run's log. The report is read back ([`parse_junit`], pure) into one summary line
+//! and the names of the failed tests (`failed.txt`); `--compare` runs the host and then the
+//! tenant with the same selection and lists the tests that pass on the host and not in the
+//! tenant ([`parity`]): that list is vcp's to empty.
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+use vcp_dev::bins;
+
+/// What the suite runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// The dev cluster itself (its admin kubeconfig).
+    Host,
+    /// A tenant vcp provisioned in it (`<state-dir>/<tenant>.kubeconfig`).
+    Tenant,
+}
+
+impl Target {
+    fn as_str(self) -> &'static str {
+        match self {
+            Target::Host => "host",
+            Target::Tenant => "tenant",
+        }
+    }
+}
+
+/// The flags of `vcp-dev conformance`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Opts {
+    /// State dir of a dev cluster started with `vcp-dev up --real-node`.
+    #[arg(long, env = "VCP_DEV_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// Run against the host or a tenant.
+    #[arg(
+        long,
+        env = "VCP_CONFORMANCE_TARGET",
+        value_enum,
+        default_value = "tenant"
+    )]
+    pub target: Target,
+    /// The tenant, for `--target tenant` and `--compare`.
+    #[arg(long, env = "VCP_DEV_TENANT", default_value = "demo")]
+    pub tenant: String,
+    /// The release whose suite runs, by minor (`1.37`); the host's by default.
+    #[arg(long, env = "VCP_CONFORMANCE_MINOR")]
+    pub minor: Option<String>,
+    /// Which tests run (ginkgo `--focus`, a regular expression on their names), among those
+    /// `--labels` selects.
+    #[arg(
+        long,
+        env = "VCP_CONFORMANCE_FOCUS",
+        default_value = r"\[Conformance\]"
+    )]
+    pub focus: String,
+    /// The suite's labels a test must have (ginkgo `--label-filter`): the conformance tests by
+    /// default, so a `--focus` narrows them and never adds a test outside them.
+    #[arg(long, env = "VCP_CONFORMANCE_LABELS", default_value = "Conformance")]
+    pub labels: String,
+    /// Which of them do not (ginkgo `--skip`): the tests that take the cluster for
+    /// themselves or break it on purpose, which a shared dev cluster cannot give them.
+    #[arg(
+        long,
+        env = "VCP_CONFORMANCE_SKIP",
+        default_value = r"\[Serial\]|\[Disruptive\]"
+    )]
+    pub skip: String,
+    /// Ginkgo processes running tests at once.
+    #[arg(long, env = "VCP_CONFORMANCE_PARALLEL", default_value_t = 2)]
+    pub parallel: u32,
+    /// How long the whole run may take (ginkgo `--timeout`), in minutes.
+    #[arg(long, env = "VCP_CONFORMANCE_TIMEOUT_MINUTES", default_value_t = 60)]
+    pub timeout_minutes: u64,
+    /// Run the host and then the tenant, and list the tests that pass only on the host.
+    #[arg(long, env = "VCP_CONFORMANCE_COMPARE")]
+    pub compare: bool,
+    /// Further flags for e2e.test itself (after `--`).
+    #[arg(last = true)]
+    pub e2e_args: Vec<String>,
+}
+
+/// How one test ended, as the report gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Passed,
+    Failed,
+    Skipped,
+}
+
+/// One entry of a JUnit report: a test (`[It] ...`), or a suite-level node (`[BeforeSuite]`,
+/// `[SynchronizedBeforeSuite]`, `[ReportAfterSuite] ...`) whose failure means the tests never
+/// ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    pub name: String,
+    pub status: Status,
+    pub test: bool,
+}
+
+/// The entries of a ginkgo JUnit report. Ginkgo writes each spec as a `<testcase>` with a
+/// `status` attribute (`passed`, `failed`, `skipped`, `pending`, `panicked`, `timedout`,
+/// `interrupted`, `aborted`); a test's name starts with `[It] `, which is dropped here.
+pub fn parse_junit(xml: &str) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find("<testcase") {
+        rest = &rest[i + "<testcase".len()..];
+        let end = rest.find('>').unwrap_or(rest.len());
+        let tag = &rest[..end];
+        let (Some(name), Some(status)) = (attr(tag, "name"), attr(tag, "status")) else {
+            continue;
+        };
+        let status = match status.as_str() {
+            "passed" => Status::Passed,
+            "skipped" | "pending" => Status::Skipped,
+            _ => Status::Failed,
+        };
+        let (name, test) = match name.strip_prefix("[It] ") {
+            Some(n) => (n.to_owned(), true),
+            None => (name, false),
+        };
+        out.push(Case { name, status, test });
+    }
+    out
+}
+
+/// The value of attribute `key` in the inside of a start tag, unescaped.
+fn attr(tag: &str, key: &str) -> Option<String> {
+    let mut at = 0;
+    while let Some(i) = tag[at..].find(key) {
+        let start = at + i;
+        let before_ok = start == 0 || tag.as_bytes()[start - 1].is_ascii_whitespace();
+        let after = &tag[start + key.len()..];
+        if before_ok && let Some(v) = after.strip_prefix("=\"") {
+            let close = v.find('"')?;
+            return Some(unescape(&v[..close]));
+        }
+        at = start + key.len();
+    }
+    None
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+/// Counts of one run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    /// Suite-level nodes that failed (the tests behind them did not run).
+    pub suite_failures: usize,
+}
+
+pub fn tally(cases: &[Case]) -> Tally {
+    let mut t = Tally::default();
+    for c in cases {
+        match (c.test, c.status) {
+            (true, Status::Passed) => t.passed += 1,
+            (true, Status::Failed) => t.failed += 1,
+            (true, Status::Skipped) => t.skipped += 1,
+            (false, Status::Failed) => t.suite_failures += 1,
+            (false, _) => {}
+        }
+    }
+    t
+}
+
+/// The tests that passed on the host and did not pass in the tenant (failed there, or never
+/// ran), sorted by name.
+pub fn parity(host: &[Case], tenant: &[Case]) -> Vec<String> {
+    let passed_in_tenant: std::collections::BTreeSet<&str> = tenant
+        .iter()
+        .filter(|c| c.test && c.status == Status::Passed)
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut out: Vec<String> = host
+        .iter()
+        .filter(|c| c.test && c.status == Status::Passed)
+        .filter(|c| !passed_in_tenant.contains(c.name.as_str()))
+        .map(|c| c.name.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The summary line of one run.
+pub fn summary(target: Target, minor: &str, t: Tally, secs: f64, report: &Path) -> String {
+    format!(
+        "conformance target={} minor={minor} passed={} failed={} skipped={} suite_failures={} duration_s={secs:.0} report={}",
+        target.as_str(),
+        t.passed,
+        t.failed,
+        t.skipped,
+        t.suite_failures,
+        report.display()
+    )
+}
+
+/// The Kubernetes release of `minor` among those built for vcp (the host's without one).
+fn release(minor: Option<&str>) -> anyhow::Result<&'static str> {
+    let Some(minor) = minor else {
+        return Ok(bins::host_kubernetes_version());
+    };
+    let m = minor.trim_start_matches('v');
+    bins::supported_kubernetes_versions()
+        .into_iter()
+        .find(|v| {
+            v.trim_start_matches('v')
+                .strip_prefix(m)
+                .is_some_and(|rest| rest.starts_with('.'))
+        })
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "minor {minor:?} is not one vcp builds ({})",
+                bins::supported_kubernetes_versions().join(", ")
+            )
+        })
+}
+
+/// A binary of the suite, or an error that says how to build it.
+fn suite_binary(component: &str, version: &str) -> anyhow::Result<PathBuf> {
+    bins::binary(component, version).map_err(|_| {
+        anyhow::anyhow!(
+            "{component} {version} is not built: it is opt-in, build it with \
+             `VCP_KUBE_BIN_EXTRA=conformance tests/kube-bin/build.sh` (about 20 minutes cold)"
+        )
+    })
+}
+
+/// The taint that keeps the suite's pods off a node of the host while it runs there.
+const ELSEWHERE: &str = "vcp.dev/conformance";
+
+/// A node's taints while the suite runs on the host, if they change: the real node loses the
+/// taint that keeps it for vcp's pods ([`vcp_dev::node::NODE_LABEL`]), and every other node
+/// that takes pods without a toleration (the kwok workers) gets one that keeps the suite's pods
+/// off it. On the real node the suite's pods run in containers; on a kwok worker they would
+/// only seem to, and the tenant's pods run on the real node too.
+pub fn suite_taints(real: bool, taints: &[Taint]) -> Option<Vec<Taint>> {
+    let (key, _) = vcp_dev::node::NODE_LABEL;
+    if real {
+        let kept: Vec<Taint> = taints.iter().filter(|t| t.key != key).cloned().collect();
+        return (kept.len() != taints.len()).then_some(kept);
+    }
+    if taints
+        .iter()
+        .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+    {
+        return None;
+    }
+    let mut more = taints.to_vec();
+    more.push(Taint {
+        key: ELSEWHERE.to_owned(),
+        value: Some("elsewhere".to_owned()),
+        effect: "NoSchedule".to_owned(),
+        time_added: None,
+    });
+    Some(more)
+}
+
+/// The host as a one-node cluster of its real node for the suite ([`suite_taints`]); returns
+/// each changed node's taints as they were, for [`restore_taints`], and the keys of the
+/// taints that now keep the suite off the other nodes (which the suite must be told not to
+/// wait out: `--non-blocking-taints`).
+async fn one_real_node(
+    client: &kube::Client,
+) -> anyhow::Result<(Vec<(String, Vec<Taint>)>, BTreeSet<String>)> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (key, value) = vcp_dev::node::NODE_LABEL;
+    let mut before = Vec::new();
+    let mut blocking = BTreeSet::new();
+    let mut real = 0;
+    for n in nodes.list(&ListParams::default()).await? {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let is_real = n
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(key))
+            .is_some_and(|v| v == value);
+        real += usize::from(is_real);
+        let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+        let now = suite_taints(is_real, &taints);
+        if !is_real {
+            blocking.extend(
+                now.as_ref()
+                    .unwrap_or(&taints)
+                    .iter()
+                    .map(|t| t.key.clone()),
+            );
+        }
+        if let Some(new) = now {
+            set_taints(&nodes, &name, &new).await?;
+            before.push((name, taints));
+        }
+    }
+    anyhow::ensure!(
+        real > 0,
+        "the host has no real node: start the dev cluster with `vcp-dev up --real-node`"
+    );
+    Ok((before, blocking))
+}
+
+async fn set_taints(nodes: &Api<Node>, name: &str, taints: &[Taint]) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"spec": {"taints": taints}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+async fn restore_taints(client: &kube::Client, before: &[(String, Vec<Taint>)]) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, taints) in before {
+        if let Err(e) = set_taints(&nodes, name, taints).await {
+            eprintln!(
+                "vcp-dev: could not give node {name} its taints back ({e}); they were {taints:?}"
+            );
+        }
+    }
+}
+
+/// One run of the suite against `target`; returns its entries and its summary line.
+async fn run_once(o: &Opts, target: Target) -> anyhow::Result<(Vec<Case>, String)> {
+    if target == Target::Tenant {
+        return suite(o, target, &[]).await;
+    }
+    let client = vcp_dev::cluster::client_from(&o.state_dir.join("host.kubeconfig")).await?;
+    let (before, blocking) = one_real_node(&client).await?;
+    let mut keys = vec!["node-role.kubernetes.io/control-plane".to_owned()];
+    keys.extend(blocking);
+    let flag = format!("--non-blocking-taints={}", keys.join(","));
+    // Interrupted, the host still gets its taints back (the suite's processes are killed
+    // with the future that runs them).
+    let r = tokio::select! {
+        r = suite(o, target, std::slice::from_ref(&flag)) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
+    restore_taints(&client, &before).await;
+    r
+}
+
+/// The suite's run itself; `extra` goes to e2e.test before the caller's own flags.
+async fn suite(o: &Opts, target: Target, extra: &[String]) -> anyhow::Result<(Vec<Case>, String)> {
+    let version = release(o.minor.as_deref())?;
+    let minor = version
+        .trim_start_matches('v')
+        .rsplit_once('.')
+        .map_or(version, |(m, _)| m);
+    let e2e = suite_binary("e2e.test", version)?;
+    let ginkgo = suite_binary("ginkgo", version)?;
+    let kubectl = bins::binary("kubectl", version)?;
+    let kubeconfig = match target {
+        Target::Host => o.state_dir.join("host.kubeconfig"),
+        Target::Tenant => o.state_dir.join(format!("{}.kubeconfig", o.tenant)),
+    };
+    anyhow::ensure!(
+        kubeconfig.is_file(),
+        "{} is missing: start the dev cluster with `vcp-dev up --real-node --state-dir {}`",
+        kubeconfig.display(),
+        o.state_dir.display()
+    );
+    let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
+    let out = std::path::absolute(
+        o.state_dir
+            .join("conformance")
+            .join(format!("{}-{stamp}", target.as_str())),
+    )?;
+    std::fs::create_dir_all(&out)?;
+    let log_path = out.join("ginkgo.log");
+    // ginkgo runs a compiled suite only by a name ending in `.test`; the cache names it
+    // `e2e.test-<version>`.
+    let suite = out.join("e2e.test");
+    std::os::unix::fs::symlink(&e2e, &suite)?;
+    let log = std::fs::File::create(&log_path)?;
+    let started = Instant::now();
+    let status = tokio::process::Command::new(&ginkgo)
+        .arg(format!("--procs={}", o.parallel.max(1)))
+        .arg(format!("--timeout={}m", o.timeout_minutes))
+        .arg(format!("--focus={}", o.focus))
+        .arg(format!("--skip={}", o.skip))
+        .arg(format!("--label-filter={}", o.labels))
+        .arg(format!("--output-dir={}", out.display()))
+        .arg("--junit-report=junit.xml")
+        .args(["--no-color", "--silence-skips"])
+        .arg(&suite)
+        .arg("--")
+        .arg(format!(
+            "--kubeconfig={}",
+            std::path::absolute(&kubeconfig)?.display()
+        ))
+        .arg(format!("--kubectl-path={}", kubectl.display()))
+        .arg("--provider=skeleton")
+        .arg(format!("--report-dir={}", out.display()))
+        .args(extra)
+        .args(&o.e2e_args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .status()
+        .await?;
+    let secs = started.elapsed().as_secs_f64();
+    let report = out.join("junit.xml");
+    let xml = std::fs::read_to_string(&report).map_err(|e| {
+        anyhow::anyhow!(
+            "ginkgo ({status}) wrote no report {} ({e}); its log: {}",
+            report.display(),
+            log_path.display()
+        )
+    })?;
+    let cases = parse_junit(&xml);
+    let failed: Vec<&str> = cases
+        .iter()
+        .filter(|c| c.status == Status::Failed)
+        .map(|c| c.name.as_str())
+        .collect();
+    std::fs::write(out.join("failed.txt"), failed.join("\n") + "\n")?;
+    let line = summary(target, minor, tally(&cases), secs, &report);
+    Ok((cases, line))
+}
+
+/// `vcp-dev conformance`: prints one summary line per run (and the parity with `--compare`);
+/// exits 1 if a test failed (or, with `--compare`, if a test passes only on the host).
+pub async fn run(o: Opts) -> anyhow::Result<ExitCode> {
+    if !o.compare {
+        let (cases, line) = run_once(&o, o.target).await?;
+        println!("{line}");
+        let t = tally(&cases);
+        return Ok(if t.failed + t.suite_failures == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    let (host, line) = run_once(&o, Target::Host).await?;
+    println!("{line}");
+    // The two runs share the machine; the second starts once the first's namespaces are
+    // going, which the suite itself waits for.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (tenant, line) = run_once(&o, Target::Tenant).await?;
+    println!("{line}");
+    let only = parity(&host, &tenant);
+    println!(
+        "conformance-parity host_passed={} tenant_passed={} host_only={}",
+        tally(&host).passed,
+        tally(&tenant).passed,
+        only.len()
+    );
+    for name in &only {
+        println!("  host only: {name}");
+    }
+    Ok(if only.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPORT: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="4" disabled="0" errors="0" failures="1" time="12.5">
+  <testsuite name="Kubernetes e2e suite" package="/x" tests="4" skipped="1" disabled="0" errors="0" failures="1" time="12.5">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="1.0"></testcase>
+    <testcase name="[It] [sig-network] DNS should provide DNS for services  [Conformance]" classname="Kubernetes e2e suite" status="passed" time="3.2"></testcase>
+    <testcase name="[It] [sig-node] Pods should get a host IP &quot;fast&quot; &amp; right [NodeConformance] [Conformance]" classname="Kubernetes e2e suite" status="failed" time="5.0">
+      <failure message="timed out" type="failed">[FAILED] timed out</failure>
+    </testcase>
+    <testcase name="[It] [sig-apps] Job should run a job [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-cli] Kubectl proxy should support proxy [Conformance]" classname="Kubernetes e2e suite" status="timedout" time="9"></testcase>
+    <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" classname="Kubernetes e2e suite" status="panicked" time="0"></testcase>
+  </testsuite>
+</testsuites>"#;
+
+    #[test]
+    fn a_ginkgo_report_reads_as_tests_and_suite_nodes() {
+        let cases = parse_junit(REPORT);
+        assert_eq!(cases.len(), 6);
+        assert_eq!(
+            cases[2].name,
+            r#"[sig-node] Pods should get a host IP "fast" & right [NodeConformance] [Conformance]"#,
+            "[It] dropped, entities unescaped"
+        );
+        assert!(cases[2].test && !cases[0].test);
+        assert_eq!(
+            tally(&cases),
+            Tally {
+                passed: 1,
+                failed: 2,
+                skipped: 1,
+                suite_failures: 1
+            },
+            "a timed-out test fails; a suite node that failed is told apart"
+        );
+        assert!(parse_junit("<testsuites></testsuites>").is_empty());
+        assert!(
+            parse_junit("<testcase name=\"[It] x\"").is_empty(),
+            "no status"
+        );
+    }
+
+    #[test]
+    fn attributes_are_matched_by_whole_name() {
+        let tag = r#" classname="a" name="b" status="passed""#;
+        assert_eq!(attr(tag, "name").as_deref(), Some("b"));
+        assert_eq!(attr(tag, "status").as_deref(), Some("passed"));
+        assert_eq!(attr(tag, "time"), None);
+    }
+
+    #[test]
+    fn parity_lists_what_passes_on_the_host_only() {
+        let case = |name: &str, status| Case {
+            name: name.to_owned(),
+            status,
+            test: true,
+        };
+        let host = vec![
+            case("a", Status::Passed),
+            case("b", Status::Passed),
+            case("c", Status::Failed),
+            case("d", Status::Passed),
+        ];
+        let tenant = vec![
+            case("a", Status::Passed),
+            case("b", Status::Failed),
+            case("c", Status::Passed),
+        ];
+        assert_eq!(parity(&host, &tenant), ["b", "d"], "failed, or never ran");
+        assert!(parity(&tenant, &tenant).is_empty());
+    }
+
+    #[test]
+    fn on_the_host_the_suite_gets_the_real_node_only() {
+        let taint = |key: &str, effect: &str| Taint {
+            key: key.to_owned(),
+            value: Some("v".to_owned()),
+            effect: effect.to_owned(),
+            time_added: None,
+        };
+        let real = taint("vcp.dev/node", "NoSchedule");
+        let other = taint("example.com/x", "PreferNoSchedule");
+        assert_eq!(
+            suite_taints(true, &[real.clone(), other.clone()]),
+            Some(vec![other.clone()]),
+            "the real node takes the suite's pods"
+        );
+        assert_eq!(
+            suite_taints(true, std::slice::from_ref(&other)),
+            None,
+            "nothing to change"
+        );
+        let kwok = suite_taints(false, std::slice::from_ref(&other)).unwrap();
+        assert_eq!(kwok.len(), 2);
+        assert_eq!(
+            (kwok[1].key.as_str(), kwok[1].effect.as_str()),
+            (ELSEWHERE, "NoSchedule")
+        );
+        assert_eq!(
+            suite_taints(false, &[taint("vcp.dev/runtime", "NoSchedule")]),
+            None,
+            "a node already kept from untolerating pods (the devnode) stays as it is"
+        );
+    }
+
+    #[test]
+    fn a_minor_names_one_of_the_built_releases() {
+        let [newest, previous, oldest] = bins::supported_kubernetes_versions();
+        assert_eq!(release(None).unwrap(), newest);
+        let minor = |v: &str| {
+            v.trim_start_matches('v')
+                .rsplit_once('.')
+                .unwrap()
+                .0
+                .to_owned()
+        };
+        assert_eq!(release(Some(&minor(previous))).unwrap(), previous);
+        assert_eq!(
+            release(Some(&format!("v{}", minor(oldest)))).unwrap(),
+            oldest
+        );
+        assert!(release(Some("1.3")).is_err(), "1.3 is not 1.35");
+        assert!(release(Some("1.99")).is_err());
+    }
+}
