@@ -15,7 +15,6 @@ use crate::inventory::{Inventory, Tenant};
 use crate::render;
 use crate::render::catalog::Catalog;
 use crate::render::{Input, Plan, Renderer, Settings};
-use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -85,12 +84,7 @@ pub fn first_service_ip(cidr: &str) -> Option<IpAddr> {
     }
 }
 
-pub fn secret_str(s: &Secret, k: &str) -> Option<String> {
-    s.data
-        .as_ref()?
-        .get(k)
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-}
+pub use crate::pki::secret_str;
 
 impl Provisioner {
     pub fn input<'a>(

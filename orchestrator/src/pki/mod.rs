@@ -163,6 +163,15 @@ pub fn plan(n: &ApiNames) -> Vec<LeafPlan> {
     ]
 }
 
+/// A Secret's value under key `k` as text: how the tenant's certificates and keys are read
+/// back from the Secrets that hold them (the pass, rotations and kubeconfig signing).
+pub fn secret_str(s: &k8s_openapi::api::core::v1::Secret, k: &str) -> Option<String> {
+    s.data
+        .as_ref()?
+        .get(k)
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,7 @@
 //! ([`token_generation`]) changes, and a phase advances only once every pod's token is of the
 //! current generation.
 
-use super::{Ca, CertKey};
+use super::{Ca, CertKey, secret_str};
 use crate::Result;
 use k8s_openapi::api::core::v1::Secret;
 use sha2::{Digest, Sha256};
@@ -326,14 +326,6 @@ pub fn ca_of(s: &Secret) -> Result<CaMaterial> {
         next,
         phase,
     })
-}
-
-/// A Secret's value as text.
-fn secret_str(s: &Secret, k: &str) -> Option<String> {
-    s.data
-        .as_ref()?
-        .get(k)
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
 }
 
 #[cfg(test)]
