@@ -151,6 +151,10 @@ struct Ending {
 /// use (same machine).
 struct Endings {
     seen: Arc<Mutex<BTreeMap<String, Ending>>>,
+    /// Every change of a control-plane pod's Ready condition: (when, pod, ready). A pod
+    /// whose readiness drops leaves the apiserver Service's endpoints, and new connections
+    /// through the NodePort find none; the pollers' failures are read against this.
+    readiness: Arc<Mutex<Vec<(OffsetDateTime, String, bool)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -159,14 +163,28 @@ impl Endings {
         let pods: Api<Pod> = Api::namespaced(cluster.connect().await?, &format!("vcp-{key}"));
         let cfg = watcher::Config::default().labels(&format!("vcp.dev/control-plane-of={key}"));
         let seen: Arc<Mutex<BTreeMap<String, Ending>>> = Arc::default();
+        let readiness: Arc<Mutex<Vec<(OffsetDateTime, String, bool)>>> = Arc::default();
         let task = {
-            let seen = seen.clone();
+            let (seen, readiness) = (seen.clone(), readiness.clone());
             tokio::spawn(async move {
+                let mut ready_now: BTreeMap<String, bool> = BTreeMap::new();
                 let mut events = watcher(pods, cfg).default_backoff().boxed();
                 // Pods listed by the current (re-)list: one that is not was deleted unseen.
                 let mut listed = BTreeSet::new();
                 while let Some(e) = events.next().await {
                     let now = OffsetDateTime::now_utc();
+                    if let Ok(watcher::Event::InitApply(p) | watcher::Event::Apply(p)) = &e {
+                        let ready = p
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .into_iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Ready" && c.status == "True");
+                        if ready_now.insert(p.name_any(), ready) != Some(ready) {
+                            readiness.lock().unwrap().push((now, p.name_any(), ready));
+                        }
+                    }
                     let mut seen = seen.lock().unwrap();
                     let mut record = |p: &Pod, gone: bool| {
                         if p.metadata.deletion_timestamp.is_none() && !gone {
@@ -201,7 +219,36 @@ impl Endings {
                 }
             })
         };
-        Ok(Endings { seen, task })
+        Ok(Endings {
+            seen,
+            readiness,
+            task,
+        })
+    }
+
+    /// What to read a poller's failures against: the control-plane pods' readiness changes so
+    /// far, and the devnode's account of each NodePort connection it closed (no ready
+    /// endpoint, or the endpoint refused).
+    fn diagnosis(&self, cluster: &DevCluster) -> String {
+        let mut out = String::from("control-plane pods' readiness:\n");
+        for (at, pod, ready) in self.readiness.lock().unwrap().iter() {
+            out += &format!("  {at} {pod} ready={ready}\n");
+        }
+        let log = cluster.state_dir().join("logs/devnode.log");
+        let closed: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("connection closed"))
+            .map(str::to_owned)
+            .collect();
+        out += &format!(
+            "connections the devnode closed ({}), the last 20:\n",
+            closed.len()
+        );
+        for l in closed.iter().rev().take(20).rev() {
+            out += &format!("  {l}\n");
+        }
+        out
     }
 
     /// Stops watching; asserts that no phase of the tenant's rotations began (the audit's
@@ -296,11 +343,15 @@ impl Tally {
         t
     }
 
-    fn assert_no_failure(&self, what: &str) {
-        assert_eq!(self.failed, 0, "{what}: the outside client failed");
+    /// `diagnosis` is printed with a failure ([`Endings::diagnosis`]).
+    fn assert_no_failure(&self, what: &str, diagnosis: &str) {
+        assert_eq!(
+            self.failed, 0,
+            "{what}: the outside client failed\n{diagnosis}"
+        );
         assert_eq!(
             self.in_failed, 0,
-            "{what}: the pod failed: {:#?}",
+            "{what}: the pod failed: {:#?}\n{diagnosis}",
             self.failures
         );
     }
@@ -486,7 +537,7 @@ async fn every_rotation_keeps_the_tenant_answering_inside_and_out() -> anyhow::R
             // keys"). Measured and printed, not held to zero.
             continue;
         }
-        tally.assert_no_failure(target);
+        tally.assert_no_failure(target, &endings.diagnosis(cluster));
     }
 
     inside.stop().await?;
@@ -613,6 +664,6 @@ async fn an_etcd_ca_rotation_with_three_members_loses_no_request() -> anyhow::Re
         &before,
         inside.stop().await?,
     )
-    .assert_no_failure("etcd-ca with three members");
+    .assert_no_failure("etcd-ca with three members", &endings.diagnosis(cluster));
     endings.assert_none_ran_into_a_phase(api).await
 }

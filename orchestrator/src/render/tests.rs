@@ -428,6 +428,13 @@ fn etcd_is_ready_only_after_three_reads_in_a_row_whatever_finds_it_started() {
     assert_eq!(api["startupProbe"]["periodSeconds"], 1);
     assert_eq!(api["readinessProbe"]["failureThreshold"], 3);
     assert_eq!(api["readinessProbe"]["periodSeconds"], 2);
+    // Every replica reads the same etcd: readiness leaves it out (a blip would empty the
+    // Service), the startup probe asks it (a replica that cannot read etcd never serves).
+    assert_eq!(
+        api["readinessProbe"]["httpGet"]["path"],
+        "/readyz?exclude=etcd&exclude=etcd-readiness"
+    );
+    assert_eq!(api["startupProbe"]["httpGet"]["path"], "/readyz");
 }
 
 /// A peer of a connection, as NetworkPolicy sees it: a pod's labels and its namespace's, or an

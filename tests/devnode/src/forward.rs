@@ -28,24 +28,36 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-/// Accepts on `listen` and pipes each connection to whatever `target` picks.
-pub async fn serve<F>(listener: TcpListener, target: F)
+/// Accepts on `listen` and pipes each connection to whatever `target` picks. A connection
+/// that finds no target, or whose target does not answer, is closed, as kube-proxy would
+/// refuse it; each is logged with its cause (`what` names the listener), since a client sees
+/// only a reset and tests that count failed calls need to know which of the two it was.
+pub async fn serve<F>(listener: TcpListener, what: String, target: F)
 where
     F: Fn() -> Option<SocketAddr> + Send + Sync + 'static,
 {
-    let target = Arc::new(target);
+    let (target, what) = (Arc::new(target), Arc::new(what));
     loop {
-        let Ok((mut inbound, _)) = listener.accept().await else {
+        let Ok((mut inbound, peer)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let target = target.clone();
+        let (target, what) = (target.clone(), what.clone());
         tokio::spawn(async move {
-            let Some(addr) = target() else { return };
-            if let Ok(Ok(mut outbound)) =
-                tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr)).await
-            {
-                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            let Some(addr) = target() else {
+                tracing::warn!(listener = %what, %peer, "connection closed: no ready endpoint");
+                return;
+            };
+            match tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr)).await {
+                Ok(Ok(mut outbound)) => {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(listener = %what, %peer, endpoint = %addr, error = %e, "connection closed: the endpoint refused")
+                }
+                Err(_) => {
+                    tracing::warn!(listener = %what, %peer, endpoint = %addr, "connection closed: the endpoint did not answer in 5 s")
+                }
             }
         });
     }
@@ -163,7 +175,8 @@ pub async fn node_ports(services: Store<Service>, slices: Store<EndpointSlice>, 
                         rule.clone(),
                         Arc::new(AtomicUsize::new(0)),
                     );
-                    let task = tokio::spawn(serve(listener, move || {
+                    let what = format!("{address}:{port} ({}/{})", rule.namespace, rule.service);
+                    let task = tokio::spawn(serve(listener, what, move || {
                         let eps = endpoints(&r, &slices.state(), &net);
                         (!eps.is_empty())
                             .then(|| eps[next.fetch_add(1, Ordering::Relaxed) % eps.len()])

@@ -162,7 +162,11 @@ async fn serve(
             addr: gateway,
             source,
         })?;
-    let gateway_task = tokio::spawn(forward::serve(listener, move || Some(apiserver)));
+    let gateway_task = tokio::spawn(forward::serve(
+        listener,
+        "the gateway to the apiserver".to_owned(),
+        move || Some(apiserver),
+    ));
     let logs_dir = cfg.state_dir.join("logs");
     let (kubelet_listener, kubelet_port) = match &cfg.kubelet {
         Some(k) => match bind_kubelet(k).await {
