@@ -31,6 +31,10 @@ command -v nft >/dev/null || missing+=(nftables)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 # socat: the real node reaches the apiserver (on the host's loopback) through it.
 command -v socat >/dev/null || missing+=(socat)
+# dig and OpenBSD's nc for the real node's agnhost image, which the conformance suite runs them
+# in (tests/dev/src/images.rs, AGNHOST_TOOLS; curl is above).
+[[ -x /usr/bin/dig ]] || missing+=(bind9-dnsutils)
+[[ -x /usr/bin/nc.openbsd ]] || missing+=(netcat-openbsd)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3 python3-venv)
 if ((${#missing[@]})); then
   sudo=""

@@ -94,6 +94,33 @@ pub struct Placement {
     /// becomes a `NotIn` requirement in every node selector term of every tenant pod. vcp
     /// fills this from the plan's control-plane node selector.
     pub avoid_node_labels: BTreeMap<String, String>,
+    /// Which host nodes a tenant sees as its Nodes ([`VirtualNodes`]). Left out of a
+    /// rendered policy when it is the default, so that policies (and the digest that rolls
+    /// every tenant's syncer when it changes) read as they did before the field existed.
+    #[serde(skip_serializing_if = "VirtualNodes::is_default")]
+    pub virtual_nodes: VirtualNodes,
+}
+
+/// Which host nodes show in a tenant as virtual nodes. Either way a tenant sees only host nodes
+/// its own pods may use, never what runs on them: name, `kubernetes.io` labels, conditions,
+/// capacity (see the syncer's `virtual_node`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VirtualNodes {
+    /// Every node of the plan's pool ([`placement::in_pool`]), from the tenant's first moment,
+    /// as a real cluster lists its nodes before any pod runs (clients that count schedulable
+    /// nodes, the conformance suite among them, need them). Costs one tenant Node per pool
+    /// node.
+    #[default]
+    Pool,
+    /// Only the nodes tenant pods run on, for pools too large to mirror into every tenant.
+    Used,
+}
+
+impl VirtualNodes {
+    fn is_default(&self) -> bool {
+        *self == VirtualNodes::default()
+    }
 }
 
 impl Default for Placement {
@@ -106,6 +133,7 @@ impl Default for Placement {
                 "node.kubernetes.io/unreachable".into(),
             ],
             avoid_node_labels: BTreeMap::new(),
+            virtual_nodes: VirtualNodes::default(),
         }
     }
 }
@@ -295,6 +323,7 @@ placement:
   node_selector: {pool: workloads}
   tolerations: [{key: pool, operator: Equal, value: workloads, effect: NoSchedule}]
   avoid_node_labels: {vcp.dev/runtime: process}
+  virtual_nodes: used
 scheduling:
   priority_classes: {high: tenant-high}
   runtime_classes: [gvisor]
@@ -315,6 +344,16 @@ endpoints:
         .unwrap();
         assert_eq!(p.pod_security, Level::Restricted);
         assert_eq!(p.placement.tolerations[0].key.as_deref(), Some("pool"));
+        assert_eq!(p.placement.virtual_nodes, VirtualNodes::Used);
+        // The default is left out of a rendered policy, which reads back the same.
+        let default = serde_yaml::to_string(&TenantPolicy::default()).unwrap();
+        assert!(!default.contains("virtual_nodes"), "{default}");
+        assert!(
+            serde_yaml::to_string(&p)
+                .unwrap()
+                .contains("virtual_nodes: used")
+        );
+        assert!(TenantPolicy::from_yaml("placement: {virtual_nodes: all}").is_err());
         assert_eq!(
             p.services.reserved_cluster_ips[0],
             "10.96.0.0/28".parse::<IpNet>().unwrap()

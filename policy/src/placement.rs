@@ -18,12 +18,56 @@
 
 use super::{Placement, Refusal, Scheduling};
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    PodAffinityTerm, PodSpec, Toleration, WeightedPodAffinityTerm,
+    Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PodAffinityTerm, PodSpec, Taint, Toleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use std::collections::BTreeMap;
 use vcp_core::naming::{self, LABEL_TENANT, TenantKey};
+
+/// Whether host node `node` belongs to the plan's workload pool: it carries every label of the
+/// pool's selector and none of the control-plane labels to avoid, and every taint that keeps
+/// pods off it (`NoSchedule`, `NoExecute`) is tolerated by what the plan gives every tenant
+/// pod. The node controllers' state taints (`node.kubernetes.io/*`: not ready, unreachable,
+/// cordoned, under pressure) do not count: a pool node that is not Ready or cordoned is still
+/// the tenant's node, shown with its condition, as a real cluster shows it.
+pub fn in_pool(node: &Node, placement: &Placement) -> bool {
+    let empty = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    let selected = placement
+        .node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let avoided = placement
+        .avoid_node_labels
+        .iter()
+        .any(|(k, v)| labels.get(k) == Some(v));
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+    let tolerated = taints.into_iter().flatten().all(|t| {
+        t.effect == "PreferNoSchedule"
+            || t.key.starts_with("node.kubernetes.io/")
+            || placement.tolerations.iter().any(|tol| tolerates(tol, t))
+    });
+    selected && !avoided && tolerated
+}
+
+/// Whether toleration `tol` tolerates `taint`, as the scheduler matches them.
+fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+    let effect = tol
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == taint.effect);
+    let key = tol.key.as_deref().unwrap_or_default();
+    match tol.operator.as_deref() {
+        Some("Exists") => effect && (key.is_empty() || key == taint.key),
+        _ => {
+            effect
+                && key == taint.key
+                && tol.value.as_deref().unwrap_or_default()
+                    == taint.value.as_deref().unwrap_or_default()
+        }
+    }
+}
 
 /// Rewrites `spec` (a copy of the tenant pod's) so it stays in the pool and in the tenant's world. What the tenant asked for and did
 /// not get is told to it as notes (dropped tolerations, priority classes), since the pod
@@ -316,6 +360,87 @@ avoid_node_labels: {vcp.dev/runtime: process}
             ),
             ("vcp.dev/runtime", "NotIn", vec!["process".to_owned()])
         );
+    }
+
+    #[test]
+    fn a_pool_node_is_selected_not_avoided_and_tolerated_whatever_its_state() {
+        let placement: Placement = serde_yaml::from_str(
+            "node_selector: {pool: workloads}\n\
+             tolerations: [{key: pool, operator: Equal, value: workloads, effect: NoSchedule}]\n\
+             avoid_node_labels: {vcp.dev/control-plane: 'true'}\n",
+        )
+        .unwrap();
+        let node = |labels: serde_json::Value, taints: serde_json::Value| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n", "labels": labels},
+                "spec": {"taints": taints},
+            }))
+            .unwrap()
+        };
+        let pool = serde_json::json!({"pool": "workloads"});
+        let own_taint =
+            serde_json::json!([{"key": "pool", "value": "workloads", "effect": "NoSchedule"}]);
+        assert!(in_pool(&node(pool.clone(), own_taint), &placement));
+        assert!(
+            !in_pool(
+                &node(serde_json::json!({"pool": "batch"}), serde_json::json!([])),
+                &placement
+            ),
+            "another pool"
+        );
+        assert!(
+            !in_pool(
+                &node(
+                    serde_json::json!({"pool": "workloads", "vcp.dev/control-plane": "true"}),
+                    serde_json::json!([])
+                ),
+                &placement
+            ),
+            "runs control planes"
+        );
+        assert!(
+            !in_pool(
+                &node(
+                    pool.clone(),
+                    serde_json::json!([{"key": "gpu", "effect": "NoSchedule"}])
+                ),
+                &placement
+            ),
+            "tainted for others"
+        );
+        assert!(
+            !in_pool(
+                &node(
+                    pool.clone(),
+                    serde_json::json!([{"key": "pool", "value": "batch", "effect": "NoExecute"}])
+                ),
+                &placement
+            ),
+            "the plan tolerates another value"
+        );
+        assert!(
+            in_pool(
+                &node(
+                    pool.clone(),
+                    serde_json::json!([
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+                        {"key": "spot", "effect": "PreferNoSchedule"},
+                    ])
+                ),
+                &placement
+            ),
+            "not Ready, cordoned or disliked: still a node of the pool"
+        );
+        let anything: Placement =
+            serde_yaml::from_str("tolerations: [{operator: Exists}]").unwrap();
+        assert!(in_pool(
+            &node(
+                serde_json::json!({}),
+                serde_json::json!([{"key": "x", "effect": "NoExecute"}])
+            ),
+            &anything
+        ));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! [`admit`] gathers every refusal: the plan's Pod Security level
 //! ([`super::pod_security`]), its runtime classes, sources that would make the host issue a
-//! credential for a tenant workload (`podCertificate`, `clusterTrustBundle` projections), and
-//! the StorageClasses of ephemeral volume claims. A refused pod never reaches the host.
+//! credential for a tenant workload (`podCertificate` projections), and the StorageClasses of
+//! ephemeral volume claims. A refused pod never reaches the host. (`clusterTrustBundle`
+//! projections go down translated: the syncer fills them from the tenant's own bundles.)
 //!
 //! [`downward_to_tenant_view`] rewrites downward-API references whose host value differs from
 //! the tenant's: the pod's namespace and UID (the host's are `<key>-<ns>` and another UID)
@@ -49,13 +50,6 @@ fn credential_sources(spec: &PodSpec) -> Vec<Refusal> {
                     format!("{field}.podCertificate"),
                     "vcp: host credentials",
                     "podCertificate would make the host issue a certificate for a tenant workload",
-                ));
-            }
-            if s.cluster_trust_bundle.is_some() {
-                out.push(Refusal::new(
-                    format!("{field}.clusterTrustBundle"),
-                    "vcp: host credentials",
-                    "clusterTrustBundle would hand out the host's trust bundles",
                 ));
             }
         }
@@ -157,12 +151,10 @@ mod tests {
         }));
         let r = admit(&p, &TenantPolicy::default());
         let fields: Vec<&str> = r.iter().map(|r| r.field.as_str()).collect();
+        // A trust bundle projection goes down, filled from the tenant's own bundles.
         assert_eq!(
             fields,
-            [
-                "spec.volumes[0].projected.sources[1].podCertificate",
-                "spec.volumes[0].projected.sources[2].clusterTrustBundle"
-            ]
+            ["spec.volumes[0].projected.sources[1].podCertificate"]
         );
     }
 

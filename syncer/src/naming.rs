@@ -10,6 +10,13 @@ pub fn token_secret_name(pod_uid: &str) -> String {
     format!("vcp-sa-{}", short_hash(pod_uid))
 }
 
+/// Name of the host ConfigMap holding the tenant ClusterTrustBundles that the projected
+/// `clusterTrustBundle` sources of the tenant pod with `uid` select (one per pod, a key per
+/// source). Generated like the token Secret, so no tenant ConfigMap can take it over.
+pub fn trust_bundles_name(pod_uid: &str) -> String {
+    format!("vcp-ctb-{}", short_hash(pod_uid))
+}
+
 /// Name of the tenant Event copied from the host Event with `host_event_uid`, about tenant
 /// object `object`: deterministic, so a copy is never made twice (a relist, a restart), and
 /// named like the kubelet's (`<object>.<suffix>`) so it sorts with the object's own events.

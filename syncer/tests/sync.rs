@@ -315,7 +315,7 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
             "auth",
             "whoami",
             "-o",
-            "jsonpath={.status.userInfo.username}",
+            "json",
         ])
         .output()?;
     assert!(
@@ -323,9 +323,21 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
         "whoami with the pod token: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let who: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let user = &who["status"]["userInfo"];
+    assert_eq!(user["username"], "system:serviceaccount:apps:default");
+    // Issued once the pod was bound, as a kubelet asks: the token names the pod's node, as a
+    // real cluster's does (the conformance suite's token tests read these claims).
+    let node = tenant_pod.spec.as_ref().unwrap().node_name.clone().unwrap();
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "system:serviceaccount:apps:default"
+        user["extra"]["authentication.kubernetes.io/node-name"],
+        serde_json::json!([node]),
+        "{who}"
+    );
+    assert_eq!(
+        user["extra"]["authentication.kubernetes.io/pod-name"],
+        serde_json::json!([tenant_pod.name_any()]),
+        "{who}"
     );
 
     // Services keep one ClusterIP on both sides.
@@ -370,6 +382,131 @@ async fn a_deployment_with_config_secret_and_service_runs_on_the_host_and_report
             .then_some(()))
     })
     .await?;
+    Ok(())
+}
+
+/// Nodes before any pod, and trust bundles: a tenant lists its pool's nodes from the start,
+/// as a real cluster lists its nodes (the conformance suite counts them before its first
+/// test), and a pod's `clusterTrustBundle` sources read the tenant's bundles on the host.
+#[tokio::test]
+async fn a_tenant_lists_its_pool_before_any_pod_and_pods_read_its_trust_bundles() -> Res {
+    use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
+    let Synced {
+        host,
+        _syncer,
+        tenant,
+        ..
+    } = synced("e2ectb").await?;
+    // The pool of a plan without a selector or tolerations: every host node whose taints
+    // keep no pod off it (the node controllers' own taints aside).
+    let pool: BTreeSet<String> = Api::<Node>::all(host.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_none_or(|ts| {
+                    ts.iter().all(|t| {
+                        t.effect == "PreferNoSchedule" || t.key.starts_with("node.kubernetes.io/")
+                    })
+                })
+        })
+        .map(|n| n.name_any())
+        .collect();
+    assert!(
+        !pool.is_empty(),
+        "the dev cluster has untainted kwok workers"
+    );
+    eventually(
+        "the pool's nodes in the tenant, before any pod",
+        Duration::from_secs(60),
+        || async {
+            let names: BTreeSet<String> = Api::<Node>::all(tenant.clone())
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .map(|n| n.name_any())
+                .collect();
+            Ok((names == pool).then_some(()))
+        },
+    )
+    .await?;
+    assert!(
+        Api::<Pod>::all(tenant.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+    );
+
+    namespace(&tenant, "apps").await?;
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIBdGVzdA==\n-----END CERTIFICATE-----\n";
+    let bundles: Api<ClusterTrustBundle> = Api::all(tenant.clone());
+    bundles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "anchors"},
+                "spec": {"trustBundle": pem},
+            }))?,
+        )
+        .await?;
+    let pod: Pod = create(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "anchored"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox",
+                    "volumeMounts": [{"name": "ctb", "mountPath": "/ctb"}]}],
+                "volumes": [{"name": "ctb", "projected": {"sources": [
+                    {"clusterTrustBundle": {"name": "anchors", "path": "anchors.pem"}},
+                    {"clusterTrustBundle": {"signerName": "example.com/none",
+                        "labelSelector": {}, "path": "none.pem", "optional": true}},
+                    {"clusterTrustBundle": {"name": "missing", "path": "missing.pem"}},
+                ]}}],
+            },
+        }),
+    )
+    .await?;
+    let name = vcp_syncer::naming::trust_bundles_name(&pod.uid().unwrap());
+    let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), "e2ectb-apps");
+    let cm = eventually(
+        "the pod's trust bundles on the host, owned by its host pod",
+        Duration::from_secs(60),
+        || async {
+            Ok(host_cms.get_opt(&name).await?.filter(|c| {
+                c.owner_references()
+                    .iter()
+                    .any(|o| o.kind == "Pod" && o.name == "anchored")
+            }))
+        },
+    )
+    .await?;
+    // The tenant's bundle by name; an optional source that matched nothing is an empty file;
+    // a required one that matched nothing is left out, so the kubelet holds the pod back.
+    let data = cm.data.unwrap_or_default();
+    assert_eq!(data.get("ctb-0-0").map(String::as_str), Some(pem));
+    assert_eq!(data.get("ctb-0-1").map(String::as_str), Some(""));
+    assert!(!data.contains_key("ctb-0-2"), "{data:?}");
+    let host_pod = Api::<Pod>::namespaced(host.clone(), "e2ectb-apps")
+        .get("anchored")
+        .await?;
+    let volume = host_pod
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "ctb")
+        .unwrap();
+    let sources = volume.projected.unwrap().sources.unwrap();
+    assert!(sources.iter().all(|s| s.cluster_trust_bundle.is_none()
+        && s.config_map.as_ref().is_some_and(|c| c.name == name)));
     Ok(())
 }
 

@@ -191,13 +191,16 @@ pub fn busybox(busybox_bin: &[u8], applets: &[&str]) -> Image {
 /// The agnhost image as the conformance suite names and runs it: `/agnhost` (and its alias
 /// `/agnhost-2`) as the entrypoint with `pause` as the command, the users and groups the
 /// suite expects of it, `/uploads`, and porter's certificate and key. The shell and tools that
-/// its Alpine base gives come from busybox here. Its dynamic libraries, if any, come along.
+/// its Alpine base gives come from busybox here, and `tools` (name in `/usr/bin`, file on this
+/// machine) add the ones busybox's applets do not stand in for: the suite runs `dig`, `curl`
+/// and OpenBSD's `nc -v -z` inside agnhost pods. Dynamic libraries of every binary come along.
 pub fn agnhost(
     tag: &str,
     agnhost_bin: &Path,
     busybox_bin: &[u8],
     applets: &[&str],
     porter: (Vec<u8>, Vec<u8>),
+    tools: &[(&str, PathBuf)],
 ) -> Result<Image> {
     let mut entries: Vec<Entry> = busybox_entries(busybox_bin, applets)
         .into_iter()
@@ -224,7 +227,13 @@ pub fn agnhost(
         ),
         Entry::symlink("agnhost-2", "agnhost"),
     ]);
-    add_libraries(&mut entries, &[agnhost_bin.to_owned()], None)?;
+    for (name, host) in tools {
+        let data = std::fs::read(host).map_err(Error::io(host))?;
+        add_file(&mut entries, &Path::new("/usr/bin").join(name), 0o755, data);
+    }
+    let mut elves = vec![agnhost_bin.to_owned()];
+    elves.extend(tools.iter().map(|(_, h)| h.clone()));
+    add_libraries(&mut entries, &elves, None)?;
     Ok(Image {
         reference: format!("{AGNHOST_REPOSITORY}:{tag}"),
         also: Vec::new(),
@@ -331,6 +340,7 @@ pub fn test_images() -> Result<Vec<Image>> {
             read(src.join("porter/localhost.crt"))?,
             read(src.join("porter/localhost.key"))?,
         ),
+        &agnhost_tools()?,
     )?;
     let mut busybox = busybox(&busybox_bin, &applets);
     let mut agnhost = agnhost;
@@ -357,6 +367,31 @@ pub fn test_images() -> Result<Vec<Image>> {
         agnhost,
         web_server(&busybox_bin, &applets, web),
     ])
+}
+
+/// The tools agnhost's Alpine base has and busybox does not stand in for, from Debian: `dig`
+/// (bind9-dnsutils), `curl`, and OpenBSD's `nc` (netcat-openbsd; busybox's `nc` lacks `-z`
+/// and `-v` as the suite uses them). tests/setup.sh installs them.
+pub const AGNHOST_TOOLS: [(&str, &str, &str); 3] = [
+    ("dig", "/usr/bin/dig", "bind9-dnsutils"),
+    ("curl", "/usr/bin/curl", "curl"),
+    ("nc", "/usr/bin/nc.openbsd", "netcat-openbsd"),
+];
+
+fn agnhost_tools() -> Result<Vec<(&'static str, PathBuf)>> {
+    AGNHOST_TOOLS
+        .iter()
+        .map(|(name, path, package)| {
+            let p = PathBuf::from(path);
+            if p.is_file() {
+                Ok((*name, p))
+            } else {
+                Err(Error::Image(format!(
+                    "{path} is missing: install Debian's {package} (tests/setup.sh does)"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// The images the conformance suite names, as (its id, `registry/name:tag`), read from the
@@ -984,12 +1019,15 @@ mod tests {
     fn agnhost_is_laid_out_as_the_conformance_suite_runs_it() {
         let bin = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(bin.path(), b"not an ELF: no libraries").unwrap();
+        let nc = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(nc.path(), b"openbsd nc").unwrap();
         let img = agnhost(
             "2.66.1",
             bin.path(),
             b"bb",
             &["sh", "nc"],
             (b"crt".to_vec(), b"key".to_vec()),
+            &[("nc", nc.path().to_owned())],
         )
         .unwrap();
         assert_eq!(
@@ -1014,6 +1052,12 @@ mod tests {
                 .contains(&Entry::symlink("agnhost-2", "agnhost"))
         );
         assert!(img.entries.contains(&Entry::symlink("bin/nc", "busybox")));
+        // A Debian tool in /usr/bin, ahead of busybox's applet of the same name on PATH.
+        assert_eq!(file("usr/bin/nc").as_deref(), Some("openbsd nc"));
+        let path = img.env[0].trim_start_matches("PATH=");
+        let dirs: Vec<&str> = path.split(':').collect();
+        let at = |d: &str| dirs.iter().position(|x| *x == d).unwrap();
+        assert!(at("/usr/bin") < at("/bin"), "{path}");
         // The users and groups the suite's security-context tests expect of the image, once.
         let passwd = file("etc/passwd").unwrap();
         assert!(passwd.contains("user-defined-in-image:x:1000:"), "{passwd}");

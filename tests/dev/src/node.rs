@@ -972,8 +972,11 @@ pub fn recorded(node_dir: &Path) -> Option<(Layout, NodeNet)> {
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     let index = u8::try_from(v["index"].as_u64()?).ok()?;
     Some((
+        // Absolute: the layout's paths are handed to tools that run inside the node's
+        // network namespace from elsewhere (containerd's socket for an import), so
+        // `vcp-dev images --state-dir .vcp-dev` found no containerd.
         Layout {
-            dir: node_dir.to_owned(),
+            dir: std::path::absolute(node_dir).ok()?,
         },
         NodeNet { index },
     ))
@@ -995,6 +998,20 @@ mod tests {
         Layout {
             dir: PathBuf::from("/state/node"),
         }
+    }
+
+    #[test]
+    fn a_recorded_node_is_found_with_an_absolute_layout_from_a_relative_state_dir() {
+        let dir = tempfile::tempdir_in(".").unwrap();
+        std::fs::write(dir.path().join(NETWORK_FILE), r#"{"index": 3}"#).unwrap();
+        let relative = Path::new(dir.path().file_name().unwrap());
+        let (layout, net) = recorded(relative).unwrap();
+        assert!(layout.dir.is_absolute(), "{}", layout.dir.display());
+        assert_eq!(
+            layout.dir.canonicalize().unwrap(),
+            dir.path().canonicalize().unwrap()
+        );
+        assert_eq!(net.index, 3);
     }
 
     #[test]

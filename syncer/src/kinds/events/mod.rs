@@ -14,7 +14,9 @@ pub mod translate;
 
 use crate::engine::Engine;
 use crate::engine::shared::Cache;
-use crate::kinds::events::translate::{plural, repeat_patch, to_tenant, worth_copying};
+use crate::kinds::events::translate::{
+    about_the_token_wait, plural, repeat_patch, to_tenant, worth_copying,
+};
 use crate::kube_err;
 use crate::metrics::Direction;
 use crate::{Error, Result};
@@ -195,6 +197,9 @@ async fn copy_up(e: &Engine, memory: &Mutex<Memory>, ev: &Event) -> Result<()> {
     let Some(r) = tenant_object(e, memory, ev, &host_ns).await? else {
         return Ok(());
     };
+    if about_the_token_wait(ev, &r) {
+        return Ok(());
+    }
     let Some(tenant_ev) = to_tenant(ev, &r, &host_ns) else {
         return Ok(());
     };

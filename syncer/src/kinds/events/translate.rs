@@ -39,6 +39,28 @@ pub fn worth_copying(host: &Event) -> bool {
         && host.type_.as_deref() != Some("Warning"))
 }
 
+/// Whether a host Event only tells that the kubelet waits for the token of tenant pod `r`:
+/// the syncer asks the tenant for a pod's token once the pod is bound, so the kubelet may look
+/// for the token Secret a moment before it is written (`FailedMount ... secret "vcp-sa-..."
+/// not found`) and finds it at its next try. That wait is the syncer's doing, not the
+/// tenant's, and a kubelet of a real cluster has no such wait to report. Any other mount
+/// failure flows up.
+pub fn about_the_token_wait(host: &Event, r: &TenantRef) -> bool {
+    let Some(uid) = r.uid.as_deref() else {
+        return false;
+    };
+    let missing = format!(
+        "secret \"{}\" not found",
+        crate::naming::token_secret_name(uid)
+    );
+    host.involved_object.kind.as_deref() == Some("Pod")
+        && host.reason.as_deref() == Some("FailedMount")
+        && host
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains(&missing))
+}
+
 /// The plural of a kind whose Events flow up (core group only), or `None`.
 pub fn plural(involved: &ObjectReference) -> Option<&'static str> {
     let core = matches!(involved.api_version.as_deref(), None | Some("v1"));
@@ -158,6 +180,33 @@ mod tests {
         let mut service = scheduled();
         service.involved_object.kind = Some("Service".into());
         assert!(worth_copying(&service));
+    }
+
+    #[test]
+    fn the_kubelets_wait_for_a_pods_token_stays_on_the_host() {
+        let mut ev = scheduled();
+        ev.reason = Some("FailedMount".into());
+        ev.type_ = Some("Warning".into());
+        let token = crate::naming::token_secret_name("tenant-pod-uid");
+        ev.message = Some(format!(
+            "MountVolume.SetUp failed for volume \"kube-api-access-x\" : secret \"{token}\" not found"
+        ));
+        assert!(about_the_token_wait(&ev, &tenant_ref()));
+        let other = TenantRef {
+            uid: Some("another-pod".into()),
+            ..tenant_ref()
+        };
+        assert!(
+            !about_the_token_wait(&ev, &other),
+            "another pod's token is not this pod's wait"
+        );
+        ev.message = Some(
+            "MountVolume.SetUp failed for volume \"cfg\" : secret \"app-config\" not found".into(),
+        );
+        assert!(
+            !about_the_token_wait(&ev, &tenant_ref()),
+            "a Secret of the tenant's that is missing must reach the tenant"
+        );
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //!
 //! Where a tenant pod becomes a host pod: [`down`] (this file) decides, in order, whether the
 //! pod may go down at all (policy, quota, its ConfigMaps and Secrets, its token:
-//! [`tokens`]), and creates or updates the host pod that [`translate::to_host`] describes.
+//! [`tokens`], its trust bundles: [`bundles`]), and creates or updates the host pod that
+//! [`translate::to_host`] describes.
 
+pub mod bundles;
 pub mod decide;
 pub mod nodes;
 pub mod refs;
@@ -163,7 +165,11 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 refuse(e, &t, "HostConflict", &refusals).await?;
                 return Ok(Action::requeue(CONFLICT_RETRY));
             }
-            tokens::ensure(e, &side.own.tokens, &t, None).await?;
+            // A pod the tenant bound itself (`spec.nodeName`) gets its token now; any other
+            // once the host has placed it and the syncer has bound it (below, on update).
+            let node = t.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            tokens::ensure(e, &side.own.tokens, &t, node, None).await?;
+            bundles::ensure(e, &t, None).await?;
             if wants_service_links(&t) {
                 let links = tenant_service_links(e, &ns)?;
                 add_service_links(&mut desired, &links, &env_from);
@@ -199,7 +205,6 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             }
             // The isolation labels `desired` carries, worked out above.
             crate::kinds::netpols::relabel_pod(e, &h, desired.labels()).await?;
-            tokens::ensure(e, &side.own.tokens, &t, Some(&h)).await?;
             e.metrics
                 .timed(
                     "Pod",
@@ -208,6 +213,14 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                     up::sync_up(e, &side.own, &t, &h),
                 )
                 .await?;
+            // After the binding above: the tenant apiserver names the pod's node in the token.
+            let node = t
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .or_else(|| translate::host_node(&h));
+            tokens::ensure(e, &side.own.tokens, &t, node, Some(&h)).await?;
+            bundles::ensure(e, &t, Some(&h)).await?;
         }
         Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
     }

@@ -1,8 +1,12 @@
-//! Virtual nodes: the tenant's view of the host nodes its pods run on. A tenant pod is bound to
-//! the virtual node named after its host pod's node ([`super::up`]); the node is created then
-//! (`ensure_virtual_node`), its status mirrored from the host node every period, and it is
-//! removed once no tenant pod is bound to it ([`virtual_nodes`]). The syncer also keeps the
-//! taints a node lifecycle controller would ([`lifecycle_taints`]): tenants run none.
+//! Virtual nodes: the tenant's view of the host nodes its pods may run on. By default a tenant
+//! sees every node of its plan's pool from the start ([`in_pool`]), as a real cluster lists its
+//! nodes before any pod runs; with `placement.virtual_nodes: used`, only the nodes its pods run
+//! on. A tenant pod is bound to the virtual node named after its host pod's node
+//! ([`super::up`]), created then if need be (`ensure_virtual_node`). The upkeep
+//! ([`virtual_nodes`]) creates the pool's nodes, mirrors each one's status from its host node
+//! when it changed, and removes a virtual node once it is neither in the pool nor used. The
+//! syncer also keeps the taints a node lifecycle controller would ([`lifecycle_taints`]):
+//! tenants run none.
 //!
 //! With a kubelet endpoint ([`crate::kubelet`]), every virtual node carries that endpoint's
 //! address and port instead of the host node's, so the tenant apiserver's `logs`, `exec`,
@@ -11,13 +15,17 @@
 use super::PodCtx;
 use crate::engine::{Engine, FIELD_MANAGER, shared::Cache};
 use crate::{Result, kube_err};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::Store;
-use std::collections::BTreeSet;
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_policy::VirtualNodes;
+use vcp_policy::placement::in_pool;
 
 /// Label on virtual nodes the syncer created in the tenant.
 pub const VIRTUAL_NODE_LABEL: &str = "vcp.dev/virtual-node";
@@ -223,24 +231,113 @@ async fn refresh_virtual_node(e: &Engine, node: &Node) -> Result<()> {
     Ok(())
 }
 
-/// Keeps virtual nodes in step: status mirrored from the host node every period; removed once
-/// no tenant pod is bound to them.
+/// Keeps virtual nodes in step, every `period`: one per node of the plan's pool (with
+/// [`VirtualNodes::Pool`], the default) and one per node a tenant pod is bound to; each one's
+/// status mirrored from its host node when it differs, and its lifecycle taints kept; any other
+/// virtual node removed. The pool comes from a watch of the host nodes that carry the pool's
+/// labels, slimmed to what a virtual node shows, so the upkeep asks the host nothing per node.
 pub async fn virtual_nodes(
     e: Arc<Engine>,
     p: Arc<PodCtx>,
     tenant_pods: Cache<Pod>,
     period: Duration,
 ) {
-    tenant_pods.ready().await;
-    loop {
-        if let Err(err) = virtual_nodes_once(&e, &p, &tenant_pods).await {
-            tracing::warn!(error = %err, "virtual node upkeep failed");
+    let placement = &e.ctx.policy.placement;
+    let (hosts, writer) = reflector::store::<Node>();
+    let watch = async {
+        if placement.virtual_nodes != VirtualNodes::Pool {
+            return futures::future::pending().await;
         }
-        tokio::time::sleep(period).await;
+        let labels: Vec<String> = placement
+            .node_selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let cfg = watcher::Config::default().labels(&labels.join(","));
+        reflector(
+            writer,
+            watcher(Api::<Node>::all(e.host.clone()), cfg)
+                .default_backoff()
+                .modify(slim),
+        )
+        .for_each(|ev| {
+            if let Err(err) = ev {
+                tracing::warn!(error = %err, "host node watch failed; retrying");
+            }
+            futures::future::ready(())
+        })
+        .await
+    };
+    let upkeep = async {
+        tenant_pods.ready().await;
+        if placement.virtual_nodes == VirtualNodes::Pool {
+            let _ = hosts.wait_until_ready().await;
+        }
+        loop {
+            if let Err(err) = virtual_nodes_once(&e, &p, &tenant_pods, &hosts).await {
+                tracing::warn!(error = %err, "virtual node upkeep failed");
+            }
+            tokio::time::sleep(period).await;
+        }
+    };
+    futures::join!(watch, upkeep);
+}
+
+/// A host node as the pool watch keeps it: what [`virtual_node`] and [`in_pool`] read.
+fn slim(n: &mut Node) {
+    n.metadata.managed_fields = None;
+    n.metadata.annotations = None;
+    if let Some(s) = n.status.as_mut() {
+        s.images = None;
+        s.volumes_attached = None;
+        s.volumes_in_use = None;
+        s.config = None;
     }
 }
 
-async fn virtual_nodes_once(e: &Engine, p: &PodCtx, tenant_pods: &Store<Pod>) -> Result<()> {
+/// The part of a node's status a virtual node mirrors, heartbeats aside: a heartbeat alone
+/// is no reason to write to the tenant (the host's kubelets beat every few seconds and
+/// nothing in a tenant reads the beat; there is no node lifecycle controller there).
+fn mirrored(n: &Node) -> Option<k8s_openapi::api::core::v1::NodeStatus> {
+    n.status
+        .as_ref()
+        .map(|s| k8s_openapi::api::core::v1::NodeStatus {
+            addresses: s.addresses.clone(),
+            allocatable: s.allocatable.clone(),
+            capacity: s.capacity.clone(),
+            conditions: s.conditions.clone().map(|cs| {
+                cs.into_iter()
+                    .map(|mut c| {
+                        c.last_heartbeat_time = None;
+                        c
+                    })
+                    .collect()
+            }),
+            daemon_endpoints: s.daemon_endpoints.clone(),
+            node_info: s.node_info.clone(),
+            phase: s.phase.clone(),
+            ..Default::default()
+        })
+}
+
+/// Whether tenant node `current` shows other than `want` (a virtual node as it should be).
+pub fn status_differs(current: &Node, want: &Node) -> bool {
+    mirrored(current) != mirrored(want)
+}
+
+async fn virtual_nodes_once(
+    e: &Engine,
+    p: &PodCtx,
+    tenant_pods: &Store<Pod>,
+    hosts: &Store<Node>,
+) -> Result<()> {
+    let placement = &e.ctx.policy.placement;
+    let pool: BTreeMap<String, Arc<Node>> = hosts
+        .state()
+        .into_iter()
+        .filter(|n| in_pool(n, placement))
+        .map(|n| (n.name_any(), n))
+        .collect();
     let used: BTreeSet<String> = tenant_pods
         .state()
         .iter()
@@ -251,10 +348,12 @@ async fn virtual_nodes_once(e: &Engine, p: &PodCtx, tenant_pods: &Store<Pod>) ->
         .list(&ListParams::default().labels(&format!("{VIRTUAL_NODE_LABEL}=true")))
         .await
         .map_err(kube_err("list virtual nodes".into()))?;
+    let mut present = BTreeSet::new();
     for n in list.items {
         let name = n.name_any();
-        if !used.contains(&name) {
-            tracing::info!(node = %name, "no tenant pod left on virtual node; removing it");
+        present.insert(name.clone());
+        if !used.contains(&name) && !pool.contains_key(&name) {
+            tracing::info!(node = %name, "virtual node of no pool node and no tenant pod; removing it");
             p.known_nodes
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -262,15 +361,34 @@ async fn virtual_nodes_once(e: &Engine, p: &PodCtx, tenant_pods: &Store<Pod>) ->
             let _ = tenant_nodes.delete(&name, &DeleteParams::default()).await;
             continue;
         }
-        if let Some(host) = Api::<Node>::all(e.host.clone())
-            .get_opt(&name)
-            .await
-            .map_err(kube_err(format!("get host node {name}")))?
-        {
+        let host = match pool.get(&name) {
+            Some(h) => Some(h.as_ref().clone()),
+            None => Api::<Node>::all(e.host.clone())
+                .get_opt(&name)
+                .await
+                .map_err(kube_err(format!("get host node {name}")))?,
+        };
+        if let Some(host) = host {
             let v = virtual_node(&host, p.kubelet_endpoint.as_ref());
             keep_taints(e, &n, is_ready(&v)).await?;
-            refresh_virtual_node(e, &v).await?;
+            if status_differs(&n, &v) {
+                refresh_virtual_node(e, &v).await?;
+            }
         }
+    }
+    // Nodes the tenant should see and does not (new pool nodes, or one its admin deleted).
+    for name in pool.keys().chain(used.iter()) {
+        if present.contains(name) {
+            continue;
+        }
+        p.known_nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        if let Err(err) = ensure_virtual_node(e, p, name).await {
+            tracing::warn!(node = %name, error = %err, "cannot create virtual node");
+        }
+        present.insert(name.clone());
     }
     Ok(())
 }
@@ -314,6 +432,43 @@ mod tests {
             [NOT_READY]
         );
         assert!(!is_ready(&untainted));
+    }
+
+    #[test]
+    fn a_heartbeat_alone_is_not_written_to_the_tenant() {
+        let host = |beat: &str, ready: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n", "managedFields": [{"manager": "kubelet"}]},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": beat,
+                                    "lastTransitionTime": "2026-11-28T00:00:00Z"}],
+                    "capacity": {"cpu": "4"},
+                    "images": [{"names": ["registry.example/other-tenant:1"], "sizeBytes": 1}],
+                },
+            }))
+            .unwrap()
+        };
+        let shown = virtual_node(&host("2026-11-28T01:00:00Z", "True"), None);
+        let beat = virtual_node(&host("2026-11-28T01:00:10Z", "True"), None);
+        assert!(!status_differs(&shown, &beat));
+        let down = virtual_node(&host("2026-11-28T01:00:10Z", "False"), None);
+        assert!(status_differs(&shown, &down));
+        // A tenant admin's edit of a virtual node's address is put back.
+        let k = KubeletEndpoint {
+            address: "vcp-syncer.vcp-demo.svc".into(),
+            port: 10250,
+        };
+        let mut edited = virtual_node(&host("2026-11-28T01:00:00Z", "True"), Some(&k));
+        edited.status.as_mut().unwrap().addresses = Some(vec![]);
+        assert!(status_differs(
+            &edited,
+            &virtual_node(&host("2026-11-28T01:00:00Z", "True"), Some(&k))
+        ));
+        // The pool watch keeps no more of a host node than a virtual node shows.
+        let mut n = host("2026-11-28T01:00:00Z", "True");
+        slim(&mut n);
+        assert!(n.metadata.managed_fields.is_none());
+        assert!(n.status.unwrap().images.is_none());
     }
 
     #[test]

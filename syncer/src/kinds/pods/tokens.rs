@@ -10,6 +10,12 @@
 //! replaced while both are still trusted). The Secret is marked as generated (a tenant Secret can never adopt it) and
 //! owned by the host pod, so the host's garbage collector removes it with the pod. Tokens are
 //! never logged.
+//!
+//! A token is asked for only once the tenant pod is bound to its (virtual) node, as a kubelet
+//! asks only for pods bound to it: the tenant apiserver then puts the node's name and UID in
+//! the token (`authentication.kubernetes.io/node-name`, `node-uid`), which node-bound
+//! authorizers and the conformance suite read. Until then the host pod waits for its volume;
+//! the Secret follows the binding within one pass (see `FailedMount` in the events' filter).
 
 use crate::engine::Engine;
 use crate::engine::FIELD_MANAGER;
@@ -28,6 +34,8 @@ use vcp_core::naming;
 
 const ANN_EXPIRES: &str = "vcp.dev/token-expires";
 const ANN_RENEW: &str = "vcp.dev/token-renew-after";
+/// The node the tenant pod was bound to when its token was issued.
+const ANN_NODE: &str = "vcp.dev/token-node";
 use vcp_core::naming::ANN_TOKEN_GENERATION as ANN_GENERATION;
 
 /// Under what tenant pods' tokens are issued.
@@ -39,9 +47,15 @@ pub struct TokenSource {
     pub ca_file: Option<std::path::PathBuf>,
 }
 
-/// Whether a host token Secret may be kept: it is not due for renewal and was issued under
-/// the current generation.
-fn still_fresh(annotations: &BTreeMap<String, String>, generation: &str, now: Timestamp) -> bool {
+/// Whether a host token Secret may be kept: it is not due for renewal, was issued under the
+/// current generation and names the node the pod is bound to (one written before the syncer
+/// recorded nodes is kept until its renewal).
+fn still_fresh(
+    annotations: &BTreeMap<String, String>,
+    generation: &str,
+    node: &str,
+    now: Timestamp,
+) -> bool {
     let renew_after = annotations
         .get(ANN_RENEW)
         .and_then(|s| s.parse::<Timestamp>().ok());
@@ -50,18 +64,20 @@ fn still_fresh(annotations: &BTreeMap<String, String>, generation: &str, now: Ti
         .map(String::as_str)
         .unwrap_or_default()
         == generation;
-    same_generation && renew_after.is_some_and(|r| now < r)
+    let same_node = annotations.get(ANN_NODE).is_none_or(|n| n == node);
+    same_generation && same_node && renew_after.is_some_and(|r| now < r)
 }
 
-/// Ensures the host token Secret of tenant pod `t` is present and fresh; `host_pod` (once it
-/// exists) becomes its owner.
+/// Ensures the host token Secret of tenant pod `t`, bound to node `node`, is present and
+/// fresh; `host_pod` (once it exists) becomes its owner. Nothing while `node` is `None`.
 pub async fn ensure(
     e: &Engine,
     tokens: &TokenSource,
     t: &Pod,
+    node: Option<&str>,
     host_pod: Option<&Pod>,
 ) -> Result<()> {
-    let Some((audience, expiration)) = token_request(t) else {
+    let (Some((audience, expiration)), Some(node)) = (token_request(t), node) else {
         return Ok(());
     };
     let (Some(uid), Some(ns)) = (t.uid(), t.namespace()) else {
@@ -87,7 +103,12 @@ pub async fn ensure(
             .await;
             return Ok(());
         }
-        let fresh = still_fresh(cur.annotations(), &tokens.generation, Timestamp::now());
+        let fresh = still_fresh(
+            cur.annotations(),
+            &tokens.generation,
+            node,
+            Timestamp::now(),
+        );
         let owned = host_pod.is_none()
             || cur
                 .owner_references()
@@ -165,6 +186,7 @@ pub async fn ensure(
                 (ANN_EXPIRES.to_owned(), expires.to_string()),
                 (ANN_RENEW.to_owned(), renew.to_string()),
                 (ANN_GENERATION.to_owned(), tokens.generation.clone()),
+                (ANN_NODE.to_owned(), node.to_owned()),
             ])),
             owner_references: host_pod.and_then(|p| {
                 Some(vec![OwnerReference {
@@ -229,20 +251,39 @@ mod tests {
         let now: Timestamp = "2026-11-25T12:00:00Z".parse().unwrap();
         let later = "2026-11-25T12:30:00Z";
         let earlier = "2026-11-25T11:30:00Z";
-        assert!(still_fresh(&annotations(later, Some("g1")), "g1", now));
+        assert!(still_fresh(
+            &annotations(later, Some("g1")),
+            "g1",
+            "n1",
+            now
+        ));
         assert!(
-            !still_fresh(&annotations(earlier, Some("g1")), "g1", now),
+            !still_fresh(&annotations(earlier, Some("g1")), "g1", "n1", now),
             "due"
         );
         assert!(
-            !still_fresh(&annotations(later, Some("g1")), "g2", now),
+            !still_fresh(&annotations(later, Some("g1")), "g2", "n1", now),
             "issued under the key being retired"
         );
         assert!(
-            still_fresh(&annotations(later, None), "", now),
+            still_fresh(&annotations(later, None), "", "n1", now),
             "a syncer without generations keeps what older syncers wrote"
         );
-        assert!(!still_fresh(&annotations(later, None), "g1", now));
-        assert!(!still_fresh(&annotations("garbage", Some("g1")), "g1", now));
+        assert!(!still_fresh(&annotations(later, None), "g1", "n1", now));
+        assert!(!still_fresh(
+            &annotations("garbage", Some("g1")),
+            "g1",
+            "n1",
+            now
+        ));
+    }
+
+    #[test]
+    fn a_token_names_the_node_its_pod_is_bound_to() {
+        let now: Timestamp = "2026-11-25T12:00:00Z".parse().unwrap();
+        let mut a = annotations("2026-11-25T12:30:00Z", Some("g1"));
+        a.insert(ANN_NODE.to_owned(), "n1".to_owned());
+        assert!(still_fresh(&a, "g1", "n1", now));
+        assert!(!still_fresh(&a, "g1", "n2", now), "issued for another node");
     }
 }

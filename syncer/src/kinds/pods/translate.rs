@@ -28,16 +28,21 @@
 //!   kubelet, they are fixed when the pod is created: env cannot change on a running pod.
 //! - ConfigMap, Secret and PVC references keep their names: the objects are synced into the
 //!   same host namespace under the same names.
+//! - `clusterTrustBundle` projected sources become keys of one host ConfigMap per pod
+//!   ([`crate::naming::trust_bundles_name`]), which the syncer fills from the *tenant's*
+//!   ClusterTrustBundles ([`trust_bundle_content`]); a host kubelet would read the host's.
 //!
 //! Up (host -> tenant): the status (phase, conditions, IPs, container statuses, start time,
 //! reason, message) is copied verbatim; the node binding is done separately (a Binding on the
 //! tenant pod, to the virtual node named after the host node).
 
 use crate::tenant::{Ctx, PodEnv};
+use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostAlias, KeyToPath, Pod, PodCondition, PodDNSConfig, PodDNSConfigOption,
-    PodSpec, PodStatus, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
+    ClusterTrustBundleProjection, ConfigMapProjection, Container, EnvVar, HostAlias, KeyToPath,
+    Pod, PodCondition, PodDNSConfig, PodDNSConfigOption, PodSpec, PodStatus, ProjectedVolumeSource,
+    SecretProjection, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -87,6 +92,102 @@ fn host_token_volume(v: &Volume, secret: &str) -> Volume {
                 ..Default::default()
             }]),
             ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The key of projected source `j` of volume `i` in the pod's trust-bundle ConfigMap.
+fn trust_bundle_key(i: usize, j: usize) -> String {
+    format!("ctb-{i}-{j}")
+}
+
+/// The pod's `clusterTrustBundle` projected sources, each with its key in the host ConfigMap
+/// [`crate::naming::trust_bundles_name`].
+pub fn trust_bundle_sources(pod: &Pod) -> Vec<(String, ClusterTrustBundleProjection)> {
+    let mut out = Vec::new();
+    let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+    for (i, v) in volumes.enumerate() {
+        let sources = v.projected.iter().flat_map(|p| p.sources.iter().flatten());
+        for (j, src) in sources.enumerate() {
+            if let Some(b) = &src.cluster_trust_bundle {
+                out.push((trust_bundle_key(i, j), b.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// What a `clusterTrustBundle` source reads from the tenant's bundles, as a kubelet reads the
+/// cluster's: by `name`, that bundle's PEM; by `signerName`, every certificate of the bundles
+/// of that signer whose labels `labelSelector` selects (no selector selects none, an empty one
+/// all), each once, in the order of the bundles' names. `None` when nothing matched.
+pub fn trust_bundle_content(
+    src: &ClusterTrustBundleProjection,
+    bundles: &[ClusterTrustBundle],
+) -> Option<String> {
+    if let Some(name) = &src.name {
+        return bundles
+            .iter()
+            .find(|b| b.metadata.name.as_deref() == Some(name))
+            .map(|b| b.spec.trust_bundle.clone());
+    }
+    let signer = src.signer_name.as_deref()?;
+    let selector = src.label_selector.as_ref()?;
+    let mut chosen: Vec<&ClusterTrustBundle> = bundles
+        .iter()
+        .filter(|b| b.spec.signer_name.as_deref() == Some(signer))
+        .filter(|b| policy::network::selects(selector, b.labels()))
+        .collect();
+    chosen.sort_by_key(|b| b.metadata.name.clone());
+    let mut seen = BTreeSet::new();
+    let mut out = String::new();
+    for block in chosen.iter().flat_map(|b| pem_blocks(&b.spec.trust_bundle)) {
+        if seen.insert(block.clone()) {
+            out.push_str(&block);
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The PEM blocks of `text`, each with its BEGIN and END lines and a final newline; anything
+/// between blocks is left out, as a kubelet re-encodes the blocks it parsed.
+fn pem_blocks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut block: Option<String> = None;
+    for line in text.lines().map(str::trim_end) {
+        if line.starts_with("-----BEGIN ") {
+            block = Some(String::new());
+        }
+        if let Some(b) = block.as_mut() {
+            b.push_str(line);
+            b.push('\n');
+            if line.starts_with("-----END ") {
+                out.extend(block.take());
+            }
+        }
+    }
+    out
+}
+
+/// A `clusterTrustBundle` source as the host pod reads it: key `key` of the pod's
+/// trust-bundle ConfigMap, at the source's path. Never optional on the host: the syncer writes
+/// an empty key for an optional source that matched nothing, and leaves the key out for a
+/// required one, so the kubelet holds the pod back exactly when a tenant kubelet would.
+fn host_trust_bundle_source(
+    configmap: &str,
+    key: String,
+    src: &ClusterTrustBundleProjection,
+) -> VolumeProjection {
+    VolumeProjection {
+        config_map: Some(ConfigMapProjection {
+            name: configmap.to_owned(),
+            items: Some(vec![KeyToPath {
+                key,
+                path: src.path.clone(),
+                ..Default::default()
+            }]),
+            optional: Some(false),
         }),
         ..Default::default()
     }
@@ -174,9 +275,20 @@ pub fn to_host(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> Pod {
 pub fn to_host_noting(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> (Pod, Vec<String>) {
     let mut spec: PodSpec = pod.spec.clone().unwrap_or_default();
     let secret = crate::naming::token_secret_name(&pod.uid().unwrap_or_default());
-    for v in spec.volumes.iter_mut().flatten() {
+    let bundles = crate::naming::trust_bundles_name(&pod.uid().unwrap_or_default());
+    for (i, v) in spec.volumes.iter_mut().flatten().enumerate() {
         if is_token_volume(v) {
             *v = host_token_volume(v, &secret);
+            continue;
+        }
+        let sources = v
+            .projected
+            .iter_mut()
+            .flat_map(|p| p.sources.iter_mut().flatten());
+        for (j, src) in sources.enumerate() {
+            if let Some(b) = src.cluster_trust_bundle.take() {
+                *src = host_trust_bundle_source(&bundles, trust_bundle_key(i, j), &b);
+            }
         }
     }
     let dropped: Vec<String> = Vec::new();
@@ -562,6 +674,131 @@ mod tests {
         // Not bound: nothing about a node to tell.
         let notes = to_host_noting(&tenant_pod(), &ctx(), &PodEnv::default()).1;
         assert!(!notes.iter().any(|n| n.contains("nodeName")), "{notes:?}");
+    }
+
+    const PEM_A: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+    const PEM_B: &str = "-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n";
+
+    fn bundle(
+        name: &str,
+        signer: Option<&str>,
+        labels: serde_json::Value,
+        pem: &str,
+    ) -> ClusterTrustBundle {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"signerName": signer, "trustBundle": pem},
+        }))
+        .unwrap()
+    }
+
+    fn source(v: serde_json::Value) -> ClusterTrustBundleProjection {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn trust_bundle_sources_read_the_tenants_bundles_as_a_kubelet_reads_the_clusters() {
+        let bundles = [
+            bundle("plain", None, serde_json::json!({}), PEM_A),
+            bundle(
+                "s.example.com:s:1",
+                Some("example.com/s"),
+                serde_json::json!({"alive": "true"}),
+                PEM_A,
+            ),
+            bundle(
+                "s.example.com:s:2",
+                Some("example.com/s"),
+                serde_json::json!({"alive": "true"}),
+                &format!("junk\n{PEM_B}{PEM_A}"),
+            ),
+            bundle(
+                "s.example.com:s:3",
+                Some("example.com/s"),
+                serde_json::json!({"alive": "false"}),
+                PEM_B,
+            ),
+            bundle(
+                "o.example.com:o:1",
+                Some("example.com/o"),
+                serde_json::json!({"alive": "true"}),
+                PEM_B,
+            ),
+        ];
+        let read = |v| trust_bundle_content(&source(v), &bundles);
+        assert_eq!(
+            read(serde_json::json!({"name": "plain", "path": "p"})).as_deref(),
+            Some(PEM_A)
+        );
+        assert_eq!(
+            read(serde_json::json!({"name": "missing", "path": "p"})),
+            None
+        );
+        // By signer: the selected bundles' certificates, each once.
+        assert_eq!(
+            read(
+                serde_json::json!({"signerName": "example.com/s", "labelSelector": {"matchLabels": {"alive": "true"}}, "path": "p"})
+            ),
+            Some(format!("{PEM_A}{PEM_B}"))
+        );
+        assert_eq!(
+            read(
+                serde_json::json!({"signerName": "example.com/s", "labelSelector": {}, "path": "p"})
+            ),
+            Some(format!("{PEM_A}{PEM_B}")),
+            "an empty selector selects every bundle of the signer"
+        );
+        assert_eq!(
+            read(serde_json::json!({"signerName": "example.com/s", "path": "p"})),
+            None,
+            "no selector selects none"
+        );
+        assert_eq!(
+            read(
+                serde_json::json!({"signerName": "example.com/s", "labelSelector": {"matchLabels": {"alive": "unknown"}}, "path": "p"})
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_trust_bundle_source_reads_the_pods_configmap_on_the_host() {
+        let mut pod = tenant_pod();
+        pod.spec.as_mut().unwrap().volumes.as_mut().unwrap().push(
+            serde_json::from_value(serde_json::json!({"name": "ctb", "projected": {"sources": [
+                {"configMap": {"name": "settings"}},
+                {"clusterTrustBundle": {"name": "plain", "path": "anchors.pem", "optional": true}},
+            ]}}))
+            .unwrap(),
+        );
+        let keys: Vec<String> = trust_bundle_sources(&pod)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys, ["ctb-2-1"]);
+        let host = to_host(&pod, &ctx(), &env());
+        let v = host
+            .spec
+            .unwrap()
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "ctb")
+            .unwrap();
+        let sources = v.projected.unwrap().sources.unwrap();
+        assert_eq!(sources[0].config_map.as_ref().unwrap().name, "settings");
+        assert!(
+            sources[1].cluster_trust_bundle.is_none(),
+            "the host's bundles are never read"
+        );
+        let cm = sources[1].config_map.as_ref().unwrap();
+        assert_eq!(cm.name, crate::naming::trust_bundles_name("t-uid"));
+        assert_eq!(cm.optional, Some(false));
+        let item = &cm.items.as_ref().unwrap()[0];
+        assert_eq!(
+            (item.key.as_str(), item.path.as_str()),
+            ("ctb-2-1", "anchors.pem")
+        );
     }
 
     fn tenant_pod() -> Pod {
