@@ -393,6 +393,7 @@ async fn a_tenant_lists_its_pool_before_any_pod_and_pods_read_its_trust_bundles(
     use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
     let Synced {
         host,
+        cp: _cp,
         _syncer,
         tenant,
         ..
@@ -444,7 +445,14 @@ async fn a_tenant_lists_its_pool_before_any_pod_and_pods_read_its_trust_bundles(
     );
 
     namespace(&tenant, "apps").await?;
-    let pem = "-----BEGIN CERTIFICATE-----\nMIIBdGVzdA==\n-----END CERTIFICATE-----\n";
+    // The apiserver admits only bundles of parseable certificates.
+    let ca = vcp_pki::Ca::generate(
+        "trust-anchor.example",
+        time::OffsetDateTime::now_utc(),
+        time::Duration::days(1),
+    )?;
+    let pem = ca.cert_key().cert_pem.clone();
+    let pem = pem.as_str();
     let bundles: Api<ClusterTrustBundle> = Api::all(tenant.clone());
     bundles
         .create(

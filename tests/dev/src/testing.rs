@@ -446,7 +446,9 @@ impl TokenCounts {
     /// The counts in a poller's log (pure): the last result line's totals, and every failure.
     pub fn from_log(log: &str) -> TokenCounts {
         let mut counts = TokenCounts::default();
+        let mut previous = "";
         for line in log.lines() {
+            let before = std::mem::replace(&mut previous, line);
             let mut words = line.splitn(4, ' ');
             let (Some(verdict), Some(a), Some(f)) = (words.next(), words.next(), words.next())
             else {
@@ -459,6 +461,13 @@ impl TokenCounts {
                 continue;
             };
             match verdict {
+                // A count that grew without its failure line (a line the log lost, or one
+                // that printed otherwise): the lines around it are all there is to go on.
+                "ok" if f > counts.failed && counts.failures.len() < f as usize => {
+                    counts.failures.push(format!(
+                        "(no failure line) before: {before:?}; after: {line:?}"
+                    ))
+                }
                 "ok" => {}
                 "failed" => counts.failures.push(line.to_owned()),
                 _ => continue,
@@ -627,5 +636,15 @@ mod tests {
         assert_eq!(c.failures.len(), 2);
         assert!(c.failures[0].ends_with("HTTP 401: {\"kind\":\"Status\"}"));
         assert_eq!(TokenCounts::from_log(""), TokenCounts::default());
+        // A failure counted without its line is still shown, with the lines around it.
+        let lost = "ok answered=1 failed=0 user=u\n\
+                    garbled\n\
+                    ok answered=2 failed=1 user=u\n";
+        let c = TokenCounts::from_log(lost);
+        assert_eq!(c.failed, 1);
+        assert_eq!(
+            c.failures,
+            ["(no failure line) before: \"garbled\"; after: \"ok answered=2 failed=1 user=u\""]
+        );
     }
 }
