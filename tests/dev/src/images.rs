@@ -361,12 +361,26 @@ pub fn test_images() -> Result<Vec<Image>> {
         .iter()
         .filter_map(|id| named(id))
         .collect();
-    Ok(vec![
+    let mut images = vec![
         pause(&pause_bin),
         busybox,
         agnhost,
         web_server(&busybox_bin, &applets, web),
-    ])
+    ];
+    if let Some(name) = named("GlibcDnsTesting") {
+        let dig = agnhost_tools()?
+            .into_iter()
+            .find(|(n, _)| *n == "dig")
+            .map(|(_, p)| p)
+            .unwrap_or_default();
+        images.push(dns_prober(
+            &name,
+            &busybox_bin,
+            &applets,
+            &[("dig", dig), ("getent", PathBuf::from(GETENT))],
+        )?);
+    }
+    Ok(images)
 }
 
 /// The tools agnhost's Alpine base has and busybox does not stand in for, from Debian: `dig`
@@ -449,6 +463,41 @@ pub fn web_server(busybox_bin: &[u8], applets: &[&str], names: Vec<String>) -> I
         entries,
     }
 }
+
+/// A stand-in for the suite's DNS prober image (`glibc-dns-testing`, Debian with dnsutils):
+/// busybox for the shell and `seq`, `dig` (from `tools`) and glibc's `getent` (resolving as
+/// glibc does, through `/etc/nsswitch.conf`: the hosts file, then DNS), each with its
+/// libraries. Named `reference` (the suite's name for it).
+pub fn dns_prober(
+    reference: &str,
+    busybox_bin: &[u8],
+    applets: &[&str],
+    tools: &[(&str, PathBuf)],
+) -> Result<Image> {
+    let mut entries = busybox_entries(busybox_bin, applets);
+    entries.push(Entry::file(
+        "etc/nsswitch.conf",
+        0o644,
+        b"hosts: files dns\n".to_vec(),
+    ));
+    for (name, host) in tools {
+        let data = std::fs::read(host).map_err(Error::io(host))?;
+        add_file(&mut entries, &Path::new("/usr/bin").join(name), 0o755, data);
+    }
+    let elves: Vec<PathBuf> = tools.iter().map(|(_, h)| h.clone()).collect();
+    add_libraries(&mut entries, &elves, None)?;
+    Ok(Image {
+        reference: reference.to_owned(),
+        also: Vec::new(),
+        entrypoint: Vec::new(),
+        cmd: vec!["/bin/sh".to_owned()],
+        env: vec!["PATH=/usr/bin:/bin".to_owned()],
+        entries,
+    })
+}
+
+/// Where glibc's `getent` is on this machine (Debian's libc-bin, always installed).
+const GETENT: &str = "/usr/bin/getent";
 
 /// The web server stand-in's name when the suite's manifest names no nginx.
 pub const WEB_SERVER_IMAGE: &str = "vcp.dev/web-server:1";
@@ -1013,6 +1062,27 @@ mod tests {
     fn dev_image_names_are_the_platforms() {
         assert_eq!(VCP_DEV_IMAGE, crate::platform::DEV_TOOLS_IMAGE);
         assert_eq!(SYNCER_DEV_IMAGE, crate::platform::DEV_SYNCER_IMAGE);
+    }
+
+    #[test]
+    fn the_dns_prober_has_dig_getent_and_a_hosts_then_dns_switch() {
+        let dig = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(dig.path(), b"dig").unwrap();
+        let img = dns_prober(
+            "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
+            b"bb",
+            &["sh", "seq"],
+            &[("dig", dig.path().to_owned())],
+        )
+        .unwrap();
+        let has = |p: &str| {
+            img.entries
+                .iter()
+                .any(|e| matches!(e, Entry::File { path, .. } if path == p))
+        };
+        assert!(has("usr/bin/dig") && has("bin/busybox") && has("etc/nsswitch.conf"));
+        assert!(img.entries.contains(&Entry::symlink("bin/seq", "busybox")));
+        assert_eq!(img.cmd, ["/bin/sh"]);
     }
 
     #[test]
