@@ -9,16 +9,17 @@
 //! that changed then reaches the running pod as a changed ConfigMap does. An optional source that
 //! matches nothing is an empty key (an empty file, as a kubelet writes it); a required one is
 //! left out, so the kubelet holds the pod back, as a tenant kubelet would. The ConfigMap is
-//! marked as generated (no tenant ConfigMap can adopt it) and owned by the host pod.
+//! generated for the pod ([`super::generated`]: marked, owned by the host pod, never taken
+//! from someone else).
 //!
 //! Only pods with such sources cost anything here: one list of the tenant's bundles per pass.
 
 use crate::engine::{Engine, FIELD_MANAGER};
+use crate::kinds::pods::generated::{self, Standing};
 use crate::kinds::pods::translate::{trust_bundle_content, trust_bundle_sources};
 use crate::{Result, kube_err};
 use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use std::collections::BTreeMap;
@@ -65,50 +66,22 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
         .get_opt(&name)
         .await
         .map_err(kube_err(format!("get host configmap {host_ns}/{name}")))?;
-    let owner = host_pod.and_then(|p| {
-        Some(OwnerReference {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            name: p.name_any(),
-            uid: p.metadata.uid.clone()?,
-            ..Default::default()
-        })
-    });
-    if let Some(cur) = &current {
-        if !naming::owned_by(e.key(), cur.labels())
-            || !cur.annotations().contains_key(naming::ANN_GENERATED)
+    match generated::standing(e.key(), current.as_ref().map(|c| &c.metadata), host_pod) {
+        Standing::Foreign => {
+            generated::refuse_foreign(e, t, "configmap", &host_ns, &name).await;
+            return Ok(());
+        }
+        Standing::Ours { owned: true }
+            if current
+                .as_ref()
+                .is_some_and(|c| c.data.clone().unwrap_or_default() == data) =>
         {
-            e.report(
-                t,
-                "HostConflict",
-                format!("host configmap {host_ns}/{name} exists and is not managed by vcp"),
-            )
-            .await;
             return Ok(());
         }
-        let same = cur.data.clone().unwrap_or_default() == data;
-        let owned = owner
-            .as_ref()
-            .is_none_or(|o| cur.owner_references().iter().any(|c| c.uid == o.uid));
-        if same && owned {
-            return Ok(());
-        }
+        _ => {}
     }
     let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(host_ns.clone()),
-            labels: Some(BTreeMap::from([(
-                naming::LABEL_TENANT.to_owned(),
-                e.key().to_string(),
-            )])),
-            annotations: Some(BTreeMap::from([(
-                naming::ANN_GENERATED.to_owned(),
-                format!("pod/{uid}"),
-            )])),
-            owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: generated::meta(e.key(), &host_ns, &name, &uid, host_pod, []),
         data: Some(data),
         ..Default::default()
     };

@@ -17,6 +17,7 @@
 
 pub mod bundles;
 pub mod decide;
+pub mod generated;
 pub mod nodes;
 pub mod refs;
 pub mod tokens;

@@ -7,9 +7,9 @@
 //! of its lifetime, or at once when it was issued under another token generation than the
 //! syncer's (`--token-generation`: vcp changes it when it rotates the tenant's CA or signing
 //! key, so a token signed by a key about to be retired, or a CA bundle about to go stale, is
-//! replaced while both are still trusted). The Secret is marked as generated (a tenant Secret can never adopt it) and
-//! owned by the host pod, so the host's garbage collector removes it with the pod. Tokens are
-//! never logged.
+//! replaced while both are still trusted). The Secret is generated for the pod
+//! ([`super::generated`]: marked, so no tenant Secret can adopt it, and owned by the host pod,
+//! so the host's garbage collector removes it with the pod). Tokens are never logged.
 //!
 //! A token is asked for only once the tenant pod is bound to its (virtual) node, as a kubelet
 //! asks only for pods bound to it: the tenant apiserver then puts the node's name and UID in
@@ -19,13 +19,13 @@
 
 use crate::engine::Engine;
 use crate::engine::FIELD_MANAGER;
+use crate::kinds::pods::generated::{self, Standing};
 use crate::kinds::pods::translate::{TOKEN_KEYS, token_request};
 use crate::kube_err;
 use crate::{Error, Result};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -90,33 +90,19 @@ pub async fn ensure(
         .get_opt(&name)
         .await
         .map_err(kube_err(format!("get host secret {host_ns}/{name}")))?;
-    if let Some(cur) = &current {
-        if !naming::owned_by(e.key(), cur.labels())
-            || !cur.annotations().contains_key(naming::ANN_GENERATED)
+    match generated::standing(e.key(), current.as_ref().map(|c| &c.metadata), host_pod) {
+        Standing::Foreign => {
+            generated::refuse_foreign(e, t, "secret", &host_ns, &name).await;
+            return Ok(());
+        }
+        Standing::Ours { owned: true }
+            if current.as_ref().is_some_and(|c| {
+                still_fresh(c.annotations(), &tokens.generation, node, Timestamp::now())
+            }) =>
         {
-            // Not ours: never overwrite (the pod will wait for its volume, visibly).
-            e.report(
-                t,
-                "HostConflict",
-                format!("host secret {host_ns}/{name} exists and is not managed by vcp"),
-            )
-            .await;
             return Ok(());
         }
-        let fresh = still_fresh(
-            cur.annotations(),
-            &tokens.generation,
-            node,
-            Timestamp::now(),
-        );
-        let owned = host_pod.is_none()
-            || cur
-                .owner_references()
-                .iter()
-                .any(|o| Some(&o.uid) == host_pod.and_then(|p| p.metadata.uid.as_ref()));
-        if fresh && owned {
-            return Ok(());
-        }
+        _ => {}
     }
     let sa = t
         .spec
@@ -174,31 +160,19 @@ pub async fn ensure(
         .map(|(k, v)| ((*k).to_owned(), ByteString(v.into_bytes())))
         .collect();
     let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(host_ns.clone()),
-            labels: Some(BTreeMap::from([(
-                naming::LABEL_TENANT.to_owned(),
-                e.key().to_string(),
-            )])),
-            annotations: Some(BTreeMap::from([
-                (naming::ANN_GENERATED.to_owned(), format!("pod/{uid}")),
+        metadata: generated::meta(
+            e.key(),
+            &host_ns,
+            &name,
+            &uid,
+            host_pod,
+            [
                 (ANN_EXPIRES.to_owned(), expires.to_string()),
                 (ANN_RENEW.to_owned(), renew.to_string()),
                 (ANN_GENERATION.to_owned(), tokens.generation.clone()),
                 (ANN_NODE.to_owned(), node.to_owned()),
-            ])),
-            owner_references: host_pod.and_then(|p| {
-                Some(vec![OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    name: p.name_any(),
-                    uid: p.metadata.uid.clone()?,
-                    ..Default::default()
-                }])
-            }),
-            ..Default::default()
-        },
+            ],
+        ),
         data: Some(data),
         type_: Some("Opaque".into()),
         ..Default::default()
