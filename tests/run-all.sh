@@ -10,6 +10,10 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 step() { printf '\n=== %s (%ss)\n' "$*" "$((SECONDS - start))"; }
 
 step "setup"
+# The conformance suite (opt-in in the binary cache) for the CI-sized subset
+# (tests/dev/tests/conformance.rs); built in the same Go build as Kubernetes, whose compiled
+# packages it shares.
+export VCP_KUBE_BIN_EXTRA="conformance,${VCP_KUBE_BIN_EXTRA:-}"
 df -h "$repo" | awk 'NR==2 {print "disk: " $4 " free on " $6}'
 tests/setup.sh
 step "cargo fmt --check"

@@ -231,6 +231,12 @@ pub fn agnhost(
         let data = std::fs::read(host).map_err(Error::io(host))?;
         add_file(&mut entries, &Path::new("/usr/bin").join(name), 0o755, data);
     }
+    // A shell among the tools replaces busybox's as `/bin/sh`: Debian builds busybox to run
+    // its own applets ahead of PATH, so in its shell `nc` is busybox's whatever PATH says.
+    if tools.iter().any(|(name, _)| *name == "sh") {
+        entries.retain(|e| !matches!(e, Entry::Symlink { path, .. } if path == "bin/sh"));
+        entries.push(Entry::symlink("bin/sh", "/usr/bin/sh"));
+    }
     let mut elves = vec![agnhost_bin.to_owned()];
     elves.extend(tools.iter().map(|(_, h)| h.clone()));
     add_libraries(&mut entries, &elves, None)?;
@@ -385,11 +391,14 @@ pub fn test_images() -> Result<Vec<Image>> {
 
 /// The tools agnhost's Alpine base has and busybox does not stand in for, from Debian: `dig`
 /// (bind9-dnsutils), `curl`, and OpenBSD's `nc` (netcat-openbsd; busybox's `nc` lacks `-z`
-/// and `-v` as the suite uses them). tests/setup.sh installs them.
-pub const AGNHOST_TOOLS: [(&str, &str, &str); 3] = [
+/// and `-v` as the suite uses them). tests/setup.sh installs them. And a shell that looks
+/// commands up on PATH, Debian's `dash` (essential, always there): Alpine's busybox shell
+/// does, Debian's busybox runs its own `nc` instead of the one above.
+pub const AGNHOST_TOOLS: [(&str, &str, &str); 4] = [
     ("dig", "/usr/bin/dig", "bind9-dnsutils"),
     ("curl", "/usr/bin/curl", "curl"),
     ("nc", "/usr/bin/nc.openbsd", "netcat-openbsd"),
+    ("sh", "/usr/bin/dash", "dash"),
 ];
 
 fn agnhost_tools() -> Result<Vec<(&'static str, PathBuf)>> {
@@ -1091,13 +1100,15 @@ mod tests {
         std::fs::write(bin.path(), b"not an ELF: no libraries").unwrap();
         let nc = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(nc.path(), b"openbsd nc").unwrap();
+        let dash = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(dash.path(), b"dash").unwrap();
         let img = agnhost(
             "2.66.1",
             bin.path(),
             b"bb",
-            &["sh", "nc"],
+            &["sh", "nc", "cat"],
             (b"crt".to_vec(), b"key".to_vec()),
-            &[("nc", nc.path().to_owned())],
+            &[("nc", nc.path().to_owned()), ("sh", dash.path().to_owned())],
         )
         .unwrap();
         assert_eq!(
@@ -1128,6 +1139,16 @@ mod tests {
         let dirs: Vec<&str> = path.split(':').collect();
         let at = |d: &str| dirs.iter().position(|x| *x == d).unwrap();
         assert!(at("/usr/bin") < at("/bin"), "{path}");
+        // ... which only a shell that looks commands up on PATH honours: `/bin/sh` is the
+        // tool's, not busybox's (whose shell would run its own `nc`), once.
+        assert_eq!(file("usr/bin/sh").as_deref(), Some("dash"));
+        let shells: Vec<&Entry> = img
+            .entries
+            .iter()
+            .filter(|e| matches!(e, Entry::Symlink { path, .. } | Entry::File { path, .. } if path == "bin/sh"))
+            .collect();
+        assert_eq!(shells, [&Entry::symlink("bin/sh", "/usr/bin/sh")]);
+        assert!(img.entries.contains(&Entry::symlink("bin/cat", "busybox")));
         // The users and groups the suite's security-context tests expect of the image, once.
         let passwd = file("etc/passwd").unwrap();
         assert!(passwd.contains("user-defined-in-image:x:1000:"), "{passwd}");
