@@ -2,8 +2,12 @@
 //!
 //! A tenant is cluster-admin of its own apiserver, so everything in a pod spec that steers the
 //! host scheduler is untrusted. [`confine`] rewrites the host pod's spec so that:
-//! - the host scheduler binds it (`nodeName` never goes down; the tenant pod still shows the
-//!   virtual node it is bound to, and a `nodeName` the tenant set itself is told as a note);
+//! - the host scheduler binds it: `nodeName` never goes down, since it would bypass the
+//!   scheduler and with it the pool, the tolerations and the node's capacity. A node the tenant
+//!   named itself becomes a required affinity to that node (`matchFields metadata.name`), so the
+//!   pod runs on the node its tenant pod shows, when that node is in the pool; a node outside
+//!   the pool leaves the pod Pending, as a real cluster leaves a pod bound to a node that never
+//!   runs it;
 //! - it lands only in the plan's workload pool: the pool's node selector wins over the tenant's
 //!   keys of the same name, and every required node-affinity term of the tenant (terms are
 //!   alternatives) additionally excludes the nodes that run control planes; the tenant's own
@@ -79,14 +83,7 @@ pub fn confine(
     scheduling: &Scheduling,
 ) -> Vec<String> {
     let mut notes = Vec::new();
-    // A pod the tenant bound itself would show one node and run on another: told, like every
-    // other placement the host does not honour.
-    if let Some(node) = spec.node_name.take().filter(|n| !n.is_empty()) {
-        notes.push(format!(
-            "nodeName {node} dropped: the host scheduler places tenant pods in the plan's pool, \
-             possibly on another node"
-        ));
-    }
+    let pinned = spec.node_name.take().filter(|n| !n.is_empty());
     let mut selector = spec.node_selector.take().unwrap_or_default();
     for (k, v) in &placement.node_selector {
         if selector.get(k).is_some_and(|own| own != v) {
@@ -125,6 +122,9 @@ pub fn confine(
     spec.tolerations = (!tolerations.is_empty()).then_some(tolerations);
 
     avoid_nodes(spec, &placement.avoid_node_labels);
+    if let Some(node) = &pinned {
+        pin(spec, node);
+    }
     confine_pod_terms(spec, key);
 
     if let Some(class) = spec.priority_class_name.take() {
@@ -159,6 +159,34 @@ pub fn check_runtime_class(spec: &PodSpec, scheduling: &Scheduling) -> Vec<Refus
             ),
         )],
         _ => Vec::new(),
+    }
+}
+
+/// Keeps the pod to host node `node` by name: `metadata.name In [node]` in every required
+/// node-affinity term (or a new one), as the DaemonSet controller pins its pods. Terms are
+/// ORed, so each must carry it.
+fn pin(spec: &mut PodSpec, node: &str) {
+    let field = NodeSelectorRequirement {
+        key: "metadata.name".into(),
+        operator: "In".into(),
+        values: Some(vec![node.to_owned()]),
+    };
+    let required = spec
+        .affinity
+        .get_or_insert_with(Affinity::default)
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(NodeSelector::default);
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_fields
+            .get_or_insert_with(Vec::new)
+            .push(field.clone());
     }
 }
 
@@ -337,10 +365,8 @@ avoid_node_labels: {vcp.dev/runtime: process}
         );
         assert!(notes.iter().any(|n| n.contains("type=control-plane")));
         assert!(
-            notes
-                .iter()
-                .any(|n| n.starts_with("nodeName devnode-0 dropped")),
-            "{notes:?}"
+            !notes.iter().any(|n| n.contains("nodeName")),
+            "a chosen node is honoured, not dropped: {notes:?}"
         );
         let terms = s
             .affinity
@@ -359,6 +385,16 @@ avoid_node_labels: {vcp.dev/runtime: process}
                 e.values.clone().unwrap()
             ),
             ("vcp.dev/runtime", "NotIn", vec!["process".to_owned()])
+        );
+        // The chosen node, by name, beside the pool: the host scheduler checks both.
+        let f = &terms[0].match_fields.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                f.key.as_str(),
+                f.operator.as_str(),
+                f.values.clone().unwrap()
+            ),
+            ("metadata.name", "In", vec!["devnode-0".to_owned()])
         );
     }
 
@@ -589,8 +625,9 @@ avoid_node_labels: {vcp.dev/runtime: process}
 
     proptest! {
         /// Whatever the tenant writes, the host pod carries the pool's selector, excludes the
-        /// control-plane nodes in every term, names no node, and tolerates nothing beyond the
-        /// plan's tolerations and the keys the plan leaves to the tenant.
+        /// control-plane nodes in every term, names no node (a chosen one is a requirement in
+        /// every term instead), and tolerates nothing beyond the plan's tolerations and the keys
+        /// the plan leaves to the tenant.
         #[test]
         fn placement_always_stays_in_the_pool(
             node_name in proptest::option::of("[a-z0-9-]{1,12}"),
@@ -622,12 +659,8 @@ avoid_node_labels: {vcp.dev/runtime: process}
             }
             let p = pool();
             let named = s.node_name.clone();
-            let notes = confine(&mut s, &key(), &p, &Scheduling::default());
+            confine(&mut s, &key(), &p, &Scheduling::default());
             prop_assert!(s.node_name.is_none());
-            if let Some(n) = named {
-                let told = format!("nodeName {n} dropped");
-                prop_assert!(notes.iter().any(|x| x.starts_with(&told)), "{:?}", notes);
-            }
             let sel = s.node_selector.clone().unwrap_or_default();
             for (k, v) in &p.node_selector {
                 prop_assert_eq!(sel.get(k), Some(v));
@@ -644,6 +677,13 @@ avoid_node_labels: {vcp.dev/runtime: process}
                 prop_assert!(t.match_expressions.unwrap_or_default().iter().any(|e|
                     e.key == "vcp.dev/runtime" && e.operator == "NotIn"
                         && e.values.as_deref() == Some(&["process".to_owned()][..])));
+                // A chosen node holds in every alternative; no other node is ever named.
+                let fields = t.match_fields.unwrap_or_default();
+                match &named {
+                    Some(n) => prop_assert!(fields.iter().any(|f| f.key == "metadata.name"
+                        && f.operator == "In" && f.values.as_deref() == Some(std::slice::from_ref(n)))),
+                    None => prop_assert!(fields.is_empty()),
+                }
             }
         }
     }

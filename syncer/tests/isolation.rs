@@ -233,12 +233,13 @@ async fn placement_priority_affinity_and_downward_api_stay_inside_the_tenant() -
         }),
     )
     .await?;
-    // Everything that would steer the host scheduler: a control-plane node by name, its label,
-    // a toleration of every taint, a fleet-wide anti-affinity, a priority class.
+    // Everything that would steer the host scheduler: a node by name (honoured only inside
+    // the pool), a control-plane node's label, a toleration of every taint, a fleet-wide
+    // anti-affinity, a priority class.
     create::<Pod>(&t.tenant, Some("apps"), serde_json::json!({
         "metadata": {"name": "placed", "labels": {"app": "placed"}},
         "spec": {
-            "nodeName": "devnode-0",
+            "nodeName": "kwok-node-1",
             "nodeSelector": {"type": "control-plane"},
             "tolerations": [{"operator": "Exists"}],
             "priorityClassName": "urgent",
@@ -259,9 +260,9 @@ async fn placement_priority_affinity_and_downward_api_stay_inside_the_tenant() -
     .await?;
     let spec = host.spec.clone().unwrap();
     let node = spec.node_name.clone().unwrap();
-    assert!(
-        node.starts_with("kwok-node-"),
-        "bound to {node}, not a worker of the pool"
+    assert_eq!(
+        node, "kwok-node-1",
+        "the pool's node the tenant chose, by the host scheduler"
     );
     assert_eq!(spec.node_selector.clone().unwrap()["type"], "kwok");
     assert!(
@@ -298,21 +299,66 @@ async fn placement_priority_affinity_and_downward_api_stay_inside_the_tenant() -
         "apps",
         "placed",
         "PlacementAdjusted",
-        &[
-            "nodeName devnode-0 dropped",
-            "type=control-plane",
-            "tolerations",
-            "urgent",
-        ],
+        &["type=control-plane", "tolerations", "urgent"],
     )
     .await?;
-    // The tenant still sees the node it chose; the pod runs.
+    // The tenant sees the node it chose, which is where the pod runs.
     let pods: Api<Pod> = Api::namespaced(t.tenant.clone(), "apps");
     let p = eventually("tenant pod placed running", WAIT, || async {
         Ok(Some(pods.get("placed").await?).filter(running))
     })
     .await?;
-    assert_eq!(p.spec.unwrap().node_name.as_deref(), Some("devnode-0"));
+    assert_eq!(p.spec.unwrap().node_name.as_deref(), Some("kwok-node-1"));
+
+    // A node outside the pool by name: the host pod is required to be on it and in the pool
+    // at once, so the host scheduler places it nowhere (a real cluster would leave a pod bound
+    // to a node that does not run it just as Pending).
+    create::<Pod>(
+        &t.tenant,
+        Some("apps"),
+        serde_json::json!({
+            "metadata": {"name": "outside"},
+            "spec": {"nodeName": "devnode-0", "containers": [{"name": "c", "image": "busybox"}]},
+        }),
+    )
+    .await?;
+    let unschedulable = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+    };
+    let outside = eventually("host pod outside found unschedulable", WAIT, || async {
+        Ok(host_pods.get_opt("outside").await?.filter(unschedulable))
+    })
+    .await?;
+    let spec = outside.spec.unwrap();
+    assert_eq!(spec.node_name, None, "never bound: {:?}", outside.status);
+    assert_eq!(spec.node_selector.unwrap()["type"], "kwok");
+    let terms = spec
+        .affinity
+        .and_then(|a| {
+            a.node_affinity?
+                .required_during_scheduling_ignored_during_execution
+        })
+        .map(|r| r.node_selector_terms)
+        .unwrap_or_default();
+    assert!(
+        !terms.is_empty()
+            && terms
+                .iter()
+                .all(|t| t.match_fields.iter().flatten().any(|f| {
+                    f.key == "metadata.name"
+                        && f.values.as_deref() == Some(&["devnode-0".to_owned()][..])
+                })),
+        "{terms:?}"
+    );
     Ok(())
 }
 

@@ -30,7 +30,8 @@ use crate::engine::{
     Engine, Placed, Side, Synced, apply, cached_host, create_or_adopt, delete_exact, delete_host,
 };
 use crate::kinds::pods::translate::{
-    EnvFromKeys, add_service_links, keep_host_env, service_links, to_host, wants_service_links,
+    EnvFromKeys, add_service_links, keep_host_env, keep_host_placement, service_links, to_host,
+    wants_service_links,
 };
 use crate::metrics::Direction;
 use crate::{Error, Result, kube_err};
@@ -200,8 +201,10 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
         }
         Decision::Update(h) => {
             if drifted(&desired, &h) {
-                // Env is immutable and was settled at creation (service links of that moment).
+                // Env is immutable and was settled at creation (service links of that moment),
+                // and so is placement.
                 keep_host_env(&mut desired, &h);
+                keep_host_placement(&mut desired, &h);
                 apply(e, &desired).await?;
             }
             // The isolation labels `desired` carries, worked out above.

@@ -11,7 +11,7 @@
 //!   and are dropped (the service account's name stays readable by the downward API, through an
 //!   annotation). Placement, affinity, priority and runtime classes are confined by the tenant's
 //!   policy ([`vcp_policy::placement`]): `nodeName` never goes down, the host scheduler
-//!   binds within the plan's pool. Downward-API references read the tenant's values, and
+//!   binds within the plan's pool (a node the tenant named itself is required by affinity). Downward-API references read the tenant's values, and
 //!   ephemeral volumes' claim templates are translated like claims.
 //! - Every (init, ephemeral) container gets the full set of `KUBERNETES_*` variables a kubelet
 //!   derives from the `kubernetes` Service ([`kubernetes_env`]), pointing at the tenant
@@ -513,6 +513,18 @@ pub fn add_service_links(host: &mut Pod, links: &[EnvVar], env_from: &EnvFromKey
     }
 }
 
+/// Gives `desired` the placement host pod `host` was created with (node selector and
+/// affinity). It is settled at creation: a pod's affinity and selector cannot change, and
+/// the tenant pod only names its node (which pins a new host pod) once the syncer bound it to
+/// where the host scheduler had put it.
+pub fn keep_host_placement(desired: &mut Pod, host: &Pod) {
+    let (Some(ds), Some(hs)) = (&mut desired.spec, &host.spec) else {
+        return;
+    };
+    ds.node_selector = hs.node_selector.clone();
+    ds.affinity = hs.affinity.clone();
+}
+
 /// `desired` with each container's env and resources as `host` has them: both are immutable
 /// on a pod (resources but through the resize subresource), and what the host pod was created
 /// with (service links of that moment, the plan's container defaults of that moment) stays
@@ -655,25 +667,68 @@ mod tests {
     use crate::tenant::fixtures::ctx;
     use vcp_core::naming::LABEL_TENANT;
 
+    /// The nodes a host pod's required affinity names, per term.
+    fn pinned_to(p: &Pod) -> Vec<Vec<String>> {
+        let terms = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.affinity.as_ref()?.node_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|r| r.node_selector_terms.clone())
+            .unwrap_or_default();
+        terms
+            .iter()
+            .map(|t| {
+                t.match_fields
+                    .iter()
+                    .flatten()
+                    .filter(|f| f.key == "metadata.name" && f.operator == "In")
+                    .flat_map(|f| f.values.clone().unwrap_or_default())
+                    .collect()
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_node_name_the_tenant_chose_is_told_as_a_placement_change() {
+    fn a_node_the_tenant_chose_is_where_the_host_scheduler_must_place_the_pod() {
         let mut pod = tenant_pod();
-        pod.spec.as_mut().unwrap().node_name = Some("devnode-0".into());
-        let notes = to_host_noting(&pod, &ctx(), &PodEnv::default()).1;
-        assert!(
-            notes
-                .iter()
-                .any(|n| n.starts_with("nodeName devnode-0 dropped")),
-            "{notes:?}"
-        );
+        pod.spec.as_mut().unwrap().node_name = Some("kwok-node-1".into());
+        let (host, notes) = to_host_noting(&pod, &ctx(), &PodEnv::default());
+        assert!(!notes.iter().any(|n| n.contains("nodeName")), "{notes:?}");
         assert_eq!(
-            to_host(&pod, &ctx(), &env()).spec.unwrap().node_name,
+            host.spec.as_ref().unwrap().node_name,
             None,
             "the host scheduler binds"
         );
-        // Not bound: nothing about a node to tell.
-        let notes = to_host_noting(&tenant_pod(), &ctx(), &PodEnv::default()).1;
-        assert!(!notes.iter().any(|n| n.contains("nodeName")), "{notes:?}");
+        let pins = pinned_to(&host);
+        assert!(
+            !pins.is_empty() && pins.iter().all(|p| p == &["kwok-node-1"]),
+            "{pins:?}"
+        );
+        // Not bound: no node required.
+        assert!(
+            pinned_to(&to_host(&tenant_pod(), &ctx(), &env()))
+                .iter()
+                .all(Vec::is_empty)
+        );
+    }
+
+    #[test]
+    fn an_update_keeps_the_placement_the_host_pod_was_created_with() {
+        // Created before the syncer bound the tenant pod: no pin. Once bound, the tenant pod
+        // names a node and its host pod would be pinned; affinity cannot change on a pod.
+        let created = to_host(&tenant_pod(), &ctx(), &env());
+        let mut bound = tenant_pod();
+        bound.spec.as_mut().unwrap().node_name = Some("kwok-node-1".into());
+        let mut desired = to_host(&bound, &ctx(), &env());
+        assert_ne!(pinned_to(&desired), pinned_to(&created));
+        keep_host_placement(&mut desired, &created);
+        let (d, c) = (desired.spec.unwrap(), created.spec.unwrap());
+        assert_eq!(d.affinity, c.affinity);
+        assert_eq!(d.node_selector, c.node_selector);
     }
 
     const PEM_A: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
