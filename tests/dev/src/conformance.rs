@@ -80,6 +80,10 @@ pub struct Opts {
     /// Ginkgo processes running tests at once.
     #[arg(long, env = "VCP_CONFORMANCE_PARALLEL", default_value_t = 2)]
     pub parallel: u32,
+    /// Attempts a failing test gets before it counts as failed (ginkgo `--flake-attempts`). A
+    /// test that passes only on a later attempt counts as passed and is named as flaky.
+    #[arg(long, env = "VCP_CONFORMANCE_FLAKE_ATTEMPTS", default_value_t = 1)]
+    pub flake_attempts: u32,
     /// How long the whole run may take (ginkgo `--timeout`), in minutes.
     #[arg(long, env = "VCP_CONFORMANCE_TIMEOUT_MINUTES", default_value_t = 60)]
     pub timeout_minutes: u64,
@@ -161,6 +165,21 @@ fn unescape(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
+/// The tests that ginkgo's log names as passing only on a later attempt: the line after its
+/// `[FLAKEY TEST - TOOK n ATTEMPTS TO PASS]` mark is the test's name.
+pub fn flaky_tests(log: &str) -> Vec<String> {
+    let lines: Vec<&str> = log.lines().collect();
+    let mut out: Vec<String> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("[FLAKEY TEST - TOOK"))
+        .filter_map(|(i, _)| lines.get(i + 1).map(|n| n.trim().to_owned()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Counts of one run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {
@@ -169,6 +188,8 @@ pub struct Tally {
     pub skipped: usize,
     /// Suite-level nodes that failed (the tests behind them did not run).
     pub suite_failures: usize,
+    /// Tests that passed only on a later attempt (`--flake-attempts`), counted in `passed`.
+    pub flaky: usize,
 }
 
 pub fn tally(cases: &[Case]) -> Tally {
@@ -207,12 +228,13 @@ pub fn parity(host: &[Case], tenant: &[Case]) -> Vec<String> {
 /// The summary line of one run.
 pub fn summary(target: Target, minor: &str, t: Tally, secs: f64, report: &Path) -> String {
     format!(
-        "conformance target={} minor={minor} passed={} failed={} skipped={} suite_failures={} duration_s={secs:.0} report={}",
+        "conformance target={} minor={minor} passed={} failed={} skipped={} suite_failures={} flaky={} duration_s={secs:.0} report={}",
         target.as_str(),
         t.passed,
         t.failed,
         t.skipped,
         t.suite_failures,
+        t.flaky,
         report.display()
     )
 }
@@ -397,6 +419,7 @@ async fn suite(o: &Opts, target: Target, extra: &[String]) -> anyhow::Result<(Ve
     let status = tokio::process::Command::new(&ginkgo)
         .arg(format!("--procs={}", o.parallel.max(1)))
         .arg(format!("--timeout={}m", o.timeout_minutes))
+        .arg(format!("--flake-attempts={}", o.flake_attempts.max(1)))
         .arg(format!("--focus={}", o.focus))
         .arg(format!("--skip={}", o.skip))
         .arg(format!("--label-filter={}", o.labels))
@@ -436,7 +459,13 @@ async fn suite(o: &Opts, target: Target, extra: &[String]) -> anyhow::Result<(Ve
         .map(|c| c.name.as_str())
         .collect();
     std::fs::write(out.join("failed.txt"), failed.join("\n") + "\n")?;
-    let line = summary(target, minor, tally(&cases), secs, &report);
+    let flaky = flaky_tests(&std::fs::read_to_string(&log_path).unwrap_or_default());
+    std::fs::write(out.join("flaky.txt"), flaky.join("\n") + "\n")?;
+    let t = Tally {
+        flaky: flaky.len(),
+        ..tally(&cases)
+    };
+    let line = summary(target, minor, t, secs, &report);
     Ok((cases, line))
 }
 
@@ -496,6 +525,22 @@ mod tests {
 </testsuites>"#;
 
     #[test]
+    fn a_test_that_passed_on_a_later_attempt_is_named_as_flaky() {
+        let log = "••\n------------------------------\n\
+            • [FLAKEY TEST - TOOK 2 ATTEMPTS TO PASS] [31.2 seconds]\n\
+            [sig-api-machinery] CustomResourceDefinition resources [It] creating/deleting works [Conformance]\n\
+            k8s.io/kubernetes/test/e2e/apimachinery/custom_resource_definition.go:61\n\
+            ••\n";
+        assert_eq!(
+            flaky_tests(log),
+            [
+                "[sig-api-machinery] CustomResourceDefinition resources [It] creating/deleting works [Conformance]"
+            ]
+        );
+        assert!(flaky_tests("••• [FAILED] [1.0 seconds]\nx\n").is_empty());
+    }
+
+    #[test]
     fn a_ginkgo_report_reads_as_tests_and_suite_nodes() {
         let cases = parse_junit(REPORT);
         assert_eq!(cases.len(), 6);
@@ -511,7 +556,8 @@ mod tests {
                 passed: 1,
                 failed: 2,
                 skipped: 1,
-                suite_failures: 1
+                suite_failures: 1,
+                flaky: 0
             },
             "a timed-out test fails; a suite node that failed is told apart"
         );

@@ -231,12 +231,6 @@ pub fn agnhost(
         let data = std::fs::read(host).map_err(Error::io(host))?;
         add_file(&mut entries, &Path::new("/usr/bin").join(name), 0o755, data);
     }
-    // A shell among the tools replaces busybox's as `/bin/sh`: Debian builds busybox to run
-    // its own applets ahead of PATH, so in its shell `nc` is busybox's whatever PATH says.
-    if tools.iter().any(|(name, _)| *name == "sh") {
-        entries.retain(|e| !matches!(e, Entry::Symlink { path, .. } if path == "bin/sh"));
-        entries.push(Entry::symlink("bin/sh", "/usr/bin/sh"));
-    }
     let mut elves = vec![agnhost_bin.to_owned()];
     elves.extend(tools.iter().map(|(_, h)| h.clone()));
     add_libraries(&mut entries, &elves, None)?;
@@ -350,6 +344,8 @@ pub fn test_images() -> Result<Vec<Image>> {
     )?;
     let mut busybox = busybox(&busybox_bin, &applets);
     let mut agnhost = agnhost;
+    with_shell(&mut busybox, Path::new(SHELL))?;
+    with_shell(&mut agnhost, Path::new(SHELL))?;
     // The names the conformance suite of the default minor gives the same images, so its pods
     // find them on the node (nothing is pulled here).
     let manifest_path = src.join("../../utils/image/manifest.go");
@@ -391,15 +387,30 @@ pub fn test_images() -> Result<Vec<Image>> {
 
 /// The tools agnhost's Alpine base has and busybox does not stand in for, from Debian: `dig`
 /// (bind9-dnsutils), `curl`, and OpenBSD's `nc` (netcat-openbsd; busybox's `nc` lacks `-z`
-/// and `-v` as the suite uses them). tests/setup.sh installs them. And a shell that looks
-/// commands up on PATH, Debian's `dash` (essential, always there): Alpine's busybox shell
-/// does, Debian's busybox runs its own `nc` instead of the one above.
-pub const AGNHOST_TOOLS: [(&str, &str, &str); 4] = [
+/// and `-v` as the suite uses them). tests/setup.sh installs them.
+pub const AGNHOST_TOOLS: [(&str, &str, &str); 3] = [
     ("dig", "/usr/bin/dig", "bind9-dnsutils"),
     ("curl", "/usr/bin/curl", "curl"),
     ("nc", "/usr/bin/nc.openbsd", "netcat-openbsd"),
-    ("sh", "/usr/bin/dash", "dash"),
 ];
+
+/// The shell of the busybox and agnhost images (`/bin/sh`): Debian's bash (essential, always
+/// there), not Debian's busybox shell, which the suite's commands tell apart from the upstream
+/// images' busybox shell in two ways. It runs its own applets ahead of `PATH`, so `nc` in it is
+/// busybox's (no `-v`) whatever `PATH` says. And it drops environment variables whose names
+/// are not shell names (`data-1`), which a pod's env may hold and `sh -c env` must print.
+pub const SHELL: &str = "/usr/bin/bash";
+
+/// Makes the shell at `host` (a file of this machine) the image's `/bin/sh`, in place of
+/// busybox's, as `/usr/bin/sh` with the libraries it loads.
+pub fn with_shell(image: &mut Image, host: &Path) -> Result<()> {
+    let data = std::fs::read(host).map_err(Error::io(host))?;
+    let entries = &mut image.entries;
+    add_file(entries, Path::new("/usr/bin/sh"), 0o755, data);
+    entries.retain(|e| !matches!(e, Entry::Symlink { path, .. } if path == "bin/sh"));
+    entries.push(Entry::symlink("bin/sh", "/usr/bin/sh"));
+    add_libraries(entries, &[host.to_owned()], None)
+}
 
 fn agnhost_tools() -> Result<Vec<(&'static str, PathBuf)>> {
     AGNHOST_TOOLS
@@ -622,7 +633,7 @@ fn add_file(entries: &mut Vec<Entry>, path: &Path, mode: u32, data: Vec<u8>) {
 }
 
 /// Adds, once each, the shared libraries the ELF files `elves` load (as `ldd` lists them, at
-/// the same paths), except those under `skip` (already in the image).
+/// the same paths), except those under `skip` and those the image holds already.
 fn add_libraries(entries: &mut Vec<Entry>, elves: &[PathBuf], skip: Option<&Path>) -> Result<()> {
     let mut libs: Vec<PathBuf> = Vec::new();
     for e in elves {
@@ -637,6 +648,17 @@ fn add_libraries(entries: &mut Vec<Entry>, elves: &[PathBuf], skip: Option<&Path
         }
     }
     for l in &libs {
+        let rel = l
+            .strip_prefix("/")
+            .unwrap_or(l)
+            .to_string_lossy()
+            .into_owned();
+        if entries
+            .iter()
+            .any(|e| matches!(e, Entry::File { path, .. } if *path == rel))
+        {
+            continue;
+        }
         let data = std::fs::read(l).map_err(Error::io(l))?;
         add_file(entries, l, 0o755, data);
     }
@@ -1095,20 +1117,64 @@ mod tests {
     }
 
     #[test]
+    fn the_shell_replaces_busyboxs_and_the_applets_stay() {
+        let sh = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(sh.path(), b"a shell").unwrap();
+        let mut img = busybox(b"bb", &["sh", "nc", "cat"]);
+        with_shell(&mut img, sh.path()).unwrap();
+        let shells: Vec<&Entry> = img
+            .entries
+            .iter()
+            .filter(|e| {
+                matches!(e, Entry::Symlink { path, .. } | Entry::File { path, .. } if path == "bin/sh")
+            })
+            .collect();
+        assert_eq!(shells, [&Entry::symlink("bin/sh", "/usr/bin/sh")]);
+        assert!(
+            img.entries
+                .contains(&Entry::file("usr/bin/sh", 0o755, b"a shell".to_vec()))
+        );
+        for applet in ["bin/nc", "bin/cat"] {
+            assert!(img.entries.contains(&Entry::symlink(applet, "busybox")));
+        }
+    }
+
+    /// Debian's bash, run as `sh`, keeps what Debian's busybox shell loses (the reasons for
+    /// [`SHELL`]).
+    #[test]
+    fn the_shell_keeps_odd_environment_names_and_looks_commands_up_on_path() {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let nc = dir.path().join("nc");
+        std::fs::write(&nc, "#!/bin/sh\necho not-busybox\n").unwrap();
+        std::fs::set_permissions(&nc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = std::process::Command::new(SHELL)
+            .arg0("sh")
+            .args(["-c", "env; nc"])
+            .env_clear()
+            .env("PATH", format!("{}:/bin", dir.path().display()))
+            .env("data-1", "value-1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("data-1=value-1"), "{text}");
+        assert!(text.contains("not-busybox"), "{text}");
+    }
+
+    #[test]
     fn agnhost_is_laid_out_as_the_conformance_suite_runs_it() {
         let bin = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(bin.path(), b"not an ELF: no libraries").unwrap();
         let nc = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(nc.path(), b"openbsd nc").unwrap();
-        let dash = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(dash.path(), b"dash").unwrap();
         let img = agnhost(
             "2.66.1",
             bin.path(),
             b"bb",
             &["sh", "nc", "cat"],
             (b"crt".to_vec(), b"key".to_vec()),
-            &[("nc", nc.path().to_owned()), ("sh", dash.path().to_owned())],
+            &[("nc", nc.path().to_owned())],
         )
         .unwrap();
         assert_eq!(
@@ -1139,16 +1205,6 @@ mod tests {
         let dirs: Vec<&str> = path.split(':').collect();
         let at = |d: &str| dirs.iter().position(|x| *x == d).unwrap();
         assert!(at("/usr/bin") < at("/bin"), "{path}");
-        // ... which only a shell that looks commands up on PATH honours: `/bin/sh` is the
-        // tool's, not busybox's (whose shell would run its own `nc`), once.
-        assert_eq!(file("usr/bin/sh").as_deref(), Some("dash"));
-        let shells: Vec<&Entry> = img
-            .entries
-            .iter()
-            .filter(|e| matches!(e, Entry::Symlink { path, .. } | Entry::File { path, .. } if path == "bin/sh"))
-            .collect();
-        assert_eq!(shells, [&Entry::symlink("bin/sh", "/usr/bin/sh")]);
-        assert!(img.entries.contains(&Entry::symlink("bin/cat", "busybox")));
         // The users and groups the suite's security-context tests expect of the image, once.
         let passwd = file("etc/passwd").unwrap();
         assert!(passwd.contains("user-defined-in-image:x:1000:"), "{passwd}");

@@ -127,6 +127,11 @@ fn a_tenant_passes_the_conformance_subset() {
             "2",
             "--timeout-minutes",
             "20",
+            // A test failing once passes only on a second attempt, and is named below: on a
+            // loaded machine one CRD deletion in four runs outlived the suite's 30 s wait
+            // for discovery to drop it (docs/conformance.md).
+            "--flake-attempts",
+            "2",
             "--focus",
             &focus,
         ],
@@ -139,6 +144,13 @@ fn a_tenant_passes_the_conformance_subset() {
         .lines()
         .find(|l| l.starts_with("conformance target=tenant"))
         .unwrap_or_else(|| panic!("no summary line in: {stdout}"));
+    if let Some(flaky) = field(line, "report")
+        .and_then(|r| Path::new(r).parent())
+        .and_then(|d| std::fs::read_to_string(d.join("flaky.txt")).ok())
+        .filter(|f| !f.trim().is_empty())
+    {
+        println!("flaky (passed on a second attempt):\n{flaky}");
+    }
     let count = |k: &str| -> usize {
         field(line, k)
             .and_then(|v| v.parse().ok())
