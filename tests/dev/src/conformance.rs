@@ -87,6 +87,11 @@ pub struct Opts {
     /// How long the whole run may take (ginkgo `--timeout`), in minutes.
     #[arg(long, env = "VCP_CONFORMANCE_TIMEOUT_MINUTES", default_value_t = 60)]
     pub timeout_minutes: u64,
+    /// The order ginkgo runs the tests in (`--seed`): one number gives one order. With
+    /// `--compare` both runs take the same one (chosen at random without this flag), so a run
+    /// stopped by `--timeout-minutes` covers the same tests on both targets.
+    #[arg(long, env = "VCP_CONFORMANCE_SEED")]
+    pub seed: Option<u64>,
     /// Run the host and then the tenant, and list the tests that pass only on the host.
     #[arg(long, env = "VCP_CONFORMANCE_COMPARE")]
     pub compare: bool,
@@ -382,6 +387,26 @@ async fn run_once(o: &Opts, target: Target) -> anyhow::Result<(Vec<Case>, String
     r
 }
 
+/// ginkgo's own flags for a run of `o` that writes its report into `out`.
+pub fn ginkgo_flags(o: &Opts, out: &Path) -> Vec<String> {
+    let mut flags = vec![
+        format!("--procs={}", o.parallel.max(1)),
+        format!("--timeout={}m", o.timeout_minutes),
+        format!("--flake-attempts={}", o.flake_attempts.max(1)),
+    ];
+    flags.extend(o.seed.map(|s| format!("--seed={s}")));
+    flags.extend([
+        format!("--focus={}", o.focus),
+        format!("--skip={}", o.skip),
+        format!("--label-filter={}", o.labels),
+        format!("--output-dir={}", out.display()),
+        "--junit-report=junit.xml".to_owned(),
+        "--no-color".to_owned(),
+        "--silence-skips".to_owned(),
+    ]);
+    flags
+}
+
 /// The suite's run itself; `extra` goes to e2e.test before the caller's own flags.
 async fn suite(o: &Opts, target: Target, extra: &[String]) -> anyhow::Result<(Vec<Case>, String)> {
     let version = release(o.minor.as_deref())?;
@@ -417,15 +442,7 @@ async fn suite(o: &Opts, target: Target, extra: &[String]) -> anyhow::Result<(Ve
     let log = std::fs::File::create(&log_path)?;
     let started = Instant::now();
     let status = tokio::process::Command::new(&ginkgo)
-        .arg(format!("--procs={}", o.parallel.max(1)))
-        .arg(format!("--timeout={}m", o.timeout_minutes))
-        .arg(format!("--flake-attempts={}", o.flake_attempts.max(1)))
-        .arg(format!("--focus={}", o.focus))
-        .arg(format!("--skip={}", o.skip))
-        .arg(format!("--label-filter={}", o.labels))
-        .arg(format!("--output-dir={}", out.display()))
-        .arg("--junit-report=junit.xml")
-        .args(["--no-color", "--silence-skips"])
+        .args(ginkgo_flags(o, &out))
         .arg(&suite)
         .arg("--")
         .arg(format!(
@@ -482,6 +499,15 @@ pub async fn run(o: Opts) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
+    let o = Opts {
+        seed: Some(o.seed.unwrap_or_else(|| {
+            time::OffsetDateTime::now_utc()
+                .unix_timestamp()
+                .unsigned_abs()
+        })),
+        ..o
+    };
+    println!("conformance-compare seed={}", o.seed.unwrap_or_default());
     let (host, line) = run_once(&o, Target::Host).await?;
     println!("{line}");
     // The two runs share the machine; the second starts once the first's namespaces are
@@ -523,6 +549,40 @@ mod tests {
     <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" classname="Kubernetes e2e suite" status="panicked" time="0"></testcase>
   </testsuite>
 </testsuites>"#;
+
+    #[test]
+    fn ginkgo_gets_the_order_and_the_attempts_asked_for() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: Opts,
+        }
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from([&["x", "--state-dir", "/s"], args].concat())
+                .unwrap()
+                .o
+        };
+        let flags = ginkgo_flags(&parse(&[]), Path::new("/out"));
+        assert!(
+            flags.contains(&"--flake-attempts=1".to_owned()),
+            "{flags:?}"
+        );
+        assert!(!flags.iter().any(|f| f.starts_with("--seed")), "{flags:?}");
+        assert!(flags.contains(&"--label-filter=Conformance".to_owned()));
+        let flags = ginkgo_flags(
+            &parse(&["--seed", "42", "--flake-attempts", "2", "--parallel", "3"]),
+            Path::new("/out"),
+        );
+        for f in [
+            "--seed=42",
+            "--flake-attempts=2",
+            "--procs=3",
+            "--output-dir=/out",
+        ] {
+            assert!(flags.contains(&f.to_owned()), "{f} in {flags:?}");
+        }
+    }
 
     #[test]
     fn a_test_that_passed_on_a_later_attempt_is_named_as_flaky() {
