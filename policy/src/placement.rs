@@ -163,14 +163,23 @@ pub fn check_runtime_class(spec: &PodSpec, scheduling: &Scheduling) -> Vec<Refus
 }
 
 /// Keeps the pod to host node `node` by name: `metadata.name In [node]` in every required
-/// node-affinity term (or a new one), as the DaemonSet controller pins its pods. Terms are
-/// ORed, so each must carry it.
+/// node-affinity term ([`required_terms`]), as the DaemonSet controller pins its pods.
 fn pin(spec: &mut PodSpec, node: &str) {
     let field = NodeSelectorRequirement {
         key: "metadata.name".into(),
         operator: "In".into(),
         values: Some(vec![node.to_owned()]),
     };
+    for term in required_terms(spec) {
+        term.match_fields
+            .get_or_insert_with(Vec::new)
+            .push(field.clone());
+    }
+}
+
+/// The pod's required node-affinity terms, with one made if there is none. Terms are ORed,
+/// so a requirement that must always hold goes into each of them.
+fn required_terms(spec: &mut PodSpec) -> &mut Vec<NodeSelectorTerm> {
     let required = spec
         .affinity
         .get_or_insert_with(Affinity::default)
@@ -183,11 +192,7 @@ fn pin(spec: &mut PodSpec, node: &str) {
             .node_selector_terms
             .push(NodeSelectorTerm::default());
     }
-    for term in &mut required.node_selector_terms {
-        term.match_fields
-            .get_or_insert_with(Vec::new)
-            .push(field.clone());
-    }
+    &mut required.node_selector_terms
 }
 
 /// Adds `key NotIn [value]` for every avoided label to every required node-affinity term (or
@@ -204,19 +209,7 @@ fn avoid_nodes(spec: &mut PodSpec, avoid: &BTreeMap<String, String>) {
             values: Some(vec![v.clone()]),
         })
         .collect();
-    let affinity = spec.affinity.get_or_insert_with(Affinity::default);
-    let node = affinity
-        .node_affinity
-        .get_or_insert_with(NodeAffinity::default);
-    let required = node
-        .required_during_scheduling_ignored_during_execution
-        .get_or_insert_with(NodeSelector::default);
-    if required.node_selector_terms.is_empty() {
-        required
-            .node_selector_terms
-            .push(NodeSelectorTerm::default());
-    }
-    for term in &mut required.node_selector_terms {
+    for term in required_terms(spec) {
         term.match_expressions
             .get_or_insert_with(Vec::new)
             .extend(requirements.iter().cloned());

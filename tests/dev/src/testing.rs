@@ -619,6 +619,27 @@ pub fn webhook_by_url(
     }))?)
 }
 
+/// Runs the `vcp-dev` binary at `exe` (an integration test's `env!("CARGO_BIN_EXE_vcp-dev")`)
+/// with `args` and `--state-dir state_dir`, as a user runs it, and returns what it printed.
+pub fn vcp_dev_cli(exe: &str, args: &[&str], state_dir: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(exe)
+        .args(args)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .output()
+        .expect("vcp-dev runs")
+}
+
+/// Runs `vcp-dev down` on a state dir when dropped, so a failing assertion never leaks a
+/// detached cluster.
+pub struct DownOnDrop<'a>(pub &'a std::path::Path);
+
+impl Drop for DownOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = crate::cluster::down(self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

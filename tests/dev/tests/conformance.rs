@@ -10,8 +10,8 @@
 //! (`VCP_KUBE_BIN_EXTRA=conformance`), and without it this test fails saying how to build it.
 
 use std::path::Path;
-use std::process::{Command, Output};
-use vcp_dev::cluster;
+use std::process::Output;
+use vcp_dev::testing::DownOnDrop;
 
 /// The subset, by the suite's full test names (v1.37).
 const SUBSET: &[&str] = &[
@@ -55,25 +55,11 @@ fn focus() -> String {
 }
 
 fn vcp_dev(args: &[&str], state_dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vcp-dev"))
-        .args(args)
-        .arg("--state-dir")
-        .arg(state_dir)
-        .output()
-        .expect("vcp-dev runs")
+    vcp_dev::testing::vcp_dev_cli(env!("CARGO_BIN_EXE_vcp-dev"), args, state_dir)
 }
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// Runs `vcp-dev down` when dropped, so a failing assertion never leaks a detached cluster.
-struct DownOnDrop<'a>(&'a Path);
-
-impl Drop for DownOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = cluster::down(self.0);
-    }
 }
 
 /// The value of `key=` in a summary line.

@@ -6,24 +6,11 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use vcp_dev::process::{group_members, pid_alive};
+use vcp_dev::testing::DownOnDrop;
 use vcp_dev::{DevCluster, Options, Supervision, cluster};
 
 fn vcp_dev(args: &[&str], state_dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vcp-dev"))
-        .args(args)
-        .arg("--state-dir")
-        .arg(state_dir)
-        .output()
-        .expect("vcp-dev runs")
-}
-
-/// Runs `vcp-dev down` when dropped, so a failing assertion never leaks a detached cluster.
-struct DownOnDrop<'a>(&'a Path);
-
-impl Drop for DownOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = cluster::down(self.0);
-    }
+    vcp_dev::testing::vcp_dev_cli(env!("CARGO_BIN_EXE_vcp-dev"), args, state_dir)
 }
 
 fn recorded_pids(state_dir: &Path) -> Vec<u32> {
