@@ -3,9 +3,9 @@
 //!
 //! This file holds the tenants (create, list, claim, tombstone), the caller a token speaks for
 //! ([`Token`]), and the steps every feature's writes share: row leases (`FOR UPDATE SKIP
-//! LOCKED`) for reconcile work, the audit trail ([`audit_in`], in the writing transaction),
-//! `NOTIFY vcp_tenants` ([`notify`]) so idle replicas wake at once instead of at their next
-//! poll, and [`commit_work`] and [`due_if_present`], the write most features end with. Each
+//! LOCKED`) for reconcile work, the audit trail (`audit_in`, in the writing transaction),
+//! `NOTIFY vcp_tenants` (`notify`) so idle replicas wake at once instead of at their next
+//! poll, and `commit_work` and `due_if_present`, the write most features end with. Each
 //! feature keeps its own tables' SQL in its folder (`crate::snapshots::store`,
 //! `crate::upgrades::store`, ...), on this pool; the pass's write-back, which joins a tenant's
 //! update to its upgrade's and restore's, is [`crate::provision`]'s.
