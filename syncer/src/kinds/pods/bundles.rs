@@ -74,7 +74,7 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
         Standing::Ours { owned: true }
             if current
                 .as_ref()
-                .is_some_and(|c| c.data.clone().unwrap_or_default() == data) =>
+                .is_some_and(|c| c.data.as_ref().map_or(data.is_empty(), |d| *d == data)) =>
         {
             return Ok(());
         }

@@ -48,12 +48,13 @@ pub fn standing(key: &TenantKey, current: Option<&ObjectMeta>, host_pod: Option<
     let Some(cur) = current else {
         return Standing::Absent;
     };
-    let labels = cur.labels.clone().unwrap_or_default();
+    let empty = BTreeMap::new();
+    let labels = cur.labels.as_ref().unwrap_or(&empty);
     let marked = cur
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(naming::ANN_GENERATED));
-    if !naming::owned_by(key, &labels) || !marked {
+    if !naming::owned_by(key, labels) || !marked {
         return Standing::Foreign;
     }
     let owned = owner(host_pod).is_none_or(|o| {
