@@ -145,9 +145,16 @@ pub struct Scheduling {
     /// Tenant PriorityClass name -> host PriorityClass name. A tenant pod of a listed class
     /// gets the host class; any other class is dropped (the host's default priority).
     pub priority_classes: BTreeMap<String, String>,
-    /// RuntimeClasses tenant pods may name (the host's class of the same name); a pod naming
-    /// any other is refused.
+    /// RuntimeClasses tenant pods may name (the host's class of the same name).
     pub runtime_classes: Vec<String>,
+    /// Runtime handler -> host RuntimeClass name. A tenant pod whose class, as the tenant
+    /// defines it, names a listed handler runs under the host class given here, whatever the
+    /// tenant called its class (tenants create classes of their own names, as the conformance
+    /// suite does). A pod whose class is in neither list is refused. Left out of a rendered
+    /// policy when empty, so the digest that rolls every tenant's syncer on a policy change
+    /// stays as it was before the field existed.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub runtime_handlers: BTreeMap<String, String>,
 }
 
 /// Volumes a tenant may bring.
@@ -327,6 +334,7 @@ placement:
 scheduling:
   priority_classes: {high: tenant-high}
   runtime_classes: [gvisor]
+  runtime_handlers: {kata: kata-host}
 volumes:
   persistent_volume_sources: [csi, nfs]
   storage_classes: [standard]

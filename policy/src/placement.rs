@@ -143,23 +143,46 @@ pub fn confine(
     notes
 }
 
-/// Why a pod's runtime class keeps it off the host (empty: allowed).
-pub fn check_runtime_class(spec: &PodSpec, scheduling: &Scheduling) -> Vec<Refusal> {
-    match spec.runtime_class_name.as_deref() {
-        Some(c) if !scheduling.runtime_classes.iter().any(|a| a == c) => vec![Refusal::new(
-            "spec.runtimeClassName",
-            "plan: runtime classes",
-            format!(
-                "RuntimeClass {c} is not one the tenant's plan allows{}",
-                if scheduling.runtime_classes.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", scheduling.runtime_classes.join(", "))
-                }
-            ),
-        )],
-        _ => Vec::new(),
+/// The host RuntimeClass a pod runs under (`None`: it names no class), or why its class keeps
+/// it off the host. `handler` is the handler of the pod's class as the tenant defines it
+/// (`None`: not known, or the class does not exist in the tenant). A class the plan lists by
+/// name keeps its name; otherwise its handler picks the host class.
+pub fn runtime_class(
+    spec: &PodSpec,
+    handler: Option<&str>,
+    scheduling: &Scheduling,
+) -> Result<Option<String>, Refusal> {
+    let Some(c) = spec.runtime_class_name.as_deref() else {
+        return Ok(None);
+    };
+    if scheduling.runtime_classes.iter().any(|a| a == c) {
+        return Ok(Some(c.to_owned()));
     }
+    if let Some(host) = handler.and_then(|h| scheduling.runtime_handlers.get(h)) {
+        return Ok(Some(host.clone()));
+    }
+    let mut allowed: Vec<String> = scheduling.runtime_classes.clone();
+    allowed.extend(
+        scheduling
+            .runtime_handlers
+            .keys()
+            .map(|h| format!("any class of handler {h}")),
+    );
+    let of_handler = handler
+        .map(|h| format!(" (handler {h})"))
+        .unwrap_or_default();
+    Err(Refusal::new(
+        "spec.runtimeClassName",
+        "plan: runtime classes",
+        format!(
+            "RuntimeClass {c}{of_handler} is not one the tenant's plan allows{}",
+            if allowed.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", allowed.join(", "))
+            }
+        ),
+    ))
 }
 
 /// Keeps the pod to host node `node` by name: `metadata.name In [node]` in every required
@@ -586,15 +609,51 @@ avoid_node_labels: {vcp.dev/runtime: process}
 
         let runc =
             spec(serde_json::json!({"containers": [], "runtimeClassName": "runc-privileged"}));
-        assert_eq!(
-            check_runtime_class(&runc, &scheduling)[0].field,
-            "spec.runtimeClassName"
+        let refused = runtime_class(&runc, Some("runc"), &scheduling).unwrap_err();
+        assert_eq!(refused.field, "spec.runtimeClassName");
+        assert!(
+            refused.message.contains("handler runc"),
+            "{}",
+            refused.message
         );
         let gvisor = spec(serde_json::json!({"containers": [], "runtimeClassName": "gvisor"}));
-        assert!(check_runtime_class(&gvisor, &scheduling).is_empty());
-        assert!(
-            check_runtime_class(&spec(serde_json::json!({"containers": []})), &scheduling)
-                .is_empty()
+        assert_eq!(
+            runtime_class(&gvisor, None, &scheduling)
+                .unwrap()
+                .as_deref(),
+            Some("gvisor")
+        );
+        let none = spec(serde_json::json!({"containers": []}));
+        assert_eq!(runtime_class(&none, Some("runc"), &scheduling), Ok(None));
+    }
+
+    #[test]
+    fn a_tenant_class_maps_to_a_host_class_by_its_handler() {
+        let scheduling: Scheduling = serde_yaml::from_str(
+            "runtime_classes: [gvisor]\nruntime_handlers: {test-handler: e2e-handler}",
+        )
+        .unwrap();
+        let own =
+            spec(serde_json::json!({"containers": [], "runtimeClassName": "runtimeclass-x7k2"}));
+        // The tenant named its class freely: its handler decides.
+        assert_eq!(
+            runtime_class(&own, Some("test-handler"), &scheduling)
+                .unwrap()
+                .as_deref(),
+            Some("e2e-handler")
+        );
+        // Another handler, or a class the tenant does not define, is refused and says which
+        // handlers would do.
+        let other = runtime_class(&own, Some("kata"), &scheduling).unwrap_err();
+        assert!(other.message.contains("any class of handler test-handler"));
+        assert!(runtime_class(&own, None, &scheduling).is_err());
+        // A class listed by name keeps its name whatever its handler.
+        let gvisor = spec(serde_json::json!({"containers": [], "runtimeClassName": "gvisor"}));
+        assert_eq!(
+            runtime_class(&gvisor, Some("test-handler"), &scheduling)
+                .unwrap()
+                .as_deref(),
+            Some("gvisor")
         );
     }
 

@@ -2,7 +2,8 @@
 //! tenant's side (pure).
 //!
 //! [`admit`] gathers every refusal: the plan's Pod Security level
-//! ([`super::pod_security`]), its runtime classes, sources that would make the host issue a
+//! ([`super::pod_security`]), its runtime class (by name, or by the handler of the tenant's
+//! class: [`placement::runtime_class`]), sources that would make the host issue a
 //! credential for a tenant workload (`podCertificate` projections), and the StorageClasses of
 //! ephemeral volume claims. A refused pod never reaches the host. (`clusterTrustBundle`
 //! projections go down translated: the syncer fills them from the tenant's own bundles.)
@@ -20,10 +21,12 @@ use vcp_core::naming;
 pub const ANN_SERVICE_ACCOUNT: &str = "vcp.dev/tenant-service-account";
 
 /// Every reason `pod` may not reach the host under `policy` (empty: admitted).
-pub fn admit(pod: &Pod, policy: &TenantPolicy) -> Vec<Refusal> {
+/// `runtime_handler`: the handler of the pod's RuntimeClass in the tenant, if it names one
+/// (see [`placement::runtime_class`]).
+pub fn admit(pod: &Pod, policy: &TenantPolicy, runtime_handler: Option<&str>) -> Vec<Refusal> {
     let mut out = pod_security::check(pod, policy.pod_security);
     let Some(spec) = &pod.spec else { return out };
-    out.extend(placement::check_runtime_class(spec, &policy.scheduling));
+    out.extend(placement::runtime_class(spec, runtime_handler, &policy.scheduling).err());
     out.extend(credential_sources(spec));
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let template = v
@@ -149,7 +152,7 @@ mod tests {
                 {"clusterTrustBundle": {"signerName": "example.com/s", "path": "t"}},
             ]}}],
         }));
-        let r = admit(&p, &TenantPolicy::default());
+        let r = admit(&p, &TenantPolicy::default(), None);
         let fields: Vec<&str> = r.iter().map(|r| r.field.as_str()).collect();
         // A trust bundle projection goes down, filled from the tenant's own bundles.
         assert_eq!(
@@ -168,7 +171,10 @@ mod tests {
                 "storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
                 "resources": {"requests": {"storage": "1Gi"}}}}}}],
         }));
-        let rules: Vec<String> = admit(&p, &policy).into_iter().map(|r| r.rule).collect();
+        let rules: Vec<String> = admit(&p, &policy, Some("kata"))
+            .into_iter()
+            .map(|r| r.rule)
+            .collect();
         assert_eq!(rules, ["plan: runtime classes", "plan: storage classes"]);
     }
 

@@ -307,6 +307,30 @@ mod tests {
     }
 
     #[test]
+    fn the_real_node_plans_are_valid_policies_and_conformance_reaches_the_test_handler() {
+        let plans: std::collections::BTreeMap<String, serde_json::Value> =
+            serde_yaml::from_str(crate::platform::REAL_NODE_PLANS).unwrap();
+        for (name, plan) in &plans {
+            let policy = serde_json::to_string(&plan["policy"]).unwrap();
+            vcp_policy::TenantPolicy::from_yaml(&policy)
+                .unwrap_or_else(|e| panic!("plan {name}: {e}"));
+        }
+        let conformance = vcp_policy::TenantPolicy::from_yaml(
+            &serde_json::to_string(&plans[crate::platform::CONFORMANCE_PLAN]["policy"]).unwrap(),
+        )
+        .unwrap();
+        let handlers = &conformance.scheduling.runtime_handlers;
+        assert_eq!(
+            handlers
+                .get(crate::cluster::TEST_RUNTIME_HANDLER)
+                .map(String::as_str),
+            Some(crate::cluster::TEST_RUNTIME_HANDLER),
+            "the host class every dev cluster has"
+        );
+        assert!(conformance.services.node_port_services > 0);
+    }
+
+    #[test]
     fn fullname_follows_the_chart_helper() {
         assert_eq!(fullname("vcp"), "vcp");
         assert_eq!(fullname("adopt-vcp"), "adopt-vcp");

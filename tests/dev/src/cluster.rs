@@ -16,6 +16,7 @@ use crate::provisioner::{self, Provisioner};
 use crate::{Error, Result, bins, kubeconfig, postgres};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
@@ -1259,8 +1260,26 @@ async fn apply_cluster_objects(
         .patch(STORAGE_CLASS, &pp, &Patch::Apply(&sc))
         .await
         .map_err(Error::kube("apply the default storage class"))?;
+    // The runtime class the conformance suite expects a node to offer (its "preconfigured"
+    // handler; the real node runs it with runc): tenants of the conformance plan reach it by
+    // handler, whatever they name their own class.
+    let runtime: Api<RuntimeClass> = Api::all(client.clone());
+    let rc = serde_json::json!({
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": TEST_RUNTIME_HANDLER},
+        "handler": TEST_RUNTIME_HANDLER,
+    });
+    runtime
+        .patch(TEST_RUNTIME_HANDLER, &pp, &Patch::Apply(&rc))
+        .await
+        .map_err(Error::kube("apply the test-handler runtime class"))?;
     Ok(())
 }
+
+/// The runtime handler the conformance suite names (`e2eruntimeclass.PreconfiguredRuntimeClassHandler`),
+/// and the host RuntimeClass of that name and handler every dev cluster has.
+pub const TEST_RUNTIME_HANDLER: &str = "test-handler";
 
 /// Pod CIDR of kwok worker `i`: `10.244.<16 i>.0/20`.
 pub fn pod_cidr(i: u32) -> String {

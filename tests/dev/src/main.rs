@@ -35,6 +35,10 @@ enum Command {
         /// Tenant that vcp provisions; its admin kubeconfig is `<state-dir>/<name>.kubeconfig`.
         #[arg(long, env = "VCP_DEV_TENANT", default_value = "demo")]
         tenant: String,
+        /// The tenant's plan (default: the platform's default plan). With --real-node,
+        /// `conformance` is the plan that passes the conformance suite (docs/conformance.md).
+        #[arg(long, env = "VCP_DEV_PLAN")]
+        plan: Option<String>,
         /// Start only the host cluster and Postgres, without vcp and a tenant.
         #[arg(long, env = "VCP_DEV_NO_PLATFORM")]
         no_platform: bool,
@@ -241,6 +245,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             workers,
             foreground,
             tenant,
+            plan,
             no_platform,
             local,
             real_node,
@@ -299,7 +304,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     println!(
                         "vcp-dev: starting vcp serve (local process) and tenant {tenant:?} ..."
                     );
-                    vcp_dev::platform::up_local(&c, &tenant, supervision).await?
+                    vcp_dev::platform::up_local(&c, &tenant, plan.as_deref(), supervision).await?
                 } else {
                     println!(
                         "vcp-dev: installing vcp with charts/vcp (helm release {} in namespace {}) \
@@ -307,7 +312,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                         vcp_dev::chart::RELEASE,
                         vcp_dev::chart::NAMESPACE
                     );
-                    vcp_dev::platform::up_chart(&c, &tenant).await?
+                    vcp_dev::platform::up_chart(&c, &tenant, plan.as_deref()).await?
                 };
                 println!(
                     "  tenant {tenant} Ready   {:>6.2}s  {} (key {})",

@@ -354,6 +354,11 @@ state = "{state}"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = '/usr/sbin/runc'
         SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{test_handler}]
+      runtime_type = 'io.containerd.runc.v2'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{test_handler}.options]
+        BinaryName = '/usr/sbin/runc'
+        SystemdCgroup = false
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = ['{cni_bin}']
       conf_dir = '{cni_conf}'
@@ -368,6 +373,7 @@ state = "{state}"
         cni_bin = l.s("cni/bin"),
         cni_conf = l.s("cni/conf"),
         registry_hosts = l.s("registry-hosts"),
+        test_handler = crate::cluster::TEST_RUNTIME_HANDLER,
     )
 }
 

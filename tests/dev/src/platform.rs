@@ -102,7 +102,27 @@ pub const REAL_NODE_PLANS: &str = r#"default:
     placement:
       node_selector: {vcp.dev/node: real}
       tolerations: [{key: vcp.dev/node, operator: Exists}]
+# As default, plus what the Kubernetes conformance suite needs and the default plan refuses:
+# host namespaces and hostPath (privileged), NodePort Services, and the suite's runtime
+# handler whatever the tenant names its class. For certification runs, not for tenants one
+# does not trust (docs/conformance.md, "The conformance plan").
+conformance:
+  node_selector: {vcp.dev/node: real}
+  tolerations: [{key: vcp.dev/node, operator: Equal, value: real, effect: NoSchedule}]
+  policy:
+    pod_security: privileged
+    placement:
+      node_selector: {vcp.dev/node: real}
+      tolerations: [{key: vcp.dev/node, operator: Exists}]
+    scheduling:
+      runtime_handlers: {test-handler: test-handler}
+    services:
+      node_port_services: 20
+      node_ports: 40
 "#;
+
+/// The plan of [`REAL_NODE_PLANS`] that passes the conformance suite.
+pub const CONFORMANCE_PLAN: &str = "conformance";
 
 /// Plans of the simulation: control-plane pods on the kwok workers.
 pub const SIMULATED_PLANS: &str = "default: {node_selector: {type: kwok}}\n";
@@ -502,6 +522,7 @@ pub struct DevPlatform {
 pub async fn up_local(
     cluster: &DevCluster,
     name: &str,
+    plan: Option<&str>,
     mode: Supervision,
 ) -> anyhow::Result<DevPlatform> {
     preflight(cluster.state_dir(), Mode::Local)?;
@@ -551,7 +572,7 @@ pub async fn up_local(
         namespace: None,
         node_port: None,
     };
-    let (tenant, kubeconfig) = provision(cluster, &record, &admin_token, "").await?;
+    let (tenant, kubeconfig) = provision(cluster, &record, plan, &admin_token, "").await?;
     let orchestrator = match mode {
         Supervision::Attached => Some(orch.proc),
         Supervision::Detached => {
@@ -577,7 +598,11 @@ const CHART_READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// [`chart::NAMESPACE`], waits for Postgres and both vcp replicas, reads the admin token from
 /// the Secret the chart generated, reaches the API through the Service's NodePort on
 /// 127.0.0.1, then [`provision`]. Prints its progress to stderr.
-pub async fn up_chart(cluster: &DevCluster, name: &str) -> anyhow::Result<DevPlatform> {
+pub async fn up_chart(
+    cluster: &DevCluster,
+    name: &str,
+    plan: Option<&str>,
+) -> anyhow::Result<DevPlatform> {
     let dir = cluster.state_dir();
     preflight(dir, Mode::Chart)?;
     let (release, ns) = (chart::RELEASE, chart::NAMESPACE);
@@ -675,7 +700,7 @@ pub async fn up_chart(cluster: &DevCluster, name: &str) -> anyhow::Result<DevPla
          NodePort of service {ns}/{full}.\n# VCP_DATABASE_URL above is the dev cluster's own \
          Postgres, not vcp's inventory (that is {ns}/{full}-postgresql).\n"
     );
-    let (tenant, kubeconfig) = provision(cluster, &record, &admin_token, &note).await?;
+    let (tenant, kubeconfig) = provision(cluster, &record, plan, &admin_token, &note).await?;
     Ok(DevPlatform {
         mode: Mode::Chart,
         api_url,
@@ -686,20 +711,32 @@ pub async fn up_chart(cluster: &DevCluster, name: &str) -> anyhow::Result<DevPla
     })
 }
 
-/// Creates tenant `record.tenant` through the API (unless it exists), waits until it is Ready,
+/// Creates tenant `record.tenant` through the API (unless it exists; on `plan`, the server's
+/// default plan if `None`; an existing tenant on another plan is an error), waits until it is Ready,
 /// writes `<state>/<tenant>.kubeconfig` (an admin kubeconfig), records the platform, adds
 /// `note`, `VCP_API_URL` and `VCP_TOKEN` to `<state>/env` and puts the workspace's `vcp` client
 /// in `<state>/bin` (on the env file's `PATH`).
 async fn provision(
     cluster: &DevCluster,
     record: &Record,
+    plan: Option<&str>,
     admin_token: &str,
     note: &str,
 ) -> anyhow::Result<(Value, PathBuf)> {
     let name = &record.tenant;
     let api = ApiClient::new(&record.api_url, admin_token);
-    if api.get_tenant(name).await?.is_none() {
-        api.create_tenant(name).await?;
+    match (api.get_tenant(name).await?, plan) {
+        (None, None) => {
+            api.create_tenant(name).await?;
+        }
+        (None, Some(plan)) => {
+            api.create_tenant_with_plan(name, plan).await?;
+        }
+        (Some(found), Some(plan)) if found["plan"].as_str() != Some(plan) => anyhow::bail!(
+            "tenant {name} exists on plan {}, not {plan}: choose another --tenant, or delete it first (vcp tenant delete {name})",
+            found["plan"].as_str().unwrap_or("?")
+        ),
+        (Some(_), _) => {}
     }
     let tenant = api.wait_ready(name, Duration::from_secs(300)).await?;
     let kc = api

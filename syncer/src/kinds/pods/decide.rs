@@ -35,9 +35,15 @@ pub enum Admission {
 }
 
 /// Whether `pod` may go down: the plan first, then whether it finished, then `quota` (the
-/// ledger's verdict, asked only for a pod that got that far).
-pub fn admit(pod: &Pod, ctx: &Ctx, quota: impl FnOnce() -> Verdict) -> Admission {
-    let refusals = vcp_policy::pods::admit(pod, &ctx.policy);
+/// ledger's verdict, asked only for a pod that got that far). `runtime_handler`: the handler
+/// of the pod's RuntimeClass in the tenant, where the plan maps handlers.
+pub fn admit(
+    pod: &Pod,
+    ctx: &Ctx,
+    runtime_handler: Option<&str>,
+    quota: impl FnOnce() -> Verdict,
+) -> Admission {
+    let refusals = vcp_policy::pods::admit(pod, &ctx.policy, runtime_handler);
     if !refusals.is_empty() {
         return Admission::Refused(refusals);
     }
@@ -49,6 +55,19 @@ pub fn admit(pod: &Pod, ctx: &Ctx, quota: impl FnOnce() -> Verdict) -> Admission
         Verdict::Admitted => Admission::Go,
         other => Admission::Quota(other),
     }
+}
+
+/// Names on `host` the host RuntimeClass that the plan gives the class `tenant` names (its
+/// own name, or the host class of its handler: `vcp_policy::placement::runtime_class`), for a
+/// pod [`admit`] let through with the same `runtime_handler`.
+pub fn set_runtime_class(host: &mut Pod, tenant: &Pod, ctx: &Ctx, runtime_handler: Option<&str>) {
+    let (Some(hs), Some(ts)) = (host.spec.as_mut(), tenant.spec.as_ref()) else {
+        return;
+    };
+    hs.runtime_class_name =
+        vcp_policy::placement::runtime_class(ts, runtime_handler, &ctx.policy.scheduling)
+            .ok()
+            .flatten();
 }
 
 /// A tenant pod's host pod, and what placement changed of what the tenant asked for.
@@ -166,8 +185,8 @@ mod tests {
         ) {
             let ctx = ctx();
             let asked = Cell::new(false);
-            let got = admit(&pod, &ctx, || { asked.set(true); verdict.clone() });
-            let refusals = vcp_policy::pods::admit(&pod, &ctx.policy);
+            let got = admit(&pod, &ctx, None, || { asked.set(true); verdict.clone() });
+            let refusals = vcp_policy::pods::admit(&pod, &ctx.policy, None);
             let finished = matches!(
                 pod.status.as_ref().and_then(|s| s.phase.as_deref()),
                 Some("Succeeded" | "Failed")

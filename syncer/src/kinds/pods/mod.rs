@@ -88,6 +88,30 @@ async fn host_pod_gone(e: &Engine, desired: &Pod) -> Result<bool> {
     Ok(found.is_none())
 }
 
+/// The handler of the tenant RuntimeClass `t` names, where the plan maps handlers to host
+/// classes and does not list that class by name (`None` otherwise, or if the tenant has no
+/// such class). Asked of the tenant apiserver on the create path only, so it costs nothing for
+/// pods without a class or once their host pod exists.
+async fn runtime_handler(e: &Engine, t: &Pod) -> Result<Option<String>> {
+    use k8s_openapi::api::node::v1::RuntimeClass;
+    let Some(class) = t
+        .spec
+        .as_ref()
+        .and_then(|s| s.runtime_class_name.as_deref())
+    else {
+        return Ok(None);
+    };
+    let s = &e.ctx.policy.scheduling;
+    if s.runtime_handlers.is_empty() || s.runtime_classes.iter().any(|c| c == class) {
+        return Ok(None);
+    }
+    let found = Api::<RuntimeClass>::all(e.tenant.clone())
+        .get_opt(class)
+        .await
+        .map_err(kube_err(format!("get tenant runtimeclass {class}")))?;
+    Ok(found.map(|rc| rc.handler))
+}
+
 /// Down-reconcile of a tenant pod.
 #[tracing::instrument(skip_all, fields(kind = "Pod", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
@@ -138,8 +162,11 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             // The plan, then the phase (a finished pod never runs again, as a kubelet would
             // not restart it; it takes no quota, so no host either), then the tenant-wide
             // quota in creation order over every tenant pod; a refusal shows on the pod.
-            match decide::admit(&t, &e.ctx, || quota::pod(e, &t)) {
-                Admission::Go => {}
+            let handler = runtime_handler(e, &t).await?;
+            match decide::admit(&t, &e.ctx, handler.as_deref(), || quota::pod(e, &t)) {
+                Admission::Go => {
+                    decide::set_runtime_class(&mut desired, &t, &e.ctx, handler.as_deref())
+                }
                 Admission::Refused(refusals) => {
                     refuse(e, &t, "PolicyRefused", &refusals).await?;
                     return Ok(Action::requeue(e.resync));

@@ -56,7 +56,10 @@ impl KubeletEndpoint {
 /// The tenant view of a host node: its name, non-reserved labels, Ready condition, capacity
 /// and internal addresses; nothing that would let a tenant address the host (no taints,
 /// no external addresses, no daemon endpoints). With a kubelet endpoint, its address and port
-/// replace the host node's.
+/// come first: the tenant apiserver prefers a `Hostname`, and an endpoint named by IP is the
+/// first `InternalIP`. The node's own `InternalIP` stays after it, as a real node lists it:
+/// it is where the tenant's NodePort Services answer (the tenant's pods see it as their
+/// `hostIP` anyway).
 pub fn virtual_node(host: &Node, kubelet: Option<&KubeletEndpoint>) -> Node {
     let name = host.name_any();
     let mut labels: std::collections::BTreeMap<String, String> = host
@@ -88,7 +91,9 @@ pub fn virtual_node(host: &Node, kubelet: Option<&KubeletEndpoint>) -> Node {
         })
         .map(|mut s| {
             if let Some(k) = kubelet {
-                s.addresses = Some(vec![k.node_address()]);
+                let own = s.addresses.take().unwrap_or_default();
+                let internal = own.into_iter().filter(|a| a.type_ == "InternalIP");
+                s.addresses = Some(std::iter::once(k.node_address()).chain(internal).collect());
                 s.daemon_endpoints = Some(k8s_openapi::api::core::v1::NodeDaemonEndpoints {
                     kubelet_endpoint: Some(k8s_openapi::api::core::v1::DaemonEndpoint {
                         port: i32::from(k.port),
@@ -499,7 +504,8 @@ mod tests {
         assert!(status.daemon_endpoints.is_none());
         assert_eq!(status.conditions.unwrap()[0].status, "True");
 
-        // With a kubelet endpoint: its address and port only.
+        // With a kubelet endpoint: its address and port first, then the node's internal
+        // address (where NodePorts answer), never its external one.
         for (address, type_) in [
             ("vcp-syncer.vcp-demo.svc", "Hostname"),
             ("127.0.0.1", "InternalIP"),
@@ -512,7 +518,11 @@ mod tests {
             let a = s.addresses.unwrap();
             assert_eq!(
                 (a.len(), a[0].type_.as_str(), a[0].address.as_str()),
-                (1, type_, address)
+                (2, type_, address)
+            );
+            assert_eq!(
+                (a[1].type_.as_str(), a[1].address.as_str()),
+                ("InternalIP", "10.250.0.2")
             );
             assert_eq!(
                 s.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port,

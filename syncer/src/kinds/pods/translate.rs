@@ -513,8 +513,8 @@ pub fn add_service_links(host: &mut Pod, links: &[EnvVar], env_from: &EnvFromKey
     }
 }
 
-/// Gives `desired` the placement host pod `host` was created with (node selector and
-/// affinity). It is settled at creation: a pod's affinity and selector cannot change, and
+/// Gives `desired` the placement host pod `host` was created with (node selector,
+/// affinity and runtime class). It is settled at creation: a pod's affinity and selector cannot change, and
 /// the tenant pod only names its node (which pins a new host pod) once the syncer bound it to
 /// where the host scheduler had put it.
 pub fn keep_host_placement(desired: &mut Pod, host: &Pod) {
@@ -523,6 +523,8 @@ pub fn keep_host_placement(desired: &mut Pod, host: &Pod) {
     };
     ds.node_selector = hs.node_selector.clone();
     ds.affinity = hs.affinity.clone();
+    // Chosen at creation from the tenant class's handler (immutable, like the rest).
+    ds.runtime_class_name = hs.runtime_class_name.clone();
 }
 
 /// `desired` with each container's env and resources as `host` has them: both are immutable
@@ -720,15 +722,20 @@ mod tests {
     fn an_update_keeps_the_placement_the_host_pod_was_created_with() {
         // Created before the syncer bound the tenant pod: no pin. Once bound, the tenant pod
         // names a node and its host pod would be pinned; affinity cannot change on a pod.
-        let created = to_host(&tenant_pod(), &ctx(), &env());
+        let mut created = to_host(&tenant_pod(), &ctx(), &env());
+        // The host class picked by the tenant class's handler, not the tenant's class name.
+        created.spec.as_mut().unwrap().runtime_class_name = Some("e2e-handler".into());
         let mut bound = tenant_pod();
-        bound.spec.as_mut().unwrap().node_name = Some("kwok-node-1".into());
+        let spec = bound.spec.as_mut().unwrap();
+        spec.node_name = Some("kwok-node-1".into());
+        spec.runtime_class_name = Some("runtimeclass-x7k2".into());
         let mut desired = to_host(&bound, &ctx(), &env());
         assert_ne!(pinned_to(&desired), pinned_to(&created));
         keep_host_placement(&mut desired, &created);
         let (d, c) = (desired.spec.unwrap(), created.spec.unwrap());
         assert_eq!(d.affinity, c.affinity);
         assert_eq!(d.node_selector, c.node_selector);
+        assert_eq!(d.runtime_class_name.as_deref(), Some("e2e-handler"));
     }
 
     const PEM_A: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
