@@ -244,6 +244,21 @@ pub fn agnhost(
     })
 }
 
+/// An image of the update demo (`reference`, the suite's `nautilus` or `kitten`): `agnhost`
+/// with `files` at `/`, running `agnhost test-webserver`, which serves `/` on port 80.
+pub fn update_demo(agnhost: &Image, reference: &str, files: Vec<(String, Vec<u8>)>) -> Image {
+    let mut img = agnhost.clone();
+    img.reference = reference.to_owned();
+    img.also = Vec::new();
+    img.cmd = vec!["test-webserver".to_owned()];
+    img.entries.extend(
+        files
+            .into_iter()
+            .map(|(name, data)| Entry::file(&name, 0o644, data)),
+    );
+    img
+}
+
 /// The repository the conformance suite pulls agnhost from.
 pub const AGNHOST_REPOSITORY: &str = "registry.k8s.io/e2e-test-images/agnhost";
 
@@ -363,12 +378,25 @@ pub fn test_images() -> Result<Vec<Image>> {
         .iter()
         .filter_map(|id| named(id))
         .collect();
+    // The update demo's two web servers, as the suite's own Dockerfiles make them: agnhost
+    // serving a picture and `data.json` from `/`.
+    let mut demos = Vec::new();
+    for (id, dir) in [("Nautilus", "nautilus"), ("Kitten", "kitten")] {
+        let Some(name) = named(id) else { continue };
+        let html = src.join("..").join(dir).join("html");
+        let files = [format!("{dir}.jpg"), "data.json".to_owned()]
+            .into_iter()
+            .map(|f| Ok((f.clone(), read(html.join(&f))?)))
+            .collect::<Result<Vec<_>>>()?;
+        demos.push(update_demo(&agnhost, &name, files));
+    }
     let mut images = vec![
         pause(&pause_bin),
         busybox,
         agnhost,
         web_server(&busybox_bin, &applets, web),
     ];
+    images.extend(demos);
     if let Some(name) = named("GlibcDnsTesting") {
         let dig = agnhost_tools()?
             .into_iter()
@@ -1160,6 +1188,38 @@ mod tests {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("data-1=value-1"), "{text}");
         assert!(text.contains("not-busybox"), "{text}");
+    }
+
+    #[test]
+    fn the_update_demo_is_agnhost_serving_its_files_from_the_root() {
+        let bin = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(bin.path(), b"not an ELF").unwrap();
+        let base = agnhost("2.66.1", bin.path(), b"bb", &["sh"], (vec![], vec![]), &[]).unwrap();
+        let demo = update_demo(
+            &base,
+            "registry.k8s.io/e2e-test-images/nautilus:1.8",
+            vec![(
+                "data.json".into(),
+                b"{\"image\": \"nautilus.jpg\"}".to_vec(),
+            )],
+        );
+        assert_eq!(
+            demo.reference,
+            "registry.k8s.io/e2e-test-images/nautilus:1.8"
+        );
+        assert_eq!(
+            (demo.entrypoint.as_slice(), demo.cmd.as_slice()),
+            (
+                &["/agnhost".to_owned()][..],
+                &["test-webserver".to_owned()][..]
+            )
+        );
+        assert!(demo.entries.contains(&Entry::file(
+            "data.json",
+            0o644,
+            b"{\"image\": \"nautilus.jpg\"}".to_vec()
+        )));
+        assert!(demo.also.is_empty(), "agnhost's other names stay agnhost's");
     }
 
     #[test]

@@ -620,10 +620,17 @@ pub async fn up_chart(
         Some(net) => {
             let (imgs, _) = crate::images::platform_images(&crate::images::workspace_bin_dir()?)?;
             cluster.import_node_images(&imgs)?;
+            let imported = k8s_openapi::jiff::Timestamp::now();
+            let restarted = restart_older_vcp_pods(cluster, imported, &imgs).await?;
             eprintln!(
-                "  {} images imported into the real node: {:.1}s",
+                "  {} images imported into the real node: {:.1}s{}",
                 imgs.len(),
-                start.elapsed().as_secs_f64()
+                start.elapsed().as_secs_f64(),
+                if restarted > 0 {
+                    format!(" ({restarted} pods on older builds restarted)")
+                } else {
+                    String::new()
+                }
             );
             chart::real_node_values(net.node_ip(), Some(node_port))
         }
@@ -709,6 +716,62 @@ pub async fn up_chart(
         kubeconfig,
         orchestrator: None,
     })
+}
+
+/// Deletes the pods on the real node that run vcp's own images (the syncer's and vcp's, of
+/// `imgs`, by any of their names) in a container started before `imported`: on an `up` of a
+/// stopped state dir the kubelet restarts the tenants' syncers and vcp's own pods as soon as
+/// it runs, before this `up` has imported the workspace's new build, so they would keep the
+/// old one. Their controllers recreate them from the new images. Returns how many were
+/// deleted (none on a new state dir).
+async fn restart_older_vcp_pods(
+    cluster: &DevCluster,
+    imported: k8s_openapi::jiff::Timestamp,
+    imgs: &[crate::images::Image],
+) -> Result<usize> {
+    let ours: Vec<&str> = imgs
+        .iter()
+        .filter(|i| {
+            [
+                crate::images::VCP_DEV_IMAGE,
+                crate::images::SYNCER_DEV_IMAGE,
+            ]
+            .contains(&i.reference.as_str())
+        })
+        .flat_map(|i| {
+            std::iter::once(i.reference.as_str()).chain(i.also.iter().map(String::as_str))
+        })
+        .collect();
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, ListParams};
+    let pods: Api<Pod> = Api::all(cluster.client());
+    let on_node =
+        ListParams::default().fields(&format!("spec.nodeName={}", crate::node::NODE_NAME));
+    let list = pods
+        .list(&on_node)
+        .await
+        .map_err(Error::kube("list the real node's pods"))?;
+    let mut deleted = 0;
+    for p in list.items {
+        let older = p
+            .status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+            .filter(|c| ours.contains(&c.image.as_str()))
+            .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+            .any(|t| t.0 < imported);
+        let (Some(ns), Some(name)) = (&p.metadata.namespace, &p.metadata.name) else {
+            continue;
+        };
+        if older {
+            Api::<Pod>::namespaced(cluster.client(), ns)
+                .delete(name, &DeleteParams::default())
+                .await
+                .map_err(Error::kube("restart a pod of an older vcp build"))?;
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
 }
 
 /// Creates tenant `record.tenant` through the API (unless it exists; on `plan`, the server's

@@ -164,4 +164,17 @@ fn a_tenant_passes_the_conformance_subset() {
         "every test of the subset runs and passes (a renamed one matches nothing): {line}"
     );
     assert!(run.status.success(), "{line}");
+
+    // An `up` of the stopped state dir: the kubelet restarts the pods it ran before `up` has
+    // imported the workspace's images, so `up` replaces the ones running vcp's images (a
+    // rebuilt syncer would otherwise never run), and the tenant is Ready again.
+    let down = vcp_dev(&["down"], dir.path());
+    assert!(down.status.success(), "down: {}", text(&down.stderr));
+    let again = vcp_dev(&["up", "--real-node"], dir.path());
+    let said = format!("{}{}", text(&again.stdout), text(&again.stderr));
+    assert!(again.status.success(), "second up failed: {said}");
+    assert!(
+        said.contains("pods on older builds restarted"),
+        "the second up replaced no pod of vcp's images: {said}"
+    );
 }
