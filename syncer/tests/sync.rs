@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -1842,6 +1842,45 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
             &text,
             r#"vcp_syncer_api_requests_total{side="tenant",verb="create",resource="pods/binding"}"#
         ) >= Some(1.0)
+    );
+
+    // A pass over a pod with a token reads its token Secret from the cache once it exists:
+    // passes that change nothing of the token ask the host nothing (they used to GET it).
+    let gets = |text: &str| {
+        sample(
+            text,
+            r#"vcp_syncer_api_requests_total{side="host",verb="get",resource="secrets"}"#,
+        )
+        .unwrap_or(0.0)
+    };
+    let passes = |text: &str| {
+        sample(
+            text,
+            r#"vcp_syncer_sync_duration_seconds_count{kind="Pod",direction="down"}"#,
+        )
+        .unwrap_or(0.0)
+    };
+    // Settled first: the token Secret is in the host cache once a pass found nothing to do.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = http_get(port, "/metrics").await?;
+    for i in 0..3 {
+        pods.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"pass": i.to_string()}}})),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let after = eventually("three more pod passes", Duration::from_secs(30), || async {
+        let t = http_get(port, "/metrics").await?;
+        Ok((passes(&t) >= passes(&before) + 3.0).then_some(t))
+    })
+    .await?;
+    assert_eq!(
+        gets(&after),
+        gets(&before),
+        "passes over a pod whose token Secret exists read it from the cache"
     );
 
     // The host refuses pods in a namespace whose quota allows none: failed syncs are counted.

@@ -92,6 +92,10 @@ pub struct Engine {
     pub told: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// This tenant's host pods, once the pod controllers run (Events up find their pod here).
     pub host_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
+    /// This tenant's host Secrets (copies and the pods' generated token Secrets, all carrying
+    /// the tenant label), once the Secret controllers run: a pod's pass reads its token Secret
+    /// here instead of asking the host.
+    pub host_secrets: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Secret>>,
     /// This tenant's host namespaces, once the namespace controllers run.
     pub host_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
     /// The tenant's NetworkPolicies, once their controller runs (isolation labels of pods).
@@ -143,6 +147,7 @@ impl Engine {
             tenant_namespaces: std::sync::OnceLock::new(),
             told: Default::default(),
             host_pods: std::sync::OnceLock::new(),
+            host_secrets: std::sync::OnceLock::new(),
             host_namespaces: std::sync::OnceLock::new(),
             tenant_netpols: std::sync::OnceLock::new(),
             tenant_netpols_by_ns: Default::default(),

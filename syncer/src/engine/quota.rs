@@ -400,10 +400,20 @@ mod tests {
             moved,
         ];
         let services = [
-            services::to_host(&svc("apps", "web"), &ctx, true, false),
+            services::to_host(&svc("apps", "web"), &ctx, services::Ask::Tenant, false),
             // The syncer never copies it; were it there, it still would not count.
-            services::to_host(&svc("default", "kubernetes"), &ctx, true, false),
-            services::to_host(&svc("apps", "web"), &other_tenant(&ctx), true, false),
+            services::to_host(
+                &svc("default", "kubernetes"),
+                &ctx,
+                services::Ask::Tenant,
+                false,
+            ),
+            services::to_host(
+                &svc("apps", "web"),
+                &other_tenant(&ctx),
+                services::Ask::Tenant,
+                false,
+            ),
         ];
         let claims = [pvcs::to_host(&claim("data", "2Gi"), &ctx, None), going];
         let used = host_usage(
@@ -500,7 +510,7 @@ mod tests {
             let pick = |ok: bool| if ok { &ctx } else { &other };
             let host_namespaces: Vec<Namespace> = namespaces.iter().map(|n| ns_res::to_host(n, pick(admitted_ns(n)))).collect();
             let host_pods: Vec<Pod> = pods.iter().map(|p| pod_res::to_host(p, pick(is_ok(&v.pods, key(p))), &Default::default())).collect();
-            let host_services: Vec<Service> = services.iter().map(|s| svc_res::to_host(s, pick(is_ok(&v.services, key(s))), true, false)).collect();
+            let host_services: Vec<Service> = services.iter().map(|s| svc_res::to_host(s, pick(is_ok(&v.services, key(s))), svc_res::Ask::Tenant, false)).collect();
             let host_claims: Vec<PersistentVolumeClaim> = claims.iter().map(|c| pvcs::to_host(c, pick(is_ok(&v.claims, key(c))), None)).collect();
             let on_host = host_usage(
                 &ctx.key,

@@ -1429,12 +1429,17 @@ async fn the_plans_egress_and_node_port_allowances_hold_by_traffic() -> anyhow::
         }))?)
     };
     let edge_svcs: Api<Service> = Api::namespaced(tenants[0].2.clone(), "app");
-    edge_svcs
+    let created = edge_svcs
         .create(&PostParams::default(), &svc(None)?)
-        .await?;
+        .await?
+        .spec
+        .and_then(|s| s.ports?.into_iter().next()?.node_port)
+        .and_then(|p| u16::try_from(p).ok())
+        .expect("the tenant apiserver allocates a NodePort at once");
     let node_port = |port: u16| SocketAddr::from((net.node_ip(), port));
-    // The tenant's apiserver allocates a port of its own at once; the syncer then puts the
-    // host's in its place.
+    // The tenant's apiserver allocates a port of its own at once; the host Service asks for
+    // that one, so a client that read it from its create call finds the Service there (the
+    // syncer would put the host's in its place had another tenant held it).
     let (edge_port, answer) = eventually(
         "edge's server through the host's NodePort",
         Duration::from_secs(60),
@@ -1450,6 +1455,7 @@ async fn the_plans_egress_and_node_port_allowances_hold_by_traffic() -> anyhow::
     )
     .await?;
     assert!(answer.contains("edge-ok"), "{answer}");
+    assert_eq!(edge_port, created, "the host took the tenant's port");
     assert_eq!(
         outside.connect(other, node_port(edge_port)),
         None,

@@ -21,11 +21,17 @@ impl Synced for Secret {
     }
 }
 
-/// Starts the Secret controllers (see [`super::KINDS`]).
+/// Starts the Secret controllers (see [`super::KINDS`]); their host cache is published for
+/// the pods' token Secrets.
 pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
-    Box::pin(crate::engine::run_plain::<Secret>(
+    let e = s.engine.clone();
+    Box::pin(crate::engine::run_kind::<Secret>(
         s.engine.clone(),
         s.pods.clone(),
         s.workers,
+        |t, s| Box::pin(crate::engine::down(t, s)),
+        move |_, host| {
+            let _ = e.host_secrets.set(host);
+        },
     ))
 }

@@ -10,6 +10,7 @@ use crate::engine::decide::{Decision, HostSide, decide};
 use crate::engine::quota;
 use crate::engine::{Engine, FIELD_MANAGER, Side, Synced, apply, cached_host, delete_host};
 use crate::kinds::endpoints::translate::hand_managed;
+use crate::kinds::services::translate::Ask;
 use crate::{Error, Result, kube_err};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -28,7 +29,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let (host_ports, refusals) = host_ports(e, &side.own, &t);
-    let desired = translate::to_host(&t, &e.ctx, true, host_ports);
+    let desired = translate::to_host(&t, &e.ctx, Ask::Tenant, host_ports);
     let host_side = HostSide::of(e.key(), cached_host(&side, &desired));
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
@@ -68,7 +69,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
         }
         // The tenant Service was recreated to carry the host's address: same IP, same Service.
         Decision::Replace(h) if !translate::ip_mismatch(&h, &t) => {
-            apply(e, &translate::to_host(&t, &e.ctx, false, host_ports)).await?;
+            apply(e, &translate::to_host(&t, &e.ctx, Ask::Host, host_ports)).await?;
             if h.annotations().contains_key(naming::ANN_RECREATING) {
                 // Adopted: garbage collection may see to it again.
                 let unmark = serde_json::json!({"metadata": {"annotations": {naming::ANN_RECREATING: null}}});
@@ -98,7 +99,7 @@ pub async fn down(t: Arc<Service>, side: Arc<Side<Service>>) -> Result<Action> {
             if has_selector && !had_selector {
                 crate::kinds::endpoints::selector_changed(e, &t).await?;
             }
-            apply(e, &translate::to_host(&t, &e.ctx, false, host_ports)).await?;
+            apply(e, &translate::to_host(&t, &e.ctx, Ask::Host, host_ports)).await?;
             if had_selector && !has_selector {
                 crate::kinds::endpoints::selector_changed(e, &t).await?;
             }
@@ -139,17 +140,19 @@ async fn create(
     desired: &Service,
     host_ports: bool,
 ) -> Result<crate::engine::Placed> {
-    match crate::engine::create_or_adopt(e, t, desired).await {
-        // The tenant's address is taken on the host (another tenant allocated it): let the host choose.
-        Err(Error::Kube {
-            source: kube::Error::Api(ae),
-            ..
-        }) if ae.code == 422 => {
-            crate::engine::create_or_adopt(e, t, &translate::to_host(t, &e.ctx, false, host_ports))
-                .await
+    // A NodePort or the address of the tenant's is taken on the host (another tenant
+    // allocated it): ask for less, down to letting the host choose everything.
+    let taken = |r: &Result<crate::engine::Placed>| matches!(r, Err(Error::Kube { source: kube::Error::Api(ae), .. }) if ae.code == 422);
+    let mut created = crate::engine::create_or_adopt(e, t, desired).await;
+    for ask in [Ask::TenantIp, Ask::Host] {
+        if !taken(&created) {
+            break;
         }
-        other => other,
+        created =
+            crate::engine::create_or_adopt(e, t, &translate::to_host(t, &e.ctx, ask, host_ports))
+                .await;
     }
+    created
 }
 
 /// What the Service kind keeps beside the engine.
@@ -285,7 +288,7 @@ impl Synced for Service {
             return None;
         }
         let (host_ports, _) = host_ports(e, own, t);
-        Some(translate::to_host(t, &e.ctx, true, host_ports))
+        Some(translate::to_host(t, &e.ctx, Ask::Tenant, host_ports))
     }
 
     fn observe(

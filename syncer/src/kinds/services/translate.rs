@@ -4,8 +4,11 @@
 //! a Service is usually free on the host too. The host Service first asks for exactly that
 //! address ([`to_host`] with `keep_ip`); if another tenant holds it, the syncer asks again
 //! without it, the host allocates one, and the tenant Service is recreated with the host's
-//! address ([`ip_mismatch`]). NodePorts are always host-allocated (each tenant's range would
-//! collide) and copied up. Selector keys get the same rewrite as labels, so a tenant
+//! address ([`ip_mismatch`]). NodePorts likewise: the host Service first asks for the ports
+//! the tenant apiserver gave (a client that read them from its create call, as the
+//! conformance suite does, then finds the Service there); if another tenant holds one, the
+//! syncer asks again with the tenant's address only, then with neither ([`Ask`]), and the
+//! host's ports are copied up. Selector keys get the same rewrite as labels, so a tenant
 //! selector matches the host pods. The tenant's plan decides what takes host resources
 //! ([`vcp_policy::services`]): `externalIPs` never go down, a ClusterIP in a host-reserved
 //! range is not requested, and NodePort/LoadBalancer Services beyond the plan go down as
@@ -16,21 +19,35 @@ use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
 use vcp_core::naming;
 use vcp_core::naming::host_meta;
 
-/// The host Service for a tenant Service. With `keep_ip`, it requests the tenant's ClusterIP
-/// (unless the tenant's plan reserves that address for the host). With `host_ports` false
+/// What a host Service asks the host for of what the tenant apiserver allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// The tenant's ClusterIP and NodePorts: the first create, so the tenant's values hold.
+    Tenant,
+    /// The tenant's ClusterIP only (a NodePort of the tenant's is taken on the host).
+    TenantIp,
+    /// Neither: the host allocates (the tenant's address is taken too; and every update,
+    /// which never moves what the host allocated).
+    Host,
+}
+
+/// The host Service for a tenant Service, asking for what `ask` says of the tenant's
+/// allocations (never a ClusterIP the tenant's plan reserves for the host). With `host_ports` false
 /// (the plan does not admit it as a NodePort or LoadBalancer Service, see
 /// [`vcp_policy::services::admitted`]) it goes down as a plain ClusterIP Service: served
 /// inside the cluster, no host port opened. `externalIPs` never go down.
-pub fn to_host(svc: &Service, ctx: &Ctx, keep_ip: bool, host_ports: bool) -> Service {
+pub fn to_host(svc: &Service, ctx: &Ctx, ask: Ask, host_ports: bool) -> Service {
     let mut spec: ServiceSpec = svc.spec.clone().unwrap_or_default();
     let headless = spec.cluster_ip.as_deref() == Some("None");
     let reserved = vcp_policy::services::reserved_ip(svc, &ctx.policy).is_some();
-    if !headless && (!keep_ip || reserved) {
+    if !headless && (ask == Ask::Host || reserved) {
         spec.cluster_ip = None;
         spec.cluster_ips = None;
     }
-    for p in spec.ports.iter_mut().flatten() {
-        p.node_port = None;
+    if ask != Ask::Tenant || !host_ports {
+        for p in spec.ports.iter_mut().flatten() {
+            p.node_port = None;
+        }
     }
     spec.health_check_node_port = None;
     spec.external_ips = None;
@@ -125,11 +142,18 @@ mod tests {
     }
 
     #[test]
-    fn the_host_service_asks_for_the_tenant_ip_first_and_never_for_node_ports() {
+    fn the_host_service_asks_for_the_tenant_ip_and_node_ports_first() {
         let tenant = svc("10.96.7.7", Some(30080));
-        let host = to_host(&tenant, &ctx(), true, true).spec.unwrap();
+        let host = to_host(&tenant, &ctx(), Ask::Tenant, true).spec.unwrap();
         assert_eq!(host.cluster_ip.as_deref(), Some("10.96.7.7"));
-        assert_eq!(host.ports.unwrap()[0].node_port, None);
+        assert_eq!(host.ports.as_ref().unwrap()[0].node_port, Some(30080));
+        // A port of the tenant's is taken on the host: the address alone, then neither.
+        let ip_only = to_host(&tenant, &ctx(), Ask::TenantIp, true).spec.unwrap();
+        assert_eq!(ip_only.cluster_ip.as_deref(), Some("10.96.7.7"));
+        assert_eq!(ip_only.ports.unwrap()[0].node_port, None);
+        // Not admitted as a NodePort Service: a ClusterIP one never asks for a port.
+        let refused = to_host(&tenant, &ctx(), Ask::Tenant, false).spec.unwrap();
+        assert_eq!(refused.ports.unwrap()[0].node_port, None);
         let sel = host.selector.unwrap();
         assert_eq!(sel["app"], "web");
         assert!(
@@ -137,7 +161,7 @@ mod tests {
             "a tenant selector must not select by marker"
         );
         assert!(
-            to_host(&tenant, &ctx(), false, true)
+            to_host(&tenant, &ctx(), Ask::Host, true)
                 .spec
                 .unwrap()
                 .cluster_ip
@@ -156,7 +180,7 @@ mod tests {
             vcp_policy::TenantPolicy::from_yaml("services: {reserved_cluster_ips: [10.96.0.0/28]}")
                 .unwrap(),
         );
-        let host = to_host(&tenant, &c, true, false).spec.unwrap();
+        let host = to_host(&tenant, &c, Ask::Tenant, false).spec.unwrap();
         assert_eq!(host.external_ips, None);
         assert_eq!(
             host.cluster_ip, None,
@@ -168,7 +192,7 @@ mod tests {
             "refused NodePort: cluster-internal only"
         );
         assert_eq!(host.external_traffic_policy, None);
-        let admitted = to_host(&svc("10.96.7.7", None), &c, true, true)
+        let admitted = to_host(&svc("10.96.7.7", None), &c, Ask::Tenant, true)
             .spec
             .unwrap();
         assert_eq!(admitted.type_.as_deref(), Some("NodePort"));
@@ -205,7 +229,7 @@ mod tests {
 
     #[test]
     fn headless_services_stay_headless() {
-        let host = to_host(&svc("None", None), &ctx(), false, true)
+        let host = to_host(&svc("None", None), &ctx(), Ask::Host, true)
             .spec
             .unwrap();
         assert_eq!(host.cluster_ip.as_deref(), Some("None"));
