@@ -217,6 +217,8 @@ pub fn agnhost(
             0o644,
             b"root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\nnogroup:x:65534:\n".to_vec(),
         ),
+        // Name lookups as musl makes them in the upstream image: the hosts file, then DNS.
+        Entry::file("etc/nsswitch.conf", 0o644, NSSWITCH.to_vec()),
         Entry::dir("uploads", 0o777),
         Entry::file("localhost.crt", 0o644, porter.0),
         Entry::file("localhost.key", 0o600, porter.1),
@@ -414,12 +416,15 @@ pub fn test_images() -> Result<Vec<Image>> {
 }
 
 /// The tools agnhost's Alpine base has and busybox does not stand in for, from Debian: `dig`
-/// (bind9-dnsutils), `curl`, and OpenBSD's `nc` (netcat-openbsd; busybox's `nc` lacks `-z`
-/// and `-v` as the suite uses them). tests/setup.sh installs them.
-pub const AGNHOST_TOOLS: [(&str, &str, &str); 3] = [
+/// (bind9-dnsutils), `curl`, OpenBSD's `nc` (netcat-openbsd; busybox's `nc` lacks `-z`
+/// and `-v` as the suite uses them), and `getent` (the DNS tests' "musl" prober runs
+/// `getent hosts` in agnhost; glibc's, resolving through the image's `/etc/nsswitch.conf`
+/// as musl does: the hosts file, then DNS). tests/setup.sh installs them.
+pub const AGNHOST_TOOLS: [(&str, &str, &str); 4] = [
     ("dig", "/usr/bin/dig", "bind9-dnsutils"),
     ("curl", "/usr/bin/curl", "curl"),
     ("nc", "/usr/bin/nc.openbsd", "netcat-openbsd"),
+    ("getent", GETENT, "libc-bin"),
 ];
 
 /// The shell of the busybox and agnhost images (`/bin/sh`): Debian's bash (essential, always
@@ -523,11 +528,7 @@ pub fn dns_prober(
     tools: &[(&str, PathBuf)],
 ) -> Result<Image> {
     let mut entries = busybox_entries(busybox_bin, applets);
-    entries.push(Entry::file(
-        "etc/nsswitch.conf",
-        0o644,
-        b"hosts: files dns\n".to_vec(),
-    ));
+    entries.push(Entry::file("etc/nsswitch.conf", 0o644, NSSWITCH.to_vec()));
     for (name, host) in tools {
         let data = std::fs::read(host).map_err(Error::io(host))?;
         add_file(&mut entries, &Path::new("/usr/bin").join(name), 0o755, data);
@@ -546,6 +547,10 @@ pub fn dns_prober(
 
 /// Where glibc's `getent` is on this machine (Debian's libc-bin, always installed).
 const GETENT: &str = "/usr/bin/getent";
+
+/// glibc's name service order in the images that resolve with it: the hosts file, then DNS
+/// (without the file, glibc asks DNS first and stops at its "not found").
+const NSSWITCH: &[u8] = b"hosts: files dns\n";
 
 /// The web server stand-in's name when the suite's manifest names no nginx.
 pub const WEB_SERVER_IMAGE: &str = "vcp.dev/web-server:1";
@@ -1254,6 +1259,11 @@ mod tests {
             })
         };
         assert_eq!(file("agnhost").as_deref(), Some("not an ELF: no libraries"));
+        assert_eq!(
+            file("etc/nsswitch.conf").as_deref(),
+            Some("hosts: files dns\n"),
+            "getent reads the hosts file first, as musl does"
+        );
         assert!(
             img.entries
                 .contains(&Entry::symlink("agnhost-2", "agnhost"))
