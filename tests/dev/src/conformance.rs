@@ -305,6 +305,29 @@ pub fn suite_taints(real: bool, taints: &[Taint]) -> Option<Vec<Taint>> {
     Some(more)
 }
 
+/// A node's taints outside a run, from what it carries now: a run killed outright (its
+/// process gone before it could give them back) left the kwok workers tainted
+/// [`ELSEWHERE`] and the real node without its own taint ([`vcp_dev::node::NODE_LABEL`],
+/// which the node registers with). Both are the dev cluster's, never a user's, so they are
+/// put right here and the run's end restores this.
+pub fn outside_a_run(real: bool, taints: &[Taint]) -> Vec<Taint> {
+    let mut out: Vec<Taint> = taints
+        .iter()
+        .filter(|t| t.key != ELSEWHERE)
+        .cloned()
+        .collect();
+    let (key, value) = vcp_dev::node::NODE_LABEL;
+    if real && !out.iter().any(|t| t.key == key) {
+        out.push(Taint {
+            key: key.to_owned(),
+            value: Some(value.to_owned()),
+            effect: "NoSchedule".to_owned(),
+            time_added: None,
+        });
+    }
+    out
+}
+
 /// The host as a one-node cluster of its real node for the suite ([`suite_taints`]); returns
 /// each changed node's taints as they were, for [`restore_taints`], and the keys of the
 /// taints that now keep the suite off the other nodes (which the suite must be told not to
@@ -326,7 +349,8 @@ async fn one_real_node(
             .and_then(|l| l.get(key))
             .is_some_and(|v| v == value);
         real += usize::from(is_real);
-        let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+        let found = n.spec.and_then(|s| s.taints).unwrap_or_default();
+        let taints = outside_a_run(is_real, &found);
         let now = suite_taints(is_real, &taints);
         if !is_real {
             blocking.extend(
@@ -336,9 +360,15 @@ async fn one_real_node(
                     .map(|t| t.key.clone()),
             );
         }
-        if let Some(new) = now {
-            set_taints(&nodes, &name, &new).await?;
+        let during = now.unwrap_or_else(|| taints.clone());
+        if during != found {
+            set_taints(&nodes, &name, &during).await?;
+        }
+        if during != taints {
             before.push((name, taints));
+        } else if taints != found {
+            // Put right for good: this run does not change it.
+            tracing::info!(node = %name, "taints of an interrupted run removed");
         }
     }
     anyhow::ensure!(
@@ -379,9 +409,11 @@ async fn run_once(o: &Opts, target: Target) -> anyhow::Result<(Vec<Case>, String
     let flag = format!("--non-blocking-taints={}", keys.join(","));
     // Interrupted, the host still gets its taints back (the suite's processes are killed
     // with the future that runs them).
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let r = tokio::select! {
         r = suite(o, target, std::slice::from_ref(&flag)) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated")),
     };
     restore_taints(&client, &before).await;
     r
@@ -689,6 +721,31 @@ mod tests {
             None,
             "a node already kept from untolerating pods (the devnode) stays as it is"
         );
+    }
+
+    #[test]
+    fn a_killed_runs_taints_are_put_right() {
+        let elsewhere = Taint {
+            key: ELSEWHERE.to_owned(),
+            value: Some("elsewhere".to_owned()),
+            effect: "NoSchedule".to_owned(),
+            time_added: None,
+        };
+        let (key, value) = vcp_dev::node::NODE_LABEL;
+        // A kwok worker left tainted: the taint goes, and the run taints it again as usual.
+        assert!(outside_a_run(false, std::slice::from_ref(&elsewhere)).is_empty());
+        // The real node left bare: its own taint comes back, for the run's end to restore.
+        let real = outside_a_run(true, &[]);
+        assert_eq!(
+            (
+                real[0].key.as_str(),
+                real[0].value.as_deref(),
+                real[0].effect.as_str()
+            ),
+            (key, Some(value), "NoSchedule")
+        );
+        assert_eq!(outside_a_run(true, &real), real, "nothing to put right");
+        assert_eq!(suite_taints(true, &real), Some(vec![]));
     }
 
     #[test]
