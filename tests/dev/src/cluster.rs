@@ -701,11 +701,6 @@ async fn boot(opts: Options) -> Result<DevCluster> {
             format!("--service-account-signing-key-file={}", l.pki("sa.key")),
             "--authorization-mode=Node,RBAC".to_owned(),
             "--allow-privileged=true".to_owned(),
-            // The apiserver is a process on the host's loopback, where no kube-proxy routes
-            // ClusterIPs (the real node's runs inside the node's namespace): admission webhooks
-            // and aggregated APIs are dialled at their endpoints' pod addresses, which the host
-            // routes to the node (ExternalName Services, as metrics-server's, as named).
-            "--enable-aggregator-routing=true".to_owned(),
             format!(
                 "--requestheader-client-ca-file={}",
                 l.pki("front-proxy-ca.crt")
