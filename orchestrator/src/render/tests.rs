@@ -829,3 +829,30 @@ fn the_apiserver_pod_runs_its_revocation_authorizer_which_denies_when_it_cannot_
         r::authorizer_url()
     );
 }
+
+#[test]
+fn only_a_privileged_plan_lets_the_tenant_apiserver_admit_privileged_containers() {
+    let args_for = |plan: &Plan| {
+        let objs = Renderer::builtin()
+            .unwrap()
+            .render(
+                Component::Apiserver,
+                &Input {
+                    name: "demo",
+                    key: &key(),
+                    version: Catalog::builtin().get("1.37").unwrap(),
+                    plan,
+                    settings: &settings(),
+                    rollout: BTreeMap::new(),
+                    stopped: false,
+                },
+            )
+            .unwrap();
+        let dep = objs.iter().find(|o| o.0["kind"] == "Deployment").unwrap();
+        dep.0["spec"]["template"]["spec"]["containers"][0]["args"].to_string()
+    };
+    assert!(!args_for(&dev_plan()).contains("--allow-privileged"));
+    let mut privileged = dev_plan();
+    privileged.policy.pod_security = vcp_policy::Level::Privileged;
+    assert!(args_for(&privileged).contains("\"--allow-privileged=true\""));
+}
