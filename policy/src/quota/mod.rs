@@ -150,17 +150,27 @@ impl Quota {
             }
         }
         let l = &self.limits;
-        for (name, r) in [
-            ("default_request", &l.default_request),
-            ("default_limit", &l.default_limit),
-        ] {
+        let named = [
+            ("default_request", Some(&l.default_request)),
+            ("default_limit", l.default_limit.as_ref()),
+        ];
+        for (name, r) in named {
+            let Some(r) = r else { continue };
             parse_quantity(&r.cpu.0).map_err(|e| format!("quota.limits.{name}.cpu: {e}"))?;
             parse_quantity(&r.memory.0).map_err(|e| format!("quota.limits.{name}.memory: {e}"))?;
         }
-        if l.default_request.cpu.millis() > l.default_limit.cpu.millis() {
+        let Some(default_limit) = &l.default_limit else {
+            // A container without limits would count as unbounded: only a plan that totals
+            // no limits can leave them unset.
+            if self.limits_cpu.is_some() || self.limits_memory.is_some() {
+                return Err("quota.limits.default_limit: may be null only when limits_cpu and limits_memory are unset (a container without limits could not be counted)".into());
+            }
+            return Ok(());
+        };
+        if l.default_request.cpu.millis() > default_limit.cpu.millis() {
             return Err("quota.limits.default_request.cpu: cannot exceed default_limit.cpu".into());
         }
-        if l.default_request.memory.units() > l.default_limit.memory.units() {
+        if l.default_request.memory.units() > default_limit.memory.units() {
             return Err(
                 "quota.limits.default_request.memory: cannot exceed default_limit.memory".into(),
             );
@@ -175,8 +185,10 @@ impl Quota {
 pub struct Limits {
     /// Requests of a container that sets none (default 100m CPU, 128Mi memory).
     pub default_request: Resources,
-    /// Limits of a container that sets none (default 1 CPU, 512Mi memory).
-    pub default_limit: Resources,
+    /// Limits of a container that sets none (default 1 CPU, 512Mi memory). `null`: none, so
+    /// such a container runs unlimited, as in a cluster without a LimitRange; allowed only in a
+    /// quota without `limits_cpu` and `limits_memory`, which could not count it.
+    pub default_limit: Option<Resources>,
 }
 
 impl Default for Limits {
@@ -186,10 +198,10 @@ impl Default for Limits {
                 cpu: "100m".into(),
                 memory: "128Mi".into(),
             },
-            default_limit: Resources {
+            default_limit: Some(Resources {
                 cpu: "1".into(),
                 memory: "512Mi".into(),
-            },
+            }),
         }
     }
 }
@@ -519,10 +531,13 @@ fn effective(
         (None, None) => pick(&limits.default_request),
     };
     let request = (value(&request)?, request);
-    let limit = match lim_set {
-        Some(q) => (value(&q)?, q),
-        None => {
-            let d = pick(&limits.default_limit);
+    let limit = match (lim_set, &limits.default_limit) {
+        (Some(q), _) => (value(&q)?, q),
+        // No limit at all: counted as its request, which no total of limits ever sees (a plan
+        // without default limits has none, see `Quota::validate`).
+        (None, None) => request.clone(),
+        (None, Some(default_limit)) => {
+            let d = pick(default_limit);
             let dv = value(&d)?;
             if request.0 > dv {
                 request.clone()
@@ -611,6 +626,15 @@ pub fn fill_defaults(spec: &mut PodSpec, limits: &Limits) {
                 .get_or_insert_with(Default::default)
                 .entry(resource.to_owned())
                 .or_insert(e.request.1);
+            let limited = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .is_some_and(|l| l.contains_key(resource));
+            if limited || limits.default_limit.is_none() {
+                continue;
+            }
+            let r = c.resources.get_or_insert_with(Default::default);
             r.limits
                 .get_or_insert_with(Default::default)
                 .entry(resource.to_owned())
@@ -1284,6 +1308,69 @@ mod tests {
                 .contains("default_request.cpu")
         );
         super::super::TenantPolicy::from_yaml("quota: {limits: {default_request: {cpu: 1, memory: 1Mi}, default_limit: {cpu: 1, memory: 1Mi}}}").unwrap();
+        // No default limit: only where no total of limits would have to count the unlimited.
+        assert!(
+            err("quota: {limits_cpu: 4, limits: {default_limit: null}}").contains(
+                "quota.limits.default_limit: may be null only when limits_cpu and limits_memory are unset"
+            )
+        );
+        assert!(
+            err("quota: {limits_memory: 4Gi, limits: {default_limit: null}}")
+                .contains("default_limit")
+        );
+        let p = super::super::TenantPolicy::from_yaml(
+            "quota: {pods: 10, limits: {default_limit: null}}",
+        )
+        .unwrap();
+        assert_eq!(p.quota.limits.default_limit, None);
+        assert_eq!(
+            p.quota.limits.default_request,
+            Limits::default().default_request
+        );
+    }
+
+    #[test]
+    fn without_default_limits_a_container_keeps_exactly_the_limits_it_set() {
+        let l = Limits {
+            default_limit: None,
+            ..Limits::default()
+        };
+        let p = pod(
+            "a",
+            "p",
+            &at(0),
+            serde_json::json!([
+                {"name": "a", "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}}},
+                {"name": "b"},
+                {"name": "c", "resources": {"limits": {"memory": "1Gi"}}},
+            ]),
+        );
+        let mut spec = p.spec.unwrap();
+        let counted = effective_resources(&spec, &l).unwrap();
+        assert_eq!(
+            counted.0,
+            Amount {
+                cpu: 200 + 100 + 100,
+                memory: (64 << 20) + (128 << 20) + (1 << 30)
+            }
+        );
+        fill_defaults(&mut spec, &l);
+        let r = |i: usize| spec.containers[i].resources.clone().unwrap();
+        assert_eq!(r(0).limits, None, "what it asked for, no more");
+        assert_eq!(r(0).requests.unwrap()["cpu"].0, "200m");
+        assert_eq!(
+            r(1).requests.unwrap()["memory"].0,
+            "128Mi",
+            "requests still default"
+        );
+        assert_eq!(r(1).limits, None);
+        assert_eq!(r(2).limits.unwrap().keys().collect::<Vec<_>>(), ["memory"]);
+        assert_eq!(
+            r(2).requests.unwrap()["memory"].0,
+            "1Gi",
+            "a limit alone is the request"
+        );
+        assert_eq!(effective_resources(&spec, &l).unwrap(), counted);
     }
 
     proptest! {

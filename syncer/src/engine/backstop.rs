@@ -74,7 +74,8 @@ pub fn backstop(host_ns: &str, ctx: &Ctx) -> (ResourceQuota, LimitRange) {
             limits: vec![LimitRangeItem {
                 type_: "Container".into(),
                 default_request: Some(pair(&q.limits.default_request)),
-                default: Some(pair(&q.limits.default_limit)),
+                // No default limit in a plan that has none: such containers run unlimited.
+                default: q.limits.default_limit.as_ref().map(pair),
                 ..Default::default()
             }],
         }),

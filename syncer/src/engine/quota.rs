@@ -483,10 +483,10 @@ mod tests {
                         cpu: Quantity(format!("{req_cpu}m")),
                         memory: Quantity(format!("{req_mem}Mi")),
                     },
-                    default_limit: Resources {
+                    default_limit: Some(Resources {
                         cpu: Quantity(format!("{}m", req_cpu + more_cpu)),
                         memory: Quantity(format!("{}Mi", req_mem + more_mem)),
-                    },
+                    }),
                 },
             };
             let pods = dedup(pods);

@@ -119,6 +119,17 @@ conformance:
     services:
       node_port_services: 20
       node_ports: 40
+    # The default quota without its totals of limits, so a container that sets no limit runs
+    # unlimited, as the in-place resize tests expect of its cgroup.
+    quota:
+      pods: 100
+      requests_cpu: "20"
+      requests_memory: 64Gi
+      services: 50
+      persistent_volume_claims: 20
+      requests_storage: 200Gi
+      namespaces: 20
+      limits: {default_limit: null}
 "#;
 
 /// The plan of [`REAL_NODE_PLANS`] that passes the conformance suite.
