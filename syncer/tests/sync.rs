@@ -2195,3 +2195,145 @@ async fn services_recreated_with_the_hosts_addresses_all_settle_on_them() -> Res
     assert_eq!(now, created, "a host Service was deleted and made again");
     Ok(())
 }
+
+/// The CPU request host pod `name` runs with.
+async fn host_cpu_request(host_pods: &Api<Pod>, name: &str) -> Res<Option<String>> {
+    let p = host_pods.get(name).await?;
+    Ok(p.spec.and_then(|s| {
+        s.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("cpu"))
+            .map(|q| q.0.clone())
+    }))
+}
+
+#[tokio::test]
+async fn resizes_and_deadlines_go_down_and_a_resize_over_the_quota_waits() -> Res {
+    // One CPU of requests for the whole tenant, and no default limits: the pods below set
+    // requests only, and run with exactly those on the host.
+    let Synced {
+        host,
+        tenant,
+        _syncer,
+        cp: _cp,
+        ..
+    } = synced_with_policy(
+        "rsz",
+        r#"quota: {pods: 10, requests_cpu: "1", limits: {default_limit: null}}"#,
+    )
+    .await?;
+    namespace(&tenant, "apps").await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "rsz-apps");
+    for name in ["a", "b"] {
+        create::<Pod>(
+            &tenant,
+            "apps",
+            serde_json::json!({"metadata": {"name": name,
+                // kwok reports the resources, as a kubelet that resizes in place does.
+                "annotations": {"kwok.test/report-resources": "yes"}},
+                "spec": {"containers": [{
+                "name": "c", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}}}]}}),
+        )
+        .await?;
+    }
+    for name in ["a", "b"] {
+        eventually("host pods", Duration::from_secs(120), || async {
+            Ok(host_pods.get_opt(name).await?.map(|_| ()))
+        })
+        .await?;
+    }
+    let a = host_pods.get("a").await?;
+    assert_eq!(
+        a.spec.as_ref().unwrap().containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .limits,
+        None,
+        "a plan without default limits adds none"
+    );
+    let resize = |cpu: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let patch = serde_json::json!({"spec": {"containers": [{"name": "c",
+                "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}});
+            pods.patch_subresource(
+                "resize",
+                "a",
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await?;
+            anyhow::Ok(())
+        }
+    };
+    let host_has = |cpu: &'static str| {
+        let host_pods = host_pods.clone();
+        async move {
+            eventually(
+                &format!("host pod a requesting {cpu} CPU"),
+                Duration::from_secs(60),
+                || async {
+                    let now = host_cpu_request(&host_pods, "a").await?;
+                    Ok((now.as_deref() == Some(cpu)).then_some(()))
+                },
+            )
+            .await
+        }
+    };
+    // 500m + 200m fit in one CPU: through the host's resize subresource.
+    resize("500m").await?;
+    host_has("500m").await?;
+    // 900m + 200m do not: the host pod keeps 500m, and the tenant is told.
+    resize("900m").await?;
+    let events: Api<Event> = Api::namespaced(tenant.clone(), "apps");
+    let told = eventually(
+        "the refused resize told",
+        Duration::from_secs(60),
+        || async {
+            Ok(events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("TenantQuotaExceeded")
+                        && e.involved_object.name.as_deref() == Some("a")
+                }))
+        },
+    )
+    .await?;
+    assert!(
+        told.message.unwrap_or_default().contains("resize"),
+        "the event says it is the resize that waits"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        host_cpu_request(&host_pods, "a").await?.as_deref(),
+        Some("500m")
+    );
+    // Back down: a smaller resize needs no leave.
+    resize("300m").await?;
+    host_has("300m").await?;
+    // And a deadline set on the running pod reaches the host pod.
+    pods.patch(
+        "b",
+        &PatchParams::default(),
+        &Patch::Strategic(serde_json::json!({"spec": {"activeDeadlineSeconds": 3600}})),
+    )
+    .await?;
+    eventually(
+        "the deadline on the host pod",
+        Duration::from_secs(60),
+        || async {
+            let p = host_pods.get("b").await?;
+            Ok((p.spec.and_then(|s| s.active_deadline_seconds) == Some(3600)).then_some(()))
+        },
+    )
+    .await?;
+    Ok(())
+}

@@ -354,6 +354,14 @@ impl Ledger {
         }
     }
 
+    /// Whether the objects of `kind` that hold their share fit the quota together. A pod
+    /// resized in place holds at its new size at once (see [`Ledger::tenant`]); the syncer
+    /// passes a resize that asks for more to the host only while this holds.
+    pub fn holders_fit(&mut self, kind: Kind) -> bool {
+        let hard = self.hard;
+        self.book(kind).held.within(&hard)
+    }
+
     /// The verdict of object `key` of `kind` (namespaces: `("", name)`).
     pub fn judge(&mut self, kind: Kind, key: &Key) -> Judgement {
         self.judge_in(kind, key)

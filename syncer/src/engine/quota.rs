@@ -137,6 +137,26 @@ pub fn admit_pod(e: &Engine, t: &Pod) -> Verdict {
     verdict(e, t, pods_ready(e), true)
 }
 
+/// Whether a placed pod's in-place resize may go to the host: one that asks for more
+/// (`grows`) only while the pods holding their share, this one at its new size, fit the quota
+/// together. A smaller one always may: it frees what it gives back.
+pub fn resize(e: &Engine, grows: bool) -> Verdict {
+    if !grows {
+        return Verdict::Admitted;
+    }
+    if !pods_ready(e) {
+        return Verdict::NotReady;
+    }
+    if ledger(e).holders_fit(Kind::Pod) {
+        return Verdict::Admitted;
+    }
+    Verdict::Refused(vec![policy::Refusal::new(
+        "spec.containers[*].resources",
+        policy_quota::RULE,
+        "the resize takes the tenant's pods over the plan's quota; the pod keeps the resources it runs with until the resize fits",
+    )])
+}
+
 /// A tenant Service's verdict, its share taken if admitted (`side`: the Service caches).
 pub fn admit_service(e: &Engine, side: &super::Side<Service>, t: &Service) -> Verdict {
     verdict(e, t, known(e, Some((&side.tenant, &side.host))), true)

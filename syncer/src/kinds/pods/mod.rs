@@ -227,12 +227,18 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
         Decision::Update(h) => {
-            if drifted(&desired, &h) {
+            // Resources change only through the host's `resize` subresource (below).
+            let resize = translate::resized(&t, &desired, &h);
+            let drift = drifted(&desired, &h);
+            if drift {
                 // Env is immutable and was settled at creation (service links of that moment),
                 // and so is placement.
                 keep_host_env(&mut desired, &h);
                 keep_host_placement(&mut desired, &h);
                 apply(e, &desired).await?;
+            }
+            if let Some(body) = &resize {
+                resize_host(e, &t, &h, body).await?;
             }
             // The isolation labels `desired` carries, worked out above.
             crate::kinds::netpols::relabel_pod(e, &h, desired.labels()).await?;
@@ -241,7 +247,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                     "Pod",
                     Direction::Up,
                     false,
-                    up::sync_up(e, &side.own, &t, &h),
+                    up::sync_up(e, &side.own, &t, &h, !drift && resize.is_none()),
                 )
                 .await?;
             // After the binding above: the tenant apiserver names the pod's node in the token.
@@ -256,6 +262,37 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
         Decision::Delete(_) | Decision::Conflict(_) | Decision::Nothing => {}
     }
     Ok(Action::requeue(e.resync))
+}
+
+/// Passes tenant pod `t`'s in-place resize down: host pod `h` becomes `body` through the
+/// host's `resize` subresource, as a kubelet's pod would through its apiserver. A resize that
+/// asks for more must fit the tenant's quota (the ledger already counts the pod at its new
+/// size); one that does not waits with `TenantQuotaExceeded`, told once, and the host pod
+/// keeps what it runs. A stale cache (409) is left to the next pass, which the host watch
+/// brings.
+async fn resize_host(e: &Engine, t: &Pod, h: &Pod, body: &Pod) -> Result<()> {
+    let grows = translate::resize_grows(h, body, &e.ctx.policy.quota.limits);
+    match quota::resize(e, grows) {
+        Verdict::Admitted => {}
+        Verdict::Refused(refusals) => {
+            quota::tell(e, t, &refusals).await;
+            return Ok(());
+        }
+        Verdict::NotReady => return Ok(()),
+    }
+    let ns = h.namespace().unwrap_or_default();
+    let name = h.name_any();
+    let result = Api::<Pod>::namespaced(e.host.clone(), &ns)
+        .replace_subresource("resize", &name, &kube::api::PostParams::default(), body)
+        .await;
+    match result {
+        Ok(_) => {
+            tracing::info!(ns = %ns, pod = %name, "resize passed to the host");
+            Ok(())
+        }
+        Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
+        Err(err) => Err(kube_err(format!("resize host pod {ns}/{name}"))(err)),
+    }
 }
 
 /// What a pod does about its quota verdict `v`: `None` when admitted; otherwise the requeue,
@@ -383,9 +420,13 @@ fn drifted(desired: &Pod, host: &Pod) -> bool {
             .flat_map(|s| s.containers.iter().map(|c| c.image.clone()))
             .collect()
     };
+    // The deadline is one of the few mutable spec fields, and the tenant's controllers and
+    // `kubectl` set it on running pods (a Job's `activeDeadlineSeconds` works through it).
+    let deadline = |p: &Pod| p.spec.as_ref().and_then(|s| s.active_deadline_seconds);
     !subset(desired.labels(), host.labels())
         || !subset(desired.annotations(), host.annotations())
         || images(desired) != images(host)
+        || deadline(desired) != deadline(host)
 }
 impl Synced for Pod {
     type Own = PodCtx;

@@ -42,7 +42,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
     ClusterTrustBundleProjection, ConfigMapProjection, Container, EnvVar, HostAlias, KeyToPath,
     Pod, PodCondition, PodDNSConfig, PodDNSConfigOption, PodSpec, PodStatus, ProjectedVolumeSource,
-    SecretProjection, Volume, VolumeProjection,
+    ResourceRequirements, SecretProjection, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -554,6 +554,160 @@ pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
     }
 }
 
+/// Whether two resource requirements ask for the same, by value: the host writes quantities in
+/// canonical form (`1000m` comes back as `1`), so text alone would see a resize on every pass.
+fn same_resources(a: Option<&ResourceRequirements>, b: Option<&ResourceRequirements>) -> bool {
+    type Map = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
+    let same_map = |a: Option<&Map>, b: Option<&Map>| {
+        let (a, b) = (a.filter(|m| !m.is_empty()), b.filter(|m| !m.is_empty()));
+        match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a.len() == b.len()
+                    && a.iter().all(|(k, q)| {
+                        b.get(k).is_some_and(|r| {
+                            match (
+                                policy::quota::parse_quantity(&q.0),
+                                policy::quota::parse_quantity(&r.0),
+                            ) {
+                                (Ok(x), Ok(y)) => x == y,
+                                _ => q.0 == r.0,
+                            }
+                        })
+                    })
+            }
+            _ => false,
+        }
+    };
+    same_map(
+        a.and_then(|r| r.requests.as_ref()),
+        b.and_then(|r| r.requests.as_ref()),
+    ) && same_map(
+        a.and_then(|r| r.limits.as_ref()),
+        b.and_then(|r| r.limits.as_ref()),
+    )
+}
+
+/// A resize the tenant made that host pod `host` does not run yet: `host` with each
+/// container's (and init container's) resources as `desired` has them, the body of a PUT to the
+/// host's `resize` subresource (its resource version guards against a stale cache). `None`
+/// when every container runs what the tenant asked for. Only a container of both pods is
+/// compared: the container set of a pod cannot change.
+///
+/// What tenant pod `tenant` leaves unset keeps the plan default the host pod was created with
+/// (`desired` has today's): a plan whose defaults changed resizes no running pod. A default
+/// limit below a raised request rises with it, as at creation.
+pub fn resized(tenant: &Pod, desired: &Pod, host: &Pod) -> Option<Pod> {
+    let (Some(ts), Some(ds), Some(_)) = (&tenant.spec, &desired.spec, &host.spec) else {
+        return None;
+    };
+    let mut body = host.clone();
+    let hs = body.spec.as_mut()?;
+    let mut changed = false;
+    let mut take = |hcs: &mut [Container], dcs: &[Container], tcs: &[Container]| {
+        for hc in hcs {
+            let Some(dc) = dcs.iter().find(|d| d.name == hc.name) else {
+                continue;
+            };
+            let set = tcs
+                .iter()
+                .find(|t| t.name == hc.name)
+                .and_then(|t| t.resources.as_ref());
+            let want = keep_host_defaults(dc.resources.clone(), set, hc.resources.as_ref());
+            if !same_resources(want.as_ref(), hc.resources.as_ref()) {
+                hc.resources = want;
+                changed = true;
+            }
+        }
+    };
+    take(&mut hs.containers, &ds.containers, &ts.containers);
+    if let Some(init) = hs.init_containers.as_mut() {
+        take(
+            init,
+            ds.init_containers.as_deref().unwrap_or_default(),
+            ts.init_containers.as_deref().unwrap_or_default(),
+        );
+    }
+    changed.then_some(body)
+}
+
+/// `want` (the tenant's resources with today's plan defaults) with each value the tenant did
+/// not set (`set`) as the host container has it (`host`), and a kept default limit raised to
+/// the request where the request passed it.
+fn keep_host_defaults(
+    want: Option<ResourceRequirements>,
+    set: Option<&ResourceRequirements>,
+    host: Option<&ResourceRequirements>,
+) -> Option<ResourceRequirements> {
+    let mut want = want?;
+    let tenant_set = |limits: bool, r: &str| {
+        set.and_then(|s| {
+            if limits {
+                s.limits.as_ref()
+            } else {
+                s.requests.as_ref()
+            }
+        })
+        .is_some_and(|m| m.contains_key(r))
+    };
+    let host_value = |limits: bool, r: &str| {
+        host.and_then(|h| {
+            if limits {
+                h.limits.as_ref()
+            } else {
+                h.requests.as_ref()
+            }
+        })
+        .and_then(|m| m.get(r))
+        .cloned()
+    };
+    for limits in [false, true] {
+        let map = if limits {
+            want.limits.as_mut()
+        } else {
+            want.requests.as_mut()
+        };
+        for (r, q) in map.into_iter().flatten() {
+            if !tenant_set(limits, r)
+                && let Some(h) = host_value(limits, r)
+            {
+                *q = h;
+            }
+        }
+    }
+    let requests = want.requests.clone().unwrap_or_default();
+    for (r, q) in want.limits.iter_mut().flatten() {
+        let above = requests.get(r).is_some_and(|req| {
+            matches!(
+                (policy::quota::parse_quantity(&req.0), policy::quota::parse_quantity(&q.0)),
+                (Ok(req), Ok(lim)) if req > lim
+            )
+        });
+        if above && !tenant_set(true, r) {
+            *q = requests[r].clone();
+        }
+    }
+    Some(want)
+}
+
+/// Whether going from host pod `host` to `resized` asks the host for more of any resource the
+/// quota counts (requests or limits of CPU or memory): only such a resize needs the quota's
+/// leave; a smaller one always goes down.
+pub fn resize_grows(host: &Pod, resized: &Pod, limits: &policy::quota::Limits) -> bool {
+    let amounts = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| policy::quota::effective_resources(s, limits).ok())
+    };
+    match (amounts(host), amounts(resized)) {
+        (Some((hr, hl)), Some((rr, rl))) => {
+            rr.cpu > hr.cpu || rr.memory > hr.memory || rl.cpu > hl.cpu || rl.memory > hl.memory
+        }
+        // A quantity the quota cannot read: it must not slip through as a shrink.
+        _ => true,
+    }
+}
+
 /// The tenant status that mirrors a host pod's, or `None` if the tenant already shows it
 /// (`tenant`: the tenant pod's status as it stands, see [`bound_status`]).
 ///
@@ -562,14 +716,42 @@ pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
 /// same transition; a patch that only moved that stamp would cost a tenant write per pod and
 /// tell no client anything. Any real change (phase, IPs, container states, a condition's status,
 /// reason or message) is copied whole, host timestamps included.
-pub fn status_to_tenant(host: &Pod, tenant: Option<&PodStatus>) -> Option<PodStatus> {
+///
+/// `observed` is the generation the tenant status says was observed ([`observed_generation`]):
+/// the host pod's generations count the host's spec changes, not the tenant's.
+pub fn status_to_tenant(
+    host: &Pod,
+    tenant: Option<&PodStatus>,
+    observed: Option<i64>,
+) -> Option<PodStatus> {
     let mut want = host.status.clone()?;
+    want.observed_generation = observed;
     // The QoS class is the tenant apiserver's, fixed at creation from the tenant's spec: the
     // host pod may differ (the plan's container defaults make a BestEffort pod Burstable), and
     // the tenant refuses any change of it.
     want.qos_class = tenant.and_then(|t| t.qos_class.clone());
     let shown = tenant.is_some_and(|have| same_status(have, &want));
     (!shown).then_some(want)
+}
+
+/// The `observedGeneration` tenant pod `tenant` shows: its own generation once host pod `host`
+/// runs all of it (`in_sync`: nothing of the tenant's spec waits to go down, no resize
+/// included) and the host's kubelet observed the host pod's latest generation; until then
+/// what it showed before. A client waiting for a change (the resize tests do) so sees it
+/// observed only once the host acted on it.
+pub fn observed_generation(host: &Pod, tenant: &Pod, in_sync: bool) -> Option<i64> {
+    let host_caught_up = match (
+        host.metadata.generation,
+        host.status.as_ref().and_then(|s| s.observed_generation),
+    ) {
+        (Some(g), Some(o)) => o >= g,
+        _ => false,
+    };
+    if in_sync && host_caught_up {
+        tenant.metadata.generation
+    } else {
+        tenant.status.as_ref().and_then(|s| s.observed_generation)
+    }
 }
 
 /// Whether two pod statuses say the same, condition timestamps aside (see [`status_to_tenant`]).
@@ -1100,15 +1282,15 @@ mod tests {
         let mut host = to_host(&tenant_pod(), &ctx(), &env());
         let tenant = tenant_pod();
         assert!(
-            status_to_tenant(&host, tenant.status.as_ref()).is_none(),
+            status_to_tenant(&host, tenant.status.as_ref(), None).is_none(),
             "no host status yet"
         );
         host.status =
             serde_json::from_value(serde_json::json!({"phase": "Running", "podIP": "10.244.1.7"}))
                 .unwrap();
-        let up = status_to_tenant(&host, tenant.status.as_ref()).unwrap();
+        let up = status_to_tenant(&host, tenant.status.as_ref(), None).unwrap();
         assert_eq!(up.pod_ip.as_deref(), Some("10.244.1.7"));
-        assert!(status_to_tenant(&host, Some(&up)).is_none());
+        assert!(status_to_tenant(&host, Some(&up), None).is_none());
     }
 
     fn status(v: serde_json::Value) -> PodStatus {
@@ -1126,18 +1308,18 @@ mod tests {
         })));
         let before = status(serde_json::json!({"phase": "Pending", "qosClass": "BestEffort"}));
         assert!(
-            status_to_tenant(&host, Some(&before)).is_some(),
+            status_to_tenant(&host, Some(&before), None).is_some(),
             "unbound, the tenant does not show it"
         );
         // The binding marks the tenant pod scheduled (a second later): nothing left to copy.
         let bound = bound_status(Some(&before));
-        assert!(status_to_tenant(&host, Some(&bound)).is_none());
+        assert!(status_to_tenant(&host, Some(&bound), None).is_none());
         let mut stamped = bound.clone();
         stamped.conditions.as_mut().unwrap()[0].last_transition_time =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-11-21T10:00:01Z".parse().unwrap(),
             ));
-        assert!(status_to_tenant(&host, Some(&stamped)).is_none());
+        assert!(status_to_tenant(&host, Some(&stamped), None).is_none());
         // Once the host pod runs, the whole status goes up, host timestamps included.
         host.status = Some(status(serde_json::json!({
             "phase": "Running", "qosClass": "BestEffort", "podIP": "10.244.1.7",
@@ -1145,11 +1327,11 @@ mod tests {
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-21T10:00:00Z"},
                 {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-21T10:00:02Z"}],
         })));
-        assert_eq!(status_to_tenant(&host, Some(&stamped)), host.status);
+        assert_eq!(status_to_tenant(&host, Some(&stamped), None), host.status);
         // A condition that changed its status is a change, whatever the timestamps.
         let mut not_ready = host.status.clone().unwrap();
         not_ready.conditions.as_mut().unwrap()[1].status = "False".into();
-        assert!(status_to_tenant(&host, Some(&not_ready)).is_some());
+        assert!(status_to_tenant(&host, Some(&not_ready), None).is_some());
     }
 
     fn service(name: &str, ip: &str, ports: serde_json::Value) -> Service {
@@ -1269,5 +1451,161 @@ mod tests {
         let (d, c) = (desired.spec.unwrap(), created.spec.unwrap());
         assert_eq!(d.containers[0].env, c.containers[0].env);
         assert_eq!(d.containers[0].image.as_deref(), Some("nginx:2"));
+    }
+}
+
+#[cfg(test)]
+mod resize_tests {
+    use super::*;
+
+    fn pod_with(resources: serde_json::Value, generation: i64, observed: Option<i64>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n", "generation": generation, "resourceVersion": "7"},
+            "spec": {"containers": [
+                {"name": "c1", "image": "x", "resources": resources},
+                {"name": "c2", "image": "x"},
+            ]},
+            "status": {"observedGeneration": observed},
+        }))
+        .unwrap()
+    }
+
+    /// What the tenant pod looks like down on the host with `limits` as the plan's defaults.
+    fn down(t: &Pod, limits: &policy::quota::Limits) -> Pod {
+        let mut d = t.clone();
+        policy::quota::fill_defaults(d.spec.as_mut().unwrap(), limits);
+        d
+    }
+
+    fn resize_of(t: &Pod, host: &Pod) -> Option<Pod> {
+        resized(t, &down(t, &policy::quota::Limits::default()), host)
+    }
+
+    #[test]
+    fn a_resize_keeps_the_defaults_the_host_pod_was_created_with() {
+        let old = policy::quota::Limits::default();
+        let tenant = pod_with(serde_json::json!({"requests": {"cpu": "500m"}}), 1, None);
+        let host = down(&tenant, &old);
+        let mut new = old.clone();
+        new.default_limit = Some(policy::quota::Resources {
+            cpu: "2".into(),
+            memory: "1Gi".into(),
+        });
+        new.default_request.memory = "256Mi".into();
+        assert_eq!(
+            resized(&tenant, &down(&tenant, &new), &host),
+            None,
+            "a plan's new defaults resize no running pod"
+        );
+        // The tenant raises its request past the default limit the host pod runs with (1 CPU).
+        let raised = pod_with(serde_json::json!({"requests": {"cpu": "3"}}), 2, None);
+        let body = resized(&raised, &down(&raised, &new), &host).expect("a resize");
+        let r = body.spec.unwrap().containers[0].resources.clone().unwrap();
+        assert_eq!(r.requests.as_ref().unwrap()["cpu"].0, "3");
+        assert_eq!(
+            r.limits.as_ref().unwrap()["cpu"].0,
+            "3",
+            "the default limit rises with it"
+        );
+        assert_eq!(
+            r.requests.as_ref().unwrap()["memory"].0,
+            "128Mi",
+            "the host's default"
+        );
+        assert_eq!(r.limits.as_ref().unwrap()["memory"].0, "512Mi");
+    }
+
+    #[test]
+    fn a_resize_is_seen_by_value_and_sent_as_the_host_pod_with_new_resources() {
+        let host = down(
+            &pod_with(
+                serde_json::json!({"requests": {"cpu": "1", "memory": "128Mi"}}),
+                1,
+                Some(1),
+            ),
+            &policy::quota::Limits::default(),
+        );
+        let same = pod_with(
+            serde_json::json!({"requests": {"cpu": "1000m", "memory": "134217728"}}),
+            1,
+            None,
+        );
+        assert_eq!(
+            resize_of(&same, &host),
+            None,
+            "the same amounts written otherwise"
+        );
+        let bigger = pod_with(
+            serde_json::json!({"requests": {"cpu": "1500m", "memory": "128Mi"}}),
+            2,
+            None,
+        );
+        let body = resize_of(&bigger, &host).expect("a resize");
+        let r = body.spec.as_ref().unwrap().containers[0]
+            .resources
+            .clone()
+            .unwrap();
+        assert_eq!(
+            r.requests,
+            bigger.spec.as_ref().unwrap().containers[0]
+                .resources
+                .clone()
+                .unwrap()
+                .requests
+        );
+        assert_eq!(
+            r.limits.unwrap()["cpu"].0,
+            "1500m",
+            "the default limit rises with the request"
+        );
+        assert_eq!(
+            body.metadata.resource_version.as_deref(),
+            Some("7"),
+            "the host's version guards the PUT"
+        );
+        assert_eq!(
+            body.spec.as_ref().unwrap().containers[1],
+            host.spec.as_ref().unwrap().containers[1]
+        );
+        let limits = policy::quota::Limits::default();
+        assert!(resize_grows(&host, &body, &limits));
+        assert!(
+            !resize_grows(&body, &host, &limits),
+            "back down: no leave needed"
+        );
+        // A limit added where none was counts as more (the default limit it replaces is 1 CPU).
+        let limited = pod_with(
+            serde_json::json!({"requests": {"cpu": "1", "memory": "128Mi"}, "limits": {"cpu": "4"}}),
+            2,
+            None,
+        );
+        let body = resize_of(&limited, &host).expect("a limit added");
+        assert!(resize_grows(&host, &body, &limits));
+        let unreadable = pod_with(serde_json::json!({"requests": {"cpu": "lots"}}), 2, None);
+        let body = resize_of(&unreadable, &host).expect("a resize");
+        assert!(
+            resize_grows(&host, &body, &limits),
+            "unreadable never passes as smaller"
+        );
+    }
+
+    #[test]
+    fn the_tenant_sees_its_generation_observed_only_once_the_host_runs_it() {
+        let tenant = pod_with(serde_json::json!({}), 2, Some(1));
+        let host_behind = pod_with(serde_json::json!({}), 3, Some(2));
+        let host_done = pod_with(serde_json::json!({}), 3, Some(3));
+        assert_eq!(observed_generation(&host_done, &tenant, true), Some(2));
+        assert_eq!(observed_generation(&host_behind, &tenant, true), Some(1));
+        assert_eq!(
+            observed_generation(&host_done, &tenant, false),
+            Some(1),
+            "a change still on its way down"
+        );
+        let no_kubelet = pod_with(serde_json::json!({}), 1, None);
+        assert_eq!(observed_generation(&no_kubelet, &tenant, true), Some(1));
+        let mut status = host_done.clone();
+        status.status.as_mut().unwrap().phase = Some("Running".into());
+        let up = status_to_tenant(&status, None, Some(2)).unwrap();
+        assert_eq!(up.observed_generation, Some(2), "not the host's 3");
     }
 }

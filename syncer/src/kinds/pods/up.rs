@@ -6,7 +6,9 @@
 //! delivered them does not repeat them.
 
 use super::nodes::ensure_virtual_node;
-use super::translate::{bound_status, host_node, same_status, status_to_tenant};
+use super::translate::{
+    bound_status, host_node, observed_generation, same_status, status_to_tenant,
+};
 use crate::engine::Engine;
 use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -90,8 +92,9 @@ impl UpWrites {
 }
 
 /// Binds tenant pod `t` to the virtual node of its host pod `h` and copies `h`'s status up,
-/// each only if the tenant does not show it yet.
-pub async fn sync_up(e: &Engine, p: &super::PodCtx, t: &Pod, h: &Pod) -> Result<()> {
+/// each only if the tenant does not show it yet. `in_sync`: `h` runs all of `t`'s spec (see
+/// [`super::translate::observed_generation`]).
+pub async fn sync_up(e: &Engine, p: &super::PodCtx, t: &Pod, h: &Pod, in_sync: bool) -> Result<()> {
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
     let uid = t.uid().unwrap_or_default();
@@ -140,7 +143,8 @@ pub async fn sync_up(e: &Engine, p: &super::PodCtx, t: &Pod, h: &Pod) -> Result<
             Err(err) => return Err(kube_err(format!("bind tenant pod {ns}/{name}"))(err)),
         }
     }
-    if let Some(status) = status_to_tenant(h, shown.as_ref()) {
+    let observed = observed_generation(h, t, in_sync);
+    if let Some(status) = status_to_tenant(h, shown.as_ref(), observed) {
         let patch = serde_json::json!({"status": status});
         let request = kube::core::Request::new(Pod::url_path(&(), Some(&ns)))
             .patch_subresource(
