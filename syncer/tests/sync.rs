@@ -2337,3 +2337,113 @@ async fn resizes_and_deadlines_go_down_and_a_resize_over_the_quota_waits() -> Re
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn what_the_tenant_removes_goes_from_the_host_too() -> Res {
+    let Synced {
+        host,
+        tenant,
+        _syncer,
+        cp: _cp,
+        ..
+    } = synced("rmv").await?;
+    namespace(&tenant, "apps").await?;
+    let svc: Api<Service> = Api::namespaced(tenant.clone(), "apps");
+    let host_svc: Api<Service> = Api::namespaced(host.clone(), "rmv-apps");
+    create::<Service>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "multi", "labels": {"tier": "web", "team": "a"}},
+            "spec": {"selector": {"app": "multi"}, "ports": [
+                {"name": "tcp", "port": 80, "protocol": "TCP"},
+                {"name": "udp", "port": 80, "protocol": "UDP"}]}}),
+    )
+    .await?;
+    let ports = |s: &Service| {
+        s.spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| p.protocol.clone().unwrap_or_default())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    eventually(
+        "the host Service with both ports",
+        Duration::from_secs(60),
+        || async {
+            Ok(host_svc
+                .get_opt("multi")
+                .await?
+                .filter(|s| ports(s).len() == 2)
+                .map(|_| ()))
+        },
+    )
+    .await?;
+    // The tenant drops the UDP port and a label: both go on the host, as a real cluster's
+    // kube-proxy would stop forwarding the port.
+    svc.patch(
+        "multi",
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(serde_json::json!([
+            {"op": "remove", "path": "/spec/ports/1"},
+            {"op": "remove", "path": "/metadata/labels/team"},
+        ]))?),
+    )
+    .await?;
+    let h = eventually(
+        "the UDP port gone from the host",
+        Duration::from_secs(60),
+        || async {
+            Ok(host_svc
+                .get_opt("multi")
+                .await?
+                .filter(|s| ports(s) == ["TCP"]))
+        },
+    )
+    .await?;
+    assert!(!h.labels().contains_key("team"), "{:?}", h.labels());
+    assert_eq!(h.labels().get("tier").map(String::as_str), Some("web"));
+    // A data key the tenant removes from a ConfigMap a pod mounts goes too.
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "apps");
+    let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), "rmv-apps");
+    create::<ConfigMap>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "conf"}, "data": {"a": "1", "b": "2"}}),
+    )
+    .await?;
+    create::<Pod>(
+        &tenant,
+        "apps",
+        serde_json::json!({"metadata": {"name": "reader"}, "spec": {
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                "envFrom": [{"configMapRef": {"name": "conf"}}]}]}}),
+    )
+    .await?;
+    eventually("the host ConfigMap", Duration::from_secs(60), || async {
+        Ok(host_cms.get_opt("conf").await?.map(|_| ()))
+    })
+    .await?;
+    cms.patch(
+        "conf",
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(serde_json::json!([
+            {"op": "remove", "path": "/data/b"},
+        ]))?),
+    )
+    .await?;
+    eventually(
+        "the data key gone from the host",
+        Duration::from_secs(60),
+        || async {
+            let cm = host_cms.get("conf").await?;
+            let keys: Vec<String> = cm.data.unwrap_or_default().into_keys().collect();
+            Ok((keys == ["a"]).then_some(()))
+        },
+    )
+    .await?;
+    Ok(())
+}

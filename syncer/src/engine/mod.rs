@@ -27,6 +27,7 @@ pub mod backstop;
 pub mod by_namespace;
 pub mod decide;
 pub mod fanin;
+pub mod ownership;
 pub mod quota;
 pub mod shared;
 #[cfg(test)]
@@ -276,16 +277,38 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
     }
 }
 
-/// Server-side apply of `desired` (only on host objects known to be ours).
+/// Server-side apply of `desired` (only on host objects known to be ours). An object still
+/// carrying its create's `Update` entry has it handed over to the apply entry first, once,
+/// and is applied again, so what `desired` leaves out is removed ([`ownership`]).
 pub async fn apply<K: Synced>(e: &Engine, desired: &K) -> Result<()> {
     let ns = desired.namespace().unwrap_or_default();
     let name = desired.name_any();
-    host_api::<K>(e, &ns)
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(desired),
-        )
+    let api = host_api::<K>(e, &ns);
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let applied = api
+        .patch(&name, &pp, &Patch::Apply(desired))
+        .await
+        .map_err(kube_err(format!("apply host {ns}/{name}")))?;
+    let Some(handover) = ownership::handover(applied.managed_fields(), FIELD_MANAGER) else {
+        return Ok(());
+    };
+    let handover: json_patch::Patch = serde_json::from_value(handover).map_err(|err| {
+        kube_err(format!("hand over fields of host {ns}/{name}"))(kube::Error::SerdeError(err))
+    })?;
+    let patched = api
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(handover))
+        .await;
+    match patched {
+        Ok(_) => {}
+        // Someone wrote in between (a failed test): the next apply tries again.
+        Err(kube::Error::Api(ae)) if ae.code == 422 || ae.code == 409 => return Ok(()),
+        Err(err) => {
+            return Err(kube_err(format!("hand over fields of host {ns}/{name}"))(
+                err,
+            ));
+        }
+    }
+    api.patch(&name, &pp, &Patch::Apply(desired))
         .await
         .map_err(kube_err(format!("apply host {ns}/{name}")))?;
     Ok(())

@@ -18,6 +18,7 @@ const SUBSET: &[&str] = &[
     "[sig-network] DNS should provide DNS for services [Conformance]",
     "[sig-network] DNS should provide DNS for the cluster [Conformance]",
     "[sig-network] Services should serve a basic endpoint from pods [Conformance]",
+    "[sig-network] Services should serve endpoints on same port and different protocols [Conformance]",
     "[sig-network] EndpointSlice should create Endpoints and EndpointSlices for Pods matching a Service [Conformance]",
     "[sig-network] Proxy version v1 should proxy through a service and a pod [Conformance]",
     "[sig-api-machinery] AdmissionWebhook [Privileged:ClusterAdmin] should be able to deny pod and configmap creation [Conformance]",

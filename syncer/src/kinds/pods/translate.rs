@@ -566,13 +566,15 @@ fn same_resources(a: Option<&ResourceRequirements>, b: Option<&ResourceRequireme
                 a.len() == b.len()
                     && a.iter().all(|(k, q)| {
                         b.get(k).is_some_and(|r| {
-                            match (
-                                policy::quota::parse_quantity(&q.0),
-                                policy::quota::parse_quantity(&r.0),
-                            ) {
-                                (Ok(x), Ok(y)) => x == y,
-                                _ => q.0 == r.0,
-                            }
+                            // Same text is the common case; only different text is parsed.
+                            q.0 == r.0
+                                || match (
+                                    policy::quota::parse_quantity(&q.0),
+                                    policy::quota::parse_quantity(&r.0),
+                                ) {
+                                    (Ok(x), Ok(y)) => x == y,
+                                    _ => q.0 == r.0,
+                                }
                         })
                     })
             }
@@ -598,37 +600,54 @@ fn same_resources(a: Option<&ResourceRequirements>, b: Option<&ResourceRequireme
 /// (`desired` has today's): a plan whose defaults changed resizes no running pod. A default
 /// limit below a raised request rises with it, as at creation.
 pub fn resized(tenant: &Pod, desired: &Pod, host: &Pod) -> Option<Pod> {
-    let (Some(ts), Some(ds), Some(_)) = (&tenant.spec, &desired.spec, &host.spec) else {
+    let (Some(ts), Some(ds), Some(hs)) = (&tenant.spec, &desired.spec, &host.spec) else {
         return None;
     };
-    let mut body = host.clone();
-    let hs = body.spec.as_mut()?;
-    let mut changed = false;
-    let mut take = |hcs: &mut [Container], dcs: &[Container], tcs: &[Container]| {
-        for hc in hcs {
+    // What each host container should run, where that differs from what it runs. Worked out
+    // on every pass, so the host pod is cloned only for an actual resize.
+    let mut changes: Vec<(bool, usize, Option<ResourceRequirements>)> = Vec::new();
+    let mut look = |init: bool, hcs: &[Container], dcs: &[Container], tcs: &[Container]| {
+        for (i, hc) in hcs.iter().enumerate() {
             let Some(dc) = dcs.iter().find(|d| d.name == hc.name) else {
                 continue;
             };
+            // Quick path: the tenant's container as the host runs it.
+            if same_resources(dc.resources.as_ref(), hc.resources.as_ref()) {
+                continue;
+            }
             let set = tcs
                 .iter()
                 .find(|t| t.name == hc.name)
                 .and_then(|t| t.resources.as_ref());
             let want = keep_host_defaults(dc.resources.clone(), set, hc.resources.as_ref());
             if !same_resources(want.as_ref(), hc.resources.as_ref()) {
-                hc.resources = want;
-                changed = true;
+                changes.push((init, i, want));
             }
         }
     };
-    take(&mut hs.containers, &ds.containers, &ts.containers);
-    if let Some(init) = hs.init_containers.as_mut() {
-        take(
-            init,
-            ds.init_containers.as_deref().unwrap_or_default(),
-            ts.init_containers.as_deref().unwrap_or_default(),
-        );
+    look(false, &hs.containers, &ds.containers, &ts.containers);
+    look(
+        true,
+        hs.init_containers.as_deref().unwrap_or_default(),
+        ds.init_containers.as_deref().unwrap_or_default(),
+        ts.init_containers.as_deref().unwrap_or_default(),
+    );
+    if changes.is_empty() {
+        return None;
     }
-    changed.then_some(body)
+    let mut body = host.clone();
+    let spec = body.spec.as_mut()?;
+    for (init, i, want) in changes {
+        let containers = if init {
+            spec.init_containers.as_deref_mut().unwrap_or_default()
+        } else {
+            &mut spec.containers[..]
+        };
+        if let Some(c) = containers.get_mut(i) {
+            c.resources = want;
+        }
+    }
+    Some(body)
 }
 
 /// `want` (the tenant's resources with today's plan defaults) with each value the tenant did
