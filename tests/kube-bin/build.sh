@@ -52,6 +52,9 @@ groups=(
   # The conformance suite of the default minor and the ginkgo runner built against the same
   # ginkgo release (docs/conformance.md). Opt-in: VCP_KUBE_BIN_EXTRA=conformance.
   "conformance-v1.37|k8s.io/kubernetes|e2e.test=k8s.io/kubernetes/test/e2e ginkgo=github.com/onsi/ginkgo/v2/ginkgo|test=e2e.test optin=conformance strays=ok"
+  # The suite of the oldest supported minor, for tenants of that release
+  # (`vcp-dev conformance --minor 1.35`). Opt-in apart: VCP_KUBE_BIN_EXTRA=conformance-oldest.
+  "conformance-v1.35|k8s.io/kubernetes|e2e.test=k8s.io/kubernetes/test/e2e ginkgo=github.com/onsi/ginkgo/v2/ginkgo|test=e2e.test optin=conformance-oldest strays=ok"
 )
 extra=",${VCP_KUBE_BIN_EXTRA:-},"
 
