@@ -1790,12 +1790,20 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
     let _syncer = cp.start_syncer(cluster, &[&listen])?;
     let tenant = cp.connect().await?;
     namespace_for_pods(&tenant, "apps").await?;
+    // With a trust-bundle source: its host ConfigMap is looked at on every pass (below).
     create::<Pod>(
         &tenant,
         "apps",
         serde_json::json!({
             "metadata": {"name": "p"},
-            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            "spec": {
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "volumeMounts": [{"name": "ctb", "mountPath": "/ctb"}]}],
+                "volumes": [{"name": "ctb", "projected": {"sources": [
+                    {"clusterTrustBundle": {"signerName": "example.com/none",
+                        "labelSelector": {}, "path": "none.pem", "optional": true}},
+                ]}}],
+            },
         }),
     )
     .await?;
@@ -1844,14 +1852,20 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
         ) >= Some(1.0)
     );
 
-    // A pass over a pod with a token reads its token Secret from the cache once it exists:
-    // passes that change nothing of the token ask the host nothing (they used to GET it).
+    // A pass over a pod with a token reads its token Secret from the cache once it exists, and
+    // its trust-bundle ConfigMap too: passes that change neither ask the host nothing (they
+    // used to GET both).
     let gets = |text: &str| {
-        sample(
-            text,
-            r#"vcp_syncer_api_requests_total{side="host",verb="get",resource="secrets"}"#,
-        )
-        .unwrap_or(0.0)
+        let of = |resource: &str| {
+            sample(
+                text,
+                &format!(
+                    r#"vcp_syncer_api_requests_total{{side="host",verb="get",resource="{resource}"}}"#
+                ),
+            )
+            .unwrap_or(0.0)
+        };
+        (of("secrets"), of("configmaps"))
     };
     let passes = |text: &str| {
         sample(
@@ -1880,7 +1894,7 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
     assert_eq!(
         gets(&after),
         gets(&before),
-        "passes over a pod whose token Secret exists read it from the cache"
+        "passes over a pod whose token Secret and trust-bundle ConfigMap exist read them from the caches"
     );
 
     // The host refuses pods in a namespace whose quota allows none: failed syncs are counted.

@@ -97,6 +97,10 @@ pub struct Engine {
     /// the tenant label), once the Secret controllers run: a pod's pass reads its token Secret
     /// here instead of asking the host.
     pub host_secrets: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Secret>>,
+    /// This tenant's host ConfigMaps (copies and the pods' generated trust-bundle ConfigMaps,
+    /// all carrying the tenant label), once the ConfigMap controllers run: a pod's pass reads
+    /// its trust-bundle ConfigMap here instead of asking the host.
+    pub host_configmaps: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::ConfigMap>>,
     /// This tenant's host namespaces, once the namespace controllers run.
     pub host_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
     /// The tenant's NetworkPolicies, once their controller runs (isolation labels of pods).
@@ -149,6 +153,7 @@ impl Engine {
             told: Default::default(),
             host_pods: std::sync::OnceLock::new(),
             host_secrets: std::sync::OnceLock::new(),
+            host_configmaps: std::sync::OnceLock::new(),
             host_namespaces: std::sync::OnceLock::new(),
             tenant_netpols: std::sync::OnceLock::new(),
             tenant_netpols_by_ns: Default::default(),

@@ -79,14 +79,18 @@ pub async fn down(t: Arc<ConfigMap>, side: Arc<Side<ConfigMap>>) -> Result<Actio
     Ok(action)
 }
 
-/// Starts the ConfigMap controllers (see [`super::KINDS`]).
+/// Starts the ConfigMap controllers (see [`super::KINDS`]); their host cache is published for
+/// the pods' trust-bundle ConfigMaps.
 pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
+    let e = s.engine.clone();
     Box::pin(crate::engine::run_kind::<ConfigMap>(
         s.engine.clone(),
         s.pods.clone(),
         s.workers,
         |t, s| Box::pin(down(t, s)),
-        |_, _| {},
+        move |_, host| {
+            let _ = e.host_configmaps.set(host);
+        },
     ))
 }
 
