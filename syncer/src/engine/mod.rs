@@ -518,6 +518,38 @@ pub fn cache_ready<K: Resource<DynamicType = ()> + Clone + 'static>(cache: &Cach
     cache.is_ready()
 }
 
+/// Host object `ns/name` from `cache` (a host cache a controller published), once it has
+/// listed; asked of the host on a miss. Such caches hold only objects with this tenant's label,
+/// so a miss (not written yet, written a moment ago, or someone else's) is worth a GET: a
+/// pass reads the host only until the object exists.
+pub async fn cached_or_get<K>(
+    e: &Engine,
+    cache: &std::sync::OnceLock<Cache<K>>,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Arc<K>>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + 'static,
+{
+    let hit = cache
+        .get()
+        .filter(|c| cache_ready(c))
+        .and_then(|c| c.get(&ObjectRef::new(name).within(ns)));
+    if hit.is_some() {
+        return Ok(hit);
+    }
+    let kind = K::kind(&()).to_lowercase();
+    Ok(Api::<K>::namespaced(e.host.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("get host {kind} {ns}/{name}")))?
+        .map(Arc::new))
+}
+
 /// Waits until a cache that a controller publishes once it starts holds its first list.
 pub async fn wait_for_cache<K>(cache: &std::sync::OnceLock<Cache<K>>)
 where

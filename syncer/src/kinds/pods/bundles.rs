@@ -26,18 +26,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use std::collections::BTreeMap;
 use vcp_core::naming;
 
-/// Host ConfigMap `host_ns/name` from the ConfigMap kind's host cache, once listed. The cache
-/// holds only ConfigMaps with this tenant's label, so a miss (not written yet, written a
-/// moment ago, or someone else's) is asked of the host: a pass reads the host only until the
-/// ConfigMap exists.
-fn cached(e: &Engine, host_ns: &str, name: &str) -> Option<std::sync::Arc<ConfigMap>> {
-    let cache = e
-        .host_configmaps
-        .get()
-        .filter(|c| crate::engine::cache_ready(c))?;
-    cache.get(&kube::runtime::reflector::ObjectRef::new(name).within(host_ns))
-}
-
 /// Writes the trust-bundle ConfigMap of tenant pod `t` (if it has such sources); `host_pod`,
 /// once it exists, becomes its owner.
 pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
@@ -75,14 +63,8 @@ pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
     let host_ns = naming::host_namespace(e.key(), &ns);
     let name = crate::naming::trust_bundles_name(&uid);
     let api: Api<ConfigMap> = Api::namespaced(e.host.clone(), &host_ns);
-    let current = match cached(e, &host_ns, &name) {
-        Some(cm) => Some(cm),
-        None => api
-            .get_opt(&name)
-            .await
-            .map_err(kube_err(format!("get host configmap {host_ns}/{name}")))?
-            .map(std::sync::Arc::new),
-    };
+    // From the ConfigMap kind's host cache, which holds the generated ConfigMaps too.
+    let current = crate::engine::cached_or_get(e, &e.host_configmaps, &host_ns, &name).await?;
     match generated::standing(e.key(), current.as_ref().map(|c| &c.metadata), host_pod) {
         Standing::Foreign => {
             generated::refuse_foreign(e, t, "configmap", &host_ns, &name).await;

@@ -68,17 +68,6 @@ fn still_fresh(
     same_generation && same_node && renew_after.is_some_and(|r| now < r)
 }
 
-/// Host Secret `host_ns/name` from the Secret kind's host cache, once listed. The cache holds
-/// only Secrets with this tenant's label, so a miss (not created yet, created a moment ago, or
-/// someone else's) is asked of the host: a pass reads the host only until the Secret exists.
-fn cached(e: &Engine, host_ns: &str, name: &str) -> Option<std::sync::Arc<Secret>> {
-    let cache = e
-        .host_secrets
-        .get()
-        .filter(|c| crate::engine::cache_ready(c))?;
-    cache.get(&kube::runtime::reflector::ObjectRef::new(name).within(host_ns))
-}
-
 /// Ensures the host token Secret of tenant pod `t`, bound to node `node`, is present and
 /// fresh; `host_pod` (once it exists) becomes its owner. Nothing while `node` is `None`.
 pub async fn ensure(
@@ -97,14 +86,8 @@ pub async fn ensure(
     let host_ns = naming::host_namespace(e.key(), &ns);
     let name = crate::naming::token_secret_name(&uid);
     let secrets: Api<Secret> = Api::namespaced(e.host.clone(), &host_ns);
-    let current = match cached(e, &host_ns, &name) {
-        Some(c) => Some(c),
-        None => secrets
-            .get_opt(&name)
-            .await
-            .map_err(kube_err(format!("get host secret {host_ns}/{name}")))?
-            .map(std::sync::Arc::new),
-    };
+    // From the Secret kind's host cache, which holds the tenant's token Secrets too.
+    let current = crate::engine::cached_or_get(e, &e.host_secrets, &host_ns, &name).await?;
     match generated::standing(e.key(), current.as_ref().map(|c| &c.metadata), host_pod) {
         Standing::Foreign => {
             generated::refuse_foreign(e, t, "secret", &host_ns, &name).await;
