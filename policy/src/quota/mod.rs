@@ -151,7 +151,7 @@ impl Quota {
         }
         let l = &self.limits;
         let named = [
-            ("default_request", Some(&l.default_request)),
+            ("default_request", l.default_request.as_ref()),
             ("default_limit", l.default_limit.as_ref()),
         ];
         for (name, r) in named {
@@ -159,6 +159,18 @@ impl Quota {
             parse_quantity(&r.cpu.0).map_err(|e| format!("quota.limits.{name}.cpu: {e}"))?;
             parse_quantity(&r.memory.0).map_err(|e| format!("quota.limits.{name}.memory: {e}"))?;
         }
+        let Some(default_request) = &l.default_request else {
+            // A container without requests would count as nothing: only a plan that totals
+            // no requests (and sets no default limit, whose request it would be) can leave
+            // them unset.
+            if self.requests_cpu.is_some()
+                || self.requests_memory.is_some()
+                || l.default_limit.is_some()
+            {
+                return Err("quota.limits.default_request: may be null only when requests_cpu and requests_memory are unset and default_limit is null (a container without requests could not be counted)".into());
+            }
+            return Ok(());
+        };
         let Some(default_limit) = &l.default_limit else {
             // A container without limits would count as unbounded: only a plan that totals
             // no limits can leave them unset.
@@ -167,10 +179,10 @@ impl Quota {
             }
             return Ok(());
         };
-        if l.default_request.cpu.millis() > default_limit.cpu.millis() {
+        if default_request.cpu.millis() > default_limit.cpu.millis() {
             return Err("quota.limits.default_request.cpu: cannot exceed default_limit.cpu".into());
         }
-        if l.default_request.memory.units() > default_limit.memory.units() {
+        if default_request.memory.units() > default_limit.memory.units() {
             return Err(
                 "quota.limits.default_request.memory: cannot exceed default_limit.memory".into(),
             );
@@ -183,8 +195,11 @@ impl Quota {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
-    /// Requests of a container that sets none (default 100m CPU, 128Mi memory).
-    pub default_request: Resources,
+    /// Requests of a container that sets none (default 100m CPU, 128Mi memory). `null`: none,
+    /// so such a container runs as BestEffort, as in a cluster without a LimitRange; allowed
+    /// only in a quota without `requests_cpu` and `requests_memory` and with `default_limit:
+    /// null`.
+    pub default_request: Option<Resources>,
     /// Limits of a container that sets none (default 1 CPU, 512Mi memory). `null`: none, so
     /// such a container runs unlimited, as in a cluster without a LimitRange; allowed only in a
     /// quota without `limits_cpu` and `limits_memory`, which could not count it.
@@ -194,10 +209,10 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            default_request: Resources {
+            default_request: Some(Resources {
                 cpu: "100m".into(),
                 memory: "128Mi".into(),
-            },
+            }),
             default_limit: Some(Resources {
                 cpu: "1".into(),
                 memory: "512Mi".into(),
@@ -528,7 +543,11 @@ fn effective(
     let lim_set = set(r.and_then(|r| r.limits.as_ref()));
     let request = match (&req_set, &lim_set) {
         (Some(q), _) | (None, Some(q)) => q.clone(),
-        (None, None) => pick(&limits.default_request),
+        (None, None) => match &limits.default_request {
+            Some(d) => pick(d),
+            // Counted as nothing, which no total of requests ever sees (`Quota::validate`).
+            None => K8sQuantity("0".into()),
+        },
     };
     let request = (value(&request)?, request);
     let limit = match (lim_set, &limits.default_limit) {
@@ -621,11 +640,19 @@ pub fn fill_defaults(spec: &mut PodSpec, limits: &Limits) {
             let Ok(e) = effective(c.resources.as_ref(), resource, limits) else {
                 continue;
             };
-            let r = c.resources.get_or_insert_with(Default::default);
-            r.requests
-                .get_or_insert_with(Default::default)
-                .entry(resource.to_owned())
-                .or_insert(e.request.1);
+            let requested = c.resources.as_ref().is_some_and(|r| {
+                let has = |m: &Option<BTreeMap<String, K8sQuantity>>| {
+                    m.as_ref().is_some_and(|m| m.contains_key(resource))
+                };
+                has(&r.requests) || has(&r.limits)
+            });
+            if requested || limits.default_request.is_some() {
+                let r = c.resources.get_or_insert_with(Default::default);
+                r.requests
+                    .get_or_insert_with(Default::default)
+                    .entry(resource.to_owned())
+                    .or_insert(e.request.1);
+            }
             let limited = c
                 .resources
                 .as_ref()
@@ -1327,6 +1354,64 @@ mod tests {
             p.quota.limits.default_request,
             Limits::default().default_request
         );
+        // No default requests: only without totals of requests and without a default limit.
+        let refused = "quota.limits.default_request: may be null only when requests_cpu and requests_memory are unset and default_limit is null";
+        assert!(
+            err("quota: {requests_cpu: 4, limits: {default_request: null, default_limit: null}}")
+                .contains(refused)
+        );
+        assert!(
+            err("quota: {limits: {default_request: null}}").contains(refused),
+            "the default limit is still set"
+        );
+        let p = super::super::TenantPolicy::from_yaml(
+            "quota: {pods: 10, limits: {default_request: null, default_limit: null}}",
+        )
+        .unwrap();
+        assert_eq!(p.quota.limits.default_request, None);
+    }
+
+    #[test]
+    fn without_any_defaults_a_container_runs_exactly_as_it_asked() {
+        let l = Limits {
+            default_request: None,
+            default_limit: None,
+        };
+        let p = pod(
+            "a",
+            "p",
+            &at(0),
+            serde_json::json!([
+                {"name": "a", "resources": {"requests": {"cpu": "20m"}}},
+                {"name": "b"},
+                {"name": "c", "resources": {"limits": {"memory": "1Gi"}}},
+            ]),
+        );
+        let mut spec = p.spec.unwrap();
+        let counted = effective_resources(&spec, &l).unwrap();
+        assert_eq!(
+            counted.0,
+            Amount {
+                cpu: 20,
+                memory: 1 << 30
+            }
+        );
+        fill_defaults(&mut spec, &l);
+        let r = |i: usize| spec.containers[i].resources.clone();
+        let a = r(0).unwrap();
+        assert_eq!(
+            a.requests.unwrap().keys().collect::<Vec<_>>(),
+            ["cpu"],
+            "no memory request added"
+        );
+        assert_eq!(a.limits, None);
+        assert_eq!(r(1), None, "BestEffort stays BestEffort");
+        assert_eq!(
+            r(2).unwrap().requests.unwrap()["memory"].0,
+            "1Gi",
+            "a limit alone is the request"
+        );
+        assert_eq!(effective_resources(&spec, &l).unwrap(), counted);
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub fn backstop(host_ns: &str, ctx: &Ctx) -> (ResourceQuota, LimitRange) {
         spec: Some(LimitRangeSpec {
             limits: vec![LimitRangeItem {
                 type_: "Container".into(),
-                default_request: Some(pair(&q.limits.default_request)),
+                default_request: q.limits.default_request.as_ref().map(pair),
                 // No default limit in a plan that has none: such containers run unlimited.
                 default: q.limits.default_limit.as_ref().map(pair),
                 ..Default::default()

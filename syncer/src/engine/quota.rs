@@ -499,10 +499,10 @@ mod tests {
                 requests_storage: Some(Quantity(format!("{storage}Gi"))),
                 namespaces: Some(ns_n),
                 limits: Limits {
-                    default_request: Resources {
+                    default_request: Some(Resources {
                         cpu: Quantity(format!("{req_cpu}m")),
                         memory: Quantity(format!("{req_mem}Mi")),
-                    },
+                    }),
                     default_limit: Some(Resources {
                         cpu: Quantity(format!("{}m", req_cpu + more_cpu)),
                         memory: Quantity(format!("{}Mi", req_mem + more_mem)),

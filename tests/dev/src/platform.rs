@@ -119,17 +119,15 @@ conformance:
     services:
       node_port_services: 20
       node_ports: 40
-    # The default quota without its totals of limits, so a container that sets no limit runs
-    # unlimited, as the in-place resize tests expect of its cgroup.
+    # The default quota without its totals of CPU and memory, so a container gets no request
+    # or limit it did not ask for, as the in-place resize tests expect of its status and cgroup.
     quota:
       pods: 100
-      requests_cpu: "20"
-      requests_memory: 64Gi
       services: 50
       persistent_volume_claims: 20
       requests_storage: 200Gi
       namespaces: 20
-      limits: {default_limit: null}
+      limits: {default_request: null, default_limit: null}
 "#;
 
 /// The plan of [`REAL_NODE_PLANS`] that passes the conformance suite.

@@ -1510,7 +1510,10 @@ mod resize_tests {
             cpu: "2".into(),
             memory: "1Gi".into(),
         });
-        new.default_request.memory = "256Mi".into();
+        new.default_request = Some(policy::quota::Resources {
+            cpu: "100m".into(),
+            memory: "256Mi".into(),
+        });
         assert_eq!(
             resized(&tenant, &down(&tenant, &new), &host),
             None,
