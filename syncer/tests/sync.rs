@@ -2224,7 +2224,7 @@ async fn host_cpu_request(host_pods: &Api<Pod>, name: &str) -> Res<Option<String
 }
 
 #[tokio::test]
-async fn resizes_and_deadlines_go_down_and_a_resize_over_the_quota_waits() -> Res {
+async fn resizes_deadlines_and_ephemeral_containers_go_down_within_the_plan() -> Res {
     // One CPU of requests for the whole tenant, and no default limits: the pods below set
     // requests only, and run with exactly those on the host.
     let Synced {
@@ -2349,6 +2349,63 @@ async fn resizes_and_deadlines_go_down_and_a_resize_over_the_quota_waits() -> Re
         },
     )
     .await?;
+    // `kubectl debug`: an ephemeral container reaches the host pod; one with SYS_ADMIN, which
+    // the plan's baseline level refuses, does not, and the tenant is told.
+    let debug = |name: &'static str, privileged: bool| {
+        let pods = pods.clone();
+        async move {
+            let mut c =
+                serde_json::json!({"name": name, "image": "busybox", "targetContainerName": "c"});
+            if privileged {
+                c["securityContext"] = serde_json::json!({"capabilities": {"add": ["SYS_ADMIN"]}});
+            }
+            let patch = serde_json::json!({"spec": {"ephemeralContainers": [c]}});
+            pods.patch_subresource(
+                "ephemeralcontainers",
+                "b",
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await?;
+            anyhow::Ok(())
+        }
+    };
+    let ephemeral = |p: &Pod| -> Vec<String> {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .map(|cs| cs.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default()
+    };
+    debug("debugger", false).await?;
+    eventually(
+        "the ephemeral container on the host pod",
+        Duration::from_secs(60),
+        || async { Ok((ephemeral(&host_pods.get("b").await?) == ["debugger"]).then_some(())) },
+    )
+    .await?;
+    debug("root", true).await?;
+    eventually(
+        "the privileged one refused",
+        Duration::from_secs(60),
+        || async {
+            Ok(events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("PolicyRefused")
+                        && e.involved_object.name.as_deref() == Some("b")
+                        && e.message
+                            .as_deref()
+                            .unwrap_or_default()
+                            .contains("ephemeralContainers")
+                }))
+        },
+    )
+    .await?;
+    assert_eq!(ephemeral(&host_pods.get("b").await?), ["debugger"]);
     Ok(())
 }
 

@@ -211,6 +211,11 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                 wait_for_quota(e, &t, verdict).await?;
                 return Ok(wait);
             }
+            // Ephemeral containers cannot be set on create: they follow through their
+            // subresource on the next pass (a host pod recreated for a pod that had some).
+            if let Some(s) = desired.spec.as_mut() {
+                s.ephemeral_containers = None;
+            }
             let created = create_or_adopt(e, t.as_ref(), &desired).await;
             // The host's backstop counts what the ledger cannot see (a terminating pod still
             // counts on the host for its grace period): wait like any pod over the quota.
@@ -240,6 +245,10 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             if let Some(body) = &resize {
                 resize_host(e, &t, &h, body).await?;
             }
+            let debug = translate::ephemeral_added(&desired, &h);
+            if let Some(body) = &debug {
+                add_ephemeral(e, &t, body).await?;
+            }
             // The isolation labels `desired` carries, worked out above.
             crate::kinds::netpols::relabel_pod(e, &h, desired.labels()).await?;
             e.metrics
@@ -247,7 +256,13 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                     "Pod",
                     Direction::Up,
                     false,
-                    up::sync_up(e, &side.own, &t, &h, !drift && resize.is_none()),
+                    up::sync_up(
+                        e,
+                        &side.own,
+                        &t,
+                        &h,
+                        !drift && resize.is_none() && debug.is_none(),
+                    ),
                 )
                 .await?;
             // After the binding above: the tenant apiserver names the pod's node in the token.
@@ -292,6 +307,38 @@ async fn resize_host(e: &Engine, t: &Pod, h: &Pod, body: &Pod) -> Result<()> {
         }
         Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
         Err(err) => Err(kube_err(format!("resize host pod {ns}/{name}"))(err)),
+    }
+}
+
+/// Passes the ephemeral containers tenant pod `t` gained down: host pod `body` (the host pod
+/// with them appended) through the host's `ephemeralcontainers` subresource. They are checked
+/// against the plan's Pod Security level first, like the pod was (the host's admission checks
+/// the same level again); a refused one is told (`PolicyRefused`) and never reaches the host.
+async fn add_ephemeral(e: &Engine, t: &Pod, body: &Pod) -> Result<()> {
+    let refusals = vcp_policy::pod_security::check(t, e.ctx.policy.pod_security);
+    if !refusals.is_empty() {
+        let message = vcp_policy::summary(&refusals);
+        tracing::info!(ns = ?t.namespace(), pod = %t.name_any(), %message, "ephemeral container kept off the host");
+        e.report(t, "PolicyRefused", message).await;
+        return Ok(());
+    }
+    let ns = body.namespace().unwrap_or_default();
+    let name = body.name_any();
+    let result = Api::<Pod>::namespaced(e.host.clone(), &ns)
+        .replace_subresource(
+            "ephemeralcontainers",
+            &name,
+            &kube::api::PostParams::default(),
+            body,
+        )
+        .await;
+    match result {
+        Ok(_) => Ok(()),
+        // A stale cache: the host watch brings the next pass.
+        Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
+        Err(err) => Err(kube_err(format!(
+            "add ephemeral containers to host pod {ns}/{name}"
+        ))(err)),
     }
 }
 

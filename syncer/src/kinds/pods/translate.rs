@@ -709,6 +709,35 @@ fn keep_host_defaults(
     Some(want)
 }
 
+/// Ephemeral containers the tenant added (`kubectl debug`) that host pod `host` lacks: `host`
+/// with them appended, as `desired` translated them, the body of a PUT to the host's
+/// `ephemeralcontainers` subresource. `None` when the host has them all. Ephemeral containers
+/// are only ever added, never changed or removed, so names tell which are new.
+pub fn ephemeral_added(desired: &Pod, host: &Pod) -> Option<Pod> {
+    let want = desired.spec.as_ref()?.ephemeral_containers.as_deref()?;
+    let have = host
+        .spec
+        .as_ref()?
+        .ephemeral_containers
+        .as_deref()
+        .unwrap_or_default();
+    let new: Vec<_> = want
+        .iter()
+        .filter(|w| !have.iter().any(|h| h.name == w.name))
+        .cloned()
+        .collect();
+    if new.is_empty() {
+        return None;
+    }
+    let mut body = host.clone();
+    body.spec
+        .as_mut()?
+        .ephemeral_containers
+        .get_or_insert_with(Vec::new)
+        .extend(new);
+    Some(body)
+}
+
 /// Whether going from host pod `host` to `resized` asks the host for more of any resource the
 /// quota counts (requests or limits of CPU or memory): only such a resize needs the quota's
 /// leave; a smaller one always goes down.
@@ -1608,6 +1637,35 @@ mod resize_tests {
         assert!(
             resize_grows(&host, &body, &limits),
             "unreadable never passes as smaller"
+        );
+    }
+
+    #[test]
+    fn ephemeral_containers_the_host_lacks_are_appended_once() {
+        let mut host = pod_with(serde_json::json!({}), 1, None);
+        let mut desired = host.clone();
+        assert_eq!(ephemeral_added(&desired, &host), None);
+        let debugger: k8s_openapi::api::core::v1::EphemeralContainer =
+            serde_json::from_value(serde_json::json!({"name": "debugger", "image": "busybox"}))
+                .unwrap();
+        desired.spec.as_mut().unwrap().ephemeral_containers = Some(vec![debugger.clone()]);
+        let body = ephemeral_added(&desired, &host).expect("one to add");
+        assert_eq!(
+            body.spec.as_ref().unwrap().ephemeral_containers,
+            Some(vec![debugger.clone()])
+        );
+        assert_eq!(body.metadata.resource_version.as_deref(), Some("7"));
+        host.spec.as_mut().unwrap().ephemeral_containers = Some(vec![debugger.clone()]);
+        assert_eq!(ephemeral_added(&desired, &host), None, "the host runs it");
+        let mut second = debugger.clone();
+        second.name = "second".into();
+        desired.spec.as_mut().unwrap().ephemeral_containers =
+            Some(vec![debugger.clone(), second.clone()]);
+        let body = ephemeral_added(&desired, &host).unwrap();
+        assert_eq!(
+            body.spec.unwrap().ephemeral_containers,
+            Some(vec![debugger, second]),
+            "appended after the first"
         );
     }
 
