@@ -2210,6 +2210,30 @@ async fn services_recreated_with_the_hosts_addresses_all_settle_on_them() -> Res
     Ok(())
 }
 
+/// The first Event on tenant pod `pod` with `reason` whose message contains `text`, within a
+/// minute (`what` names the wait).
+async fn event_on(
+    events: &Api<Event>,
+    what: &str,
+    reason: &str,
+    pod: &str,
+    text: &str,
+) -> Res<Event> {
+    eventually(what, Duration::from_secs(60), || async {
+        Ok(events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.involved_object.name.as_deref() == Some(pod)
+                    && e.message.as_deref().unwrap_or_default().contains(text)
+            }))
+    })
+    .await
+}
+
 /// The CPU request host pod `name` runs with.
 async fn host_cpu_request(host_pods: &Api<Pod>, name: &str) -> Res<Option<String>> {
     let p = host_pods.get(name).await?;
@@ -2305,20 +2329,12 @@ async fn resizes_deadlines_and_ephemeral_containers_go_down_within_the_plan() ->
     // 900m + 200m do not: the host pod keeps 500m, and the tenant is told.
     resize("900m").await?;
     let events: Api<Event> = Api::namespaced(tenant.clone(), "apps");
-    let told = eventually(
+    let told = event_on(
+        &events,
         "the refused resize told",
-        Duration::from_secs(60),
-        || async {
-            Ok(events
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("TenantQuotaExceeded")
-                        && e.involved_object.name.as_deref() == Some("a")
-                }))
-        },
+        "TenantQuotaExceeded",
+        "a",
+        "",
     )
     .await?;
     assert!(
@@ -2384,25 +2400,13 @@ async fn resizes_deadlines_and_ephemeral_containers_go_down_within_the_plan() ->
         || async { Ok((ephemeral(&host_pods.get("b").await?) == ["debugger"]).then_some(())) },
     )
     .await?;
-    debug("root", true).await?;
-    eventually(
-        "the privileged one refused",
-        Duration::from_secs(60),
-        || async {
-            Ok(events
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("PolicyRefused")
-                        && e.involved_object.name.as_deref() == Some("b")
-                        && e.message
-                            .as_deref()
-                            .unwrap_or_default()
-                            .contains("ephemeralContainers")
-                }))
-        },
+    debug("admin", true).await?;
+    event_on(
+        &events,
+        "the refusal told",
+        "PolicyRefused",
+        "b",
+        "ephemeralContainers",
     )
     .await?;
     assert_eq!(ephemeral(&host_pods.get("b").await?), ["debugger"]);
