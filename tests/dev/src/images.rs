@@ -56,6 +56,15 @@ pub struct Image {
 }
 
 impl Image {
+    /// Gives the image each of `names` it does not go by yet.
+    pub fn name_also(&mut self, names: impl IntoIterator<Item = String>) {
+        for n in names {
+            if n != self.reference && !self.also.contains(&n) {
+                self.also.push(n);
+            }
+        }
+    }
+
     /// The image as a docker-archive tar: `manifest.json`, the config named by its digest,
     /// and the layer. The same image always gives the same bytes.
     pub fn archive(&self) -> Result<Vec<u8>> {
@@ -363,34 +372,33 @@ pub fn test_images() -> Result<Vec<Image>> {
     let mut agnhost = agnhost;
     with_shell(&mut busybox, Path::new(SHELL))?;
     with_shell(&mut agnhost, Path::new(SHELL))?;
-    // The names the conformance suite of the default minor gives the same images, so its pods
-    // find them on the node (nothing is pulled here).
-    let manifest_path = src.join("../../utils/image/manifest.go");
-    let manifest =
-        e2e_manifest(&std::fs::read_to_string(&manifest_path).map_err(Error::io(&manifest_path))?);
-    let named = |id: &str| {
-        manifest
-            .iter()
-            .find(|(i, _)| i == id)
-            .map(|(_, r)| r.clone())
-    };
-    busybox.also.extend(named("BusyBox"));
-    agnhost.also.extend(named("AgnhostPrev"));
-    let web: Vec<String> = ["Nginx", "NginxNew"]
-        .iter()
-        .filter_map(|id| named(id))
-        .collect();
+    // The names the conformance suites give the same images, so their pods find them on the
+    // node (nothing is pulled here): the default minor's, and those of every other supported
+    // minor whose module is in the Go module cache (an older suite's pods name older tags).
+    let manifests = supported_manifests(&src)?;
+    let named = |id: &str| names_of(&manifests, id);
+    busybox.name_also(named("BusyBox"));
+    agnhost.name_also(named("Agnhost").into_iter().chain(named("AgnhostPrev")));
+    let mut web: Vec<String> = Vec::new();
+    for r in ["Nginx", "NginxNew"].iter().flat_map(|id| named(id)) {
+        if !web.contains(&r) {
+            web.push(r);
+        }
+    }
     // The update demo's two web servers, as the suite's own Dockerfiles make them: agnhost
     // serving a picture and `data.json` from `/`.
     let mut demos = Vec::new();
     for (id, dir) in [("Nautilus", "nautilus"), ("Kitten", "kitten")] {
-        let Some(name) = named(id) else { continue };
+        let mut names = named(id).into_iter();
+        let Some(name) = names.next() else { continue };
         let html = src.join("..").join(dir).join("html");
         let files = [format!("{dir}.jpg"), "data.json".to_owned()]
             .into_iter()
             .map(|f| Ok((f.clone(), read(html.join(&f))?)))
             .collect::<Result<Vec<_>>>()?;
-        demos.push(update_demo(&agnhost, &name, files));
+        let mut demo = update_demo(&agnhost, &name, files);
+        demo.name_also(names);
+        demos.push(demo);
     }
     let mut images = vec![
         pause(&pause_bin),
@@ -399,20 +407,54 @@ pub fn test_images() -> Result<Vec<Image>> {
         web_server(&busybox_bin, &applets, web),
     ];
     images.extend(demos);
-    if let Some(name) = named("GlibcDnsTesting") {
+    let mut probers = named("GlibcDnsTesting").into_iter();
+    if let Some(name) = probers.next() {
         let dig = agnhost_tools()?
             .into_iter()
             .find(|(n, _)| *n == "dig")
             .map(|(_, p)| p)
             .unwrap_or_default();
-        images.push(dns_prober(
+        let mut prober = dns_prober(
             &name,
             &busybox_bin,
             &applets,
             &[("dig", dig), ("getent", PathBuf::from(GETENT))],
-        )?);
+        )?;
+        prober.name_also(probers);
+        images.push(prober);
     }
     Ok(images)
+}
+
+/// The image manifests of the supported minors' suites, the default minor's first: each
+/// `test/utils/image/manifest.go` found in the Go module cache beside `agnhost_src` (the
+/// default minor's agnhost source). A minor whose module is not fetched is left out: its
+/// suite is not built either.
+fn supported_manifests(agnhost_src: &Path) -> Result<Vec<Vec<(String, String)>>> {
+    let modules = agnhost_src.join("../../../..");
+    let mut out = Vec::new();
+    for version in bins::supported_kubernetes_versions() {
+        let p = modules.join(format!("kubernetes@{version}/test/utils/image/manifest.go"));
+        match std::fs::read_to_string(&p) {
+            Ok(src) => out.push(e2e_manifest(&src)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&p)(e)),
+        }
+    }
+    Ok(out)
+}
+
+/// Every reference the manifests give image `id`, in manifest order, each once.
+pub fn names_of(manifests: &[Vec<(String, String)>], id: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for m in manifests {
+        for (i, r) in m {
+            if i == id && !names.contains(r) {
+                names.push(r.clone());
+            }
+        }
+    }
+    names
 }
 
 /// The tools agnhost's Alpine base has and busybox does not stand in for, from Debian: `dig`
@@ -1026,6 +1068,55 @@ mod tests {
         } else {
             eprintln!(
                 "skipping the default minor's manifest: agnhost's source is not in the module cache"
+            );
+        }
+    }
+
+    #[test]
+    fn an_image_goes_by_the_names_every_supported_suite_gives_it() {
+        let m = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        let newest = m(&[("Agnhost", "a:2.66.1"), ("AgnhostPrev", "a:2.55")]);
+        let oldest = m(&[("Agnhost", "a:2.59"), ("AgnhostPrev", "a:2.55")]);
+        let manifests = [newest, oldest];
+        assert_eq!(names_of(&manifests, "Agnhost"), ["a:2.66.1", "a:2.59"]);
+        assert_eq!(names_of(&manifests, "AgnhostPrev"), ["a:2.55"]);
+        assert!(names_of(&manifests, "Nginx").is_empty());
+        let mut img = busybox(b"", &[]);
+        img.reference = "a:2.66.1".into();
+        img.name_also(
+            names_of(&manifests, "Agnhost")
+                .into_iter()
+                .chain(names_of(&manifests, "AgnhostPrev")),
+        );
+        img.name_also(["a:2.59".to_owned()]);
+        assert_eq!(
+            img.also,
+            ["a:2.59", "a:2.55"],
+            "each name once, never its own"
+        );
+        // The suites built here, as the real node reads them.
+        if let Ok(dir) = agnhost_source() {
+            let all = supported_manifests(&dir).unwrap();
+            let tags = names_of(&all, "Agnhost");
+            assert!(
+                all.len() >= 2,
+                "the default minor's and another's: {tags:?}"
+            );
+            for m in &all {
+                let own = m.iter().find(|(i, _)| i == "Agnhost").map(|(_, r)| r);
+                assert!(
+                    own.is_some_and(|r| tags.contains(r)),
+                    "{own:?} not in {tags:?}"
+                );
+            }
+        } else {
+            eprintln!(
+                "skipping the built suites' manifests: agnhost's source is not in the module cache"
             );
         }
     }
