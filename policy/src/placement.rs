@@ -2,12 +2,14 @@
 //!
 //! A tenant is cluster-admin of its own apiserver, so everything in a pod spec that steers the
 //! host scheduler is untrusted. [`confine`] rewrites the host pod's spec so that:
-//! - the host scheduler binds it: `nodeName` never goes down, since it would bypass the
-//!   scheduler and with it the pool, the tolerations and the node's capacity. A node the tenant
-//!   named itself becomes a required affinity to that node (`matchFields metadata.name`), so the
-//!   pod runs on the node its tenant pod shows, when that node is in the pool; a node outside
-//!   the pool leaves the pod Pending, as a real cluster leaves a pod bound to a node that never
-//!   runs it;
+//! - [`confine`] takes `nodeName` off: a node the tenant named itself becomes a required
+//!   affinity to that node (`matchFields metadata.name`), so the pod runs on the node its
+//!   tenant pod shows, when that node is in the pool; a node outside the pool leaves the pod
+//!   Pending, as a real cluster leaves a pod bound to a node that never runs it. The syncer
+//!   sets `nodeName` again at creation only for a node [`in_pool`] accepts, so the host
+//!   kubelet admits the pod as a real one would (capacity, host ports, the pool's selector and
+//!   that affinity), without the host scheduler; a node's NoSchedule taints are what the
+//!   kubelet does not check, which is why [`in_pool`] must hold;
 //! - it lands only in the plan's workload pool: the pool's node selector wins over the tenant's
 //!   keys of the same name, and every required node-affinity term of the tenant (terms are
 //!   alternatives) additionally excludes the nodes that run control planes; the tenant's own

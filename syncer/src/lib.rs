@@ -29,10 +29,14 @@
 //! - [`egress`]: the tenant apiserver's egress proxy, served on the kubelet endpoint, which
 //!   lets it dial only the tenant's own pods and Services and the syncer itself.
 //! - [`metrics`] counts what is served on `/metrics`.
+//! - [`etc_hosts`]: `vcp-syncer etc-hosts`, the init container the syncer puts in host pods
+//!   with a `subdomain`, which spells the pod's own name in its `/etc/hosts` as the tenant
+//!   does. Also not part of the sync; it ships here for the same reason.
 
 pub mod answer;
 pub mod egress;
 pub mod engine;
+pub mod etc_hosts;
 pub mod kinds;
 pub mod kubelet;
 pub mod metrics;
@@ -94,6 +98,13 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to {what} {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("failed to serve health endpoints on {addr}")]
     Serve {
         addr: String,
@@ -114,6 +125,7 @@ impl Error {
             Error::NotReady(_) => "not_ready",
             Error::PolicyFile { .. } | Error::Policy { .. } => "policy",
             Error::Serve { .. } => "serve",
+            Error::Io { .. } => "io",
             Error::Kubelet(_) => "kubelet",
             Error::Relay(_) | Error::RelaySocket { .. } => "relay",
         }
@@ -137,7 +149,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
     name = "vcp-syncer",
     version,
     about = "Syncs a tenant's workloads onto the host cluster \
-             (`vcp-syncer authorize --help`: the revocation authorizer)",
+             (`vcp-syncer authorize --help`: the revocation authorizer; \
+             `vcp-syncer etc-hosts --help`: the hosts-file init container)",
     // The last occurrence of a flag wins, so a wrapper's defaults can be overridden by
     // appending (the test harness passes its own --listen).
     args_override_self = true
@@ -178,6 +191,11 @@ pub struct Args {
     /// The tenant's cluster domain.
     #[arg(long, env = "VCP_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub cluster_domain: String,
+    /// Image of the init container that spells a pod's own name in its `/etc/hosts` with the
+    /// tenant's namespace (the syncer's own image, which runs `vcp-syncer etc-hosts`); without
+    /// it host pods keep the kubelet's name, whose namespace is the host's.
+    #[arg(long, env = "VCP_ETC_HOSTS_IMAGE")]
+    pub etc_hosts_image: Option<String>,
     /// Sync every ConfigMap and Secret, not only those tenant pods reference.
     #[arg(long, env = "VCP_SYNC_ALL_CONFIGMAPS_SECRETS")]
     pub sync_all_configmaps_secrets: bool,
@@ -257,12 +275,14 @@ pub struct Args {
 pub const DEFAULT_LOG_LEVEL: &str = "warn,vcp_syncer=info";
 
 /// What the binary runs: the syncer, or with the first argument `authorize` the revocation
-/// authorizer ([`revocation::authorizer`]). Not a clap subcommand: the syncer's own flags are
-/// required at the top level, and a subcommand beside them would make every one optional.
+/// authorizer ([`revocation::authorizer`]), or with `etc-hosts` the hosts-file init container
+/// ([`etc_hosts`]). Not clap subcommands: the syncer's own flags are required at the top
+/// level, and a subcommand beside them would make every one optional.
 #[derive(Debug, Clone)]
 pub enum Command {
     Sync(Box<Args>),
     Authorize(Box<revocation::authorizer::Args>),
+    EtcHosts(etc_hosts::Args),
 }
 
 impl Command {
@@ -286,6 +306,9 @@ impl Command {
             args.remove(1);
             revocation::authorizer::Args::try_parse_from(args)
                 .map(|a| Command::Authorize(Box::new(a)))
+        } else if args.get(1).is_some_and(|a| a == "etc-hosts") {
+            args.remove(1);
+            etc_hosts::Args::try_parse_from(args).map(Command::EtcHosts)
         } else {
             Args::try_parse_from(args).map(|a| Command::Sync(Box::new(a)))
         }
@@ -302,6 +325,8 @@ impl Command {
                 vcp_telemetry::init(args.log_format, DEFAULT_LOG_LEVEL);
                 revocation::authorizer::run(*args).await
             }
+            // One file, no logging set up: it prints what it did, which the pod's log keeps.
+            Command::EtcHosts(args) => etc_hosts::run(args),
         }
     }
 }
@@ -328,6 +353,7 @@ fn counted_client(cfg: kube::Config, requests: metrics::ApiRequests) -> Result<C
 async fn pod_env(host: &Client, args: &Args) -> tenant::PodEnv {
     let mut env = tenant::PodEnv {
         cluster_domain: args.cluster_domain.clone(),
+        etc_hosts_image: args.etc_hosts_image.clone().filter(|i| !i.is_empty()),
         ..Default::default()
     };
     let Some(ns) = &args.host_namespace else {

@@ -21,6 +21,8 @@ pub struct PodEnv {
     pub dns: Option<String>,
     /// The tenant's cluster domain.
     pub cluster_domain: String,
+    /// The image of the `/etc/hosts` init container ([`crate::etc_hosts`]), if configured.
+    pub etc_hosts_image: Option<String>,
 }
 
 #[cfg(test)]

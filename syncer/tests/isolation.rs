@@ -260,9 +260,19 @@ async fn placement_priority_affinity_and_downward_api_stay_inside_the_tenant() -
     .await?;
     let spec = host.spec.clone().unwrap();
     let node = spec.node_name.clone().unwrap();
-    assert_eq!(
-        node, "kwok-node-1",
-        "the pool's node the tenant chose, by the host scheduler"
+    assert_eq!(node, "kwok-node-1", "the pool's node the tenant chose");
+    // Bound at creation, as a real cluster's kubelet runs a pod named to it, not by the host
+    // scheduler (whose binding records no field owner).
+    let bound_by_syncer = host.managed_fields().iter().any(|m| {
+        m.manager.as_deref() == Some("vcp-syncer")
+            && m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:nodeName").is_some())
+    });
+    assert!(
+        bound_by_syncer,
+        "the host pod was not created bound: {:?}",
+        host.managed_fields()
     );
     assert_eq!(spec.node_selector.clone().unwrap()["type"], "kwok");
     assert!(

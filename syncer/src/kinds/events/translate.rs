@@ -32,11 +32,21 @@ pub const KINDS: [(&str, &str); 5] = [
 /// can select it (the host scheduler records only `Normal` `Scheduled` Events).
 pub const NOT_WORTH_WATCHING: &str = "reason!=Scheduled";
 
+///
+/// Nor is the kubelet's progress (pulled, created, started) of the syncer's own init container
+/// ([`crate::etc_hosts`]), which the tenant pod does not have; its Warnings still flow up, since
+/// a pod held in its init phase must say why.
 pub fn worth_copying(host: &Event) -> bool {
     let pod = host.involved_object.kind.as_deref() == Some("Pod");
-    !(pod
-        && host.reason.as_deref() == Some("Scheduled")
-        && host.type_.as_deref() != Some("Warning"))
+    let normal = host.type_.as_deref() != Some("Warning");
+    let ours = host
+        .involved_object
+        .field_path
+        .as_deref()
+        .and_then(|f| f.strip_prefix("spec.initContainers{"))
+        .and_then(|f| f.strip_suffix('}'))
+        .is_some_and(crate::etc_hosts::hidden);
+    !(pod && normal && (host.reason.as_deref() == Some("Scheduled") || ours))
 }
 
 /// Whether a host Event only tells that the kubelet waits for the token of tenant pod `r`:
@@ -180,6 +190,18 @@ mod tests {
         let mut service = scheduled();
         service.involved_object.kind = Some("Service".into());
         assert!(worth_copying(&service));
+        // The syncer's own init container: its progress stays, its trouble flows up.
+        pulled.involved_object.field_path = Some(format!(
+            "spec.initContainers{{{}}}",
+            crate::etc_hosts::CONTAINER
+        ));
+        assert!(!worth_copying(&pulled));
+        pulled.type_ = Some("Warning".into());
+        pulled.reason = Some("Failed".into());
+        assert!(worth_copying(&pulled));
+        pulled.involved_object.field_path = Some("spec.initContainers{setup}".into());
+        pulled.type_ = Some("Normal".into());
+        assert!(worth_copying(&pulled), "the tenant's own init containers");
     }
 
     #[test]

@@ -112,6 +112,35 @@ async fn runtime_handler(e: &Engine, t: &Pod) -> Result<Option<String>> {
     Ok(found.map(|rc| rc.handler))
 }
 
+/// A pod the tenant bound itself (`spec.nodeName`, as a real cluster's kubelet would run it
+/// without a scheduler) goes to that node directly when the node is in the plan's pool: the
+/// host kubelet then admits or rejects it as a real one would (a host port already taken, no
+/// room left: the pod fails, and its controller replaces it). The pool's selector and the
+/// affinity pin stay on the host pod, so the kubelet's own admission refuses it on any other
+/// node too. A node outside the pool, or unknown, keeps only the pin, and the pod stays
+/// Pending, as [`vcp_policy::placement::confine`] explains. One GET of the host node, on the
+/// create path of such pods only.
+async fn bind_in_pool(e: &Engine, t: &Pod, desired: &mut Pod) -> Result<()> {
+    let Some(node) = t
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+    else {
+        return Ok(());
+    };
+    let found = Api::<k8s_openapi::api::core::v1::Node>::all(e.host.clone())
+        .get_opt(node)
+        .await
+        .map_err(kube_err(format!("get host node {node}")))?;
+    if found.is_some_and(|n| vcp_policy::placement::in_pool(&n, &e.ctx.policy.placement)) {
+        if let Some(s) = desired.spec.as_mut() {
+            s.node_name = Some(node.to_owned());
+        }
+    }
+    Ok(())
+}
+
 /// Down-reconcile of a tenant pod.
 #[tracing::instrument(skip_all, fields(kind = "Pod", namespace = t.namespace().as_deref(), name = %t.name_any()))]
 pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
@@ -165,7 +194,8 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             let handler = runtime_handler(e, &t).await?;
             match decide::admit(&t, &e.ctx, handler.as_deref(), || quota::pod(e, &t)) {
                 Admission::Go => {
-                    decide::set_runtime_class(&mut desired, &t, &e.ctx, handler.as_deref())
+                    decide::set_runtime_class(&mut desired, &t, &e.ctx, handler.as_deref());
+                    bind_in_pool(e, &t, &mut desired).await?;
                 }
                 Admission::Refused(refusals) => {
                     refuse(e, &t, "PolicyRefused", &refusals).await?;

@@ -10,8 +10,9 @@
 //! - `serviceAccountName` and scheduling gates refer to tenant objects the host does not have
 //!   and are dropped (the service account's name stays readable by the downward API, through an
 //!   annotation). Placement, affinity, priority and runtime classes are confined by the tenant's
-//!   policy ([`vcp_policy::placement`]): `nodeName` never goes down, the host scheduler
-//!   binds within the plan's pool (a node the tenant named itself is required by affinity). Downward-API references read the tenant's values, and
+//!   policy ([`vcp_policy::placement`]): a node the tenant named itself is required by
+//!   affinity, and the syncer binds the host pod to it at creation only when that node is in
+//!   the plan's pool (`bind_in_pool`); otherwise the host scheduler binds within the pool. Downward-API references read the tenant's values, and
 //!   ephemeral volumes' claim templates are translated like claims.
 //! - Every (init, ephemeral) container gets the full set of `KUBERNETES_*` variables a kubelet
 //!   derives from the `kubernetes` Service ([`kubernetes_env`]), pointing at the tenant
@@ -391,6 +392,23 @@ pub fn to_host_noting(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> (Pod, Vec<String>) 
         });
     }
     let mut metadata = host_meta(&pod.metadata, &ctx.key);
+    // The pod's own name in its /etc/hosts, spelled with the tenant's namespace (first, so
+    // the tenant's init containers see it too).
+    let restricted = policy.pod_security == policy::pod_security::Level::Restricted;
+    if let Some(image) = &env.etc_hosts_image
+        && crate::etc_hosts::wanted(&spec, restricted)
+    {
+        let fix = crate::etc_hosts::init_container(
+            image,
+            spec.subdomain.as_deref().unwrap_or_default(),
+            metadata.namespace.as_deref().unwrap_or_default(),
+            &pod.namespace().unwrap_or_default(),
+            &env.cluster_domain,
+        );
+        spec.init_containers
+            .get_or_insert_with(Vec::new)
+            .insert(0, fix);
+    }
     // The downward API reads the tenant's service account here (the host pod has none).
     metadata
         .annotations
@@ -514,7 +532,7 @@ pub fn add_service_links(host: &mut Pod, links: &[EnvVar], env_from: &EnvFromKey
 }
 
 /// Gives `desired` the placement host pod `host` was created with (node selector,
-/// affinity and runtime class). It is settled at creation: a pod's affinity and selector cannot change, and
+/// affinity, runtime class and node). It is settled at creation: a pod's affinity and selector cannot change, and
 /// the tenant pod only names its node (which pins a new host pod) once the syncer bound it to
 /// where the host scheduler had put it.
 pub fn keep_host_placement(desired: &mut Pod, host: &Pod) {
@@ -523,11 +541,15 @@ pub fn keep_host_placement(desired: &mut Pod, host: &Pod) {
     };
     ds.node_selector = hs.node_selector.clone();
     ds.affinity = hs.affinity.clone();
+    // Set at creation for a pod the tenant bound to a pool node (`bind_in_pool`); an apply
+    // without it would ask to unbind the pod.
+    ds.node_name = hs.node_name.clone();
     // Chosen at creation from the tenant class's handler (immutable, like the rest).
     ds.runtime_class_name = hs.runtime_class_name.clone();
 }
 
-/// `desired` with each container's env and resources as `host` has them: both are immutable
+/// `desired` with each container's env and resources as `host` has them, and the syncer's own
+/// init container as `host` has it ([`crate::etc_hosts`]): both are immutable
 /// on a pod (resources but through the resize subresource), and what the host pod was created
 /// with (service links of that moment, the plan's container defaults of that moment) stays
 /// valid for its life.
@@ -551,6 +573,21 @@ pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
             c.env = env;
             c.resources = resources;
         }
+    }
+    // The syncer's own init container as the host pod was created with it, or none (a pod
+    // created before it existed, or by a syncer without its image): the set of a pod's init
+    // containers cannot change.
+    let own = host_init
+        .iter()
+        .find(|c| crate::etc_hosts::hidden(&c.name))
+        .cloned();
+    let inits = ds.init_containers.get_or_insert_with(Vec::new);
+    inits.retain(|c| !crate::etc_hosts::hidden(&c.name));
+    if let Some(c) = own {
+        inits.insert(0, c);
+    }
+    if inits.is_empty() {
+        ds.init_containers = None;
     }
 }
 
@@ -611,6 +648,10 @@ pub fn resized(tenant: &Pod, desired: &Pod, host: &Pod) -> Option<Pod> {
             let Some(dc) = dcs.iter().find(|d| d.name == hc.name) else {
                 continue;
             };
+            // The syncer's own init container runs once and is never resized.
+            if crate::etc_hosts::hidden(&hc.name) {
+                continue;
+            }
             // Quick path: the tenant's container as the host runs it.
             if same_resources(dc.resources.as_ref(), hc.resources.as_ref()) {
                 continue;
@@ -774,6 +815,10 @@ pub fn status_to_tenant(
 ) -> Option<PodStatus> {
     let mut want = host.status.clone()?;
     want.observed_generation = observed;
+    // The syncer's own init container is not the tenant's.
+    if let Some(init) = want.init_container_statuses.as_mut() {
+        init.retain(|c| !crate::etc_hosts::hidden(&c.name));
+    }
     // The QoS class is the tenant apiserver's, fixed at creation from the tenant's spec: the
     // host pod may differ (the plan's container defaults make a BestEffort pod Burstable), and
     // the tenant refuses any change of it.
@@ -955,6 +1000,8 @@ mod tests {
         let mut created = to_host(&tenant_pod(), &ctx(), &env());
         // The host class picked by the tenant class's handler, not the tenant's class name.
         created.spec.as_mut().unwrap().runtime_class_name = Some("e2e-handler".into());
+        // Bound on the host (by its scheduler, or at creation for a pool node the tenant named).
+        created.spec.as_mut().unwrap().node_name = Some("kwok-node-1".into());
         let mut bound = tenant_pod();
         let spec = bound.spec.as_mut().unwrap();
         spec.node_name = Some("kwok-node-1".into());
@@ -966,6 +1013,7 @@ mod tests {
         assert_eq!(d.affinity, c.affinity);
         assert_eq!(d.node_selector, c.node_selector);
         assert_eq!(d.runtime_class_name.as_deref(), Some("e2e-handler"));
+        assert_eq!(d.node_name.as_deref(), Some("kwok-node-1"), "never unbound");
     }
 
     const PEM_A: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
@@ -1130,6 +1178,7 @@ mod tests {
             apiserver: Some(("10.96.4.4".into(), 443)),
             dns: Some("10.96.5.5".into()),
             cluster_domain: "cluster.local".into(),
+            etc_hosts_image: None,
         }
     }
 
@@ -1499,6 +1548,110 @@ mod tests {
         let (d, c) = (desired.spec.unwrap(), created.spec.unwrap());
         assert_eq!(d.containers[0].env, c.containers[0].env);
         assert_eq!(d.containers[0].image.as_deref(), Some("nginx:2"));
+    }
+
+    fn member() -> Pod {
+        let mut pod = tenant_pod();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.hostname = Some("web-1".into());
+        spec.subdomain = Some("web".into());
+        spec.init_containers = Some(vec![Container {
+            name: "setup".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        }]);
+        pod
+    }
+
+    fn with_image() -> PodEnv {
+        PodEnv {
+            etc_hosts_image: Some("vcp-syncer:dev".into()),
+            ..env()
+        }
+    }
+
+    fn init_names(p: &Pod) -> Vec<String> {
+        p.spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_pod_with_a_subdomain_learns_its_tenant_name_first_in_its_hosts_file() {
+        let host = to_host(&member(), &ctx(), &with_image());
+        assert_eq!(init_names(&host), [crate::etc_hosts::CONTAINER, "setup"]);
+        let fix = &host
+            .spec
+            .as_ref()
+            .unwrap()
+            .init_containers
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(fix.image.as_deref(), Some("vcp-syncer:dev"));
+        assert_eq!(
+            fix.args.as_deref().unwrap(),
+            [
+                "--from-domain=web.demo-apps.svc.cluster.local",
+                "--to-domain=web.apps.svc.cluster.local"
+            ]
+        );
+        // No image configured, no subdomain, or a restricted plan: the kubelet's file stays.
+        assert_eq!(init_names(&to_host(&member(), &ctx(), &env())), ["setup"]);
+        assert!(init_names(&to_host(&tenant_pod(), &ctx(), &with_image())).is_empty());
+        let mut strict = ctx();
+        std::sync::Arc::make_mut(&mut strict.policy).pod_security =
+            policy::pod_security::Level::Restricted;
+        assert_eq!(
+            init_names(&to_host(&member(), &strict, &with_image())),
+            ["setup"]
+        );
+    }
+
+    #[test]
+    fn the_hosts_init_container_stays_as_the_host_pod_was_created_and_out_of_the_tenants_view() {
+        // Created without it (before the image was configured): an update never adds it, since
+        // a pod's init containers cannot change; created with it, it is kept.
+        let before = to_host(&member(), &ctx(), &env());
+        let mut desired = to_host(&member(), &ctx(), &with_image());
+        keep_host_env(&mut desired, &before);
+        assert_eq!(init_names(&desired), ["setup"]);
+        let after = to_host(&member(), &ctx(), &with_image());
+        let mut desired = to_host(&member(), &ctx(), &env());
+        keep_host_env(&mut desired, &after);
+        assert_eq!(init_names(&desired), init_names(&after));
+        // Never resized.
+        let mut tenant = member();
+        tenant.spec.as_mut().unwrap().containers[0].resources =
+            after.spec.as_ref().unwrap().containers[0].resources.clone();
+        let mut older = after.clone();
+        older
+            .spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .as_mut()
+            .unwrap()[0]
+            .resources = None;
+        assert!(resized(&tenant, &after, &older).is_none());
+        // Its status is not the tenant's.
+        let mut host = after.clone();
+        host.status = Some(serde_json::from_value(serde_json::json!({
+            "phase": "Pending",
+            "initContainerStatuses": [
+                {"name": crate::etc_hosts::CONTAINER, "image": "vcp-syncer:dev", "imageID": "", "ready": true, "restartCount": 0},
+                {"name": "setup", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0},
+            ],
+        })).unwrap());
+        let up = status_to_tenant(&host, None, None).unwrap();
+        let names: Vec<&str> = up
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["setup"]);
     }
 }
 
