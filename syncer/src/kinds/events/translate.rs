@@ -191,10 +191,8 @@ mod tests {
         service.involved_object.kind = Some("Service".into());
         assert!(worth_copying(&service));
         // The syncer's own init container: its progress stays, its trouble flows up.
-        pulled.involved_object.field_path = Some(format!(
-            "spec.initContainers{{{}}}",
-            crate::etc_hosts::CONTAINER
-        ));
+        pulled.involved_object.field_path =
+            Some(format!("spec.initContainers{{{}}}", crate::etc_hosts::NAME));
         assert!(!worth_copying(&pulled));
         pulled.type_ = Some("Warning".into());
         pulled.reason = Some("Failed".into());

@@ -133,10 +133,10 @@ async fn bind_in_pool(e: &Engine, t: &Pod, desired: &mut Pod) -> Result<()> {
         .get_opt(node)
         .await
         .map_err(kube_err(format!("get host node {node}")))?;
-    if found.is_some_and(|n| vcp_policy::placement::in_pool(&n, &e.ctx.policy.placement)) {
-        if let Some(s) = desired.spec.as_mut() {
-            s.node_name = Some(node.to_owned());
-        }
+    if found.is_some_and(|n| vcp_policy::placement::in_pool(&n, &e.ctx.policy.placement))
+        && let Some(s) = desired.spec.as_mut()
+    {
+        s.node_name = Some(node.to_owned());
     }
     Ok(())
 }

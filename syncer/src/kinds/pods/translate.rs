@@ -392,22 +392,15 @@ pub fn to_host_noting(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> (Pod, Vec<String>) 
         });
     }
     let mut metadata = host_meta(&pod.metadata, &ctx.key);
-    // The pod's own name in its /etc/hosts, spelled with the tenant's namespace (first, so
-    // the tenant's init containers see it too).
-    let restricted = policy.pod_security == policy::pod_security::Level::Restricted;
-    if let Some(image) = &env.etc_hosts_image
-        && crate::etc_hosts::wanted(&spec, restricted)
-    {
-        let fix = crate::etc_hosts::init_container(
+    // The pod's own name in its /etc/hosts, spelled with the tenant's namespace.
+    if let Some(image) = &env.etc_hosts_image {
+        crate::etc_hosts::add(
+            &mut spec,
             image,
-            spec.subdomain.as_deref().unwrap_or_default(),
             metadata.namespace.as_deref().unwrap_or_default(),
             &pod.namespace().unwrap_or_default(),
             &env.cluster_domain,
         );
-        spec.init_containers
-            .get_or_insert_with(Vec::new)
-            .insert(0, fix);
     }
     // The downward API reads the tenant's service account here (the host pod has none).
     metadata
@@ -548,8 +541,8 @@ pub fn keep_host_placement(desired: &mut Pod, host: &Pod) {
     ds.runtime_class_name = hs.runtime_class_name.clone();
 }
 
-/// `desired` with each container's env and resources as `host` has them, and the syncer's own
-/// init container as `host` has it ([`crate::etc_hosts`]): both are immutable
+/// `desired` with each container's env and resources as `host` has them, and the syncer's
+/// hosts file as `host` has it or not ([`crate::etc_hosts`]): all are immutable
 /// on a pod (resources but through the resize subresource), and what the host pod was created
 /// with (service links of that moment, the plan's container defaults of that moment) stays
 /// valid for its life.
@@ -574,20 +567,16 @@ pub fn keep_host_env(desired: &mut Pod, host: &Pod) {
             c.resources = resources;
         }
     }
-    // The syncer's own init container as the host pod was created with it, or none (a pod
-    // created before it existed, or by a syncer without its image): the set of a pod's init
-    // containers cannot change.
+    // The syncer's hosts file as the host pod was created with it, or none (a pod created
+    // before it existed, or by a syncer without its image): a pod's containers, volumes and
+    // mounts cannot change.
     let own = host_init
         .iter()
         .find(|c| crate::etc_hosts::hidden(&c.name))
         .cloned();
-    let inits = ds.init_containers.get_or_insert_with(Vec::new);
-    inits.retain(|c| !crate::etc_hosts::hidden(&c.name));
+    crate::etc_hosts::remove(ds);
     if let Some(c) = own {
-        inits.insert(0, c);
-    }
-    if inits.is_empty() {
-        ds.init_containers = None;
+        crate::etc_hosts::attach(ds, c);
     }
 }
 
@@ -815,9 +804,19 @@ pub fn status_to_tenant(
 ) -> Option<PodStatus> {
     let mut want = host.status.clone()?;
     want.observed_generation = observed;
-    // The syncer's own init container is not the tenant's.
+    // The syncer's own init container, and its hosts file's mounts, are not the tenant's.
     if let Some(init) = want.init_container_statuses.as_mut() {
         init.retain(|c| !crate::etc_hosts::hidden(&c.name));
+    }
+    let statuses = want
+        .container_statuses
+        .iter_mut()
+        .chain(want.init_container_statuses.iter_mut())
+        .flatten();
+    for c in statuses {
+        if let Some(m) = c.volume_mounts.as_mut() {
+            m.retain(|m| !crate::etc_hosts::hidden(&m.name));
+        }
     }
     // The QoS class is the tenant apiserver's, fixed at creation from the tenant's spec: the
     // host pod may differ (the plan's container defaults make a BestEffort pod Burstable), and
@@ -1581,7 +1580,7 @@ mod tests {
     #[test]
     fn a_pod_with_a_subdomain_learns_its_tenant_name_first_in_its_hosts_file() {
         let host = to_host(&member(), &ctx(), &with_image());
-        assert_eq!(init_names(&host), [crate::etc_hosts::CONTAINER, "setup"]);
+        assert_eq!(init_names(&host), [crate::etc_hosts::NAME, "setup"]);
         let fix = &host
             .spec
             .as_ref()
@@ -1594,19 +1593,21 @@ mod tests {
             fix.args.as_deref().unwrap(),
             [
                 "--from-domain=web.demo-apps.svc.cluster.local",
-                "--to-domain=web.apps.svc.cluster.local"
+                "--to-domain=web.apps.svc.cluster.local",
+                "--target=/vcp-etc-hosts/hosts",
             ]
         );
-        // No image configured, no subdomain, or a restricted plan: the kubelet's file stays.
+        let spec = host.spec.as_ref().unwrap();
+        let copy = |c: &Container| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == crate::etc_hosts::NAME && m.mount_path == "/etc/hosts")
+        };
+        assert!(copy(&spec.containers[0]) && copy(&spec.init_containers.as_ref().unwrap()[1]));
+        // No image configured, or no subdomain: the kubelet's file stays.
         assert_eq!(init_names(&to_host(&member(), &ctx(), &env())), ["setup"]);
         assert!(init_names(&to_host(&tenant_pod(), &ctx(), &with_image())).is_empty());
-        let mut strict = ctx();
-        std::sync::Arc::make_mut(&mut strict.policy).pod_security =
-            policy::pod_security::Level::Restricted;
-        assert_eq!(
-            init_names(&to_host(&member(), &strict, &with_image())),
-            ["setup"]
-        );
     }
 
     #[test]
@@ -1620,7 +1621,13 @@ mod tests {
         let after = to_host(&member(), &ctx(), &with_image());
         let mut desired = to_host(&member(), &ctx(), &env());
         keep_host_env(&mut desired, &after);
-        assert_eq!(init_names(&desired), init_names(&after));
+        let (d, a) = (desired.spec.as_ref().unwrap(), after.spec.as_ref().unwrap());
+        assert_eq!(d.init_containers, a.init_containers);
+        assert_eq!(d.volumes, a.volumes);
+        assert_eq!(d.containers[0].volume_mounts, a.containers[0].volume_mounts);
+        let mut desired = to_host(&member(), &ctx(), &env());
+        keep_host_env(&mut desired, &before);
+        assert_eq!(desired.spec, before.spec, "never added later");
         // Never resized.
         let mut tenant = member();
         tenant.spec.as_mut().unwrap().containers[0].resources =
@@ -1640,7 +1647,7 @@ mod tests {
         host.status = Some(serde_json::from_value(serde_json::json!({
             "phase": "Pending",
             "initContainerStatuses": [
-                {"name": crate::etc_hosts::CONTAINER, "image": "vcp-syncer:dev", "imageID": "", "ready": true, "restartCount": 0},
+                {"name": crate::etc_hosts::NAME, "image": "vcp-syncer:dev", "imageID": "", "ready": true, "restartCount": 0},
                 {"name": "setup", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0},
             ],
         })).unwrap());
