@@ -814,6 +814,33 @@ async fn claims_and_statefulset_templates_bind_through_the_host_storage_class() 
         },
     )
     .await?;
+    // A member's own name in its /etc/hosts is the tenant's: the host pod has the syncer's
+    // init container and its copy of the file; the tenant pod shows neither.
+    let member = Api::<Pod>::namespaced(host.clone(), "e2ef-data")
+        .get("db-0")
+        .await?;
+    let spec = member.spec.unwrap();
+    let fix = &spec.init_containers.as_ref().expect("an init container")[0];
+    assert_eq!(fix.name, "vcp-etc-hosts");
+    assert!(
+        fix.args
+            .iter()
+            .flatten()
+            .any(|a| a == "--to-domain=db.data.svc.cluster.local"),
+        "{:?}",
+        fix.args
+    );
+    assert!(
+        spec.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == "/etc/hosts" && m.name == "vcp-etc-hosts")
+    );
+    let shown = pods.get("db-0").await?;
+    assert!(shown.spec.unwrap().init_containers.is_none());
+    let status = serde_json::to_string(&shown.status).unwrap();
+    assert!(!status.contains("vcp-etc-hosts"), "{status}");
 
     // A deleted claim takes its mirrored volume and its host claim along.
     let scratch_pv = bound

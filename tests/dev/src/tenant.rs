@@ -344,6 +344,9 @@ impl TenantControlPlane {
                 p(&self.pki_file("kubelet-serving.key"))
             ),
             format!("--kubelet-client-ca={}", p(&self.pki_file("ca.crt"))),
+            // As vcp runs it: pods with a subdomain get the hosts-file init container (on kwok
+            // workers it only has to be there).
+            "--etc-hosts-image=ghcr.io/vcp-dev/vcp-syncer:dev".to_owned(),
             // `kubectl top`: the metrics API on the same endpoint, for the front-proxy client.
             format!(
                 "--metrics-api-client-ca={}",
