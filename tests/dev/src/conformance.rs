@@ -211,23 +211,44 @@ pub fn tally(cases: &[Case]) -> Tally {
     t
 }
 
-/// The tests that passed on the host and did not pass in the tenant (failed there, or never
-/// ran), sorted by name.
-pub fn parity(host: &[Case], tenant: &[Case]) -> Vec<String> {
-    let passed_in_tenant: std::collections::BTreeSet<&str> = tenant
-        .iter()
-        .filter(|c| c.test && c.status == Status::Passed)
-        .map(|c| c.name.as_str())
-        .collect();
-    let mut out: Vec<String> = host
-        .iter()
-        .filter(|c| c.test && c.status == Status::Passed)
-        .filter(|c| !passed_in_tenant.contains(c.name.as_str()))
-        .map(|c| c.name.clone())
-        .collect();
-    out.sort();
-    out.dedup();
-    out
+/// Where the host and the tenant stand apart, over the tests that passed on the host.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Parity {
+    /// Tests that ran on both (passed or failed on each).
+    pub both_ran: usize,
+    /// Passed on the host, failed in the tenant: vcp's to fix. Sorted by name.
+    pub host_only: Vec<String>,
+    /// Passed on the host, never run in the tenant (its run was cut off first, say): no
+    /// verdict either way. Sorted by name.
+    pub not_run_in_tenant: Vec<String>,
+}
+
+/// The parity of a host run and a tenant run of the same selection.
+pub fn parity(host: &[Case], tenant: &[Case]) -> Parity {
+    use std::collections::BTreeMap;
+    let ran = |cases: &[Case]| -> BTreeMap<String, Status> {
+        cases
+            .iter()
+            .filter(|c| c.test && c.status != Status::Skipped)
+            .map(|c| (c.name.clone(), c.status))
+            .collect()
+    };
+    let (h, t) = (ran(host), ran(tenant));
+    let mut p = Parity {
+        both_ran: h.keys().filter(|n| t.contains_key(*n)).count(),
+        ..Parity::default()
+    };
+    for (name, status) in &h {
+        if *status != Status::Passed {
+            continue;
+        }
+        match t.get(name) {
+            Some(Status::Passed) => {}
+            Some(_) => p.host_only.push(name.clone()),
+            None => p.not_run_in_tenant.push(name.clone()),
+        }
+    }
+    p
 }
 
 /// The summary line of one run.
@@ -547,17 +568,22 @@ pub async fn run(o: Opts) -> anyhow::Result<ExitCode> {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (tenant, line) = run_once(&o, Target::Tenant).await?;
     println!("{line}");
-    let only = parity(&host, &tenant);
+    let p = parity(&host, &tenant);
     println!(
-        "conformance-parity host_passed={} tenant_passed={} host_only={}",
+        "conformance-parity host_passed={} tenant_passed={} both_ran={} host_only={} not_run_in_tenant={}",
         tally(&host).passed,
         tally(&tenant).passed,
-        only.len()
+        p.both_ran,
+        p.host_only.len(),
+        p.not_run_in_tenant.len()
     );
-    for name in &only {
+    for name in &p.host_only {
         println!("  host only: {name}");
     }
-    Ok(if only.is_empty() {
+    for name in &p.not_run_in_tenant {
+        println!("  not run in the tenant: {name}");
+    }
+    Ok(if p.host_only.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -686,8 +712,26 @@ mod tests {
             case("b", Status::Failed),
             case("c", Status::Passed),
         ];
-        assert_eq!(parity(&host, &tenant), ["b", "d"], "failed, or never ran");
-        assert!(parity(&tenant, &tenant).is_empty());
+        let mut tenant = tenant;
+        tenant.push(case("e", Status::Skipped));
+        let mut host = host;
+        host.push(case("e", Status::Passed));
+        assert_eq!(
+            parity(&host, &tenant),
+            Parity {
+                both_ran: 3,
+                host_only: vec!["b".into()],
+                not_run_in_tenant: vec!["d".into(), "e".into()],
+            },
+            "failed, or never ran (absent or skipped)"
+        );
+        assert_eq!(
+            parity(&tenant, &tenant),
+            Parity {
+                both_ran: 3,
+                ..Parity::default()
+            }
+        );
     }
 
     #[test]
