@@ -17,6 +17,7 @@ use vcp_dev::testing::DownOnDrop;
 const SUBSET: &[&str] = &[
     "[sig-network] DNS should provide DNS for services [Conformance]",
     "[sig-network] DNS should provide DNS for the cluster [Conformance]",
+    "[sig-network] DNS should provide /etc/hosts entries for the cluster [Conformance]",
     "[sig-network] Services should serve a basic endpoint from pods [Conformance]",
     "[sig-network] Services should serve endpoints on same port and different protocols [Conformance]",
     "[sig-network] EndpointSlice should create Endpoints and EndpointSlices for Pods matching a Service [Conformance]",
