@@ -3,10 +3,11 @@
 //!
 //! [`admit`] gathers every refusal: the plan's Pod Security level
 //! ([`super::pod_security`]), its runtime class (by name, or by the handler of the tenant's
-//! class: [`placement::runtime_class`]), sources that would make the host issue a
-//! credential for a tenant workload (`podCertificate` projections), and the StorageClasses of
-//! ephemeral volume claims. A refused pod never reaches the host. (`clusterTrustBundle`
-//! projections go down translated: the syncer fills them from the tenant's own bundles.)
+//! class: [`placement::runtime_class`]), and the StorageClasses of ephemeral volume claims. A
+//! refused pod never reaches the host. (Projected credentials go down translated, never as the
+//! host's: `clusterTrustBundle` sources are filled from the tenant's own bundles, and
+//! `podCertificate` sources name a signer of vcp's own that only the tenant's signers answer,
+//! through the syncer.)
 //!
 //! [`downward_to_tenant_view`] rewrites downward-API references whose host value differs from
 //! the tenant's: the pod's namespace and UID (the host's are `<key>-<ns>` and another UID)
@@ -27,7 +28,6 @@ pub fn admit(pod: &Pod, policy: &TenantPolicy, runtime_handler: Option<&str>) ->
     let mut out = pod_security::check(pod, policy.pod_security);
     let Some(spec) = &pod.spec else { return out };
     out.extend(placement::runtime_class(spec, runtime_handler, &policy.scheduling).err());
-    out.extend(credential_sources(spec));
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let template = v
             .ephemeral
@@ -36,25 +36,6 @@ pub fn admit(pod: &Pod, policy: &TenantPolicy, runtime_handler: Option<&str>) ->
         if let Some(t) = template {
             let field = format!("spec.volumes[{i}].ephemeral.volumeClaimTemplate.spec");
             out.extend(volumes::check_claim(&t.spec, policy, &field));
-        }
-    }
-    out
-}
-
-/// Projected sources that ask the host to issue or hand out credentials.
-fn credential_sources(spec: &PodSpec) -> Vec<Refusal> {
-    let mut out = Vec::new();
-    for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        let sources = v.projected.iter().flat_map(|p| p.sources.iter().flatten());
-        for (j, s) in sources.enumerate() {
-            let field = format!("spec.volumes[{i}].projected.sources[{j}]");
-            if s.pod_certificate.is_some() {
-                out.push(Refusal::new(
-                    format!("{field}.podCertificate"),
-                    "vcp: host credentials",
-                    "podCertificate would make the host issue a certificate for a tenant workload",
-                ));
-            }
         }
     }
     out
@@ -143,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn sources_that_make_the_host_issue_credentials_are_refused() {
+    fn projected_credentials_are_not_refused_they_go_down_translated() {
         let p = pod(serde_json::json!({
             "containers": [{"name": "c", "image": "i"}],
             "volumes": [{"name": "creds", "projected": {"sources": [
@@ -152,13 +133,7 @@ mod tests {
                 {"clusterTrustBundle": {"signerName": "example.com/s", "path": "t"}},
             ]}}],
         }));
-        let r = admit(&p, &TenantPolicy::default(), None);
-        let fields: Vec<&str> = r.iter().map(|r| r.field.as_str()).collect();
-        // A trust bundle projection goes down, filled from the tenant's own bundles.
-        assert_eq!(
-            fields,
-            ["spec.volumes[0].projected.sources[1].podCertificate"]
-        );
+        assert!(admit(&p, &TenantPolicy::default(), None).is_empty());
     }
 
     #[test]

@@ -17,6 +17,19 @@ pub fn trust_bundles_name(pod_uid: &str) -> String {
     format!("vcp-ctb-{}", short_hash(pod_uid))
 }
 
+/// The signer domain of every tenant's pod certificates on the host: no host signer answers
+/// it, only the syncers relay it ([`crate::kinds::podcerts`]), and their host role may `sign`
+/// for it (`pods.vcp.dev/*`) but update a request's status only in their own namespaces.
+pub const POD_SIGNER_DOMAIN: &str = "pods.vcp.dev";
+
+/// The host signer of tenant `key`'s pod certificates from the tenant's signer `signer`:
+/// `pods.vcp.dev/<key>.<hash of signer>`. A tenant names any signer it likes, a host signer's
+/// too; on the host it becomes one of vcp's, which no host signer answers. The tenant's name
+/// is found again from the pod that asked (whose projection names it).
+pub fn host_pod_signer(key: &str, signer: &str) -> String {
+    format!("{POD_SIGNER_DOMAIN}/{key}.{}", short_hash(signer))
+}
+
 /// Name of the tenant Event copied from the host Event with `host_event_uid`, about tenant
 /// object `object`: deterministic, so a copy is never made twice (a relist, a restart), and
 /// named like the kubelet's (`<object>.<suffix>`) so it sorts with the object's own events.
@@ -30,6 +43,22 @@ pub fn event_name(object: &str, host_event_uid: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_pod_signers_are_vcps_own_per_tenant_and_signer() {
+        let a = host_pod_signer("demo", "example.com/s");
+        assert!(a.starts_with("pods.vcp.dev/demo."), "{a}");
+        assert_eq!(a, host_pod_signer("demo", "example.com/s"));
+        assert_ne!(a, host_pod_signer("demo", "example.com/t"));
+        assert_ne!(a, host_pod_signer("other", "example.com/s"));
+        // A valid signer name: one '/', a dotted domain, a path of DNS-1123 subdomains.
+        let (domain, path) = a.split_once('/').unwrap();
+        assert!(domain.contains('.') && !path.contains('/'));
+        assert!(
+            path.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+        );
+    }
 
     #[test]
     fn event_names_are_deterministic_distinct_and_bounded() {

@@ -28,6 +28,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Debug;
+use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinSet};
 
@@ -313,6 +314,71 @@ where
             }
         });
         self.watching.insert(ns, (generation, task));
+    }
+}
+
+/// Keeps one watch of `K` (selected by `cfg`) running per host namespace of the tenant,
+/// following the set the namespace controllers publish, and sends every object it lists or
+/// sees change to `tx`; for loops that act on each host object as it comes (Events up, pod
+/// certificate requests) and keep no cache of their own. The watch tasks live in a
+/// `JoinSet`, so they end with this future.
+pub async fn each_namespace<K>(e: Arc<super::Engine>, cfg: watcher::Config, tx: mpsc::Sender<K>)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + 'static,
+{
+    let mut tasks = JoinSet::new();
+    let mut watching: HashMap<String, AbortHandle> = HashMap::new();
+    let mut set = e.host_namespace_set.subscribe();
+    loop {
+        let namespaces: BTreeSet<String> =
+            set.borrow_and_update().iter().flatten().cloned().collect();
+        watching.retain(|ns, task| {
+            let keep = namespaces.contains(ns);
+            if !keep {
+                tracing::debug!(ns = %ns, kind = K::kind(&()).as_ref(), "host namespace gone; stopped watching");
+                task.abort();
+            }
+            keep
+        });
+        for ns in namespaces {
+            if let std::collections::hash_map::Entry::Vacant(slot) = watching.entry(ns) {
+                let ns = slot.key().clone();
+                tracing::debug!(ns = %ns, kind = K::kind(&()).as_ref(), "watching host namespace");
+                let api = Api::<K>::namespaced(e.host.clone(), &ns);
+                slot.insert(tasks.spawn(forward(api, ns, cfg.clone(), tx.clone())));
+            }
+        }
+        // Reap finished (aborted) tasks so the set does not grow with namespace churn.
+        while tasks.try_join_next().is_some() {}
+        if set.changed().await.is_err() {
+            return; // the engine is gone
+        }
+    }
+}
+
+/// Sends every object of one host namespace (listed, then watched) to `tx`.
+async fn forward<K>(api: Api<K>, ns: String, cfg: watcher::Config, tx: mpsc::Sender<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static,
+{
+    let mut objects = watcher(api, cfg)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(r) = objects.next().await {
+        match r {
+            Ok(o) => {
+                if tx.send(o).await.is_err() {
+                    return; // the receiver is gone: the syncer is stopping
+                }
+            }
+            Err(err) => tracing::warn!(ns = %ns, error = %err, "host watch failed; retrying"),
+        }
     }
 }
 

@@ -40,6 +40,7 @@ pub mod endpoints;
 pub mod events;
 pub mod namespaces;
 pub mod netpols;
+pub mod podcerts;
 pub mod pods;
 pub mod pvcs;
 pub mod secrets;
@@ -80,6 +81,7 @@ pub const KINDS: &[(&str, Starter)] = &[
     ("netpols", netpols::start),
     ("pvcs", pvcs::start),
     ("events", events::start),
+    ("podcerts", podcerts::start),
 ];
 
 /// Runs every kind of [`KINDS`], each in its own task, until the future is dropped.

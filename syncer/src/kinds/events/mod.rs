@@ -25,11 +25,11 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::{HashMap, HashSet};
+use kube::runtime::watcher;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
-use tokio::task::{AbortHandle, JoinSet};
+
 use vcp_core::naming::{self, TenantKey, TenantRef};
 
 /// Entries each memory holds before it starts over.
@@ -69,62 +69,13 @@ pub async fn run(e: Arc<Engine>, concurrency: usize) {
             }
         }
     });
-    futures::join!(watch_namespaces(e.clone(), tx), copies);
-}
-
-/// Keeps one Event watch running per host namespace of this tenant, following the set the
-/// namespace controllers publish. The tasks live in a `JoinSet`, so they end with this future.
-async fn watch_namespaces(e: Arc<Engine>, tx: mpsc::Sender<Event>) {
-    let mut tasks = JoinSet::new();
-    let mut watching: HashMap<String, AbortHandle> = HashMap::new();
-    let mut set = e.host_namespace_set.subscribe();
-    loop {
-        let namespaces: HashSet<String> =
-            set.borrow_and_update().iter().flatten().cloned().collect();
-        watching.retain(|ns, task| {
-            let keep = namespaces.contains(ns);
-            if !keep {
-                tracing::debug!(ns = %ns, "host namespace gone; stopped watching its events");
-                task.abort();
-            }
-            keep
-        });
-        for ns in namespaces {
-            if let std::collections::hash_map::Entry::Vacant(slot) = watching.entry(ns) {
-                let ns = slot.key().clone();
-                tracing::debug!(ns = %ns, "watching host events");
-                slot.insert(tasks.spawn(forward(e.host.clone(), ns, tx.clone())));
-            }
-        }
-        // Reap finished (aborted) tasks so the set does not grow with namespace churn.
-        while tasks.try_join_next().is_some() {}
-        if set.changed().await.is_err() {
-            return; // the engine is gone
-        }
-    }
-}
-
-/// Sends every Event of host namespace `ns` (listed, then watched) to `tx`.
-async fn forward(host: kube::Client, ns: String, tx: mpsc::Sender<Event>) {
-    let mut events = watcher(
-        Api::<Event>::namespaced(host, &ns),
-        // The scheduler's binding records never reach the syncer: one Event per pod that
-        // would only be decoded and dropped ([`worth_copying`] still guards).
-        watcher::Config::default().fields(translate::NOT_WORTH_WATCHING),
-    )
-    .default_backoff()
-    .applied_objects()
-    .boxed();
-    while let Some(r) = events.next().await {
-        match r {
-            Ok(ev) => {
-                if tx.send(ev).await.is_err() {
-                    return; // the copier is gone: the syncer is stopping
-                }
-            }
-            Err(err) => tracing::warn!(ns = %ns, error = %err, "host event watch failed; retrying"),
-        }
-    }
+    // The scheduler's binding records never reach the syncer: one Event per pod that would
+    // only be decoded and dropped ([`worth_copying`] still guards).
+    let cfg = watcher::Config::default().fields(translate::NOT_WORTH_WATCHING);
+    futures::join!(
+        crate::engine::fanin::each_namespace(e.clone(), cfg, tx),
+        copies
+    );
 }
 
 async fn tenant_object(

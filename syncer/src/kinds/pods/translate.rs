@@ -29,6 +29,9 @@
 //!   kubelet, they are fixed when the pod is created: env cannot change on a running pod.
 //! - ConfigMap, Secret and PVC references keep their names: the objects are synced into the
 //!   same host namespace under the same names.
+//! - `podCertificate` projected sources name vcp's signer for the tenant's
+//!   ([`crate::naming::host_pod_signer`]): the host kubelet's request is relayed to the tenant,
+//!   whose signer answers it ([`crate::kinds::podcerts`]).
 //! - `clusterTrustBundle` projected sources become keys of one host ConfigMap per pod
 //!   ([`crate::naming::trust_bundles_name`]), which the syncer fills from the *tenant's*
 //!   ClusterTrustBundles ([`trust_bundle_content`]); a host kubelet would read the host's.
@@ -289,6 +292,10 @@ pub fn to_host_noting(pod: &Pod, ctx: &Ctx, env: &PodEnv) -> (Pod, Vec<String>) 
         for (j, src) in sources.enumerate() {
             if let Some(b) = src.cluster_trust_bundle.take() {
                 *src = host_trust_bundle_source(&bundles, trust_bundle_key(i, j), &b);
+            }
+            // The host kubelet asks vcp's signer, which the syncer relays to the tenant's.
+            if let Some(c) = src.pod_certificate.as_mut() {
+                c.signer_name = crate::naming::host_pod_signer(ctx.key.as_str(), &c.signer_name);
             }
         }
     }
@@ -1575,6 +1582,26 @@ mod tests {
             .flat_map(|s| s.init_containers.iter().flatten())
             .map(|c| c.name.clone())
             .collect()
+    }
+
+    #[test]
+    fn a_pod_certificate_source_names_vcps_signer_for_the_tenants() {
+        let mut pod = tenant_pod();
+        pod.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(serde_json::json!({
+            "name": "certs", "projected": {"sources": [
+                {"podCertificate": {"signerName": "kubernetes.io/kube-apiserver-client-pod", "keyType": "ED25519", "credentialBundlePath": "b"}},
+            ]},
+        })).unwrap()]);
+        let host = to_host(&pod, &ctx(), &env());
+        let v = &host.spec.unwrap().volumes.unwrap()[0];
+        let src = &v.projected.as_ref().unwrap().sources.as_ref().unwrap()[0];
+        let signer = &src.pod_certificate.as_ref().unwrap().signer_name;
+        assert_eq!(
+            signer,
+            &crate::naming::host_pod_signer("demo", "kubernetes.io/kube-apiserver-client-pod"),
+            "a host signer's name never reaches the host"
+        );
+        assert!(signer.starts_with("pods.vcp.dev/demo."));
     }
 
     #[test]
