@@ -2549,3 +2549,139 @@ async fn what_the_tenant_removes_goes_from_the_host_too() -> Res {
     .await?;
     Ok(())
 }
+
+/// The host kubelet's request for a pod certificate reaches the tenant's signer through the
+/// syncer, and its answer reaches the host request: the test plays the kubelet (a request
+/// on the host, for the host pod, with a stub PKCS#10 request of a key of its own) and the
+/// tenant's signer (an Issued answer in the tenant).
+#[tokio::test]
+async fn pod_certificate_requests_go_to_the_tenants_signer_and_its_answer_to_the_host() -> Res {
+    use k8s_openapi::api::certificates::v1::PodCertificateRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let Synced {
+        host,
+        tenant,
+        cp: _cp,
+        _syncer,
+        ..
+    } = synced("pcrt").await?;
+    namespace(&tenant, "apps").await?;
+    let signer = "e2e.example.com/pcrt-signer";
+    create::<Pod>(&tenant, "apps", serde_json::json!({
+        "metadata": {"name": "svc"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                 "volumes": [{"name": "certs", "projected": {"sources": [
+                     {"podCertificate": {"signerName": signer, "keyType": "ECDSAP256", "credentialBundlePath": "bundle.pem"}}]}}]},
+    })).await?;
+    let tenant_pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    let tp = eventually("tenant pod running", Duration::from_secs(60), || async {
+        Ok(Some(tenant_pods.get("svc").await?).filter(running))
+    })
+    .await?;
+    let hp = Api::<Pod>::namespaced(host.clone(), "pcrt-apps")
+        .get("svc")
+        .await?;
+    let host_signer = {
+        let v = &hp.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+        let src = &v.projected.as_ref().unwrap().sources.as_ref().unwrap()[0];
+        src.pod_certificate.as_ref().unwrap().signer_name.clone()
+    };
+    assert!(
+        host_signer.starts_with("pods.vcp.dev/pcrt."),
+        "{host_signer}: the tenant's signer name never reaches the host"
+    );
+
+    // The kubelet's request, on the host.
+    let key = rcgen::KeyPair::generate()?;
+    let stub = rcgen::CertificateParams::new(Vec::<String>::new())?.serialize_request(&key)?;
+    let stub_der = stub.der().to_vec();
+    let node = hp.spec.as_ref().unwrap().node_name.clone().unwrap();
+    let node_uid = Api::<Node>::all(host.clone())
+        .get(&node)
+        .await?
+        .uid()
+        .unwrap();
+    let sa_uid = Api::<ServiceAccount>::namespaced(host.clone(), "pcrt-apps")
+        .get_opt("default")
+        .await?
+        .and_then(|s| s.uid())
+        .unwrap_or_else(|| "no-service-account".into());
+    let host_requests: Api<PodCertificateRequest> = Api::namespaced(host.clone(), "pcrt-apps");
+    let asked: PodCertificateRequest = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "svc-req1"},
+        "spec": {
+            "signerName": host_signer, "podName": "svc", "podUID": hp.uid().unwrap(),
+            "serviceAccountName": "default", "serviceAccountUID": sa_uid,
+            "nodeName": node, "nodeUID": node_uid, "maxExpirationSeconds": 86400,
+            "stubPKCS10Request": k8s_openapi::ByteString(stub_der.clone()),
+        },
+    }))?;
+    host_requests.create(&PostParams::default(), &asked).await?;
+
+    // The same request in the tenant, for the tenant's pod, naming the tenant's signer.
+    let tenant_requests: Api<PodCertificateRequest> = Api::namespaced(tenant.clone(), "apps");
+    let relayed = eventually(
+        "the request in the tenant",
+        Duration::from_secs(30),
+        || async { Ok(tenant_requests.get_opt("svc-req1").await?) },
+    )
+    .await?;
+    let s = &relayed.spec;
+    assert_eq!(s.signer_name, signer);
+    assert_eq!(
+        (s.pod_name.as_str(), Some(s.pod_uid.clone())),
+        ("svc", tp.uid())
+    );
+    assert_eq!(s.service_account_name, "default");
+    assert_eq!(
+        s.node_name,
+        tp.spec.as_ref().unwrap().node_name.clone().unwrap()
+    );
+    assert_eq!(s.stub_pkc_s10_request.0, stub_der);
+
+    // The tenant's signer answers it.
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
+    let mut leaf = rcgen::CertificateSigningRequestParams::from_der(&stub_der.clone().into())?;
+    let now = time::OffsetDateTime::now_utc().replace_nanosecond(0)?;
+    let (not_before, not_after) = (
+        now - time::Duration::minutes(1),
+        now + time::Duration::hours(2),
+    );
+    leaf.params.not_before = not_before;
+    leaf.params.not_after = not_after;
+    let chain = leaf.signed_by(&ca)?.pem();
+    let rfc = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    let mut answered = relayed.clone();
+    answered.status = Some(serde_json::from_value(serde_json::json!({
+        "certificateChain": chain,
+        "notBefore": rfc(not_before), "notAfter": rfc(not_after),
+        "beginRefreshAt": rfc(now + time::Duration::hours(1)),
+        "conditions": [{"type": "Issued", "status": "True", "reason": "Issued", "message": "test signer",
+                        "lastTransitionTime": rfc(now), "observedGeneration": relayed.metadata.generation}],
+    }))?);
+    tenant_requests
+        .replace_status("svc-req1", &PostParams::default(), &answered)
+        .await?;
+
+    // The kubelet finds the answer on the host.
+    let done = eventually(
+        "the answer on the host",
+        Duration::from_secs(30),
+        || async {
+            Ok(host_requests
+                .get("svc-req1")
+                .await?
+                .status
+                .filter(|s| s.certificate_chain.is_some()))
+        },
+    )
+    .await?;
+    assert_eq!(done.certificate_chain.as_deref(), Some(chain.as_str()));
+    Ok(())
+}
