@@ -197,6 +197,27 @@ struct Runner<K: Resource + Clone> {
     cached: Cached<K>,
 }
 
+/// A kind a host watch per namespace can carry.
+pub trait Namespaced:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Send
+    + 'static
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + 'static
+{
+}
+
 /// What the cache holds in a namespace.
 type Cached<K> = Box<dyn Fn(&str) -> Vec<K> + Send>;
 
@@ -209,13 +230,7 @@ pub fn stream<K>(
     cached: impl Fn(&str) -> Vec<K> + Send + 'static,
 ) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Namespaced + Sync,
 {
     let (tx, rx) = mpsc::channel(256);
     let runner = Runner {
@@ -322,15 +337,11 @@ where
 /// sees change to `tx`; for loops that act on each host object as it comes (Events up, pod
 /// certificate requests) and keep no cache of their own. The watch tasks live in a
 /// `JoinSet`, so they end with this future.
-pub async fn each_namespace<K>(e: Arc<super::Engine>, cfg: watcher::Config, tx: mpsc::Sender<K>)
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + 'static,
-{
+pub async fn each_namespace<K: Namespaced>(
+    e: Arc<super::Engine>,
+    cfg: watcher::Config,
+    tx: mpsc::Sender<K>,
+) {
     let mut tasks = JoinSet::new();
     let mut watching: HashMap<String, AbortHandle> = HashMap::new();
     let mut set = e.host_namespace_set.subscribe();

@@ -163,20 +163,13 @@ async fn relay(e: &Engine, h: &PodCertificateRequest) -> Result<bool> {
                 .and_then(|s| s.service_account_name.clone())
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| "default".to_owned());
-            let sa_uid = Api::<ServiceAccount>::namespaced(e.tenant.clone(), &ns)
-                .get(&sa)
-                .await
-                .map_err(kube_err(format!("get tenant service account {ns}/{sa}")))?
-                .metadata
-                .uid
-                .unwrap_or_default();
-            let node_uid = Api::<Node>::all(e.tenant.clone())
-                .get(&node)
-                .await
-                .map_err(kube_err(format!("get tenant node {node}")))?
-                .metadata
-                .uid
-                .unwrap_or_default();
+            let sa_uid = uid_of(
+                Api::<ServiceAccount>::namespaced(e.tenant.clone(), &ns),
+                &sa,
+                "service account",
+            )
+            .await?;
+            let node_uid = uid_of(Api::<Node>::all(e.tenant.clone()), &node, "node").await?;
             let want = translate::to_tenant(h, &tp, &signer, &sa_uid, &node_uid);
             match api.create(&PostParams::default(), &want).await {
                 Ok(_) => {
@@ -217,6 +210,18 @@ async fn relay(e: &Engine, h: &PodCertificateRequest) -> Result<bool> {
             "answer host pod certificate request {host_ns}/{name}"
         ))(err)),
     }
+}
+
+/// The UID of tenant object `name` (a `what`), read once per relayed request.
+async fn uid_of<K>(api: Api<K>, name: &str, what: &str) -> Result<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let o = api
+        .get(name)
+        .await
+        .map_err(kube_err(format!("get tenant {what} {name}")))?;
+    Ok(o.meta().uid.clone().unwrap_or_default())
 }
 
 /// Starts relaying pod certificate requests (see [`super::KINDS`]).
