@@ -186,12 +186,14 @@ async fn pods_that_would_escape_stay_pending_in_the_tenant_and_never_reach_the_h
         "spec.runtimeClassName",
     )
     .await?;
-    // A projected source that makes the host issue a certificate for a tenant workload.
+    // A projected certificate of a host signer's name: the host pod asks vcp's signer for
+    // the tenant instead, which only the tenant's own signers answer (through the syncer), so
+    // the host never issues a certificate for a tenant workload.
     let cert = create::<Pod>(&t.tenant, Some("apps"), serde_json::json!({
         "metadata": {"name": "cert"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}],
             "volumes": [{"name": "id", "projected": {"sources": [{"podCertificate": {
-                "signerName": "example.com/signer", "keyType": "ED25519", "credentialBundlePath": "bundle.pem"}}]}}]},
+                "signerName": "kubernetes.io/kube-apiserver-client-pod", "keyType": "ED25519", "credentialBundlePath": "bundle.pem"}}]}}]},
     }))
     .await;
     match cert {
@@ -207,7 +209,18 @@ async fn pods_that_would_escape_stay_pending_in_the_tenant_and_never_reach_the_h
                     })
                 }) =>
         {
-            kept_off_the_host(&t, "isoa", "cert", "PolicyRefused", "podCertificate").await?;
+            let host = Api::<Pod>::namespaced(t.host.clone(), "isoa-apps");
+            let hp = eventually("cert on the host", WAIT, || async {
+                Ok(host.get_opt("cert").await?)
+            })
+            .await?;
+            let v = &hp.spec.unwrap().volumes.unwrap()[0];
+            let src = &v.projected.as_ref().unwrap().sources.as_ref().unwrap()[0];
+            let signer = &src.pod_certificate.as_ref().unwrap().signer_name;
+            assert!(
+                signer.starts_with("pods.vcp.dev/isoa."),
+                "the host pod asks {signer}"
+            );
         }
         other => eprintln!(
             "skipped the podCertificate attempt: the tenant apiserver does not serve the field (its feature gate is off): {:?}",
