@@ -2685,3 +2685,56 @@ async fn pod_certificate_requests_go_to_the_tenants_signer_and_its_answer_to_the
     assert_eq!(done.certificate_chain.as_deref(), Some(chain.as_str()));
     Ok(())
 }
+
+/// A tenant pod held by a finalizer (a Job's, say) and deleted: once its host pod is gone it
+/// gets a terminal phase, as a kubelet gives a pod it stopped, so the finalizer's owner can
+/// let it go; without one it would wait forever.
+#[tokio::test]
+async fn a_deleted_pod_held_by_a_finalizer_ends_failed_once_its_host_pod_is_gone() -> Res {
+    let Synced {
+        host,
+        tenant,
+        cp: _cp,
+        _syncer,
+        ..
+    } = synced("fnlz").await?;
+    namespace(&tenant, "apps").await?;
+    create::<Pod>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    eventually("held running", Duration::from_secs(60), || async {
+        Ok(Some(pods.get("held").await?).filter(running))
+    })
+    .await?;
+    pods.delete("held", &DeleteParams::default()).await?;
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "fnlz-apps");
+    eventually("the host pod gone", Duration::from_secs(60), || async {
+        Ok(host_pods.get_opt("held").await?.is_none().then_some(()))
+    })
+    .await?;
+    let ended = eventually("held Failed", Duration::from_secs(30), || async {
+        Ok(Some(pods.get("held").await?)
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")))
+    })
+    .await?;
+    assert!(ended.metadata.deletion_timestamp.is_some());
+    // Its owner lets it go.
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
+    eventually("held gone", Duration::from_secs(30), || async {
+        Ok(pods.get_opt("held").await?.is_none().then_some(()))
+    })
+    .await?;
+    Ok(())
+}

@@ -169,6 +169,12 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             HostSide::Foreign(_) => remove_tenant_pod(e, &t).await?,
             HostSide::Absent => {
                 if host_pod_gone(e, &desired).await? {
+                    // A kubelet gives a deleted pod its terminal phase before it goes; a
+                    // finalizer (a Job's) waits for that phase, and with the host pod gone
+                    // nothing else would ever set it.
+                    if let Some(status) = translate::terminal_status(t.status.as_ref()) {
+                        up::set_status(e, &t, &status).await?;
+                    }
                     remove_tenant_pod(e, &t).await?;
                 }
             }

@@ -829,8 +829,33 @@ pub fn status_to_tenant(
     // host pod may differ (the plan's container defaults make a BestEffort pod Burstable), and
     // the tenant refuses any change of it.
     want.qos_class = tenant.and_then(|t| t.qos_class.clone());
+    // Conditions only the tenant's side sets (its eviction's `DisruptionTarget`): the host
+    // pod has none of them, and a controller reads them (a Job's pod failure policy).
+    let own = tenant
+        .into_iter()
+        .flat_map(|t| t.conditions.iter().flatten())
+        .filter(|c| c.type_ == "DisruptionTarget");
+    for c in own {
+        let conditions = want.conditions.get_or_insert_with(Vec::new);
+        if !conditions.iter().any(|h| h.type_ == c.type_) {
+            conditions.push(c.clone());
+        }
+    }
     let shown = tenant.is_some_and(|have| same_status(have, &want));
     (!shown).then_some(want)
+}
+
+/// The status a tenant pod gets when it is being deleted and its host pod is already gone
+/// before a terminal phase reached it: `Failed`, as a kubelet ends a pod it stopped, with the
+/// rest of what the tenant shows kept. `None` when the phase is terminal already.
+pub fn terminal_status(shown: Option<&PodStatus>) -> Option<PodStatus> {
+    let phase = shown.and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Failed" | "Succeeded")) {
+        return None;
+    }
+    let mut status = shown.cloned().unwrap_or_default();
+    status.phase = Some("Failed".into());
+    Some(status)
 }
 
 /// The `observedGeneration` tenant pod `tenant` shows: its own generation once host pod `host`
@@ -1874,5 +1899,35 @@ mod resize_tests {
         status.status.as_mut().unwrap().phase = Some("Running".into());
         let up = status_to_tenant(&status, None, Some(2)).unwrap();
         assert_eq!(up.observed_generation, Some(2), "not the host's 3");
+    }
+
+    #[test]
+    fn the_tenants_own_disruption_condition_stays_and_a_stopped_pod_ends_failed() {
+        let host: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        let shown: PodStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
+        }))
+        .unwrap();
+        let up = status_to_tenant(&host, Some(&shown), None).unwrap();
+        let types: Vec<&str> = up
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(types, ["Ready", "DisruptionTarget"]);
+        let ended = terminal_status(Some(&shown)).unwrap();
+        assert_eq!(ended.phase.as_deref(), Some("Failed"));
+        assert_eq!(ended.conditions, shown.conditions, "the rest kept");
+        assert_eq!(terminal_status(Some(&ended)), None, "terminal already");
+        assert_eq!(
+            terminal_status(None).unwrap().phase.as_deref(),
+            Some("Failed")
+        );
     }
 }

@@ -145,24 +145,7 @@ pub async fn sync_up(e: &Engine, p: &super::PodCtx, t: &Pod, h: &Pod, in_sync: b
     }
     let observed = observed_generation(h, t, in_sync);
     if let Some(status) = status_to_tenant(h, shown.as_ref(), observed) {
-        let patch = serde_json::json!({"status": status});
-        let request = kube::core::Request::new(Pod::url_path(&(), Some(&ns)))
-            .patch_subresource(
-                "status",
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .map_err(|err| {
-                kube_err(format!("update status of tenant pod {ns}/{name}"))(
-                    kube::Error::BuildRequest(err),
-                )
-            })?;
-        // The answer is the whole pod, which the tenant watch delivers anyway: not decoded.
-        e.tenant
-            .request_text(request)
-            .await
-            .map_err(kube_err(format!("update status of tenant pod {ns}/{name}")))?;
+        set_status(e, t, &status).await?;
         wrote.replaced.extend(shown);
         wrote.status = Some(status);
         changed = true;
@@ -171,6 +154,31 @@ pub async fn sync_up(e: &Engine, p: &super::PodCtx, t: &Pod, h: &Pod, in_sync: b
         wrote.at = std::time::Instant::now();
         p.up_writes.record(&uid, wrote);
     }
+    Ok(())
+}
+
+/// Writes `status` as tenant pod `t`'s (a merge patch of the status subresource).
+pub async fn set_status(e: &Engine, t: &Pod, status: &PodStatus) -> Result<()> {
+    let ns = t.namespace().unwrap_or_default();
+    let name = t.name_any();
+    let patch = serde_json::json!({"status": status});
+    let request = kube::core::Request::new(Pod::url_path(&(), Some(&ns)))
+        .patch_subresource(
+            "status",
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .map_err(|err| {
+            kube_err(format!("update status of tenant pod {ns}/{name}"))(kube::Error::BuildRequest(
+                err,
+            ))
+        })?;
+    // The answer is the whole pod, which the tenant watch delivers anyway: not decoded.
+    e.tenant
+        .request_text(request)
+        .await
+        .map_err(kube_err(format!("update status of tenant pod {ns}/{name}")))?;
     Ok(())
 }
 
