@@ -59,6 +59,18 @@ run_one() { # dir name exe -> exit status; output in the log
   return "$status"
 }
 
+# A failed binary's log, shortened: the test harness's own summary of what failed, else the
+# log's end. awk, not `| head`: head closing the pipe early killed the writer with SIGPIPE,
+# and pipefail turned a failed run into exit 141 before the list of failures was printed
+# (CI, 2026-11-29). tests/dev/tests/scripts.rs runs this function.
+failure_summary() { # log
+  if grep -q '^failures:' "$1" 2>/dev/null; then
+    awk '/^failures:/ { p = 1 } p && n++ < 300' "$1"
+  else
+    tail -60 "$1" 2>/dev/null || true
+  fi
+}
+
 failed=()
 echo "--- unit tests"
 while IFS=$'\t' read -r kind dir name exe; do
@@ -93,12 +105,7 @@ if (( ${#failed[@]} )); then
   for f in "${failed[@]}"; do
     echo
     echo "=== $f: failures"
-    # The test harness's own summary of what failed, else the log's end.
-    if grep -q '^failures:' "$logs/$f.log" 2>/dev/null; then
-      sed -n '/^failures:/,$p' "$logs/$f.log" | head -300
-    else
-      tail -60 "$logs/$f.log" 2>/dev/null
-    fi
+    failure_summary "$logs/$f.log"
   done
   echo
   echo "failed: ${failed[*]}"

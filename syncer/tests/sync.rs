@@ -1943,6 +1943,23 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
         serde_json::json!({"metadata": {"name": "none"}, "spec": {"hard": {"pods": "0"}}}),
     )
     .await?;
+    // Counted by the host's quota controller first: before that, an apiserver whose quota
+    // informer lags (a loaded machine) still admits the pod, and no error ever comes (the
+    // test failed so twice under the full suite).
+    let quotas =
+        Api::<k8s_openapi::api::core::v1::ResourceQuota>::namespaced(host.clone(), "e2el-full");
+    eventually(
+        "the host quota counted",
+        Duration::from_secs(60),
+        || async {
+            let q = quotas.get("none").await?;
+            Ok(q.status
+                .and_then(|s| s.hard)
+                .is_some_and(|h| h.contains_key("pods"))
+                .then_some(()))
+        },
+    )
+    .await?;
     create::<Pod>(
         &tenant,
         "full",
