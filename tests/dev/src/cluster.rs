@@ -858,15 +858,15 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         let mut kwok = process::spawn(&kwok, mode, &l.log("kwok"))?;
         let mut metrics_server = process::spawn(&metrics_server, mode, &l.log("metrics-server"))?;
         let devnode = process::spawn(&devnode, mode, &l.log("devnode"))?;
+        let client = client_from(&admin_kc).await?;
         let (real_node, real_node_host_ip, node_images) = if opts.real_node {
             let t = Instant::now();
-            let (relay, proc, net) = start_real_node(&dir, api_port, mode).await?;
+            let (relay, proc, net) = start_real_node(&client, &dir, api_port, mode).await?;
             (Some([relay, proc]), Some(net.host_ip()), Some(t.elapsed()))
         } else {
             (None, None, None)
         };
 
-        let client = client_from(&admin_kc).await?;
         let provisioner = match mode {
             Supervision::Attached => (
                 Some(Provisioner::start(admin_kc.clone(), dir.join("volumes"))?),
@@ -1010,6 +1010,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
 /// Claims a node network, writes the node's files, starts it and imports its images; on
 /// failure, removes the network again.
 async fn start_real_node(
+    client: &Client,
     dir: &Path,
     api_port: u16,
     mode: Supervision,
@@ -1019,6 +1020,7 @@ async fn start_real_node(
         dir: dir.join(crate::node::DIR),
     };
     let started = async {
+        readdress_node(client, net.node_ip()).await?;
         layout.write(&net, &dir.join("pki"))?;
         let relay = crate::node::api_relay(&net, api_port)?;
         let relay = process::spawn(&relay, mode, &layout.dir.join("logs/api-relay.log"))?;
@@ -1036,6 +1038,47 @@ async fn start_real_node(
         net.sweep();
     }
     started
+}
+
+/// Gives the real node's Node object, if an earlier start of this state dir left one, the
+/// address the node has now. The node's network index (and so its address) can differ from
+/// the last start's; kube-proxy read the old address at start, then exited when the kubelet
+/// changed it ("NodeIPs changed"), and that stopped the whole node (2026-11-29).
+async fn readdress_node(client: &Client, ip: std::net::Ipv4Addr) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = crate::node::NODE_NAME;
+    let found = nodes
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get node {name}")))?;
+    let Some(patch) = found.and_then(|n| node_readdress(&n, ip)) else {
+        return Ok(());
+    };
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::kube(format!("set node {name}'s address")))?;
+    Ok(())
+}
+
+/// The status patch that gives `node` the internal address `ip`, if it names another one.
+/// A merge patch replaces the whole address list, which the kubelet rewrites anyway.
+fn node_readdress(node: &Node, ip: std::net::Ipv4Addr) -> Option<serde_json::Value> {
+    let ip = ip.to_string();
+    let addresses = node.status.as_ref()?.addresses.as_ref()?;
+    let internal = addresses.iter().filter(|a| a.type_ == "InternalIP");
+    if internal.clone().all(|a| a.address == ip) {
+        return None;
+    }
+    let kept = addresses
+        .iter()
+        .filter(|a| a.type_ != "InternalIP")
+        .map(|a| serde_json::json!({"type": a.type_, "address": a.address}));
+    let list: Vec<serde_json::Value> =
+        std::iter::once(serde_json::json!({"type": "InternalIP", "address": ip}))
+            .chain(kept)
+            .collect();
+    Some(serde_json::json!({"status": {"addresses": list}}))
 }
 
 /// Server-side applies each object (`apiVersion`, `kind`, `metadata.name` and, when
@@ -1341,6 +1384,33 @@ async fn wait_nodes_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_left_with_another_address_is_readdressed_and_one_with_its_own_is_not() {
+        let node = |ip: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "vcp-node-0"},
+                "status": {"addresses": [
+                    {"type": "InternalIP", "address": ip},
+                    {"type": "Hostname", "address": "vcp-node-0"},
+                ]},
+            }))
+            .unwrap()
+        };
+        let now: std::net::Ipv4Addr = "10.243.0.2".parse().unwrap();
+        assert_eq!(node_readdress(&node("10.243.0.2"), now), None);
+        assert_eq!(
+            node_readdress(&node("10.243.4.2"), now),
+            Some(serde_json::json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": "10.243.0.2"},
+                {"type": "Hostname", "address": "vcp-node-0"},
+            ]}}))
+        );
+        // A node with no status yet: nothing to correct.
+        let bare: Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}})).unwrap();
+        assert_eq!(node_readdress(&bare, now), None);
+    }
 
     #[test]
     fn pem_bundle_decodes_every_certificate() {

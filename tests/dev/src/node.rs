@@ -224,6 +224,21 @@ impl Layout {
         self.path("run/containerd.sock")
     }
 
+    /// Empties `run/`, the node's `/run`: containerd's socket and its shims' task state. A
+    /// node that was killed (its session ended, say) leaves them behind, and the next start
+    /// then found the old socket at once, called `ctr` while containerd was still reloading
+    /// dead shims, and failed with "no such file" (2026-11-29). Nothing in it outlives the
+    /// node's processes, as `/run` does not outlive a boot.
+    pub fn reset_runtime_state(&self) -> Result<()> {
+        let run = self.path("run");
+        match std::fs::remove_dir_all(&run) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&run)(e)),
+        }
+        std::fs::create_dir_all(&run).map_err(Error::io(&run))
+    }
+
     /// Writes every file the node reads: certificates (issued by the cluster CA from
     /// `pki_dir`), kubeconfig, configurations, the CNI plugins' and node binaries' links and
     /// `run.sh`.
@@ -239,7 +254,6 @@ impl Layout {
             "cni/conf",
             "cni/ipam",
             "pki",
-            "run",
             "containerd",
             "kubelet",
             "logs",
@@ -251,6 +265,7 @@ impl Layout {
             let p = self.path(d);
             std::fs::create_dir_all(&p).map_err(Error::io(&p))?;
         }
+        self.reset_runtime_state()?;
         let read = |n: &str| {
             let p = pki_dir.join(n);
             std::fs::read_to_string(&p).map_err(Error::io(p))
@@ -1018,6 +1033,27 @@ mod tests {
             dir.path().canonicalize().unwrap()
         );
         assert_eq!(net.index, 3);
+    }
+
+    #[test]
+    fn a_restarted_node_starts_without_the_runtime_state_of_the_last_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Layout {
+            dir: dir.path().to_owned(),
+        };
+        l.reset_runtime_state().unwrap();
+        let stale_shim = l.path("run/containerd-state/io.containerd.runtime.v2.task/k8s.io/c1");
+        std::fs::create_dir_all(&stale_shim).unwrap();
+        std::fs::write(l.containerd_socket(), "").unwrap();
+        std::fs::write(l.path("kubelet.yaml"), "kept").unwrap();
+        l.reset_runtime_state().unwrap();
+        assert!(!l.containerd_socket().exists());
+        assert!(!stale_shim.exists());
+        assert_eq!(std::fs::read_dir(l.path("run")).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_to_string(l.path("kubelet.yaml")).unwrap(),
+            "kept"
+        );
     }
 
     #[test]
