@@ -1983,6 +1983,84 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
     Ok(())
 }
 
+/// A host status change costs one pass: the status it copies up comes back as a tenant event
+/// the syncer recognises as its own write's, and that echo triggers no second pass.
+#[tokio::test]
+async fn a_status_copied_up_costs_one_pass_not_two() -> Res {
+    let cluster = DevCluster::shared().await?;
+    let cp = TenantControlPlane::start("e2ew").await?;
+    let [port] = vcp_dev::process::free_ports()?;
+    let listen = format!("--listen=127.0.0.1:{port}");
+    let _syncer = cp.start_syncer(cluster, &[&listen])?;
+    let tenant = cp.connect().await?;
+    namespace_for_pods(&tenant, "apps").await?;
+    create::<Pod>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    eventually(
+        "the tenant pod running",
+        Duration::from_secs(120),
+        || async { Ok(running(&pods.get("p").await?).then_some(())) },
+    )
+    .await?;
+    let passes = || async {
+        let text = http_get(port, "/metrics").await?;
+        Ok::<_, anyhow::Error>(
+            sample(
+                &text,
+                r#"vcp_syncer_sync_duration_seconds_count{kind="Pod",direction="down"}"#,
+            )
+            .unwrap_or(0.0),
+        )
+    };
+    // Settled: the passes of the pod's start are over.
+    let mut before = passes().await?;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = passes().await?;
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    let host = cluster.connect().await?;
+    let host_pods: Api<Pod> = Api::namespaced(host, "e2ew-apps");
+    host_pods
+        .patch_status(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(serde_json::json!({"status": {"conditions": [
+                {"type": "example.com/Probe", "status": "True"},
+            ]}})),
+        )
+        .await?;
+    eventually("the condition up", Duration::from_secs(30), || async {
+        let p = pods.get("p").await?;
+        let shown = p
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "example.com/Probe"));
+        Ok(shown.then_some(()))
+    })
+    .await?;
+    // Time for an echo's pass, had there been one.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = passes().await?;
+    assert_eq!(
+        after - before,
+        1.0,
+        "one pass for the host's change, none for the echo of the status it wrote up"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn gc_never_deletes_look_alikes_outside_the_host_namespaces_it_owns() -> Res {
     use vcp_core::naming::{ANN_NAME, ANN_NAMESPACE};

@@ -26,6 +26,7 @@
 pub mod backstop;
 pub mod by_namespace;
 pub mod decide;
+pub mod echo;
 pub mod fanin;
 pub mod ownership;
 pub mod quota;
@@ -114,6 +115,8 @@ pub struct Engine {
     /// cache is listed: every host watch of a namespaced kind runs per namespace of this set
     /// (the syncer's credentials reach no other, see [`fanin`]).
     pub host_namespace_set: tokio::sync::watch::Sender<fanin::NamespaceSet>,
+    /// The versions the syncer's own writes made, whose events trigger no down pass.
+    pub echoes: echo::Echoes,
 }
 
 impl Engine {
@@ -159,6 +162,7 @@ impl Engine {
             tenant_netpols_by_ns: Default::default(),
             control_plane_namespace: None,
             host_namespace_set: tokio::sync::watch::channel(None).0,
+            echoes: Default::default(),
         }
     }
 
@@ -221,6 +225,12 @@ pub trait Synced:
     fn unchanged(_desired: &Self, _host: &Self) -> bool {
         false
     }
+
+    /// Whether the down pass may skip the host watch's event of an object it just created
+    /// ([`echo`]): true only for a kind whose pass has nothing to learn from the host's answer
+    /// to its own create. Off by default: a kind that copies what the host filled in (a
+    /// Service's address) learns it from that event.
+    const SKIPS_CREATE_ECHO: bool = false;
 }
 
 /// The two caches of one kind.
@@ -255,7 +265,10 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
         ..Default::default()
     };
     match api.create(&pp, desired).await {
-        Ok(_) => {
+        Ok(created) => {
+            if K::SKIPS_CREATE_ECHO {
+                e.echoes.expect_obj(&created);
+            }
             tracing::debug!(kind = K::kind(&()).as_ref(), ns = %ns, name = %name, "created on host");
             Ok(Placed::Ours)
         }
@@ -625,6 +638,14 @@ pub async fn run_kind_on<K: Synced>(
     let mut tenant = Shared::<K>::new();
     let mut host = Shared::<K>::new();
     K::observe(&engine, &own, &mut tenant, &mut host);
+    for side in [&mut tenant, &mut host] {
+        let e = engine.clone();
+        side.observe(Box::new(move |o: &K, present| {
+            if let (false, Some(uid)) = (present, o.meta().uid.as_deref()) {
+                e.echoes.forget(uid);
+            }
+        }));
+    }
     with_stores(tenant.cache(), host.cache());
     let side = Arc::new(Side {
         engine: engine.clone(),
@@ -636,26 +657,34 @@ pub async fn run_kind_on<K: Synced>(
 
     let k2 = key.clone();
     let kind = K::kind(&()).to_string();
-    let down_fut = Controller::for_shared_stream(tenant.subscribe(), tenant.store())
-        .with_config(config.clone())
-        .watches_shared_stream(host.subscribe(), move |h: Arc<K>| {
-            to_tenant_ref(&k2, h.as_ref())
-        })
-        .reconcile_all_on(again)
-        .run(
-            move |t, s: Arc<Side<K>>| {
-                let kind = kind.clone();
-                async move {
-                    let e = s.engine.clone();
-                    e.metrics
-                        .timed(&kind, Direction::Down, true, down(t, s))
-                        .await
-                }
-            },
-            backoff,
-            side.clone(),
-        )
-        .for_each(|_| async {});
+    // The syncer's own writes come back as events; each was decided by the pass that wrote
+    // it, so it triggers nothing (see `echo`). The caches take every event all the same.
+    let not_echo =
+        |e: Arc<Engine>| move |o: &Arc<K>| futures::future::ready(!e.echoes.is_echo(o.as_ref()));
+    let down_fut = Controller::for_shared_stream(
+        tenant.subscribe().filter(not_echo(engine.clone())),
+        tenant.store(),
+    )
+    .with_config(config.clone())
+    .watches_shared_stream(
+        host.subscribe().filter(not_echo(engine.clone())),
+        move |h: Arc<K>| to_tenant_ref(&k2, h.as_ref()),
+    )
+    .reconcile_all_on(again)
+    .run(
+        move |t, s: Arc<Side<K>>| {
+            let kind = kind.clone();
+            async move {
+                let e = s.engine.clone();
+                e.metrics
+                    .timed(&kind, Direction::Down, true, down(t, s))
+                    .await
+            }
+        },
+        backoff,
+        side.clone(),
+    )
+    .for_each(|_| async {});
 
     // GC: triggered by host objects and, so deletions act at once, by tenant ones.
     let k3 = key.clone();

@@ -469,7 +469,7 @@ async fn sync_on(
     // The bench creates more pods than the default tenant quota (100) admits; quota is not
     // what it measures.
     let policy = tenant_cp.policy_flag("quota: {}")?;
-    let syncer = &*syncer_slot.insert(tenant_cp.start_syncer_binary(
+    let syncer = syncer_slot.insert(tenant_cp.start_syncer_binary(
         cluster,
         &binary,
         &["--workers=32", &listen, &policy],
@@ -478,6 +478,9 @@ async fn sync_on(
     namespace(&tenant, "burst").await?;
     // The syncer idle, its caches listed: memory per pod is what it grows by from here.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // A syncer that exited at start (an old build refusing a flag the harness passes) would
+    // leave the burst waiting for pods that never go down: say so, with its log's end.
+    syncer.check_running()?;
     let (idle_rss_mib, _) = proc_usage(syncer.pid);
     let cpu_synced_start = descendants_cpu();
     let synced_s = burst(&tenant, "burst", b.pods, b.concurrency, b.tokens).await?;
@@ -497,6 +500,7 @@ async fn sync_on(
         .context("waiting for the host namespace of the tenant's `lat`")?
         .is_none()
     {
+        syncer.check_running()?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let watches = [

@@ -514,6 +514,11 @@ fn drifted(desired: &Pod, host: &Pod) -> bool {
 impl Synced for Pod {
     type Own = PodCtx;
 
+    /// A new host pod has nothing to tell the pass that created it: it is not scheduled yet
+    /// (or bound where the create asked), and its scheduling, running and status each come
+    /// as an event of their own.
+    const SKIPS_CREATE_ECHO: bool = true;
+
     fn to_host(t: &Self, e: &Engine, _: &PodCtx) -> Option<Self> {
         Some(to_host(t, &e.ctx, &e.pod_env))
     }

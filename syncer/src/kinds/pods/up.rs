@@ -9,7 +9,7 @@ use super::nodes::ensure_virtual_node;
 use super::translate::{
     bound_status, host_node, observed_generation, same_status, status_to_tenant,
 };
-use crate::engine::Engine;
+use crate::engine::{Engine, echo};
 use crate::{Result, kube_err};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -174,11 +174,20 @@ pub async fn set_status(e: &Engine, t: &Pod, status: &PodStatus) -> Result<()> {
                 err,
             ))
         })?;
-    // The answer is the whole pod, which the tenant watch delivers anyway: not decoded.
-    e.tenant
+    // The answer is the whole pod, which the tenant watch delivers anyway: not decoded, only
+    // its version read, so that the watch's echo of this write triggers no pass (see
+    // `engine::echo`). An answer at the version the write started from changed nothing, and
+    // its event (if any) was someone else's: not expected.
+    let answer = e
+        .tenant
         .request_text(request)
         .await
         .map_err(kube_err(format!("update status of tenant pod {ns}/{name}")))?;
+    if let (Some(rv), Some(uid)) = (echo::answer_version(&answer), t.uid())
+        && t.resource_version().as_deref() != Some(rv.as_str())
+    {
+        e.echoes.expect(&uid, &rv);
+    }
     Ok(())
 }
 
