@@ -264,10 +264,11 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
+    let write = K::SKIPS_CREATE_ECHO.then(|| e.echoes.begin(echo::Side::Host, &ns, &name));
     match api.create(&pp, desired).await {
         Ok(created) => {
-            if K::SKIPS_CREATE_ECHO {
-                e.echoes.expect_obj(&created);
+            if let Some(w) = &write {
+                w.made_obj(&created);
             }
             tracing::debug!(kind = K::kind(&()).as_ref(), ns = %ns, name = %name, "created on host");
             Ok(Placed::Ours)
@@ -638,11 +639,14 @@ pub async fn run_kind_on<K: Synced>(
     let mut tenant = Shared::<K>::new();
     let mut host = Shared::<K>::new();
     K::observe(&engine, &own, &mut tenant, &mut host);
-    for side in [&mut tenant, &mut host] {
+    for (cache, side) in [
+        (&mut tenant, echo::Side::Tenant),
+        (&mut host, echo::Side::Host),
+    ] {
         let e = engine.clone();
-        side.observe(Box::new(move |o: &K, present| {
-            if let (false, Some(uid)) = (present, o.meta().uid.as_deref()) {
-                e.echoes.forget(uid);
+        cache.observe(Box::new(move |o: &K, present| {
+            if !present {
+                e.echoes.forget(side, o);
             }
         }));
     }
@@ -659,15 +663,22 @@ pub async fn run_kind_on<K: Synced>(
     let kind = K::kind(&()).to_string();
     // The syncer's own writes come back as events; each was decided by the pass that wrote
     // it, so it triggers nothing (see `echo`). The caches take every event all the same.
-    let not_echo =
-        |e: Arc<Engine>| move |o: &Arc<K>| futures::future::ready(!e.echoes.is_echo(o.as_ref()));
+    let not_echo = |e: Arc<Engine>, side: echo::Side| {
+        move |o: &Arc<K>| {
+            let (e, o) = (e.clone(), o.clone());
+            async move { !e.echoes.is_echo(side, o.as_ref()).await }
+        }
+    };
     let down_fut = Controller::for_shared_stream(
-        tenant.subscribe().filter(not_echo(engine.clone())),
+        tenant
+            .subscribe()
+            .filter(not_echo(engine.clone(), echo::Side::Tenant)),
         tenant.store(),
     )
     .with_config(config.clone())
     .watches_shared_stream(
-        host.subscribe().filter(not_echo(engine.clone())),
+        host.subscribe()
+            .filter(not_echo(engine.clone(), echo::Side::Host)),
         move |h: Arc<K>| to_tenant_ref(&k2, h.as_ref()),
     )
     .reconcile_all_on(again)

@@ -540,6 +540,9 @@ impl Synced for Pod {
                 return;
             };
             e.tenant_pods_by_ns.observe(ns, name, present);
+            if let (Some(uid), Some(rv)) = (&pod.metadata.uid, &pod.metadata.resource_version) {
+                own.up_writes.settle(uid, rv, pod.status.as_ref(), present);
+            }
             let refs = present.then(|| translate::references(pod));
             own.refs
                 .lock()

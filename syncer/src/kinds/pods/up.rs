@@ -49,6 +49,18 @@ pub struct UpWrite {
 }
 
 impl UpWrite {
+    /// Whether a cache holding version `rv` of the pod, with `status`, is still older than
+    /// these writes (and they are recent enough to count).
+    fn lags(&self, rv: &str, status: Option<&PodStatus>) -> bool {
+        let older = self.based_on == rv
+            || (self.status.is_some()
+                && self
+                    .replaced
+                    .iter()
+                    .any(|r| status.is_some_and(|s| same_status(r, s))));
+        older && self.at.elapsed() < UP_WRITE_TTL
+    }
+
     fn new(based_on: String) -> UpWrite {
         UpWrite {
             based_on,
@@ -70,16 +82,29 @@ impl UpWrites {
     pub fn unseen(&self, uid: &str, rv: &str, status: Option<&PodStatus>) -> Option<UpWrite> {
         let mut m = self.lock();
         let w = m.get(uid)?;
-        let lags = w.based_on == rv
-            || (w.status.is_some()
-                && w.replaced
-                    .iter()
-                    .any(|r| status.is_some_and(|s| same_status(r, s))));
-        if lags && w.at.elapsed() < UP_WRITE_TTL {
+        if w.lags(rv, status) {
             return Some(w.clone());
         }
         m.remove(uid);
         None
+    }
+
+    /// Drops what is remembered of pod `uid` once the tenant cache shows it: called by the
+    /// tenant pod watch for every version it caches (`present`), and for a deleted pod.
+    /// A pass used to do that, but the echo of the syncer's own status write triggers none any
+    /// more (`engine::echo`), and the memory, a status or two per pod, stayed until the
+    /// resync (3.5 KiB per pod at 1,000 pods).
+    pub fn settle(&self, uid: &str, rv: &str, status: Option<&PodStatus>, present: bool) {
+        let mut m = self.lock();
+        if m.get(uid).is_some_and(|w| !present || !w.lags(rv, status)) {
+            m.remove(uid);
+        }
+    }
+
+    /// How many pods have writes remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
     }
 
     pub fn record(&self, uid: &str, w: UpWrite) {
@@ -178,15 +203,16 @@ pub async fn set_status(e: &Engine, t: &Pod, status: &PodStatus) -> Result<()> {
     // its version read, so that the watch's echo of this write triggers no pass (see
     // `engine::echo`). An answer at the version the write started from changed nothing, and
     // its event (if any) was someone else's: not expected.
+    let write = e.echoes.begin(echo::Side::Tenant, &ns, &name);
     let answer = e
         .tenant
         .request_text(request)
         .await
         .map_err(kube_err(format!("update status of tenant pod {ns}/{name}")))?;
-    if let (Some(rv), Some(uid)) = (echo::answer_version(&answer), t.uid())
+    if let Some(rv) = echo::answer_version(&answer)
         && t.resource_version().as_deref() != Some(rv.as_str())
     {
-        e.echoes.expect(&uid, &rv);
+        write.made(&rv);
     }
     Ok(())
 }
@@ -243,5 +269,25 @@ mod tests {
         old.at = std::time::Instant::now() - UP_WRITE_TTL;
         w.record("u4", old);
         assert_eq!(w.unseen("u4", "10", None), None);
+    }
+
+    #[test]
+    fn the_tenant_watch_settles_writes_its_cache_shows_and_those_of_deleted_pods() {
+        let w = UpWrites::default();
+        let mut both = UpWrite::new("10".into());
+        both.bound = true;
+        both.replaced = vec![status("Pending")];
+        both.status = Some(status("Running"));
+        w.record("u1", both.clone());
+        // The binding's version, still with the status from before: kept.
+        w.settle("u1", "11", Some(&status("Pending")), true);
+        assert_eq!(w.len(), 1);
+        // The status write's own version: the cache shows everything, nothing is kept.
+        w.settle("u1", "12", Some(&status("Running")), true);
+        assert_eq!(w.len(), 0);
+        // A pod deleted while its writes were remembered leaves nothing behind.
+        w.record("u2", both);
+        w.settle("u2", "10", None, false);
+        assert_eq!(w.len(), 0);
     }
 }
