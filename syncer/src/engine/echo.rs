@@ -250,7 +250,10 @@ mod tests {
         let started = std::time::Instant::now();
         assert!(!e.is_echo(Side::Host, &pod("p", "3")).await);
         let waited = started.elapsed();
-        assert!(waited >= ANSWER_WAIT && waited < ANSWER_WAIT * 3, "{waited:?}");
+        assert!(
+            waited >= ANSWER_WAIT && waited < ANSWER_WAIT * 3,
+            "{waited:?}"
+        );
     }
 
     #[test]
