@@ -1808,30 +1808,29 @@ async fn namespace_for_pods(tenant: &Client, ns: &str) -> Res {
     Ok(())
 }
 
-#[tokio::test]
-async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
+/// A tenant `key` whose syncer serves `/metrics` on the returned port, with pod `p` of `spec`
+/// Running in its namespace `apps`.
+struct PodWithMetrics {
+    cluster: &'static DevCluster,
+    tenant: Client,
+    pods: Api<Pod>,
+    port: u16,
+    _syncer: vcp_dev::process::Spawned,
+    _cp: TenantControlPlane,
+}
+
+async fn pod_with_metrics(key: &str, spec: serde_json::Value) -> Res<PodWithMetrics> {
     let cluster = DevCluster::shared().await?;
-    let cp = TenantControlPlane::start("e2el").await?;
+    let cp = TenantControlPlane::start(key).await?;
     let [port] = vcp_dev::process::free_ports()?;
     let listen = format!("--listen=127.0.0.1:{port}");
-    let _syncer = cp.start_syncer(cluster, &[&listen])?;
+    let syncer = cp.start_syncer(cluster, &[&listen])?;
     let tenant = cp.connect().await?;
     namespace_for_pods(&tenant, "apps").await?;
-    // With a trust-bundle source: its host ConfigMap is looked at on every pass (below).
     create::<Pod>(
         &tenant,
         "apps",
-        serde_json::json!({
-            "metadata": {"name": "p"},
-            "spec": {
-                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                    "volumeMounts": [{"name": "ctb", "mountPath": "/ctb"}]}],
-                "volumes": [{"name": "ctb", "projected": {"sources": [
-                    {"clusterTrustBundle": {"signerName": "example.com/none",
-                        "labelSelector": {}, "path": "none.pem", "optional": true}},
-                ]}}],
-            },
-        }),
+        serde_json::json!({"metadata": {"name": "p"}, "spec": spec}),
     )
     .await?;
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
@@ -1839,6 +1838,38 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
         "the tenant pod running",
         Duration::from_secs(120),
         || async { Ok(running(&pods.get("p").await?).then_some(())) },
+    )
+    .await?;
+    Ok(PodWithMetrics {
+        cluster,
+        tenant,
+        pods,
+        port,
+        _syncer: syncer,
+        _cp: cp,
+    })
+}
+
+#[tokio::test]
+async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
+    // With a trust-bundle source: its host ConfigMap is looked at on every pass (below).
+    let PodWithMetrics {
+        cluster,
+        tenant,
+        pods,
+        port,
+        _cp,
+        _syncer,
+    } = pod_with_metrics(
+        "e2el",
+        serde_json::json!({
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                "volumeMounts": [{"name": "ctb", "mountPath": "/ctb"}]}],
+            "volumes": [{"name": "ctb", "projected": {"sources": [
+                {"clusterTrustBundle": {"signerName": "example.com/none",
+                    "labelSelector": {}, "path": "none.pem", "optional": true}},
+            ]}}],
+        }),
     )
     .await?;
     let text = eventually("metrics of pods", Duration::from_secs(30), || async {
@@ -1987,27 +2018,16 @@ async fn metrics_report_sync_latency_in_flight_reconciles_and_errors() -> Res {
 /// the syncer recognises as its own write's, and that echo triggers no second pass.
 #[tokio::test]
 async fn a_status_copied_up_costs_one_pass_not_two() -> Res {
-    let cluster = DevCluster::shared().await?;
-    let cp = TenantControlPlane::start("e2ew").await?;
-    let [port] = vcp_dev::process::free_ports()?;
-    let listen = format!("--listen=127.0.0.1:{port}");
-    let _syncer = cp.start_syncer(cluster, &[&listen])?;
-    let tenant = cp.connect().await?;
-    namespace_for_pods(&tenant, "apps").await?;
-    create::<Pod>(
-        &tenant,
-        "apps",
-        serde_json::json!({
-            "metadata": {"name": "p"},
-            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
-        }),
-    )
-    .await?;
-    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
-    eventually(
-        "the tenant pod running",
-        Duration::from_secs(120),
-        || async { Ok(running(&pods.get("p").await?).then_some(())) },
+    let PodWithMetrics {
+        cluster,
+        pods,
+        port,
+        _cp,
+        _syncer,
+        ..
+    } = pod_with_metrics(
+        "e2ew",
+        serde_json::json!({"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}),
     )
     .await?;
     let passes = || async {
