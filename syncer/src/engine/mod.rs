@@ -226,11 +226,12 @@ pub trait Synced:
         false
     }
 
-    /// Whether the down pass may skip the host watch's event of an object it just created
-    /// ([`echo`]): true only for a kind whose pass has nothing to learn from the host's answer
-    /// to its own create. Off by default: a kind that copies what the host filled in (a
-    /// Service's address) learns it from that event.
-    const SKIPS_CREATE_ECHO: bool = false;
+    /// Whether the down pass skips the events of the syncer's own writes to this kind
+    /// ([`echo`]): its host creates, and what the kind records itself (a pod's status). True
+    /// only for a kind whose pass has nothing to learn from the host's answer to its own
+    /// create. Off by default: a kind that copies what the host filled in (a Service's
+    /// address) learns it from that event; and its events then cost no look at the echoes.
+    const SKIPS_OWN_ECHOES: bool = false;
 }
 
 /// The two caches of one kind.
@@ -264,7 +265,7 @@ pub async fn create_or_adopt<K: Synced>(e: &Engine, tenant: &K, desired: &K) -> 
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let write = K::SKIPS_CREATE_ECHO.then(|| e.echoes.begin(echo::Side::Host, &ns, &name));
+    let write = K::SKIPS_OWN_ECHOES.then(|| e.echoes.begin(echo::Side::Host, &ns, &name));
     match api.create(&pp, desired).await {
         Ok(created) => {
             if let Some(w) = &write {
@@ -639,16 +640,18 @@ pub async fn run_kind_on<K: Synced>(
     let mut tenant = Shared::<K>::new();
     let mut host = Shared::<K>::new();
     K::observe(&engine, &own, &mut tenant, &mut host);
-    for (cache, side) in [
-        (&mut tenant, echo::Side::Tenant),
-        (&mut host, echo::Side::Host),
-    ] {
-        let e = engine.clone();
-        cache.observe(Box::new(move |o: &K, present| {
-            if !present {
-                e.echoes.forget(side, o);
-            }
-        }));
+    if K::SKIPS_OWN_ECHOES {
+        for (cache, side) in [
+            (&mut tenant, echo::Side::Tenant),
+            (&mut host, echo::Side::Host),
+        ] {
+            let e = engine.clone();
+            cache.observe(Box::new(move |o: &K, present| {
+                if !present {
+                    e.echoes.forget(side, o);
+                }
+            }));
+        }
     }
     with_stores(tenant.cache(), host.cache());
     let side = Arc::new(Side {
@@ -666,7 +669,8 @@ pub async fn run_kind_on<K: Synced>(
     let not_echo = |e: Arc<Engine>, side: echo::Side| {
         move |o: &Arc<K>| {
             let (e, o) = (e.clone(), o.clone());
-            async move { !e.echoes.is_echo(side, o.as_ref()).await }
+            // Kinds that record no echoes pass every event without a look.
+            async move { !K::SKIPS_OWN_ECHOES || !e.echoes.is_echo(side, o.as_ref()).await }
         }
     };
     let down_fut = Controller::for_shared_stream(

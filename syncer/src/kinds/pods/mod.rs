@@ -517,7 +517,7 @@ impl Synced for Pod {
     /// A new host pod has nothing to tell the pass that created it: it is not scheduled yet
     /// (or bound where the create asked), and its scheduling, running and status each come
     /// as an event of their own.
-    const SKIPS_CREATE_ECHO: bool = true;
+    const SKIPS_OWN_ECHOES: bool = true;
 
     fn to_host(t: &Self, e: &Engine, _: &PodCtx) -> Option<Self> {
         Some(to_host(t, &e.ctx, &e.pod_env))
