@@ -14,8 +14,9 @@
 //! The host lets the syncer `sign` for `pods.vcp.dev/*` and update requests' status only in
 //! its own host namespaces, so it answers only its own tenant's pods; and the host checks that
 //! a chain is for the request's key, so a tenant can only hand its own pods certificates its
-//! own signer issued. Everything is stateless: both requests live in the apiservers, and a
-//! request that fails is tried again a few seconds later.
+//! own signer issued. Both requests live in the apiservers; only the pacing of retries is kept
+//! in memory: a request that could not be relayed yet is tried again with a doubling delay
+//! ([`Retries`]), and a restart simply relists.
 
 pub mod translate;
 
@@ -28,32 +29,31 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use vcp_core::naming;
-
-/// How soon a request whose relay failed, or whose pod the caches do not show yet, is tried
-/// again.
-const RETRY: Duration = Duration::from_secs(3);
 
 /// Relays pod certificate requests until the future is dropped.
 pub async fn run(e: Arc<Engine>, concurrency: usize) {
     let (tx, rx) = mpsc::channel::<PodCertificateRequest>(concurrency.max(1) * 16);
     let requeue = tx.clone();
+    let retries = Arc::new(Mutex::new(Retries::default()));
     let relays = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     })
     .for_each_concurrent(concurrency, |h| {
-        let (e, requeue) = (e.clone(), requeue.clone());
+        let (e, requeue, retries) = (e.clone(), requeue.clone(), retries.clone());
         async move {
+            let key = (h.namespace().unwrap_or_default(), h.name_any());
             match relay(&e, &h).await {
-                Ok(true) => {}
-                Ok(false) => again(requeue, h),
+                Ok(true) => retries.lock().expect("retries").done(&key),
+                Ok(false) => again(&retries, key, requeue, h),
                 Err(err) => {
                     e.metrics.error("PodCertificateRequest", &err);
                     tracing::warn!(ns = ?h.namespace(), request = %h.name_any(), error = %err, "failed to relay a pod certificate request; retrying");
-                    again(requeue, h);
+                    again(&retries, key, requeue, h);
                 }
             }
         }
@@ -63,12 +63,79 @@ pub async fn run(e: Arc<Engine>, concurrency: usize) {
     futures::join!(host, answers(e.clone(), tx), relays);
 }
 
-/// Sends `h` back to the relay after [`RETRY`].
-fn again(tx: mpsc::Sender<PodCertificateRequest>, h: PodCertificateRequest) {
+/// Sends `h` back to the relay after the delay [`Retries`] gives it, unless a retry of it is
+/// on its way already or it has been tried too often.
+fn again(
+    retries: &Arc<Mutex<Retries>>,
+    key: RequestKey,
+    tx: mpsc::Sender<PodCertificateRequest>,
+    h: PodCertificateRequest,
+) {
+    let Some(delay) = retries.lock().expect("retries").next(&key) else {
+        return;
+    };
+    let retries = retries.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(RETRY).await;
+        tokio::time::sleep(delay).await;
+        retries.lock().expect("retries").fired(&key);
         let _ = tx.send(h).await;
     });
+}
+
+/// A host request by namespace and name.
+type RequestKey = (String, String);
+
+/// When a request that could not be relayed yet is tried again: first after [`RETRY`], then
+/// twice as long each time up to [`MAX_RETRY`], and not after [`MAX_TRIES`] tries (about 20
+/// minutes). The retry holds a copy of the request, so without an end a request whose pod went
+/// away for good would be retried for the life of the syncer; without the doubling, a request
+/// failing on a down tenant apiserver would cost a call every few seconds. A request has at
+/// most one retry on its way: a watch event for it meanwhile is relayed at once but schedules
+/// no second one. Whatever ends early, a relist of the host watch brings back.
+#[derive(Debug, Default)]
+struct Retries {
+    /// Tries so far, and whether a retry is on its way.
+    pending: HashMap<RequestKey, (u32, bool)>,
+}
+
+/// The first retry's delay.
+const RETRY: Duration = Duration::from_secs(3);
+/// The longest delay between two tries.
+const MAX_RETRY: Duration = Duration::from_secs(300);
+/// Tries after which a request is left to the next relist.
+const MAX_TRIES: u32 = 10;
+
+impl Retries {
+    /// The delay before the next try of `key`, or `None` if one is on its way or the tries
+    /// are spent (then it is forgotten).
+    fn next(&mut self, key: &RequestKey) -> Option<Duration> {
+        let (tries, scheduled) = self.pending.entry(key.clone()).or_insert((0, false));
+        if *scheduled {
+            return None;
+        }
+        if *tries >= MAX_TRIES {
+            self.pending.remove(key);
+            return None;
+        }
+        let delay = RETRY
+            .saturating_mul(2u32.saturating_pow(*tries))
+            .min(MAX_RETRY);
+        *tries += 1;
+        *scheduled = true;
+        Some(delay)
+    }
+
+    /// The retry of `key` is being sent.
+    fn fired(&mut self, key: &RequestKey) {
+        if let Some((_, scheduled)) = self.pending.get_mut(key) {
+            *scheduled = false;
+        }
+    }
+
+    /// `key` needs no more tries.
+    fn done(&mut self, key: &RequestKey) {
+        self.pending.remove(key);
+    }
 }
 
 /// Watches the tenant's relayed requests and sends the host request of each one answered to
@@ -232,4 +299,40 @@ pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
         crate::engine::wait_for_cache(&e.tenant_pods).await;
         run(e, usize::from(w)).await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> RequestKey {
+        ("ns".into(), name.into())
+    }
+
+    #[test]
+    fn retries_double_up_to_a_cap_one_at_a_time_and_end() {
+        let mut r = Retries::default();
+        let a = key("a");
+        assert_eq!(r.next(&a), Some(Duration::from_secs(3)));
+        assert_eq!(r.next(&a), None, "one retry on its way at a time");
+        r.fired(&a);
+        assert_eq!(r.next(&a), Some(Duration::from_secs(6)));
+        r.fired(&a);
+        assert_eq!(r.next(&a), Some(Duration::from_secs(12)));
+        let mut delays = vec![];
+        for _ in 3..MAX_TRIES {
+            r.fired(&a);
+            delays.push(r.next(&a).expect("tries left"));
+        }
+        assert_eq!(delays.last(), Some(&MAX_RETRY), "capped");
+        r.fired(&a);
+        assert_eq!(r.next(&a), None, "tries spent");
+        assert!(r.pending.is_empty(), "and forgotten");
+        // Others are counted on their own; a relayed request starts afresh.
+        let b = key("b");
+        assert_eq!(r.next(&b), Some(RETRY));
+        r.fired(&b);
+        r.done(&b);
+        assert_eq!(r.next(&b), Some(RETRY));
+    }
 }
