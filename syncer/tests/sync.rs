@@ -2853,3 +2853,100 @@ async fn a_deleted_pod_held_by_a_finalizer_ends_failed_once_its_host_pod_is_gone
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_readiness_gate_the_tenant_sets_reaches_the_host_pod_and_stays_on_the_tenant() -> Res {
+    let Synced {
+        host,
+        tenant,
+        cp: _cp,
+        _syncer,
+        ..
+    } = synced("gate").await?;
+    namespace_for_pods(&tenant, "apps").await?;
+    let gate = "example.com/lb-ready";
+    create::<Pod>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "g"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox"}],
+                "readinessGates": [{"conditionType": gate}],
+            },
+        }),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "apps");
+    eventually("g running", Duration::from_secs(60), || async {
+        Ok(Some(pods.get("g").await?).filter(running))
+    })
+    .await?;
+    let condition = |p: &Pod, t: &str| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+            .map(|c| c.status.clone())
+    };
+    // The tenant's controller sets its gate, as a load balancer controller would.
+    pods.patch_status(
+        "g",
+        &PatchParams::default(),
+        &Patch::Strategic(serde_json::json!({"status": {"conditions": [
+            {"type": gate, "status": "True", "reason": "Registered"},
+        ]}})),
+    )
+    .await?;
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "gate-apps");
+    eventually(
+        "the gate on the host pod",
+        Duration::from_secs(30),
+        || async {
+            let h = host_pods.get("g").await?;
+            Ok((condition(&h, gate).as_deref() == Some("True")).then_some(()))
+        },
+    )
+    .await?;
+    // A later host status change is copied up without erasing the tenant's gate.
+    host_pods
+        .patch_status(
+            "g",
+            &PatchParams::default(),
+            &Patch::Strategic(serde_json::json!({"status": {"conditions": [
+                {"type": "example.com/host-probe", "status": "True"},
+            ]}})),
+        )
+        .await?;
+    let p = eventually("the host's change up", Duration::from_secs(30), || async {
+        let p = pods.get("g").await?;
+        Ok(condition(&p, "example.com/host-probe")
+            .is_some()
+            .then_some(p))
+    })
+    .await?;
+    assert_eq!(
+        condition(&p, gate).as_deref(),
+        Some("True"),
+        "the tenant's gate kept"
+    );
+    // The tenant changes its mind: the host follows.
+    pods.patch_status(
+        "g",
+        &PatchParams::default(),
+        &Patch::Strategic(serde_json::json!({"status": {"conditions": [
+            {"type": gate, "status": "False", "reason": "Deregistered"},
+        ]}})),
+    )
+    .await?;
+    eventually(
+        "the gate False on the host",
+        Duration::from_secs(30),
+        || async {
+            let h = host_pods.get("g").await?;
+            Ok((condition(&h, gate).as_deref() == Some("False")).then_some(()))
+        },
+    )
+    .await?;
+    Ok(())
+}

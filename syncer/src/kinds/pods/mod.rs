@@ -287,6 +287,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             }
             // The isolation labels `desired` carries, worked out above.
             crate::kinds::netpols::relabel_pod(e, &h, desired.labels()).await?;
+            mirror_gates(e, &t, &h).await?;
             e.metrics
                 .timed(
                     "Pod",
@@ -344,6 +345,33 @@ async fn resize_host(e: &Engine, t: &Pod, h: &Pod, body: &Pod) -> Result<()> {
         Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
         Err(err) => Err(kube_err(format!("resize host pod {ns}/{name}"))(err)),
     }
+}
+
+/// Writes the readiness-gate conditions tenant pod `t` holds and host pod `h` does not show
+/// ([`translate::gates_to_host`]) to the host pod's status, as a readiness gate's controller
+/// would on a real cluster: the host kubelet keeps conditions it does not own, counts them
+/// into `Ready`, and that `Ready` comes back up with the rest of the status, so the tenant pod
+/// turns ready, and the host Service routes to it, only once its gates are met. A strategic
+/// merge by condition type touches only those conditions.
+async fn mirror_gates(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
+    let conditions = translate::gates_to_host(t, h);
+    if conditions.is_empty() {
+        return Ok(());
+    }
+    let ns = h.namespace().unwrap_or_default();
+    let name = h.name_any();
+    let patch = serde_json::json!({"status": {"conditions": conditions}});
+    Api::<Pod>::namespaced(e.host.clone(), &ns)
+        .patch_status(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&patch),
+        )
+        .await
+        .map_err(kube_err(format!(
+            "write readiness gates of host pod {ns}/{name}"
+        )))?;
+    Ok(())
 }
 
 /// Passes the ephemeral containers tenant pod `t` gained down: host pod `body` (the host pod

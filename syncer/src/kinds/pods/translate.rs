@@ -829,20 +829,83 @@ pub fn status_to_tenant(
     // host pod may differ (the plan's container defaults make a BestEffort pod Burstable), and
     // the tenant refuses any change of it.
     want.qos_class = tenant.and_then(|t| t.qos_class.clone());
-    // Conditions only the tenant's side sets (its eviction's `DisruptionTarget`): the host
-    // pod has none of them, and a controller reads them (a Job's pod failure policy).
+    // The tenant's own conditions (see [`tenant_condition`]) stand as the tenant holds them:
+    // a status patch replaces the whole list, and without them each copy would erase what a
+    // tenant controller wrote (its eviction's `DisruptionTarget`, which a Job's pod failure
+    // policy reads; a readiness gate's condition). The host's copy of a readiness gate is the
+    // syncer's own mirror, a step behind, and a host `DisruptionTarget` (the host evicted the
+    // pod) shows while the tenant has none of its own.
     let own = tenant
         .into_iter()
         .flat_map(|t| t.conditions.iter().flatten())
-        .filter(|c| c.type_ == "DisruptionTarget");
+        .filter(|c| tenant_condition(&c.type_));
     for c in own {
         let conditions = want.conditions.get_or_insert_with(Vec::new);
-        if !conditions.iter().any(|h| h.type_ == c.type_) {
-            conditions.push(c.clone());
+        match conditions.iter_mut().find(|h| h.type_ == c.type_) {
+            Some(h) => *h = c.clone(),
+            None => conditions.push(c.clone()),
         }
     }
     let shown = tenant.is_some_and(|have| same_status(have, &want));
     (!shown).then_some(want)
+}
+
+/// The pod condition types the host decides: those its kubelet keeps to itself (the
+/// kubelet's own list, `PodConditionsByKubelet`, with the feature-gated two) and the
+/// scheduler's `PodScheduled`. The tenant pod shows the host's.
+const HOST_CONDITIONS: [&str; 8] = [
+    "PodScheduled",
+    "PodReadyToStartContainers",
+    "Initialized",
+    "ContainersReady",
+    "Ready",
+    "PodResizePending",
+    "PodResizeInProgress",
+    "AllContainersRestarting",
+];
+
+/// Whether a pod condition of type `type_` is the tenant's own: set by a controller of the
+/// tenant (an eviction's `DisruptionTarget`, a readiness gate's condition, any custom type),
+/// never decided by the host, so copying status up keeps the tenant's value.
+pub fn tenant_condition(type_: &str) -> bool {
+    !HOST_CONDITIONS.contains(&type_)
+}
+
+/// The readiness-gate conditions to write to host pod `host`'s status so that the host
+/// kubelet, which decides `Ready`, sees what tenant pod `tenant` holds: each condition of the
+/// tenant's that a gate of the host pod names (the gates are the tenant's, copied down with
+/// the spec) and the host does not show as such yet. Only the tenant's own types
+/// ([`tenant_condition`]): a gate naming `Ready` would otherwise let the tenant write what the
+/// host's kubelet decides. A condition the tenant removed stays on the host: a gate's
+/// condition is set and changed, not removed, by the controllers that own one.
+pub fn gates_to_host(tenant: &Pod, host: &Pod) -> Vec<PodCondition> {
+    let gates = host
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_deref())
+        .unwrap_or_default();
+    if gates.is_empty() {
+        return Vec::new();
+    }
+    let shown = host
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let same = |a: &PodCondition, b: &PodCondition| {
+        a.type_ == b.type_ && a.status == b.status && a.reason == b.reason && a.message == b.message
+    };
+    tenant
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| tenant_condition(&c.type_))
+        .filter(|c| gates.iter().any(|g| g.condition_type == c.type_))
+        .filter(|c| !shown.iter().any(|h| same(h, c)))
+        .cloned()
+        .collect()
 }
 
 /// The status a tenant pod gets when it is being deleted and its host pod is already gone
@@ -1929,5 +1992,110 @@ mod resize_tests {
             terminal_status(None).unwrap().phase.as_deref(),
             Some("Failed")
         );
+    }
+
+    fn conditions_of(up: &PodStatus) -> Vec<(&str, &str)> {
+        up.conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn the_host_decides_its_kubelets_conditions_and_the_tenant_keeps_its_own() {
+        let host: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady"},
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "example.com/lb-ready", "status": "False"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"},
+            ]},
+        }))
+        .unwrap();
+        // The tenant shows an older `Ready` and `ContainersReady`, and its controller has
+        // already set its gate `True` (the host's mirror of it is still `False`).
+        let shown: PodStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "ContainersReady", "status": "False"},
+                {"type": "example.com/lb-ready", "status": "True"},
+                {"type": "example.com/custom", "status": "True", "reason": "Mine"},
+            ],
+        }))
+        .unwrap();
+        let up = status_to_tenant(&host, Some(&shown), None).unwrap();
+        assert_eq!(
+            conditions_of(&up),
+            [
+                ("Ready", "False"),
+                ("ContainersReady", "True"),
+                ("example.com/lb-ready", "True"),
+                ("DisruptionTarget", "True"),
+                ("example.com/custom", "True"),
+            ],
+            "the host's kubelet types and its eviction; the tenant's gate and custom type"
+        );
+        // Copied once, the same status again writes nothing.
+        assert_eq!(status_to_tenant(&host, Some(&up), None), None);
+        for t in [
+            "Ready",
+            "PodScheduled",
+            "PodReadyToStartContainers",
+            "PodResizePending",
+        ] {
+            assert!(!tenant_condition(t), "{t}");
+        }
+        assert!(tenant_condition("DisruptionTarget"));
+    }
+
+    #[test]
+    fn a_readiness_gate_set_in_the_tenant_is_written_to_the_host_pod_once() {
+        let host: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "readinessGates": [
+                {"conditionType": "example.com/lb-ready"},
+                {"conditionType": "Ready"},
+            ]},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+        }))
+        .unwrap();
+        let mut tenant: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {"conditions": [
+                {"type": "example.com/lb-ready", "status": "True", "reason": "Registered"},
+                {"type": "example.com/not-a-gate", "status": "True"},
+                {"type": "Ready", "status": "True"},
+            ]},
+        }))
+        .unwrap();
+        let down = gates_to_host(&tenant, &host);
+        let types: Vec<&str> = down.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            ["example.com/lb-ready"],
+            "neither a type no gate names nor one the host's kubelet decides"
+        );
+        let mut mirrored = host.clone();
+        let conditions = mirrored
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap();
+        conditions.extend(down);
+        assert!(
+            gates_to_host(&tenant, &mirrored).is_empty(),
+            "shown already"
+        );
+        // A later change goes down again.
+        let gate = &mut tenant.status.as_mut().unwrap().conditions.as_mut().unwrap()[0];
+        gate.status = "False".into();
+        assert_eq!(gates_to_host(&tenant, &mirrored).len(), 1);
+        let no_gates = pod_with(serde_json::json!({}), 1, None);
+        assert!(gates_to_host(&tenant, &no_gates).is_empty());
     }
 }
