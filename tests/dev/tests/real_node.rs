@@ -752,11 +752,15 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
         )?,
     )
     .await?;
-    pods.create(
-        &PostParams::default(),
-        &mk("client", serde_json::json!({}), "exec sleep 3600")?,
-    )
-    .await?;
+    // The client carries a readiness gate, as a pod behind a load balancer controller would.
+    let gate = "example.com/registered";
+    let mut client = mk("client", serde_json::json!({}), "exec sleep 3600")?;
+    if let Some(spec) = client.spec.as_mut() {
+        spec.readiness_gates = Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: gate.into(),
+        }]);
+    }
+    pods.create(&PostParams::default(), &client).await?;
     let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(tenant.clone(), "app");
     services
         .create(
@@ -775,6 +779,47 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
         )
         .await?;
     }
+    // The real kubelet holds the client unready until its gate is met; the tenant's
+    // controller meets it in the tenant, the syncer writes it to the host pod (with the host
+    // rights vcp gives it), and the kubelet's `Ready` comes back up.
+    let condition = |p: &Pod, t: &str| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+            .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+    };
+    let held = eventually(
+        "the client's containers ready",
+        Duration::from_secs(60),
+        || async {
+            let p = pods.get("client").await?;
+            Ok(
+                (condition(&p, "ContainersReady").map(|c| c.0).as_deref() == Some("True"))
+                    .then_some(p),
+            )
+        },
+    )
+    .await?;
+    assert_eq!(
+        condition(&held, "Ready"),
+        Some(("False".into(), "ReadinessGatesNotReady".into())),
+        "held by its gate"
+    );
+    pods.patch_status(
+        "client",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(serde_json::json!({"status": {"conditions": [
+            {"type": gate, "status": "True", "reason": "Registered"},
+        ]}})),
+    )
+    .await?;
+    eventually(
+        "the client Ready through its gate",
+        Duration::from_secs(60),
+        || async { Ok(pods.get("client").await.ok().filter(ready)) },
+    )
+    .await?;
     let cluster_ip = services
         .get("server")
         .await?
