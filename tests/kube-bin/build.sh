@@ -55,6 +55,8 @@ groups=(
   # The suite of the oldest supported minor, for tenants of that release
   # (`vcp-dev conformance --minor 1.35`). Opt-in apart: VCP_KUBE_BIN_EXTRA=conformance-oldest.
   "conformance-v1.35|k8s.io/kubernetes|e2e.test=k8s.io/kubernetes/test/e2e ginkgo=github.com/onsi/ginkgo/v2/ginkgo|test=e2e.test optin=conformance-oldest strays=ok"
+  # The middle minor's (`vcp-dev conformance --minor 1.36`). VCP_KUBE_BIN_EXTRA=conformance-v1.36.
+  "conformance-v1.36|k8s.io/kubernetes|e2e.test=k8s.io/kubernetes/test/e2e ginkgo=github.com/onsi/ginkgo/v2/ginkgo|test=e2e.test optin=conformance-v1.36 strays=ok"
 )
 extra=",${VCP_KUBE_BIN_EXTRA:-},"
 
