@@ -291,9 +291,30 @@ fn suite_binary(component: &str, version: &str) -> anyhow::Result<PathBuf> {
     bins::binary(component, version).map_err(|_| {
         anyhow::anyhow!(
             "{component} {version} is not built: it is opt-in, build it with \
-             `VCP_KUBE_BIN_EXTRA=conformance tests/kube-bin/build.sh` (about 20 minutes cold)"
+             `VCP_KUBE_BIN_EXTRA={} tests/kube-bin/build.sh` (about 20 minutes cold)",
+            suite_group(version)
         )
     })
+}
+
+/// The opt-in group of `tests/kube-bin/build.sh` that builds the suite of `version`: the
+/// newest minor's is `conformance`, the oldest's `conformance-oldest`, any other's
+/// `conformance-v1.<minor>`.
+fn suite_group(version: &str) -> String {
+    let supported = bins::supported_kubernetes_versions();
+    let minor = |v: &str| {
+        v.trim_start_matches('v')
+            .rsplit_once('.')
+            .map(|(m, _)| m.to_owned())
+    };
+    let this = minor(version);
+    if this == supported.first().and_then(|v| minor(v)) {
+        "conformance".into()
+    } else if this == supported.last().and_then(|v| minor(v)) {
+        "conformance-oldest".into()
+    } else {
+        format!("conformance-v{}", this.unwrap_or_default())
+    }
 }
 
 /// The taint that keeps the suite's pods off a node of the host while it runs there.
@@ -593,6 +614,21 @@ pub async fn run(o: Opts) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_minors_suite_names_the_build_group_that_makes_it() {
+        let [newest, middle, oldest] = bins::supported_kubernetes_versions();
+        assert_eq!(suite_group(newest), "conformance");
+        assert_eq!(suite_group(oldest), "conformance-oldest");
+        let minor = middle.trim_start_matches('v').rsplit_once('.').unwrap().0;
+        assert_eq!(suite_group(middle), format!("conformance-v{minor}"));
+        // Each group is one build.sh knows.
+        let script = include_str!("../../kube-bin/build.sh");
+        for v in [newest, middle, oldest] {
+            let optin = format!("optin={} ", suite_group(v));
+            assert!(script.contains(&optin), "{optin} in build.sh");
+        }
+    }
 
     const REPORT: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <testsuites tests="4" disabled="0" errors="0" failures="1" time="12.5">
