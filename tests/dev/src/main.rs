@@ -5,6 +5,7 @@ use vcp_dev::{Options, Supervision, cluster};
 
 mod bench;
 mod conformance;
+mod density;
 
 /// A local Kubernetes host cluster for vcp: etcd, kube-apiserver, controller-manager,
 /// scheduler, kwok worker nodes, a PV provisioner and Postgres, all on 127.0.0.1.
@@ -181,6 +182,29 @@ enum Bench {
         /// Fail if vcp's CPU over the host apiserver's, while the fleet moved, exceeds this.
         #[arg(long, env = "VCP_BENCH_MAX_VCP_SHARE", value_parser = limit)]
         max_vcp_share: Option<f64>,
+    },
+    /// Idle tenants created one after the other on the real node of a running dev cluster
+    /// (`up --real-node`) until one fails, `--tenants` is reached or the node runs short of
+    /// memory: the kubelet's working set per tenant and per component, idle CPU, tenants per
+    /// GiB and the last create's time (one summary line). Deletes them after unless `--keep`.
+    Density {
+        #[arg(long, env = "VCP_DEV_STATE_DIR")]
+        state_dir: PathBuf,
+        /// The most tenants to create.
+        #[arg(long, env = "VCP_BENCH_TENANTS", default_value_t = 40)]
+        tenants: usize,
+        /// Their plan (default: the platform's default plan).
+        #[arg(long, env = "VCP_BENCH_PLAN")]
+        plan: Option<String>,
+        /// Seconds of idling measured once the last tenant is Ready.
+        #[arg(long, env = "VCP_BENCH_IDLE_SECONDS", default_value_t = 60)]
+        idle_seconds: u64,
+        /// Stop creating when the node has less memory available than this (MiB).
+        #[arg(long, env = "VCP_BENCH_RESERVE_MIB", default_value_t = 3072)]
+        reserve_mib: u64,
+        /// Keep the tenants afterwards.
+        #[arg(long, env = "VCP_BENCH_KEEP")]
+        keep: bool,
     },
     /// Start and stop fresh clusters (new state dir each time) and report startup times.
     Startup {
@@ -451,6 +475,25 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 concurrency,
                 tokens,
                 syncer,
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Density {
+            state_dir,
+            tenants,
+            plan,
+            idle_seconds,
+            reserve_mib,
+            keep,
+        }) => {
+            density::run(density::DensityBench {
+                state_dir,
+                tenants,
+                plan,
+                idle_seconds,
+                reserve_mib,
+                keep,
             })
             .await?;
             Ok(ExitCode::SUCCESS)
