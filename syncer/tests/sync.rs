@@ -2882,13 +2882,7 @@ async fn a_readiness_gate_the_tenant_sets_reaches_the_host_pod_and_stays_on_the_
         Ok(Some(pods.get("g").await?).filter(running))
     })
     .await?;
-    let condition = |p: &Pod, t: &str| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == t))
-            .map(|c| c.status.clone())
-    };
+    let condition = |p: &Pod, t: &str| vcp_dev::testing::condition(p, t).map(|c| c.status.clone());
     // The tenant's controller sets its gate, as a load balancer controller would.
     pods.patch_status(
         "g",

@@ -21,13 +21,24 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// `bench density` settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct DensityBench {
+    #[arg(long, env = "VCP_DEV_STATE_DIR")]
     pub state_dir: PathBuf,
+    /// The most tenants to create.
+    #[arg(long, env = "VCP_BENCH_TENANTS", default_value_t = 40)]
     pub tenants: usize,
+    /// Their plan (default: the platform's default plan).
+    #[arg(long, env = "VCP_BENCH_PLAN")]
     pub plan: Option<String>,
+    /// Seconds of idling measured once the last tenant is Ready.
+    #[arg(long, env = "VCP_BENCH_IDLE_SECONDS", default_value_t = 60)]
     pub idle_seconds: u64,
+    /// Stop creating when the node has less memory available than this (MiB).
+    #[arg(long, env = "VCP_BENCH_RESERVE_MIB", default_value_t = 3072)]
     pub reserve_mib: u64,
+    /// Keep the tenants afterwards.
+    #[arg(long, env = "VCP_BENCH_KEEP")]
     pub keep: bool,
 }
 

@@ -187,25 +187,7 @@ enum Bench {
     /// (`up --real-node`) until one fails, `--tenants` is reached or the node runs short of
     /// memory: the kubelet's working set per tenant and per component, idle CPU, tenants per
     /// GiB and the last create's time (one summary line). Deletes them after unless `--keep`.
-    Density {
-        #[arg(long, env = "VCP_DEV_STATE_DIR")]
-        state_dir: PathBuf,
-        /// The most tenants to create.
-        #[arg(long, env = "VCP_BENCH_TENANTS", default_value_t = 40)]
-        tenants: usize,
-        /// Their plan (default: the platform's default plan).
-        #[arg(long, env = "VCP_BENCH_PLAN")]
-        plan: Option<String>,
-        /// Seconds of idling measured once the last tenant is Ready.
-        #[arg(long, env = "VCP_BENCH_IDLE_SECONDS", default_value_t = 60)]
-        idle_seconds: u64,
-        /// Stop creating when the node has less memory available than this (MiB).
-        #[arg(long, env = "VCP_BENCH_RESERVE_MIB", default_value_t = 3072)]
-        reserve_mib: u64,
-        /// Keep the tenants afterwards.
-        #[arg(long, env = "VCP_BENCH_KEEP")]
-        keep: bool,
-    },
+    Density(density::DensityBench),
     /// Start and stop fresh clusters (new state dir each time) and report startup times.
     Startup {
         /// How many clusters to start, one after the other.
@@ -479,23 +461,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             .await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(Bench::Density {
-            state_dir,
-            tenants,
-            plan,
-            idle_seconds,
-            reserve_mib,
-            keep,
-        }) => {
-            density::run(density::DensityBench {
-                state_dir,
-                tenants,
-                plan,
-                idle_seconds,
-                reserve_mib,
-                keep,
-            })
-            .await?;
+        Command::Bench(Bench::Density(b)) => {
+            density::run(b).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(Bench::Authz { requests }) => {

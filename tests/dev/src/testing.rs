@@ -171,6 +171,17 @@ pub fn running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
+/// Pod `p`'s condition of type `type_`, if it has one.
+pub fn condition<'a>(
+    p: &'a Pod,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+}
+
 /// Host namespaces of tenant `key`: its control plane (`vcp-<key>`) and every namespace the
 /// syncer translated (`<key>-<ns>`).
 pub async fn tenant_namespaces(host: &Client, key: &str) -> anyhow::Result<Vec<String>> {

@@ -783,10 +783,7 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
     // controller meets it in the tenant, the syncer writes it to the host pod (with the host
     // rights vcp gives it), and the kubelet's `Ready` comes back up.
     let condition = |p: &Pod, t: &str| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+        vcp_dev::testing::condition(p, t)
             .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
     };
     let held = eventually(
