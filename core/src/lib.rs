@@ -16,12 +16,14 @@
 //! What more than one binary reads is here too: the control-plane label the orchestrator writes
 //! and the syncer's NetworkPolicies select by ([`naming::LABEL_CONTROL_PLANE_OF`]), the quota's
 //! resources the syncer enforces and the orchestrator samples and stores ([`quota`]), and how
-//! errors are told on one line ([`chain`]).
+//! errors are told on one line ([`chain`]), and the narrowed host pod the syncer caches and
+//! the endpoint checks read ([`host_pod::HostPod`]).
 //!
 //! No client, no pool, no I/O: everything here is a function of its arguments, tested with
 //! plain values and property tests. The syncer's labels for objects only it makes (virtual
 //! nodes, mirrored volumes, token Secrets) live with the kind that makes them.
 
+pub mod host_pod;
 pub mod lifecycle;
 pub mod naming;
 pub mod quota;

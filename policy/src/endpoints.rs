@@ -36,6 +36,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use vcp_core::host_pod::HostPod;
 use vcp_core::naming::{self, TenantKey};
 
 const RULE: &str = "plan: endpoints";
@@ -142,7 +143,7 @@ impl TenantPods {
     /// tenant's markers, in the host namespace its markers name.
     pub fn from_host_pods<'a>(
         key: &TenantKey,
-        pods: impl IntoIterator<Item = &'a v1::Pod>,
+        pods: impl IntoIterator<Item = &'a HostPod>,
     ) -> Self {
         let mut out = TenantPods::default();
         for p in pods {
@@ -594,7 +595,7 @@ mod tests {
     #[test]
     fn only_running_host_pods_of_the_tenant_count() {
         let key = TenantKey::new("demo").unwrap();
-        let pod = |name: &str, ns: &str, tenant: &str, extra: serde_json::Value| -> v1::Pod {
+        let pod = |name: &str, ns: &str, tenant: &str, extra: serde_json::Value| -> HostPod {
             let mut v = serde_json::json!({
                 "metadata": {"name": name, "namespace": ns,
                     "labels": {(naming::LABEL_TENANT): tenant},

@@ -218,7 +218,14 @@ impl Ledger {
 
     /// A host object of this tenant's as the host watch saw it. Only objects the syncer made
     /// (its markers, where it puts them) count as placed.
-    pub fn host<K: Counted>(&mut self, tenant: &naming::TenantKey, obj: &K, present: bool) {
+    /// `K` is the counted kind; `H` its host object as the host watch decodes it (a host pod is
+    /// narrowed, [`vcp_core::host_pod::HostPod`]): only its markers are read.
+    pub fn host<K: Counted, H: kube_core::Resource>(
+        &mut self,
+        tenant: &naming::TenantKey,
+        obj: &H,
+        present: bool,
+    ) {
         if let Some(key) = placed_key(tenant, obj) {
             self.place(K::KIND, key, present);
         }

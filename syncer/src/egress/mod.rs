@@ -30,11 +30,12 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use vcp_core::host_pod::HostPod;
 
 /// The status of every refused CONNECT, whatever the reason.
 pub const REFUSED: StatusCode = StatusCode::FORBIDDEN;
@@ -48,7 +49,7 @@ pub struct Addresses(RwLock<Allowed>);
 
 impl Addresses {
     /// A host pod of the tenant was listed, changed or deleted (`present == false`).
-    pub fn observe_pod(&self, pod: &Pod, present: bool) {
+    pub fn observe_pod(&self, pod: &HostPod, present: bool) {
         let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
         let ip = present.then(|| pod_ip(pod)).flatten();
         self.0.write().expect("not poisoned").set_pod(&key, ip);
@@ -73,7 +74,7 @@ impl Addresses {
 /// The IP a running, non-terminal host pod of the tenant answers on; none for a pod on the
 /// host's network (its IP is a node's, shared with everything on that node) or one that has
 /// finished (its IP may already be another pod's).
-fn pod_ip(pod: &Pod) -> Option<IpAddr> {
+fn pod_ip(pod: &HostPod) -> Option<IpAddr> {
     if pod
         .spec
         .as_ref()
@@ -193,7 +194,7 @@ impl Proxy {
 mod tests {
     use super::*;
 
-    fn pod(v: serde_json::Value) -> Pod {
+    fn pod(v: serde_json::Value) -> HostPod {
         serde_json::from_value(v).unwrap()
     }
 

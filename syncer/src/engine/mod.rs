@@ -93,7 +93,7 @@ pub struct Engine {
     /// Quota refusals already told, by object UID (see [`quota::tell`]).
     pub told: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// This tenant's host pods, once the pod controllers run (Events up find their pod here).
-    pub host_pods: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Pod>>,
+    pub host_pods: std::sync::OnceLock<Cache<vcp_core::host_pod::HostPod>>,
     /// This tenant's host Secrets (copies and the pods' generated token Secrets, all carrying
     /// the tenant label), once the Secret controllers run: a pod's pass reads its token Secret
     /// here instead of asking the host.
@@ -185,6 +185,29 @@ impl Engine {
     }
 }
 
+/// A host object as a watch decodes and a cache holds it: any namespaced resource.
+pub trait HostObject:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<H> HostObject for H where
+    H: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A kind the engine syncs.
 pub trait Synced:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -201,6 +224,11 @@ pub trait Synced:
     /// in [`Side::own`]. The engine never looks inside.
     type Own: Send + Sync + 'static;
 
+    /// The host object as the host cache keeps it: the kind itself, or a narrower type read
+    /// from the same API path (pods: [`vcp_core::host_pod::HostPod`], what the syncer reads of
+    /// a host pod). Writes are always of the full kind.
+    type Host: HostObject;
+
     /// The desired host object, or `None` if this tenant object is not synced.
     fn to_host(tenant: &Self, engine: &Engine, own: &Self::Own) -> Option<Self>;
 
@@ -210,7 +238,7 @@ pub trait Synced:
         _engine: &Arc<Engine>,
         _own: &Arc<Self::Own>,
         _tenant: &mut Shared<Self>,
-        _host: &mut Shared<Self>,
+        _host: &mut Shared<Self::Host>,
     ) {
     }
 
@@ -222,7 +250,7 @@ pub trait Synced:
     /// Whether host object `host` already is `desired`, so an update would write nothing new.
     /// By default never known: every pass applies (cheap for kinds reconciled only on change
     /// and on resync).
-    fn unchanged(_desired: &Self, _host: &Self) -> bool {
+    fn unchanged(_desired: &Self, _host: &Self::Host) -> bool {
         false
     }
 
@@ -240,10 +268,10 @@ pub struct Side<K: Synced> {
     /// The kind's own state (see [`Synced::Own`]).
     pub own: Arc<K::Own>,
     pub tenant: Cache<K>,
-    pub host: Cache<K>,
+    pub host: Cache<K::Host>,
 }
 
-fn host_api<K: Synced>(e: &Engine, host_ns: &str) -> Api<K> {
+fn host_api<K: HostObject>(e: &Engine, host_ns: &str) -> Api<K> {
     Api::namespaced(e.host.clone(), host_ns)
 }
 
@@ -335,9 +363,9 @@ pub async fn apply<K: Synced>(e: &Engine, desired: &K) -> Result<()> {
 }
 
 /// Deletes host object `obj` of a synced kind (see [`delete_exact`]).
-pub async fn delete_host<K: Synced>(e: &Engine, obj: &K, grace: Option<i64>) -> Result<()> {
+pub async fn delete_host<H: HostObject>(e: &Engine, obj: &H, grace: Option<i64>) -> Result<()> {
     let ns = obj.namespace().unwrap_or_default();
-    delete_exact(&host_api::<K>(e, &ns), obj, grace, "host").await
+    delete_exact(&host_api::<H>(e, &ns), obj, grace, "host").await
 }
 
 /// Deletes `obj` through `api` (either side, any scope) only if the object of its name still
@@ -370,7 +398,7 @@ where
 }
 
 /// The host object for a desired one, from the host cache.
-pub fn cached_host<K: Synced>(side: &Side<K>, desired: &K) -> Option<Arc<K>> {
+pub fn cached_host<K: Synced>(side: &Side<K>, desired: &K) -> Option<Arc<K::Host>> {
     side.host
         .get(&ObjectRef::new(&desired.name_any()).within(&desired.namespace().unwrap_or_default()))
 }
@@ -423,7 +451,7 @@ pub(crate) async fn down_to<K: Synced>(
 
 /// GC of a host object whose tenant object is gone. Generic over every synced kind.
 #[tracing::instrument(skip_all, fields(kind = K::kind(&()).as_ref(), namespace = h.namespace().as_deref(), name = %h.name_any()))]
-pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
+pub async fn gc<K: Synced>(h: Arc<K::Host>, side: Arc<Side<K>>) -> Result<Action> {
     let e = &side.engine;
     let Some(r) = naming::tenant_ref(e.key(), h.labels(), h.annotations()) else {
         return Ok(Action::await_change());
@@ -460,7 +488,7 @@ pub async fn gc<K: Synced>(h: Arc<K>, side: Arc<Side<K>>) -> Result<Action> {
         // The cache's copy may be behind the host: a mark set just now, or the object adopted
         // by the tenant object that replaced its own. Deleted only as it was decided on.
         let host_ns = h.namespace().unwrap_or_default();
-        let fresh = host_api::<K>(e, &host_ns)
+        let fresh = host_api::<K::Host>(e, &host_ns)
             .get_opt(&h.name_any())
             .await
             .map_err(kube_err(format!("get host {host_ns}/{}", h.name_any())))?;
@@ -580,9 +608,9 @@ where
 }
 
 /// Maps a host object to the tenant object it came from (for re-triggering down-reconciles).
-pub fn to_tenant_ref<K: Resource<DynamicType = ()>>(
+pub fn to_tenant_ref<K: Resource<DynamicType = ()>, H: Resource>(
     key: &TenantKey,
-    h: &K,
+    h: &H,
 ) -> Option<ObjectRef<K>> {
     let r = naming::tenant_ref(key, h.labels(), h.annotations())?;
     Some(ObjectRef::new(&r.name).within(r.namespace.as_deref()?))
@@ -610,7 +638,7 @@ pub async fn run_kind<K: Synced>(
     own: Arc<K::Own>,
     workers: u16,
     down: DownFn<K>,
-    with_stores: impl FnOnce(Cache<K>, Cache<K>),
+    with_stores: impl FnOnce(Cache<K>, Cache<K::Host>),
 ) {
     run_kind_on(
         engine,
@@ -630,7 +658,7 @@ pub async fn run_kind_on<K: Synced>(
     own: Arc<K::Own>,
     workers: u16,
     down: DownFn<K>,
-    with_stores: impl FnOnce(Cache<K>, Cache<K>),
+    with_stores: impl FnOnce(Cache<K>, Cache<K::Host>),
     again: impl futures::Stream<Item = ()> + Send + 'static,
 ) {
     let key = engine.key().clone();
@@ -638,20 +666,21 @@ pub async fn run_kind_on<K: Synced>(
     // triggered by the streams that fill the caches it reads (see `shared`), so no reconcile
     // sees a cache older than its trigger.
     let mut tenant = Shared::<K>::new();
-    let mut host = Shared::<K>::new();
+    let mut host = Shared::<K::Host>::new();
     K::observe(&engine, &own, &mut tenant, &mut host);
     if K::SKIPS_OWN_ECHOES {
-        for (cache, side) in [
-            (&mut tenant, echo::Side::Tenant),
-            (&mut host, echo::Side::Host),
-        ] {
-            let e = engine.clone();
-            cache.observe(Box::new(move |o: &K, present| {
-                if !present {
-                    e.echoes.forget(side, o);
-                }
-            }));
-        }
+        let e = engine.clone();
+        tenant.observe(Box::new(move |o: &K, present| {
+            if !present {
+                e.echoes.forget(echo::Side::Tenant, o);
+            }
+        }));
+        let e = engine.clone();
+        host.observe(Box::new(move |o: &K::Host, present| {
+            if !present {
+                e.echoes.forget(echo::Side::Host, o);
+            }
+        }));
     }
     with_stores(tenant.cache(), host.cache());
     let side = Arc::new(Side {
@@ -666,24 +695,17 @@ pub async fn run_kind_on<K: Synced>(
     let kind = K::kind(&()).to_string();
     // The syncer's own writes come back as events; each was decided by the pass that wrote
     // it, so it triggers nothing (see `echo`). The caches take every event all the same.
-    let not_echo = |e: Arc<Engine>, side: echo::Side| {
-        move |o: &Arc<K>| {
-            let (e, o) = (e.clone(), o.clone());
-            // Kinds that record no echoes pass every event without a look.
-            async move { !K::SKIPS_OWN_ECHOES || !e.echoes.is_echo(side, o.as_ref()).await }
-        }
-    };
     let down_fut = Controller::for_shared_stream(
         tenant
             .subscribe()
-            .filter(not_echo(engine.clone(), echo::Side::Tenant)),
+            .filter(not_echo::<K, K>(engine.clone(), echo::Side::Tenant)),
         tenant.store(),
     )
     .with_config(config.clone())
     .watches_shared_stream(
         host.subscribe()
-            .filter(not_echo(engine.clone(), echo::Side::Host)),
-        move |h: Arc<K>| to_tenant_ref(&k2, h.as_ref()),
+            .filter(not_echo::<K, K::Host>(engine.clone(), echo::Side::Host)),
+        move |h: Arc<K::Host>| to_tenant_ref::<K, _>(&k2, h.as_ref()),
     )
     .reconcile_all_on(again)
     .run(
@@ -748,10 +770,26 @@ pub async fn run_kind_on<K: Synced>(
     );
 }
 
+/// Whether an event of object `o` (of kind `K`'s `side`) is not an echo of the syncer's own
+/// write: kinds that record no echoes pass every event without a look.
+fn not_echo<K: Synced, O: Resource + Send + Sync + 'static>(
+    e: Arc<Engine>,
+    side: echo::Side,
+) -> impl FnMut(&Arc<O>) -> futures::future::BoxFuture<'static, bool> {
+    move |o: &Arc<O>| {
+        let (e, o) = (e.clone(), o.clone());
+        Box::pin(async move { !K::SKIPS_OWN_ECHOES || !e.echoes.is_echo(side, o.as_ref()).await })
+    }
+}
+
 /// The host object a touched tenant object asks gc to look at, if any. A tenant object the
 /// cache still holds with the same UID leaves its host object wanted, so only deletions (and
 /// recreations under the same name) give gc work, not every status change of every pod.
-pub fn gc_trigger<K: Synced>(key: &TenantKey, tenant: &Store<K>, t: &K) -> Option<ObjectRef<K>> {
+pub fn gc_trigger<K: Synced>(
+    key: &TenantKey,
+    tenant: &Store<K>,
+    t: &K,
+) -> Option<ObjectRef<K::Host>> {
     if tenant
         .get(&ObjectRef::from_obj(t))
         .is_some_and(|c| c.uid() == t.uid())
@@ -897,7 +935,7 @@ mod tests {
         let h = obj::<ConfigMap>(serde_json::json!({
             "metadata": {"name": "cfg", "namespace": "demo-apps"}
         }));
-        let spans = spans_of(gc(h, side(&e))).await;
+        let spans = spans_of(gc(h, side::<ConfigMap>(&e))).await;
         assert_eq!(
             span(&spans, "gc"),
             Some(&fields(&[

@@ -54,18 +54,25 @@ fn ledger(e: &Engine) -> std::sync::MutexGuard<'_, Ledger> {
 }
 
 /// Feeds the ledger from a kind's tenant and host watches (see [`super::shared::Observer`]).
-pub fn observe<K>(e: &Arc<Engine>, tenant: &mut Shared<K>, host: &mut Shared<K>)
+pub fn observe<K, H>(e: &Arc<Engine>, tenant: &mut Shared<K>, host: &mut Shared<H>)
 where
     K: Counted + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    H: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     let t = e.clone();
     tenant.observe(Box::new(move |obj: &K, present| {
         ledger(&t).tenant(obj, present);
     }));
     let h = e.clone();
-    host.observe(Box::new(move |obj: &K, present| {
+    host.observe(Box::new(move |obj: &H, present| {
         let key = h.key().clone();
-        ledger(&h).host(&key, obj, present);
+        ledger(&h).host::<K, H>(&key, obj, present);
     }));
 }
 
@@ -87,9 +94,10 @@ where
 
 /// Whether the ledger knows all it needs for `K`: the namespace caches and, for other kinds,
 /// their tenant and host caches have listed.
-fn known<K>(e: &Engine, side: Option<(&Cache<K>, &Cache<K>)>) -> bool
+fn known<K, H>(e: &Engine, side: Option<(&Cache<K>, &Cache<H>)>) -> bool
 where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    H: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
     ready(&e.tenant_namespaces)
         && ready(&e.host_namespaces)
@@ -173,13 +181,13 @@ pub fn admit_claim(
 
 /// A tenant namespace's verdict, its share taken if admitted.
 pub fn admit_namespace(e: &Engine, t: &Namespace) -> Verdict {
-    verdict(e, t, known::<Namespace>(e, None), true)
+    verdict(e, t, known::<Namespace, Namespace>(e, None), true)
 }
 
 /// Whether tenant namespace `ns` is kept off the host by the quota (`None`: not known yet).
 /// Objects of kinds the quota does not count (ConfigMaps, Secrets, Endpoints) wait with it.
 pub fn namespace_waits(e: &Engine, ns: &str) -> Option<bool> {
-    if !known::<Namespace>(e, None) {
+    if !known::<Namespace, Namespace>(e, None) {
         return None;
     }
     let j = ledger(e).judge(Kind::Namespace, &(String::new(), ns.to_owned()));
@@ -302,7 +310,7 @@ pub async fn usage(e: Arc<Engine>, period: Duration) {
         let listed = ready(&e.tenant_pods)
             && ready(&e.tenant_services)
             && ready(&e.tenant_claims)
-            && known::<Namespace>(&e, None);
+            && known::<Namespace, Namespace>(&e, None);
         if !listed {
             continue;
         }

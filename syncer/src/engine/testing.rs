@@ -35,7 +35,7 @@ where
         engine: engine.clone(),
         own: Default::default(),
         tenant: Shared::<K>::new().cache(),
-        host: Shared::<K>::new().cache(),
+        host: Shared::<K::Host>::new().cache(),
     })
 }
 

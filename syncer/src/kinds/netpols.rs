@@ -22,11 +22,13 @@ use kube::runtime::controller::Action;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_core::host_pod::HostPod;
 use vcp_core::naming;
 use vcp_policy::{self as policy, network};
 
 impl crate::engine::Synced for NetworkPolicy {
     type Own = ();
+    type Host = Self;
 
     fn to_host(t: &Self, e: &Engine, _: &()) -> Option<Self> {
         if network::reserved_name(&t.name_any()) {
@@ -132,7 +134,7 @@ async fn relabel(e: &Engine, ns: &str) -> Result<()> {
 /// isolation keys only: the tenant pod's labels under its namespace's policies,
 /// `network::isolation_labels`). A merge patch, not an apply: the labels must also go when a
 /// policy no longer isolates the pod, whoever set them.
-pub async fn relabel_pod(e: &Engine, h: &Pod, want: &BTreeMap<String, String>) -> Result<()> {
+pub async fn relabel_pod(e: &Engine, h: &HostPod, want: &BTreeMap<String, String>) -> Result<()> {
     if !naming::owned_by(e.key(), h.labels()) {
         return Ok(());
     }

@@ -23,6 +23,7 @@ use vcp_core::naming::{ANN_CANARY_SEEN, CANARY_KEY, is_canary};
 impl Synced for ConfigMap {
     /// The pods' state: a ConfigMap goes down when a pod references it.
     type Own = pods::PodCtx;
+    type Host = Self;
 
     fn to_host(t: &Self, e: &Engine, pods: &pods::PodCtx) -> Option<Self> {
         let (ns, name) = (t.namespace()?, t.name_any());

@@ -101,6 +101,7 @@ fn tenant_service(e: &Engine, ns: &str, name: &str) -> Option<Arc<Service>> {
 
 impl Synced for Endpoints {
     type Own = ();
+    type Host = Self;
 
     fn to_host(t: &Self, e: &Engine, _: &()) -> Option<Self> {
         let svc = tenant_service(e, &t.namespace()?, &t.name_any())?;
@@ -119,6 +120,7 @@ impl Synced for Endpoints {
 
 impl Synced for EndpointSlice {
     type Own = ();
+    type Host = Self;
 
     fn to_host(t: &Self, e: &Engine, _: &()) -> Option<Self> {
         if controller_managed(t) {

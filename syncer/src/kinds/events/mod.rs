@@ -21,7 +21,7 @@ use crate::kube_err;
 use crate::metrics::Direction;
 use crate::{Error, Result};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
+use vcp_core::host_pod::HostPod;
 use vcp_core::naming::{self, TenantKey, TenantRef};
 
 /// Entries each memory holds before it starts over.
@@ -215,7 +216,7 @@ fn cached_tenant_ref(
 pub fn tenant_ref_from_caches(
     key: &TenantKey,
     namespaces: Option<&Cache<Namespace>>,
-    pods: Option<&Store<Pod>>,
+    pods: Option<&Store<HostPod>>,
     kind: Option<&str>,
     (host_ns, name, uid): (&str, &str, &str),
 ) -> Option<Option<naming::TenantRef>> {
@@ -256,7 +257,7 @@ pub fn start(s: &super::Start) -> futures::future::BoxFuture<'static, ()> {
 mod tests {
     use super::*;
     use crate::engine::shared::{self, listed_store as cache};
-    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use k8s_openapi::api::core::v1::Namespace;
     use vcp_core::naming::TenantKey;
 
     #[test]
@@ -265,7 +266,7 @@ mod tests {
         let namespaces = shared::Cache::listed(cache::<Namespace>(&[
             serde_json::json!({"metadata": {"name": "demo-apps"}}),
         ]));
-        let pods = cache::<Pod>(&[serde_json::json!({"metadata": {
+        let pods = cache::<HostPod>(&[serde_json::json!({"metadata": {
             "name": "web", "namespace": "demo-apps", "uid": "h1",
             "labels": {(naming::LABEL_TENANT): "demo"},
             "annotations": {(naming::ANN_NAME): "web", (naming::ANN_NAMESPACE): "apps", (naming::ANN_UID): "t1"},

@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use vcp_core::host_pod::HostPod;
 use vcp_core::naming;
 
 /// Relays pod certificate requests until the future is dropped.
@@ -193,7 +194,8 @@ async fn relay(e: &Engine, h: &PodCertificateRequest) -> Result<bool> {
         return Ok(false);
     };
     // The pod that asked, on the host and in the tenant (the same pod only by its markers).
-    let Some(hp) = host_pods.get(&ObjectRef::<Pod>::new(&h.spec.pod_name).within(&host_ns)) else {
+    let Some(hp) = host_pods.get(&ObjectRef::<HostPod>::new(&h.spec.pod_name).within(&host_ns))
+    else {
         return Ok(false);
     };
     if hp.metadata.uid.as_deref() != Some(h.spec.pod_uid.as_str()) {

@@ -24,11 +24,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use std::collections::BTreeMap;
+use vcp_core::host_pod::HostPod;
 use vcp_core::naming;
 
 /// Writes the trust-bundle ConfigMap of tenant pod `t` (if it has such sources); `host_pod`,
 /// once it exists, becomes its owner.
-pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&Pod>) -> Result<()> {
+pub async fn ensure(e: &Engine, t: &Pod, host_pod: Option<&HostPod>) -> Result<()> {
     let sources = trust_bundle_sources(t);
     let (Some(uid), Some(ns)) = (t.uid(), t.namespace()) else {
         return Ok(());

@@ -72,7 +72,7 @@ pub fn set_runtime_class(host: &mut Pod, tenant: &Pod, ctx: &Ctx, runtime_handle
 
 /// A tenant pod's host pod, and what placement changed of what the tenant asked for.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HostPod {
+pub struct DesiredPod {
     pub pod: Pod,
     /// One sentence per adjustment (`PlacementAdjusted`, told once the host pod is created).
     pub notes: Vec<String>,
@@ -80,11 +80,11 @@ pub struct HostPod {
 
 /// The host pod of `pod`: its translation (placement confined to the plan's pool) with the
 /// isolation labels that `policies`, the tenant's NetworkPolicies in its namespace, call for.
-pub fn host_pod(pod: &Pod, ctx: &Ctx, env: &PodEnv, policies: &[NetworkPolicy]) -> HostPod {
+pub fn host_pod(pod: &Pod, ctx: &Ctx, env: &PodEnv, policies: &[NetworkPolicy]) -> DesiredPod {
     let (mut host, notes) = translate::to_host_noting(pod, ctx, env);
     host.labels_mut()
         .extend(network::isolation_labels(pod.labels(), policies));
-    HostPod { pod: host, notes }
+    DesiredPod { pod: host, notes }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use std::collections::BTreeMap;
+use vcp_core::host_pod::HostPod;
 use vcp_core::naming::{self, TenantKey};
 
 /// Where the object found under a generated name stands.
@@ -31,7 +32,7 @@ pub enum Standing {
 }
 
 /// The host pod as an owner, once it has a UID.
-fn owner(host_pod: Option<&Pod>) -> Option<OwnerReference> {
+fn owner(host_pod: Option<&HostPod>) -> Option<OwnerReference> {
     let p = host_pod?;
     Some(OwnerReference {
         api_version: "v1".into(),
@@ -44,7 +45,11 @@ fn owner(host_pod: Option<&Pod>) -> Option<OwnerReference> {
 
 /// Where `current` (the object under the generated name, if any) stands for tenant `key`,
 /// given the host pod that should own it.
-pub fn standing(key: &TenantKey, current: Option<&ObjectMeta>, host_pod: Option<&Pod>) -> Standing {
+pub fn standing(
+    key: &TenantKey,
+    current: Option<&ObjectMeta>,
+    host_pod: Option<&HostPod>,
+) -> Standing {
     let Some(cur) = current else {
         return Standing::Absent;
     };
@@ -73,7 +78,7 @@ pub fn meta(
     host_ns: &str,
     name: &str,
     pod_uid: &str,
-    host_pod: Option<&Pod>,
+    host_pod: Option<&HostPod>,
     annotations: impl IntoIterator<Item = (String, String)>,
 ) -> ObjectMeta {
     let mut ann = BTreeMap::from([(naming::ANN_GENERATED.to_owned(), format!("pod/{pod_uid}"))]);
@@ -110,8 +115,8 @@ mod tests {
         TenantKey::new(s).unwrap()
     }
 
-    fn host_pod(uid: &str) -> Pod {
-        Pod {
+    fn host_pod(uid: &str) -> HostPod {
+        HostPod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
                 uid: Some(uid.into()),

@@ -35,7 +35,7 @@ use crate::kinds::pods::translate::{
 };
 use crate::metrics::Direction;
 use crate::{Error, Result, kube_err};
-use decide::{Admission, HostPod};
+use decide::{Admission, DesiredPod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -43,6 +43,7 @@ use kube::runtime::controller::Action;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use vcp_core::host_pod::HostPod;
 use vcp_policy::Refusal;
 
 /// What the pods kind keeps beside the engine: the state a kubelet would hold for the
@@ -154,7 +155,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     // namespace's NetworkPolicies call for (see `decide`).
     let ns = t.namespace().unwrap_or_default();
     let policies = crate::kinds::netpols::tenant_policies(e, &ns);
-    let HostPod {
+    let DesiredPod {
         pod: mut desired,
         notes,
     } = decide::host_pod(&t, &e.ctx, &e.pod_env, &policies);
@@ -269,21 +270,23 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
         }
         Decision::Update(h) => {
             // Resources change only through the host's `resize` subresource (below).
-            let resize = translate::resized(&t, &desired, &h);
+            let resize = translate::resized(&t, &desired, &h).is_some();
             let drift = drifted(&desired, &h);
             if drift {
                 // Env is immutable and was settled at creation (service links of that moment),
-                // and so is placement.
-                keep_host_env(&mut desired, &h);
-                keep_host_placement(&mut desired, &h);
-                apply(e, &desired).await?;
+                // and so is placement: both as the host pod has them, read whole.
+                if let Some(whole) = whole_host_pod(e, &h).await? {
+                    keep_host_env(&mut desired, &whole);
+                    keep_host_placement(&mut desired, &whole);
+                    apply(e, &desired).await?;
+                }
             }
-            if let Some(body) = &resize {
-                resize_host(e, &t, &h, body).await?;
+            if resize {
+                resize_host(e, &t, &desired, &h).await?;
             }
-            let debug = translate::ephemeral_added(&desired, &h);
-            if let Some(body) = &debug {
-                add_ephemeral(e, &t, body).await?;
+            let debug = translate::ephemeral_added(&desired, &h).is_some();
+            if debug {
+                add_ephemeral(e, &t, &desired, &h).await?;
             }
             // The isolation labels `desired` carries, worked out above.
             crate::kinds::netpols::relabel_pod(e, &h, desired.labels()).await?;
@@ -293,13 +296,7 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
                     "Pod",
                     Direction::Up,
                     false,
-                    up::sync_up(
-                        e,
-                        &side.own,
-                        &t,
-                        &h,
-                        !drift && resize.is_none() && debug.is_none(),
-                    ),
+                    up::sync_up(e, &side.own, &t, &h, !drift && !resize && !debug),
                 )
                 .await?;
             // After the binding above: the tenant apiserver names the pod's node in the token.
@@ -316,14 +313,35 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
     Ok(Action::requeue(e.resync))
 }
 
-/// Passes tenant pod `t`'s in-place resize down: host pod `h` becomes `body` through the
-/// host's `resize` subresource, as a kubelet's pod would through its apiserver. A resize that
-/// asks for more must fit the tenant's quota (the ledger already counts the pod at its new
-/// size); one that does not waits with `TenantQuotaExceeded`, told once, and the host pod
-/// keeps what it runs. A stale cache (409) is left to the next pass, which the host watch
+/// Host pod `h` as the host apiserver has it now, whole (the cache keeps only what passes
+/// read, see [`HostPod`]); `None` if it is gone. Read only on the rare passes that write
+/// what the cache does not hold: an apply after drift, a resize, new ephemeral containers.
+async fn whole_host_pod(e: &Engine, h: &HostPod) -> Result<Option<Pod>> {
+    let (ns, name) = (h.namespace().unwrap_or_default(), h.name_any());
+    Api::<Pod>::namespaced(e.host.clone(), &ns)
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!("get host pod {ns}/{name}")))
+}
+
+/// Passes tenant pod `t`'s in-place resize down (`desired`: its host pod as translated now):
+/// the host pod, read whole, gets the resources the tenant asked for through the host's
+/// `resize` subresource, as a kubelet's pod would through its apiserver. A resize that asks
+/// for more must fit the tenant's quota (the ledger already counts the pod at its new size);
+/// one that does not waits with `TenantQuotaExceeded`, told once, and the host pod keeps what
+/// it runs. A change since the read (409) is left to the next pass, which the host watch
 /// brings.
-async fn resize_host(e: &Engine, t: &Pod, h: &Pod, body: &Pod) -> Result<()> {
-    let grows = translate::resize_grows(h, body, &e.ctx.policy.quota.limits);
+async fn resize_host(e: &Engine, t: &Pod, desired: &Pod, h: &HostPod) -> Result<()> {
+    let Some(whole) = whole_host_pod(e, h).await? else {
+        return Ok(());
+    };
+    // Worked out again on what the host has now: the cache may not show an earlier resize.
+    let Some(resize) = translate::resized(t, desired, &HostPod::from(&whole)) else {
+        return Ok(());
+    };
+    let body = resize.body(&whole);
+    let h = &whole;
+    let grows = translate::resize_grows(h, &body, &e.ctx.policy.quota.limits);
     match quota::resize(e, grows) {
         Verdict::Admitted => {}
         Verdict::Refused(refusals) => {
@@ -335,7 +353,7 @@ async fn resize_host(e: &Engine, t: &Pod, h: &Pod, body: &Pod) -> Result<()> {
     let ns = h.namespace().unwrap_or_default();
     let name = h.name_any();
     let result = Api::<Pod>::namespaced(e.host.clone(), &ns)
-        .replace_subresource("resize", &name, &kube::api::PostParams::default(), body)
+        .replace_subresource("resize", &name, &kube::api::PostParams::default(), &body)
         .await;
     match result {
         Ok(_) => {
@@ -353,7 +371,7 @@ async fn resize_host(e: &Engine, t: &Pod, h: &Pod, body: &Pod) -> Result<()> {
 /// into `Ready`, and that `Ready` comes back up with the rest of the status, so the tenant pod
 /// turns ready, and the host Service routes to it, only once its gates are met. A strategic
 /// merge by condition type touches only those conditions.
-async fn mirror_gates(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
+async fn mirror_gates(e: &Engine, t: &Pod, h: &HostPod) -> Result<()> {
     let conditions = translate::gates_to_host(t, h);
     if conditions.is_empty() {
         return Ok(());
@@ -374,11 +392,12 @@ async fn mirror_gates(e: &Engine, t: &Pod, h: &Pod) -> Result<()> {
     Ok(())
 }
 
-/// Passes the ephemeral containers tenant pod `t` gained down: host pod `body` (the host pod
-/// with them appended) through the host's `ephemeralcontainers` subresource. They are checked
-/// against the plan's Pod Security level first, like the pod was (the host's admission checks
-/// the same level again); a refused one is told (`PolicyRefused`) and never reaches the host.
-async fn add_ephemeral(e: &Engine, t: &Pod, body: &Pod) -> Result<()> {
+/// Passes the ephemeral containers tenant pod `t` gained down (`desired`: its host pod as
+/// translated now, `h` the cached one): the host pod, read whole, with them appended goes
+/// through the host's `ephemeralcontainers` subresource. They are checked against the plan's
+/// Pod Security level first, like the pod was (the host's admission checks the same level
+/// again); a refused one is told (`PolicyRefused`) and never reaches the host.
+async fn add_ephemeral(e: &Engine, t: &Pod, desired: &Pod, h: &HostPod) -> Result<()> {
     let refusals = vcp_policy::pod_security::check(t, e.ctx.policy.pod_security);
     if !refusals.is_empty() {
         let message = vcp_policy::summary(&refusals);
@@ -386,6 +405,14 @@ async fn add_ephemeral(e: &Engine, t: &Pod, body: &Pod) -> Result<()> {
         e.report(t, "PolicyRefused", message).await;
         return Ok(());
     }
+    let Some(whole) = whole_host_pod(e, h).await? else {
+        return Ok(());
+    };
+    // Again on what the host has now: the cache may not show containers added a moment ago.
+    let Some(new) = translate::ephemeral_added(desired, &HostPod::from(&whole)) else {
+        return Ok(());
+    };
+    let body = translate::with_ephemeral(&whole, new);
     let ns = body.namespace().unwrap_or_default();
     let name = body.name_any();
     let result = Api::<Pod>::namespaced(e.host.clone(), &ns)
@@ -393,7 +420,7 @@ async fn add_ephemeral(e: &Engine, t: &Pod, body: &Pod) -> Result<()> {
             "ephemeralcontainers",
             &name,
             &kube::api::PostParams::default(),
-            body,
+            &body,
         )
         .await;
     match result {
@@ -520,27 +547,34 @@ fn tenant_service_links(e: &Engine, ns: &str) -> Result<Vec<k8s_openapi::api::co
 
 /// Whether the host pod lost something the tenant set (labels, annotations, images): the
 /// only mutable parts of a pod, so the only drift worth an apply.
-fn drifted(desired: &Pod, host: &Pod) -> bool {
+fn drifted(desired: &Pod, host: &HostPod) -> bool {
     let subset = |want: &std::collections::BTreeMap<String, String>,
                   have: &std::collections::BTreeMap<String, String>| {
         want.iter().all(|(k, v)| have.get(k) == Some(v))
     };
-    let images = |p: &Pod| -> Vec<Option<String>> {
-        p.spec
-            .iter()
-            .flat_map(|s| s.containers.iter().map(|c| c.image.clone()))
-            .collect()
-    };
+    let want_images = desired
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.image.as_deref()));
+    let images = host
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.image.as_deref()));
     // The deadline is one of the few mutable spec fields, and the tenant's controllers and
     // `kubectl` set it on running pods (a Job's `activeDeadlineSeconds` works through it).
-    let deadline = |p: &Pod| p.spec.as_ref().and_then(|s| s.active_deadline_seconds);
+    let want_deadline = desired
+        .spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds);
+    let deadline = host.spec.as_ref().and_then(|s| s.active_deadline_seconds);
     !subset(desired.labels(), host.labels())
         || !subset(desired.annotations(), host.annotations())
-        || images(desired) != images(host)
-        || deadline(desired) != deadline(host)
+        || !want_images.eq(images)
+        || want_deadline != deadline
 }
 impl Synced for Pod {
     type Own = PodCtx;
+    type Host = HostPod;
 
     /// A new host pod has nothing to tell the pass that created it: it is not scheduled yet
     /// (or bound where the create asked), and its scheduling, running and status each come
@@ -555,7 +589,7 @@ impl Synced for Pod {
         e: &std::sync::Arc<Engine>,
         own: &Arc<PodCtx>,
         tenant: &mut crate::engine::shared::Shared<Self>,
-        host: &mut crate::engine::shared::Shared<Self>,
+        host: &mut crate::engine::shared::Shared<HostPod>,
     ) {
         crate::engine::quota::observe(e, tenant, host);
         let addresses = own.addresses.clone();
@@ -635,8 +669,9 @@ mod tests {
 
     #[test]
     fn drift_is_about_tenant_owned_fields_only() {
-        assert!(!drifted(&pod("a", "x"), &pod("a", "x")));
-        assert!(drifted(&pod("b", "x"), &pod("a", "x")));
-        assert!(drifted(&pod("a", "y"), &pod("a", "x")));
+        let host = |image, label| HostPod::from(&pod(image, label));
+        assert!(!drifted(&pod("a", "x"), &host("a", "x")));
+        assert!(drifted(&pod("b", "x"), &host("a", "x")));
+        assert!(drifted(&pod("a", "y"), &host("a", "x")));
     }
 }

@@ -30,6 +30,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
+use vcp_core::host_pod::HostPod;
 use vcp_core::naming;
 
 const ANN_EXPIRES: &str = "vcp.dev/token-expires";
@@ -75,7 +76,7 @@ pub async fn ensure(
     tokens: &TokenSource,
     t: &Pod,
     node: Option<&str>,
-    host_pod: Option<&Pod>,
+    host_pod: Option<&HostPod>,
 ) -> Result<()> {
     let (Some((audience, expiration)), Some(node)) = (token_request(t), node) else {
         return Ok(());

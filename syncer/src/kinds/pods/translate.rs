@@ -44,13 +44,14 @@ use crate::tenant::{Ctx, PodEnv};
 use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{
-    ClusterTrustBundleProjection, ConfigMapProjection, Container, EnvVar, HostAlias, KeyToPath,
-    Pod, PodCondition, PodDNSConfig, PodDNSConfigOption, PodSpec, PodStatus, ProjectedVolumeSource,
-    ResourceRequirements, SecretProjection, Volume, VolumeProjection,
+    ClusterTrustBundleProjection, ConfigMapProjection, Container, EnvVar, EphemeralContainer,
+    HostAlias, KeyToPath, Pod, PodCondition, PodDNSConfig, PodDNSConfigOption, PodSpec, PodStatus,
+    ProjectedVolumeSource, ResourceRequirements, SecretProjection, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
+use vcp_core::host_pod::{HostContainer, HostPod};
 use vcp_core::naming;
 use vcp_core::naming::host_meta;
 use vcp_policy::{self as policy, placement};
@@ -623,24 +624,49 @@ fn same_resources(a: Option<&ResourceRequirements>, b: Option<&ResourceRequireme
     )
 }
 
-/// A resize the tenant made that host pod `host` does not run yet: `host` with each
-/// container's (and init container's) resources as `desired` has them, the body of a PUT to the
-/// host's `resize` subresource (its resource version guards against a stale cache). `None`
-/// when every container runs what the tenant asked for. Only a container of both pods is
-/// compared: the container set of a pod cannot change.
+/// A resize to pass down: the resources each host container (init or not, by name) should
+/// run, where that differs from what it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resize(Vec<(bool, String, Option<ResourceRequirements>)>);
+
+impl Resize {
+    /// Host pod `host`, read whole from the host, with the resize applied: the body of a PUT
+    /// to its `resize` subresource (its resource version guards against a change since).
+    pub fn body(&self, host: &Pod) -> Pod {
+        let mut body = host.clone();
+        if let Some(spec) = body.spec.as_mut() {
+            for (init, name, want) in &self.0 {
+                let containers = if *init {
+                    spec.init_containers.as_deref_mut().unwrap_or_default()
+                } else {
+                    &mut spec.containers[..]
+                };
+                if let Some(c) = containers.iter_mut().find(|c| c.name == *name) {
+                    c.resources = want.clone();
+                }
+            }
+        }
+        body
+    }
+}
+
+/// A resize the tenant made that host pod `host` does not run yet: each container's (and init
+/// container's) resources as `desired` has them, to apply to the whole host pod
+/// ([`Resize::body`]). `None` when every container runs what the tenant asked for. Only a
+/// container of both pods is compared: the container set of a pod cannot change.
 ///
 /// What tenant pod `tenant` leaves unset keeps the plan default the host pod was created with
 /// (`desired` has today's): a plan whose defaults changed resizes no running pod. A default
 /// limit below a raised request rises with it, as at creation.
-pub fn resized(tenant: &Pod, desired: &Pod, host: &Pod) -> Option<Pod> {
+pub fn resized(tenant: &Pod, desired: &Pod, host: &HostPod) -> Option<Resize> {
     let (Some(ts), Some(ds), Some(hs)) = (&tenant.spec, &desired.spec, &host.spec) else {
         return None;
     };
     // What each host container should run, where that differs from what it runs. Worked out
-    // on every pass, so the host pod is cloned only for an actual resize.
-    let mut changes: Vec<(bool, usize, Option<ResourceRequirements>)> = Vec::new();
-    let mut look = |init: bool, hcs: &[Container], dcs: &[Container], tcs: &[Container]| {
-        for (i, hc) in hcs.iter().enumerate() {
+    // on every pass; the whole host pod is read only for an actual resize.
+    let mut changes: Vec<(bool, String, Option<ResourceRequirements>)> = Vec::new();
+    let mut look = |init: bool, hcs: &[HostContainer], dcs: &[Container], tcs: &[Container]| {
+        for hc in hcs {
             let Some(dc) = dcs.iter().find(|d| d.name == hc.name) else {
                 continue;
             };
@@ -658,7 +684,7 @@ pub fn resized(tenant: &Pod, desired: &Pod, host: &Pod) -> Option<Pod> {
                 .and_then(|t| t.resources.as_ref());
             let want = keep_host_defaults(dc.resources.clone(), set, hc.resources.as_ref());
             if !same_resources(want.as_ref(), hc.resources.as_ref()) {
-                changes.push((init, i, want));
+                changes.push((init, hc.name.clone(), want));
             }
         }
     };
@@ -669,22 +695,7 @@ pub fn resized(tenant: &Pod, desired: &Pod, host: &Pod) -> Option<Pod> {
         ds.init_containers.as_deref().unwrap_or_default(),
         ts.init_containers.as_deref().unwrap_or_default(),
     );
-    if changes.is_empty() {
-        return None;
-    }
-    let mut body = host.clone();
-    let spec = body.spec.as_mut()?;
-    for (init, i, want) in changes {
-        let containers = if init {
-            spec.init_containers.as_deref_mut().unwrap_or_default()
-        } else {
-            &mut spec.containers[..]
-        };
-        if let Some(c) = containers.get_mut(i) {
-            c.resources = want;
-        }
-    }
-    Some(body)
+    (!changes.is_empty()).then_some(Resize(changes))
 }
 
 /// `want` (the tenant's resources with today's plan defaults) with each value the tenant did
@@ -746,11 +757,11 @@ fn keep_host_defaults(
     Some(want)
 }
 
-/// Ephemeral containers the tenant added (`kubectl debug`) that host pod `host` lacks: `host`
-/// with them appended, as `desired` translated them, the body of a PUT to the host's
-/// `ephemeralcontainers` subresource. `None` when the host has them all. Ephemeral containers
-/// are only ever added, never changed or removed, so names tell which are new.
-pub fn ephemeral_added(desired: &Pod, host: &Pod) -> Option<Pod> {
+/// Ephemeral containers the tenant added (`kubectl debug`) that host pod `host` lacks, as
+/// `desired` translated them ([`with_ephemeral`] appends them). `None` when the host has them
+/// all. Ephemeral containers are only ever added, never changed or removed, so names tell
+/// which are new.
+pub fn ephemeral_added(desired: &Pod, host: &HostPod) -> Option<Vec<EphemeralContainer>> {
     let want = desired.spec.as_ref()?.ephemeral_containers.as_deref()?;
     let have = host
         .spec
@@ -763,16 +774,19 @@ pub fn ephemeral_added(desired: &Pod, host: &Pod) -> Option<Pod> {
         .filter(|w| !have.iter().any(|h| h.name == w.name))
         .cloned()
         .collect();
-    if new.is_empty() {
-        return None;
-    }
+    (!new.is_empty()).then_some(new)
+}
+
+/// Host pod `host`, read whole from the host, with ephemeral containers `new` appended: the
+/// body of a PUT to its `ephemeralcontainers` subresource.
+pub fn with_ephemeral(host: &Pod, new: Vec<EphemeralContainer>) -> Pod {
     let mut body = host.clone();
-    body.spec
-        .as_mut()?
-        .ephemeral_containers
-        .get_or_insert_with(Vec::new)
-        .extend(new);
-    Some(body)
+    if let Some(spec) = body.spec.as_mut() {
+        spec.ephemeral_containers
+            .get_or_insert_with(Vec::new)
+            .extend(new);
+    }
+    body
 }
 
 /// Whether going from host pod `host` to `resized` asks the host for more of any resource the
@@ -805,7 +819,7 @@ pub fn resize_grows(host: &Pod, resized: &Pod, limits: &policy::quota::Limits) -
 /// `observed` is the generation the tenant status says was observed ([`observed_generation`]):
 /// the host pod's generations count the host's spec changes, not the tenant's.
 pub fn status_to_tenant(
-    host: &Pod,
+    host: &HostPod,
     tenant: Option<&PodStatus>,
     observed: Option<i64>,
 ) -> Option<PodStatus> {
@@ -878,7 +892,7 @@ pub fn tenant_condition(type_: &str) -> bool {
 /// ([`tenant_condition`]): a gate naming `Ready` would otherwise let the tenant write what the
 /// host's kubelet decides. A condition the tenant removed stays on the host: a gate's
 /// condition is set and changed, not removed, by the controllers that own one.
-pub fn gates_to_host(tenant: &Pod, host: &Pod) -> Vec<PodCondition> {
+pub fn gates_to_host(tenant: &Pod, host: &HostPod) -> Vec<PodCondition> {
     let gates = host
         .spec
         .as_ref()
@@ -926,7 +940,7 @@ pub fn terminal_status(shown: Option<&PodStatus>) -> Option<PodStatus> {
 /// included) and the host's kubelet observed the host pod's latest generation; until then
 /// what it showed before. A client waiting for a change (the resize tests do) so sees it
 /// observed only once the host acted on it.
-pub fn observed_generation(host: &Pod, tenant: &Pod, in_sync: bool) -> Option<i64> {
+pub fn observed_generation(host: &HostPod, tenant: &Pod, in_sync: bool) -> Option<i64> {
     let host_caught_up = match (
         host.metadata.generation,
         host.status.as_ref().and_then(|s| s.observed_generation),
@@ -1028,13 +1042,28 @@ pub fn references(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 /// The host node a host pod runs on: the tenant pod is bound to the virtual node of that name.
-pub fn host_node(host: &Pod) -> Option<&str> {
-    host.spec.as_ref()?.node_name.as_deref()
+pub fn host_node(host: &HostPod) -> Option<&str> {
+    host.node_name()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host pod as the host cache holds it.
+    pub(super) fn hp(p: &Pod) -> HostPod {
+        HostPod::from(p)
+    }
+
+    /// The resize body `resized` leads to, applied to the whole host pod `host`.
+    pub(super) fn resized_body(t: &Pod, desired: &Pod, host: &Pod) -> Option<Pod> {
+        resized(t, desired, &hp(host)).map(|r| r.body(host))
+    }
+
+    /// The ephemeral-container body `ephemeral_added` leads to, on the whole host pod `host`.
+    pub(super) fn ephemeral_body(desired: &Pod, host: &Pod) -> Option<Pod> {
+        ephemeral_added(desired, &hp(host)).map(|new| with_ephemeral(host, new))
+    }
     use crate::tenant::fixtures::ctx;
     use vcp_core::naming::LABEL_TENANT;
 
@@ -1473,15 +1502,15 @@ mod tests {
         let mut host = to_host(&tenant_pod(), &ctx(), &env());
         let tenant = tenant_pod();
         assert!(
-            status_to_tenant(&host, tenant.status.as_ref(), None).is_none(),
+            status_to_tenant(&hp(&host), tenant.status.as_ref(), None).is_none(),
             "no host status yet"
         );
         host.status =
             serde_json::from_value(serde_json::json!({"phase": "Running", "podIP": "10.244.1.7"}))
                 .unwrap();
-        let up = status_to_tenant(&host, tenant.status.as_ref(), None).unwrap();
+        let up = status_to_tenant(&hp(&host), tenant.status.as_ref(), None).unwrap();
         assert_eq!(up.pod_ip.as_deref(), Some("10.244.1.7"));
-        assert!(status_to_tenant(&host, Some(&up), None).is_none());
+        assert!(status_to_tenant(&hp(&host), Some(&up), None).is_none());
     }
 
     fn status(v: serde_json::Value) -> PodStatus {
@@ -1499,18 +1528,18 @@ mod tests {
         })));
         let before = status(serde_json::json!({"phase": "Pending", "qosClass": "BestEffort"}));
         assert!(
-            status_to_tenant(&host, Some(&before), None).is_some(),
+            status_to_tenant(&hp(&host), Some(&before), None).is_some(),
             "unbound, the tenant does not show it"
         );
         // The binding marks the tenant pod scheduled (a second later): nothing left to copy.
         let bound = bound_status(Some(&before));
-        assert!(status_to_tenant(&host, Some(&bound), None).is_none());
+        assert!(status_to_tenant(&hp(&host), Some(&bound), None).is_none());
         let mut stamped = bound.clone();
         stamped.conditions.as_mut().unwrap()[0].last_transition_time =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-11-21T10:00:01Z".parse().unwrap(),
             ));
-        assert!(status_to_tenant(&host, Some(&stamped), None).is_none());
+        assert!(status_to_tenant(&hp(&host), Some(&stamped), None).is_none());
         // Once the host pod runs, the whole status goes up, host timestamps included.
         host.status = Some(status(serde_json::json!({
             "phase": "Running", "qosClass": "BestEffort", "podIP": "10.244.1.7",
@@ -1518,11 +1547,14 @@ mod tests {
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-21T10:00:00Z"},
                 {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-21T10:00:02Z"}],
         })));
-        assert_eq!(status_to_tenant(&host, Some(&stamped), None), host.status);
+        assert_eq!(
+            status_to_tenant(&hp(&host), Some(&stamped), None),
+            host.status
+        );
         // A condition that changed its status is a change, whatever the timestamps.
         let mut not_ready = host.status.clone().unwrap();
         not_ready.conditions.as_mut().unwrap()[1].status = "False".into();
-        assert!(status_to_tenant(&host, Some(&not_ready), None).is_some());
+        assert!(status_to_tenant(&hp(&host), Some(&not_ready), None).is_some());
     }
 
     fn service(name: &str, ip: &str, ports: serde_json::Value) -> Service {
@@ -1756,7 +1788,7 @@ mod tests {
             .as_mut()
             .unwrap()[0]
             .resources = None;
-        assert!(resized(&tenant, &after, &older).is_none());
+        assert!(resized_body(&tenant, &after, &older).is_none());
         // Its status is not the tenant's.
         let mut host = after.clone();
         host.status = Some(serde_json::from_value(serde_json::json!({
@@ -1766,7 +1798,7 @@ mod tests {
                 {"name": "setup", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0},
             ],
         })).unwrap());
-        let up = status_to_tenant(&host, None, None).unwrap();
+        let up = status_to_tenant(&hp(&host), None, None).unwrap();
         let names: Vec<&str> = up
             .init_container_statuses
             .iter()
@@ -1779,6 +1811,7 @@ mod tests {
 
 #[cfg(test)]
 mod resize_tests {
+    use super::tests::{ephemeral_body, hp, resized_body};
     use super::*;
 
     fn pod_with(resources: serde_json::Value, generation: i64, observed: Option<i64>) -> Pod {
@@ -1801,7 +1834,7 @@ mod resize_tests {
     }
 
     fn resize_of(t: &Pod, host: &Pod) -> Option<Pod> {
-        resized(t, &down(t, &policy::quota::Limits::default()), host)
+        resized_body(t, &down(t, &policy::quota::Limits::default()), host)
     }
 
     #[test]
@@ -1819,13 +1852,13 @@ mod resize_tests {
             memory: "256Mi".into(),
         });
         assert_eq!(
-            resized(&tenant, &down(&tenant, &new), &host),
+            resized_body(&tenant, &down(&tenant, &new), &host),
             None,
             "a plan's new defaults resize no running pod"
         );
         // The tenant raises its request past the default limit the host pod runs with (1 CPU).
         let raised = pod_with(serde_json::json!({"requests": {"cpu": "3"}}), 2, None);
-        let body = resized(&raised, &down(&raised, &new), &host).expect("a resize");
+        let body = resized_body(&raised, &down(&raised, &new), &host).expect("a resize");
         let r = body.spec.unwrap().containers[0].resources.clone().unwrap();
         assert_eq!(r.requests.as_ref().unwrap()["cpu"].0, "3");
         assert_eq!(
@@ -1919,24 +1952,24 @@ mod resize_tests {
     fn ephemeral_containers_the_host_lacks_are_appended_once() {
         let mut host = pod_with(serde_json::json!({}), 1, None);
         let mut desired = host.clone();
-        assert_eq!(ephemeral_added(&desired, &host), None);
+        assert_eq!(ephemeral_body(&desired, &host), None);
         let debugger: k8s_openapi::api::core::v1::EphemeralContainer =
             serde_json::from_value(serde_json::json!({"name": "debugger", "image": "busybox"}))
                 .unwrap();
         desired.spec.as_mut().unwrap().ephemeral_containers = Some(vec![debugger.clone()]);
-        let body = ephemeral_added(&desired, &host).expect("one to add");
+        let body = ephemeral_body(&desired, &host).expect("one to add");
         assert_eq!(
             body.spec.as_ref().unwrap().ephemeral_containers,
             Some(vec![debugger.clone()])
         );
         assert_eq!(body.metadata.resource_version.as_deref(), Some("7"));
         host.spec.as_mut().unwrap().ephemeral_containers = Some(vec![debugger.clone()]);
-        assert_eq!(ephemeral_added(&desired, &host), None, "the host runs it");
+        assert_eq!(ephemeral_body(&desired, &host), None, "the host runs it");
         let mut second = debugger.clone();
         second.name = "second".into();
         desired.spec.as_mut().unwrap().ephemeral_containers =
             Some(vec![debugger.clone(), second.clone()]);
-        let body = ephemeral_added(&desired, &host).unwrap();
+        let body = ephemeral_body(&desired, &host).unwrap();
         assert_eq!(
             body.spec.unwrap().ephemeral_containers,
             Some(vec![debugger, second]),
@@ -1949,18 +1982,24 @@ mod resize_tests {
         let tenant = pod_with(serde_json::json!({}), 2, Some(1));
         let host_behind = pod_with(serde_json::json!({}), 3, Some(2));
         let host_done = pod_with(serde_json::json!({}), 3, Some(3));
-        assert_eq!(observed_generation(&host_done, &tenant, true), Some(2));
-        assert_eq!(observed_generation(&host_behind, &tenant, true), Some(1));
+        assert_eq!(observed_generation(&hp(&host_done), &tenant, true), Some(2));
         assert_eq!(
-            observed_generation(&host_done, &tenant, false),
+            observed_generation(&hp(&host_behind), &tenant, true),
+            Some(1)
+        );
+        assert_eq!(
+            observed_generation(&hp(&host_done), &tenant, false),
             Some(1),
             "a change still on its way down"
         );
         let no_kubelet = pod_with(serde_json::json!({}), 1, None);
-        assert_eq!(observed_generation(&no_kubelet, &tenant, true), Some(1));
+        assert_eq!(
+            observed_generation(&hp(&no_kubelet), &tenant, true),
+            Some(1)
+        );
         let mut status = host_done.clone();
         status.status.as_mut().unwrap().phase = Some("Running".into());
-        let up = status_to_tenant(&status, None, Some(2)).unwrap();
+        let up = status_to_tenant(&hp(&status), None, Some(2)).unwrap();
         assert_eq!(up.observed_generation, Some(2), "not the host's 3");
     }
 
@@ -1976,7 +2015,7 @@ mod resize_tests {
             "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
         }))
         .unwrap();
-        let up = status_to_tenant(&host, Some(&shown), None).unwrap();
+        let up = status_to_tenant(&hp(&host), Some(&shown), None).unwrap();
         let types: Vec<&str> = up
             .conditions
             .iter()
@@ -2026,7 +2065,7 @@ mod resize_tests {
             ],
         }))
         .unwrap();
-        let up = status_to_tenant(&host, Some(&shown), None).unwrap();
+        let up = status_to_tenant(&hp(&host), Some(&shown), None).unwrap();
         assert_eq!(
             conditions_of(&up),
             [
@@ -2039,7 +2078,7 @@ mod resize_tests {
             "the host's kubelet types and its eviction; the tenant's gate and custom type"
         );
         // Copied once, the same status again writes nothing.
-        assert_eq!(status_to_tenant(&host, Some(&up), None), None);
+        assert_eq!(status_to_tenant(&hp(&host), Some(&up), None), None);
         for t in [
             "Ready",
             "PodScheduled",
@@ -2071,7 +2110,7 @@ mod resize_tests {
             ]},
         }))
         .unwrap();
-        let down = gates_to_host(&tenant, &host);
+        let down = gates_to_host(&tenant, &hp(&host));
         let types: Vec<&str> = down.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(
             types,
@@ -2088,14 +2127,14 @@ mod resize_tests {
             .unwrap();
         conditions.extend(down);
         assert!(
-            gates_to_host(&tenant, &mirrored).is_empty(),
+            gates_to_host(&tenant, &hp(&mirrored)).is_empty(),
             "shown already"
         );
         // A later change goes down again.
         let gate = &mut tenant.status.as_mut().unwrap().conditions.as_mut().unwrap()[0];
         gate.status = "False".into();
-        assert_eq!(gates_to_host(&tenant, &mirrored).len(), 1);
+        assert_eq!(gates_to_host(&tenant, &hp(&mirrored)).len(), 1);
         let no_gates = pod_with(serde_json::json!({}), 1, None);
-        assert!(gates_to_host(&tenant, &no_gates).is_empty());
+        assert!(gates_to_host(&tenant, &hp(&no_gates)).is_empty());
     }
 }

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use std::time::Duration;
+use vcp_core::host_pod::HostPod;
 
 /// Entries [`UpWrites`] holds before it starts over (it only holds writes in flight).
 const UP_WRITES: usize = 10_000;
@@ -119,7 +120,13 @@ impl UpWrites {
 /// Binds tenant pod `t` to the virtual node of its host pod `h` and copies `h`'s status up,
 /// each only if the tenant does not show it yet. `in_sync`: `h` runs all of `t`'s spec (see
 /// [`super::translate::observed_generation`]).
-pub async fn sync_up(e: &Engine, p: &super::PodCtx, t: &Pod, h: &Pod, in_sync: bool) -> Result<()> {
+pub async fn sync_up(
+    e: &Engine,
+    p: &super::PodCtx,
+    t: &Pod,
+    h: &HostPod,
+    in_sync: bool,
+) -> Result<()> {
     let ns = t.namespace().unwrap_or_default();
     let name = t.name_any();
     let uid = t.uid().unwrap_or_default();

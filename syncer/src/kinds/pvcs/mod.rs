@@ -154,6 +154,7 @@ async fn mirrors_once(e: &Engine, claims: &Store<PersistentVolumeClaim>) -> Resu
 
 impl Synced for PersistentVolumeClaim {
     type Own = ();
+    type Host = Self;
 
     fn to_host(t: &Self, e: &Engine, _: &()) -> Option<Self> {
         // The claim's volume does not matter here (only its name and namespace are read).

@@ -13,6 +13,7 @@ use kube::ResourceExt;
 impl Synced for Secret {
     /// The pods' state: a Secret goes down when a pod references it.
     type Own = pods::PodCtx;
+    type Host = Self;
 
     fn to_host(t: &Self, e: &Engine, pods: &pods::PodCtx) -> Option<Self> {
         pods::referenced(e, pods, &t.namespace()?, &t.name_any(), true)

@@ -278,6 +278,7 @@ async fn recreate_tenant_with_ip(e: &Engine, t: &Service, h: &Service) -> Result
 
 impl Synced for Service {
     type Own = ServicesCtx;
+    type Host = Self;
 
     fn to_host(t: &Self, e: &Engine, own: &ServicesCtx) -> Option<Self> {
         // The tenant apiserver's own Service: it points at the tenant apiserver, not at pods.
