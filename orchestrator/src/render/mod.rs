@@ -10,6 +10,7 @@
 pub mod catalog;
 pub mod host_rbac;
 pub mod kubeconfig;
+pub mod tuning;
 
 use crate::chain;
 pub use catalog::{Catalog, CatalogError, Version};
@@ -201,6 +202,10 @@ pub struct Plan {
     /// their maintenance window (a tenant's own setting wins). Absent: off.
     #[serde(default)]
     pub auto_update: Option<vcp_core::lifecycle::AutoUpdate>,
+    /// How lean the control plane runs (Go's GC, the apiserver's watch cache, etcd's quota and
+    /// raft log, CoreDNS's cache; [`tuning`]). Absent: every component's own defaults.
+    #[serde(default)]
+    pub tuning: tuning::Tuning,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that
@@ -279,6 +284,7 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
             return Err(bad("dns_replicas must be 1 to 3"));
         }
         p.policy.validate().map_err(|e| bad(&e.to_string()))?;
+        p.tuning.validate().map_err(|e| bad(&e))?;
     }
     Ok(plans)
 }
@@ -525,6 +531,13 @@ fn context(input: &Input<'_>) -> Value {
             ctx["plan"]["resources"][c] = json!({});
         }
     }
+    // The plan's tuning as each component's extra flags and environment (empty lists when
+    // the plan tunes nothing, so templates can always loop over them).
+    for c in tuning::GO_COMPONENTS {
+        ctx["tuning_args"][c] = json!(input.plan.tuning.args(c));
+        ctx["tuning_env"][c] = json!(input.plan.tuning.env(c));
+    }
+    ctx["dns_cache_seconds"] = json!(input.plan.tuning.dns_cache_seconds());
     let server = format!("https://kube-apiserver.{ns}.svc:6443");
     for (c, dir) in [
         ("controller_manager", "/etc/kubernetes/pki/client"),

@@ -856,3 +856,101 @@ fn only_a_privileged_plan_lets_the_tenant_apiserver_admit_privileged_containers(
     privileged.policy.pod_security = vcp_policy::Level::Privileged;
     assert!(args_for(&privileged).contains("\"--allow-privileged=true\""));
 }
+
+fn objects_of(plan: &Plan) -> Vec<Object> {
+    let catalog = Catalog::builtin();
+    let settings = settings();
+    let input = Input {
+        name: "demo",
+        key: &key(),
+        version: catalog.get("1.37").unwrap(),
+        plan,
+        settings: &settings,
+        rollout: Default::default(),
+        stopped: false,
+    };
+    Renderer::builtin()
+        .unwrap()
+        .render_all(&input)
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, o)| o)
+        .collect()
+}
+
+#[test]
+fn a_tuned_plan_reaches_each_components_flags_environment_and_corefile() {
+    let plan = parse_plans(
+        "lean: {tuning: {gogc: 50, memory_limit_mib: {kube-apiserver: 160, etcd: 48},
+                apiserver_watch_cache: false, etcd_quota_mib: 256, etcd_snapshot_count: 2000,
+                dns_cache_seconds: 0}}",
+    )
+    .unwrap()
+    .remove("lean")
+    .unwrap();
+    let objects = objects_of(&plan);
+    let container =
+        |kind: &str, name: &str| pod_spec(&objects, kind, name)["containers"][0].clone();
+    let env = |c: &serde_json::Value, var: &str| {
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == var)
+            .and_then(|e| e["value"].as_str().map(str::to_owned))
+    };
+    let args = |c: &serde_json::Value| -> Vec<String> {
+        c["args"]
+            .as_array()
+            .or(c["command"].as_array())
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let apiserver = container("Deployment", "kube-apiserver");
+    assert!(args(&apiserver).contains(&"--watch-cache=false".to_owned()));
+    assert_eq!(env(&apiserver, "GOGC").as_deref(), Some("50"));
+    assert_eq!(env(&apiserver, "GOMEMLIMIT").as_deref(), Some("160MiB"));
+    assert_eq!(
+        env(&apiserver, "POD_IP"),
+        None,
+        "POD_IP comes from the downward API"
+    );
+    let etcd = container("StatefulSet", "etcd");
+    assert!(args(&etcd).contains(&"--quota-backend-bytes=268435456".to_owned()));
+    assert!(args(&etcd).contains(&"--snapshot-count=2000".to_owned()));
+    assert_eq!(env(&etcd, "GOMEMLIMIT").as_deref(), Some("48MiB"));
+    let kcm = container("Deployment", "kube-controller-manager");
+    assert_eq!(env(&kcm, "GOGC").as_deref(), Some("50"));
+    assert_eq!(env(&kcm, "GOMEMLIMIT"), None, "no limit named for it");
+    let coredns = container("Deployment", "coredns");
+    assert_eq!(env(&coredns, "GOGC").as_deref(), Some("50"));
+    let corefile = objects
+        .iter()
+        .find(|o| o.0["kind"] == "ConfigMap" && o.0["data"]["Corefile"].is_string())
+        .map(|o| o.0["data"]["Corefile"].as_str().unwrap().to_owned())
+        .unwrap();
+    assert!(!corefile.contains("cache"), "{corefile}");
+    assert!(corefile.contains("loadbalance"), "{corefile}");
+    // Untuned, the same components get none of it (the golden files hold the whole render).
+    let plain = objects_of(&Plan::default());
+    let apiserver = pod_spec(&plain, "Deployment", "kube-apiserver")["containers"][0].clone();
+    assert_eq!(env(&apiserver, "GOGC"), None);
+    assert!(
+        !args(&apiserver)
+            .iter()
+            .any(|a| a.starts_with("--watch-cache"))
+    );
+}
+
+#[test]
+fn a_plan_with_tuning_out_of_range_is_refused_naming_plan_and_field() {
+    let err = parse_plans("small: {tuning: {gogc: 1}}")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("small") && err.contains("tuning.gogc"),
+        "{err}"
+    );
+}

@@ -128,6 +128,20 @@ conformance:
       requests_storage: 200Gi
       namespaces: 20
       limits: {default_request: null, default_limit: null}
+# As default, with the control plane tuned for memory (docs/orchestrator.md, "Plans"): what
+# `vcp-dev bench density --plan lean` measures against the default plan.
+lean:
+  node_selector: {vcp.dev/node: real}
+  tolerations: [{key: vcp.dev/node, operator: Equal, value: real, effect: NoSchedule}]
+  policy:
+    placement:
+      node_selector: {vcp.dev/node: real}
+      tolerations: [{key: vcp.dev/node, operator: Exists}]
+  tuning:
+    gogc: 50
+    memory_limit_mib: {kube-apiserver: 128, kube-controller-manager: 40, etcd: 40, coredns: 20}
+    apiserver_watch_cache: false
+    etcd_snapshot_count: 1000
 "#;
 
 /// The plan of [`REAL_NODE_PLANS`] that passes the conformance suite.
