@@ -2942,5 +2942,58 @@ async fn a_readiness_gate_the_tenant_sets_reaches_the_host_pod_and_stays_on_the_
         },
     )
     .await?;
+    // A gate on a condition the host decides is the host's to meet: the tenant is told once,
+    // however many passes the pod gets, and its own value never reaches the host.
+    create::<Pod>(
+        &tenant,
+        "apps",
+        serde_json::json!({
+            "metadata": {"name": "s"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox"}],
+                "readinessGates": [{"conditionType": "PodScheduled"}],
+            },
+        }),
+    )
+    .await?;
+    eventually("s running", Duration::from_secs(60), || async {
+        Ok(Some(pods.get("s").await?).filter(running))
+    })
+    .await?;
+    let events: Api<Event> = Api::namespaced(tenant.clone(), "apps");
+    event_on(
+        &events,
+        "the warning about the gate",
+        "ReadinessGateNotMirrored",
+        "s",
+        "PodScheduled",
+    )
+    .await?;
+    // More passes: a label change and a status change of the pod's own.
+    pods.patch(
+        "s",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"labels": {"touched": "1"}}})),
+    )
+    .await?;
+    eventually("the label on the host", Duration::from_secs(30), || async {
+        let h = host_pods.get("s").await?;
+        Ok(h.labels().contains_key("touched").then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let told: Vec<Event> = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("ReadinessGateNotMirrored")
+                && e.involved_object.name.as_deref() == Some("s")
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "one event: {told:?}");
+    assert_eq!(told[0].count.unwrap_or(1), 1, "told once: {told:?}");
+    assert_eq!(told[0].type_.as_deref(), Some("Warning"));
     Ok(())
 }

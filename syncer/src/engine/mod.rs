@@ -90,8 +90,9 @@ pub struct Engine {
     pub tenant_namespaces: std::sync::OnceLock<Cache<k8s_openapi::api::core::v1::Namespace>>,
     /// The tenant-wide quota's running ledger, fed by the watches (see [`quota`]).
     pub ledger: std::sync::Mutex<vcp_policy::quota::Ledger>,
-    /// Quota refusals already told, by object UID (see [`quota::tell`]).
-    pub told: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Warnings already told, by object UID and reason: the note last told (see
+    /// [`Engine::report_once`]).
+    pub told: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
     /// This tenant's host pods, once the pod controllers run (Events up find their pod here).
     pub host_pods: std::sync::OnceLock<Cache<vcp_core::host_pod::HostPod>>,
     /// This tenant's host Secrets (copies and the pods' generated token Secrets, all carrying
@@ -171,6 +172,36 @@ impl Engine {
     }
 
     /// Reports on a tenant object (what the tenant's `kubectl describe` shows).
+    /// [`Engine::report`], unless this very note was the last one told of `obj` under
+    /// `reason`: a condition that holds on every pass (a pod waiting for quota, a readiness
+    /// gate the syncer leaves alone) is told once, and again only when what it says changes.
+    /// Remembered in memory only: a restarted syncer tells again, which costs one event.
+    pub async fn report_once<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        reason: &str,
+        note: String,
+    ) {
+        if self.first_telling(obj.meta().uid.as_deref().unwrap_or_default(), reason, &note) {
+            self.report(obj, reason, note).await;
+        }
+    }
+
+    /// Whether `note` under `reason` is new for object `uid` (and remembers it if so).
+    pub fn first_telling(&self, uid: &str, reason: &str, note: &str) -> bool {
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (uid.to_owned(), reason.to_owned());
+        if told.get(&key).is_some_and(|n| n == note) {
+            return false;
+        }
+        // Bounded: it only saves repeated events.
+        if told.len() >= 10_000 {
+            told.clear();
+        }
+        told.insert(key, note.to_owned());
+        true
+    }
+
     pub async fn report<K: Resource<DynamicType = ()>>(&self, obj: &K, reason: &str, note: String) {
         let ev = Event {
             type_: EventType::Warning,
@@ -853,6 +884,32 @@ where
 mod tests {
     use super::*;
     use shared::listed_store as cache;
+
+    #[tokio::test]
+    async fn a_warning_is_told_once_per_object_reason_and_note() {
+        let e = testing::offline_engine();
+        assert!(e.first_telling("u1", "TenantQuotaExceeded", "pods: 3 of 3"));
+        assert!(
+            !e.first_telling("u1", "TenantQuotaExceeded", "pods: 3 of 3"),
+            "told"
+        );
+        assert!(
+            e.first_telling("u1", "ReadinessGateNotMirrored", "gates"),
+            "another reason"
+        );
+        assert!(
+            !e.first_telling("u1", "TenantQuotaExceeded", "pods: 3 of 3"),
+            "kept apart"
+        );
+        assert!(
+            e.first_telling("u1", "TenantQuotaExceeded", "pods: 4 of 3"),
+            "what it says moved"
+        );
+        assert!(
+            e.first_telling("u2", "TenantQuotaExceeded", "pods: 4 of 3"),
+            "another object"
+        );
+    }
 
     #[test]
     fn gc_hears_of_a_host_object_only_when_its_verdict_can_move() {

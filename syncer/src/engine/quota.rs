@@ -258,21 +258,13 @@ pub fn host_refusal() -> Refusal {
     )
 }
 
-/// Tells the tenant, once per object and message, that `t` waits for quota (a Warning event).
-/// Remembered in memory only: a restarted syncer tells again, which costs one event.
+/// Tells the tenant, once per object and message, that `t` waits for quota (a Warning event,
+/// [`Engine::report_once`]).
 pub async fn tell<K: kube::Resource<DynamicType = ()>>(e: &Engine, t: &K, refusals: &[Refusal]) {
     let message = policy::summary(refusals);
     let uid = t.meta().uid.clone().unwrap_or_default();
-    {
-        let mut told = e.told.lock().unwrap_or_else(|p| p.into_inner());
-        if told.get(&uid) == Some(&message) {
-            return;
-        }
-        // Bounded: it only saves repeated events.
-        if told.len() >= 10_000 {
-            told.clear();
-        }
-        told.insert(uid, message.clone());
+    if !e.first_telling(&uid, REASON, &message) {
+        return;
     }
     tracing::info!(kind = %K::kind(&()), ns = ?t.meta().namespace, name = ?t.meta().name, %message, "kept off the host by the tenant quota");
     e.report(t, REASON, message).await;

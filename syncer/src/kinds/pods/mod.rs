@@ -291,6 +291,9 @@ pub async fn down(t: Arc<Pod>, side: Arc<Side<Pod>>) -> Result<Action> {
             // The isolation labels `desired` carries, worked out above.
             crate::kinds::netpols::relabel_pod(e, &h, desired.labels()).await?;
             mirror_gates(e, &t, &h).await?;
+            if let Some(note) = translate::host_decided_gates(&t) {
+                e.report_once(t.as_ref(), GATE_IGNORED, note).await;
+            }
             e.metrics
                 .timed(
                     "Pod",
@@ -441,6 +444,10 @@ async fn wait_for_quota(e: &Engine, t: &Pod, v: Verdict) -> Result<Option<Action
     }
     Ok(v.wait(e))
 }
+
+/// The reason of the Warning a pod gets for readiness gates on host-decided conditions
+/// ([`translate::host_decided_gates`]).
+const GATE_IGNORED: &str = "ReadinessGateNotMirrored";
 
 /// How soon a pod kept off the host by a name someone else holds there is looked at again.
 const CONFLICT_RETRY: Duration = Duration::from_secs(30);

@@ -922,6 +922,28 @@ pub fn gates_to_host(tenant: &Pod, host: &HostPod) -> Vec<PodCondition> {
         .collect()
 }
 
+/// What tenant pod `tenant` is told about its readiness gates that name a condition the host
+/// decides ([`tenant_condition`] is false: `Ready`, `PodScheduled`, ...): the syncer never
+/// writes the tenant's value of those to the host pod, so such a gate is met or not as the
+/// host's own condition says. `None` when no gate names one.
+pub fn host_decided_gates(tenant: &Pod) -> Option<String> {
+    let named: Vec<&str> = tenant
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|g| g.condition_type.as_str())
+        .filter(|t| !tenant_condition(t))
+        .collect();
+    (!named.is_empty()).then(|| {
+        format!(
+            "readiness gates on {} name conditions the host's kubelet and scheduler decide; the syncer copies the host's value of them and never writes the pod's own",
+            named.join(", ")
+        )
+    })
+}
+
 /// The status a tenant pod gets when it is being deleted and its host pod is already gone
 /// before a terminal phase reached it: `Failed`, as a kubelet ends a pod it stopped, with the
 /// rest of what the tenant shows kept. `None` when the phase is terminal already.
@@ -2136,5 +2158,37 @@ mod resize_tests {
         assert_eq!(gates_to_host(&tenant, &hp(&mirrored)).len(), 1);
         let no_gates = pod_with(serde_json::json!({}), 1, None);
         assert!(gates_to_host(&tenant, &hp(&no_gates)).is_empty());
+    }
+
+    #[test]
+    fn gates_on_host_decided_conditions_are_named_to_the_tenant_and_others_are_not() {
+        let with_gates = |types: &[&str]| -> Pod {
+            let gates: Vec<_> = types
+                .iter()
+                .map(|t| serde_json::json!({"conditionType": t}))
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [], "readinessGates": gates},
+            }))
+            .unwrap()
+        };
+        let note = host_decided_gates(&with_gates(&[
+            "example.com/lb-ready",
+            "Ready",
+            "PodScheduled",
+        ]))
+        .expect("two gates on host conditions");
+        assert!(note.contains("Ready, PodScheduled"), "{note}");
+        assert!(!note.contains("lb-ready"), "{note}");
+        assert_eq!(
+            host_decided_gates(&with_gates(&["example.com/lb-ready"])),
+            None
+        );
+        assert_eq!(host_decided_gates(&with_gates(&[])), None);
+        assert_eq!(
+            host_decided_gates(&pod_with(serde_json::json!({}), 1, None)),
+            None
+        );
     }
 }
