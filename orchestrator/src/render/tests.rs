@@ -380,24 +380,7 @@ fn pods_of_vcps_own_images_run_as_their_non_root_user_and_can_read_their_secrets
 }
 
 fn dev_objects() -> Vec<Object> {
-    let catalog = Catalog::builtin();
-    let (plan, settings) = (dev_plan(), settings());
-    let input = Input {
-        name: "demo",
-        key: &key(),
-        version: catalog.get("1.37").unwrap(),
-        plan: &plan,
-        settings: &settings,
-        rollout: Default::default(),
-        stopped: false,
-    };
-    Renderer::builtin()
-        .unwrap()
-        .render_all(&input)
-        .unwrap()
-        .into_iter()
-        .flat_map(|(_, o)| o)
-        .collect()
+    objects_of(&dev_plan())
 }
 
 #[test]
@@ -857,6 +840,7 @@ fn only_a_privileged_plan_lets_the_tenant_apiserver_admit_privileged_containers(
     assert!(args_for(&privileged).contains("\"--allow-privileged=true\""));
 }
 
+/// Every object rendered for tenant `demo` on 1.37 with `plan`.
 fn objects_of(plan: &Plan) -> Vec<Object> {
     let catalog = Catalog::builtin();
     let settings = settings();

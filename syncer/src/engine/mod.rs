@@ -888,27 +888,23 @@ mod tests {
     #[tokio::test]
     async fn a_warning_is_told_once_per_object_reason_and_note() {
         let e = testing::offline_engine();
-        assert!(e.first_telling("u1", "TenantQuotaExceeded", "pods: 3 of 3"));
-        assert!(
-            !e.first_telling("u1", "TenantQuotaExceeded", "pods: 3 of 3"),
-            "told"
-        );
-        assert!(
-            e.first_telling("u1", "ReadinessGateNotMirrored", "gates"),
-            "another reason"
-        );
-        assert!(
-            !e.first_telling("u1", "TenantQuotaExceeded", "pods: 3 of 3"),
-            "kept apart"
-        );
-        assert!(
-            e.first_telling("u1", "TenantQuotaExceeded", "pods: 4 of 3"),
-            "what it says moved"
-        );
-        assert!(
-            e.first_telling("u2", "TenantQuotaExceeded", "pods: 4 of 3"),
-            "another object"
-        );
+        let quota = "TenantQuotaExceeded";
+        for (uid, reason, note, first, why) in [
+            ("u1", quota, "pods: 3 of 3", true, "new"),
+            ("u1", quota, "pods: 3 of 3", false, "told"),
+            (
+                "u1",
+                "ReadinessGateNotMirrored",
+                "gates",
+                true,
+                "another reason",
+            ),
+            ("u1", quota, "pods: 3 of 3", false, "kept apart"),
+            ("u1", quota, "pods: 4 of 3", true, "what it says moved"),
+            ("u2", quota, "pods: 4 of 3", true, "another object"),
+        ] {
+            assert_eq!(e.first_telling(uid, reason, note), first, "{why}");
+        }
     }
 
     #[test]
