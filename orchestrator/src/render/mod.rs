@@ -538,6 +538,7 @@ fn context(input: &Input<'_>) -> Value {
         ctx["tuning_env"][c] = json!(input.plan.tuning.env(c));
     }
     ctx["dns_cache_seconds"] = json!(input.plan.tuning.dns_cache_seconds());
+    ctx["controllers"] = json!(input.plan.tuning.controllers());
     let server = format!("https://kube-apiserver.{ns}.svc:6443");
     for (c, dir) in [
         ("controller_manager", "/etc/kubernetes/pki/client"),

@@ -867,7 +867,8 @@ fn a_tuned_plan_reaches_each_components_flags_environment_and_corefile() {
     let plan = parse_plans(
         "lean: {tuning: {gogc: 50, memory_limit_mib: {kube-apiserver: 160, etcd: 48},
                 apiserver_watch_cache: false, etcd_quota_mib: 256, etcd_snapshot_count: 2000,
-                dns_cache_seconds: 0}}",
+                dns_cache_seconds: 0, apiserver_runtime_config: [flowcontrol.apiserver.k8s.io/v1=false],
+                disabled_controllers: [ttl]}}",
     )
     .unwrap()
     .remove("lean")
@@ -905,7 +906,19 @@ fn a_tuned_plan_reaches_each_components_flags_environment_and_corefile() {
     assert!(args(&etcd).contains(&"--quota-backend-bytes=268435456".to_owned()));
     assert!(args(&etcd).contains(&"--snapshot-count=2000".to_owned()));
     assert_eq!(env(&etcd, "GOMEMLIMIT").as_deref(), Some("48MiB"));
+    assert!(
+        args(&apiserver)
+            .contains(&"--runtime-config=flowcontrol.apiserver.k8s.io/v1=false".to_owned())
+    );
     let kcm = container("Deployment", "kube-controller-manager");
+    assert!(args(&kcm).contains(&"--controllers=*,-nodelifecycle,-ttl".to_owned()));
+    assert_eq!(
+        args(&kcm)
+            .iter()
+            .filter(|a| a.starts_with("--controllers"))
+            .count(),
+        1
+    );
     assert_eq!(env(&kcm, "GOGC").as_deref(), Some("50"));
     assert_eq!(env(&kcm, "GOMEMLIMIT"), None, "no limit named for it");
     let coredns = container("Deployment", "coredns");

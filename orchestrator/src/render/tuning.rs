@@ -2,7 +2,8 @@
 //! plans load and turned into each component's extra flags and environment for the templates.
 //!
 //! Pure: [`Tuning::validate`] runs in `parse_plans`, and the render context carries
-//! [`Tuning::args`], [`Tuning::env`] and [`Tuning::dns_cache_seconds`] per component. Nothing
+//! [`Tuning::args`], [`Tuning::env`], [`Tuning::controllers`] and
+//! [`Tuning::dns_cache_seconds`] per component. Nothing
 //! set means nothing added: a plan without `tuning` renders exactly as before it existed.
 //!
 //! Why these knobs: an idle tenant's memory is mostly Go heaps (the apiserver's above all) that
@@ -52,6 +53,40 @@ pub struct Tuning {
     /// At most 3600.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_cache_seconds: Option<u32>,
+    /// API groups and versions the apiserver serves or not (`--runtime-config`), each
+    /// `group/version=true|false` (`api/all`, `api/ga`, `api/beta`, `api/alpha` too). An API
+    /// left out is not served at all: what the conformance suite tests of it then fails.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apiserver_runtime_config: Vec<String>,
+    /// Controllers the controller-manager does not run, beyond `nodelifecycle` (which no
+    /// tenant runs: its nodes are the host's), by the names `--controllers` takes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disabled_controllers: Vec<String>,
+}
+
+/// Whether `entry` is a `--runtime-config` entry: `group/version=true|false`, the core group
+/// as `v1` or `api/v1`, or one of the `api/...` switches.
+fn runtime_config_entry(entry: &str) -> bool {
+    let Some((api, on)) = entry.split_once('=') else {
+        return false;
+    };
+    let name = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+    };
+    matches!(on, "true" | "false")
+        && !api.is_empty()
+        && api.split('/').count() <= 2
+        && api.split('/').all(name)
+}
+
+/// Whether `name` can be a controller name (`--controllers`: lowercase words and dashes).
+fn controller_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 impl Tuning {
@@ -94,6 +129,24 @@ impl Tuning {
                 "tuning.dns_cache_seconds must be at most 3600, not {s}"
             ));
         }
+        if let Some(bad) = self
+            .apiserver_runtime_config
+            .iter()
+            .find(|e| !runtime_config_entry(e))
+        {
+            return Err(format!(
+                "tuning.apiserver_runtime_config entry {bad:?} is not group/version=true|false"
+            ));
+        }
+        if let Some(bad) = self
+            .disabled_controllers
+            .iter()
+            .find(|c| !controller_name(c))
+        {
+            return Err(format!(
+                "tuning.disabled_controllers entry {bad:?} is not a controller name"
+            ));
+        }
         Ok(())
     }
 
@@ -104,6 +157,12 @@ impl Tuning {
             "kube-apiserver" => {
                 if let Some(on) = self.apiserver_watch_cache {
                     out.push(format!("--watch-cache={on}"));
+                }
+                if !self.apiserver_runtime_config.is_empty() {
+                    out.push(format!(
+                        "--runtime-config={}",
+                        self.apiserver_runtime_config.join(",")
+                    ));
                 }
             }
             "etcd" => {
@@ -135,6 +194,15 @@ impl Tuning {
         out
     }
 
+    /// The controller-manager's `--controllers`: all but `nodelifecycle` and the plan's.
+    pub fn controllers(&self) -> String {
+        std::iter::once("*".to_owned())
+            .chain(std::iter::once("-nodelifecycle".to_owned()))
+            .chain(self.disabled_controllers.iter().map(|c| format!("-{c}")))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// CoreDNS's `cache` plugin's TTL cap; 0 leaves the plugin out.
     pub fn dns_cache_seconds(&self) -> u32 {
         self.dns_cache_seconds.unwrap_or(30)
@@ -157,6 +225,21 @@ mod tests {
             assert!(t.args(c).is_empty() && t.env(c).is_empty(), "{c}");
         }
         assert_eq!(t.dns_cache_seconds(), 30);
+        assert_eq!(t.controllers(), "*,-nodelifecycle");
+    }
+
+    #[test]
+    fn served_apis_and_controllers_come_from_the_plan() {
+        let t = tuning(
+            "{apiserver_runtime_config: [flowcontrol.apiserver.k8s.io/v1=false, api/alpha=false, v1=true],
+              disabled_controllers: [ttl, resourceclaim]}",
+        );
+        assert_eq!(t.validate(), Ok(()));
+        assert_eq!(
+            t.args("kube-apiserver"),
+            ["--runtime-config=flowcontrol.apiserver.k8s.io/v1=false,api/alpha=false,v1=true"]
+        );
+        assert_eq!(t.controllers(), "*,-nodelifecycle,-ttl,-resourceclaim");
     }
 
     #[test]
@@ -196,6 +279,30 @@ mod tests {
             ("{etcd_quota_mib: 10}", "tuning.etcd_quota_mib"),
             ("{etcd_snapshot_count: 5}", "tuning.etcd_snapshot_count"),
             ("{dns_cache_seconds: 7200}", "tuning.dns_cache_seconds"),
+            (
+                "{apiserver_runtime_config: [batch/v1]}",
+                "tuning.apiserver_runtime_config",
+            ),
+            (
+                "{apiserver_runtime_config: [\"batch/v1=maybe\"]}",
+                "tuning.apiserver_runtime_config",
+            ),
+            (
+                "{apiserver_runtime_config: [\"a/b/c=true\"]}",
+                "tuning.apiserver_runtime_config",
+            ),
+            (
+                "{apiserver_runtime_config: [\"Batch/v1=true,x=y\"]}",
+                "tuning.apiserver_runtime_config",
+            ),
+            (
+                "{disabled_controllers: [\"ttl,garbage\"]}",
+                "tuning.disabled_controllers",
+            ),
+            (
+                "{disabled_controllers: [\"\"]}",
+                "tuning.disabled_controllers",
+            ),
         ] {
             let err = tuning(yaml).validate().unwrap_err();
             assert!(err.contains(field), "{yaml}: {err}");
