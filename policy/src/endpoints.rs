@@ -146,43 +146,23 @@ impl TenantPods {
         pods: impl IntoIterator<Item = &'a HostPod>,
     ) -> Self {
         let mut out = TenantPods::default();
-        for p in pods {
-            let Some(r) = naming::tenant_ref(
-                key,
-                p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
-                p.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
-            ) else {
-                continue;
-            };
-            let Some(ns) = r.namespace.as_deref() else {
-                continue;
-            };
-            if p.metadata.namespace.as_deref() != Some(naming::host_namespace(key, ns).as_str()) {
-                continue;
-            }
-            let host_network = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.host_network)
-                .unwrap_or(false);
-            let Some(status) = p.status.as_ref() else {
-                continue;
-            };
-            let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
-            if host_network || finished || p.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let ips = status
-                .pod_ips
-                .iter()
-                .flatten()
-                .map(|i| i.ip.as_str())
-                .chain(status.pod_ip.as_deref());
-            for ip in ips.filter_map(|i| i.parse::<IpAddr>().ok()) {
-                out.insert(ip, ns, &r.name);
+        for held in pods.into_iter().filter_map(|p| Held::of(key, p)) {
+            for ip in &held.ips {
+                out.insert(*ip, &held.namespace, &held.name);
             }
         }
         out
+    }
+
+    /// Records that tenant pod `ns/name` no longer holds `ip`.
+    fn remove(&mut self, ip: IpAddr, ns: &str, name: &str) {
+        let ip = ip.to_canonical();
+        if let Some(holders) = self.by_ip.get_mut(&ip) {
+            holders.remove(&(ns.to_owned(), name.to_owned()));
+            if holders.is_empty() {
+                self.by_ip.remove(&ip);
+            }
+        }
     }
 
     /// Whether one of the tenant's pods holds `ip`.
@@ -200,6 +180,102 @@ impl TenantPods {
     /// Every address, in order (what the engine compares to notice a change).
     pub fn ips(&self) -> impl Iterator<Item = &IpAddr> {
         self.by_ip.keys()
+    }
+}
+
+/// The addresses one host pod holds for its tenant pod (see [`TenantPods::from_host_pods`]
+/// for which count).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    namespace: String,
+    name: String,
+    ips: Vec<IpAddr>,
+}
+
+impl Held {
+    /// What host pod `p` holds for tenant `key`; `None` if it holds nothing.
+    fn of(key: &TenantKey, p: &HostPod) -> Option<Held> {
+        let empty = BTreeMap::new();
+        let r = naming::tenant_ref(
+            key,
+            p.metadata.labels.as_ref().unwrap_or(&empty),
+            p.metadata.annotations.as_ref().unwrap_or(&empty),
+        )?;
+        let ns = r.namespace?;
+        if p.metadata.namespace.as_deref() != Some(naming::host_namespace(key, &ns).as_str()) {
+            return None;
+        }
+        let host_network = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let status = p.status.as_ref()?;
+        let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if host_network || finished || p.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        let ips: Vec<IpAddr> = status
+            .pod_ips
+            .iter()
+            .flatten()
+            .map(|i| i.ip.as_str())
+            .chain(status.pod_ip.as_deref())
+            .filter_map(|i| i.parse::<IpAddr>().ok())
+            .collect();
+        (!ips.is_empty()).then_some(Held {
+            namespace: ns,
+            name: r.name,
+            ips,
+        })
+    }
+}
+
+/// [`TenantPods`] kept up to date one host pod event at a time, so that noticing a change
+/// walks no pod: each event costs the addresses of one pod, and the generation moves whenever
+/// a pod's addresses do.
+#[derive(Debug, Clone, Default)]
+pub struct TenantPodIndex {
+    pods: TenantPods,
+    /// What each host pod (`namespace/name` on the host) holds now.
+    held: std::collections::HashMap<String, Held>,
+    generation: u64,
+}
+
+impl TenantPodIndex {
+    /// Host pod `p` of tenant `key` was listed, changed, or (`present == false`) deleted.
+    pub fn observe(&mut self, key: &TenantKey, p: &HostPod, present: bool) {
+        let host = format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or_default(),
+            p.metadata.name.as_deref().unwrap_or_default()
+        );
+        let now = present.then(|| Held::of(key, p)).flatten();
+        if self.held.get(&host) == now.as_ref() {
+            return;
+        }
+        if let Some(before) = self.held.remove(&host) {
+            for ip in &before.ips {
+                self.pods.remove(*ip, &before.namespace, &before.name);
+            }
+        }
+        if let Some(now) = now {
+            for ip in &now.ips {
+                self.pods.insert(*ip, &now.namespace, &now.name);
+            }
+            self.held.insert(host, now);
+        }
+        self.generation += 1;
+    }
+
+    /// The tenant's pods by address, as the events so far say.
+    pub fn pods(&self) -> &TenantPods {
+        &self.pods
+    }
+
+    /// Moves whenever a pod's addresses change; stays while nothing of them does.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 }
 
@@ -649,6 +725,43 @@ mod tests {
         assert_eq!(ips, ["10.244.0.1", "fd00::1"]);
         assert!(pods.holds(ip("10.244.0.1"), "apps", "web"));
         assert!(!pods.holds(ip("10.244.0.1"), "apps", "db"));
+    }
+
+    proptest! {
+        /// Whatever order host pods come, change and go in, the index holds what a walk over
+        /// the pods left standing finds, and its generation stays put on events that change
+        /// no address.
+        #[test]
+        fn the_index_equals_a_walk_over_the_pods_standing(
+            events in proptest::collection::vec((0usize..4, 0u8..4, 0u8..3, proptest::bool::weighted(0.8)), 1..40)
+        ) {
+            let key = TenantKey::new("demo").unwrap();
+            let pod = |i: usize, ip: u8, phase: u8| -> HostPod {
+                let phase = ["Running", "Pending", "Succeeded"][usize::from(phase)];
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("p{i}"), "namespace": "demo-apps",
+                        "labels": {(naming::LABEL_TENANT): "demo"},
+                        "annotations": {(naming::ANN_NAME): format!("p{i}"), (naming::ANN_NAMESPACE): "apps"}},
+                    "status": {"phase": phase, "podIP": format!("10.0.0.{ip}")},
+                })).unwrap()
+            };
+            let mut index = TenantPodIndex::default();
+            let mut standing: BTreeMap<usize, HostPod> = BTreeMap::new();
+            for (i, ip, phase, present) in events {
+                let p = pod(i, ip, phase);
+                let before = (index.pods().clone(), index.generation());
+                index.observe(&key, &p, present);
+                if present { standing.insert(i, p.clone()); } else { standing.remove(&i); }
+                prop_assert_eq!(index.pods(), &TenantPods::from_host_pods(&key, standing.values()));
+                if before.0 != *index.pods() {
+                    prop_assert!(index.generation() > before.1, "a change moves the generation");
+                }
+                // The same event again (a resync, a relist) changes nothing and moves nothing.
+                let settled = index.generation();
+                index.observe(&key, &p, present);
+                prop_assert_eq!(index.generation(), settled);
+            }
+        }
     }
 
     fn json_merge(a: &mut serde_json::Value, b: serde_json::Value) {

@@ -95,6 +95,9 @@ pub struct Engine {
     pub told: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
     /// This tenant's host pods, once the pod controllers run (Events up find their pod here).
     pub host_pods: std::sync::OnceLock<Cache<vcp_core::host_pod::HostPod>>,
+    /// The tenant's pods by address, kept by the host pod watch one event at a time (what
+    /// hand-written endpoints may name, see [`crate::kinds::endpoints`]).
+    pub pod_index: std::sync::RwLock<vcp_policy::endpoints::TenantPodIndex>,
     /// This tenant's host Secrets (copies and the pods' generated token Secrets, all carrying
     /// the tenant label), once the Secret controllers run: a pod's pass reads its token Secret
     /// here instead of asking the host.
@@ -156,6 +159,7 @@ impl Engine {
             tenant_namespaces: std::sync::OnceLock::new(),
             told: Default::default(),
             host_pods: std::sync::OnceLock::new(),
+            pod_index: Default::default(),
             host_secrets: std::sync::OnceLock::new(),
             host_configmaps: std::sync::OnceLock::new(),
             host_namespaces: std::sync::OnceLock::new(),

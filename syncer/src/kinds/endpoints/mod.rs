@@ -51,28 +51,42 @@ const PODS_PENDING: Duration = Duration::from_secs(1);
 /// How often the tenant's pod addresses are compared with the last ones seen.
 const POD_ADDRESSES_POLL: Duration = Duration::from_secs(5);
 
-/// This tenant's pods by address, from the host pod cache; `None` until the cache holds its
-/// first complete list (a partial view would drop the addresses of pods not listed yet).
-pub fn tenant_pods(e: &Engine) -> Option<TenantPods> {
-    let cache = e
-        .host_pods
+/// Whether the host pod cache holds its first complete list (before it, the index would
+/// lack the addresses of pods not listed yet).
+fn pods_listed(e: &Engine) -> bool {
+    e.host_pods
         .get()
-        .filter(|c| crate::engine::cache_ready(c))?;
-    let pods = cache.state();
-    Some(TenantPods::from_host_pods(
-        e.key(),
-        pods.iter().map(|p| p.as_ref()),
-    ))
+        .is_some_and(|c| crate::engine::cache_ready(c))
 }
 
-/// Yields whenever this tenant's pod addresses differ from the last ones seen (and once when
-/// the host pod cache first holds its list), checked every [`POD_ADDRESSES_POLL`].
+/// This tenant's pods by address, as the host pod watch keeps them ([`Engine::pod_index`]);
+/// `None` until the host pod cache holds its first complete list.
+pub fn tenant_pods(e: &Engine) -> Option<TenantPods> {
+    pods_listed(e).then(|| {
+        e.pod_index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .pods()
+            .clone()
+    })
+}
+
+/// Yields whenever this tenant's pod addresses changed since the last look (and once when
+/// the host pod cache first holds its list), looked at every [`POD_ADDRESSES_POLL`]: a
+/// comparison of the index's generation, whatever the number of pods.
 pub fn pod_addresses_changed(e: Arc<Engine>) -> impl Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold((e, None::<TenantPods>), |(e, mut last)| async move {
+    futures::stream::unfold((e, None::<u64>), |(e, mut last)| async move {
         loop {
             tokio::time::sleep(POD_ADDRESSES_POLL).await;
-            let Some(now) = tenant_pods(&e) else { continue };
-            if last.as_ref() != Some(&now) {
+            if !pods_listed(&e) {
+                continue;
+            }
+            let now = e
+                .pod_index
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .generation();
+            if last != Some(now) {
                 last = Some(now);
                 return Some(((), (e, last)));
             }

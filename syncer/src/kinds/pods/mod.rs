@@ -600,8 +600,14 @@ impl Synced for Pod {
     ) {
         crate::engine::quota::observe(e, tenant, host);
         let addresses = own.addresses.clone();
+        let index = e.clone();
         host.observe(Box::new(move |p, present| {
-            addresses.observe_pod(p, present)
+            addresses.observe_pod(p, present);
+            index
+                .pod_index
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .observe(index.key(), p, present);
         }));
         let (e, own) = (e.clone(), own.clone());
         tenant.observe(Box::new(move |pod: &Pod, present| {
