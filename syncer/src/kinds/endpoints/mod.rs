@@ -54,9 +54,7 @@ const POD_ADDRESSES_POLL: Duration = Duration::from_secs(5);
 /// Whether the host pod cache holds its first complete list (before it, the index would
 /// lack the addresses of pods not listed yet).
 fn pods_listed(e: &Engine) -> bool {
-    e.host_pods
-        .get()
-        .is_some_and(|c| crate::engine::cache_ready(c))
+    e.host_pods.get().is_some_and(crate::engine::cache_ready)
 }
 
 /// This tenant's pods by address, as the host pod watch keeps them ([`Engine::pod_index`]);
