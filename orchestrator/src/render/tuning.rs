@@ -92,10 +92,23 @@ fn controller_name(name: &str) -> bool {
 impl Tuning {
     /// Why this tuning cannot be used, if it cannot (the plan is refused when plans load).
     pub fn validate(&self) -> Result<(), String> {
-        if let Some(g) = self.gogc
-            && !(10..=1000).contains(&g)
-        {
-            return Err(format!("tuning.gogc must be 10 to 1000, not {g}"));
+        let ranges = [
+            ("gogc", self.gogc, 10, 1000),
+            ("etcd_quota_mib", self.etcd_quota_mib, 64, 8192),
+            (
+                "etcd_snapshot_count",
+                self.etcd_snapshot_count,
+                100,
+                100_000,
+            ),
+            ("dns_cache_seconds", self.dns_cache_seconds, 0, 3600),
+        ];
+        for (field, value, lo, hi) in ranges {
+            if let Some(v) = value
+                && !(lo..=hi).contains(&v)
+            {
+                return Err(format!("tuning.{field} must be {lo} to {hi}, not {v}"));
+            }
         }
         for (c, mib) in &self.memory_limit_mib {
             if !GO_COMPONENTS.contains(&c.as_str()) {
@@ -109,25 +122,6 @@ impl Tuning {
                     "tuning.memory_limit_mib.{c} must be at least 16, not {mib}"
                 ));
             }
-        }
-        if let Some(q) = self.etcd_quota_mib
-            && !(64..=8192).contains(&q)
-        {
-            return Err(format!("tuning.etcd_quota_mib must be 64 to 8192, not {q}"));
-        }
-        if let Some(n) = self.etcd_snapshot_count
-            && !(100..=100_000).contains(&n)
-        {
-            return Err(format!(
-                "tuning.etcd_snapshot_count must be 100 to 100000, not {n}"
-            ));
-        }
-        if let Some(s) = self.dns_cache_seconds
-            && s > 3600
-        {
-            return Err(format!(
-                "tuning.dns_cache_seconds must be at most 3600, not {s}"
-            ));
         }
         if let Some(bad) = self
             .apiserver_runtime_config

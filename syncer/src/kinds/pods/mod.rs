@@ -343,8 +343,7 @@ async fn resize_host(e: &Engine, t: &Pod, desired: &Pod, h: &HostPod) -> Result<
         return Ok(());
     };
     let body = resize.body(&whole);
-    let h = &whole;
-    let grows = translate::resize_grows(h, &body, &e.ctx.policy.quota.limits);
+    let grows = translate::resize_grows(&whole, &body, &e.ctx.policy.quota.limits);
     match quota::resize(e, grows) {
         Verdict::Admitted => {}
         Verdict::Refused(refusals) => {
@@ -353,8 +352,8 @@ async fn resize_host(e: &Engine, t: &Pod, desired: &Pod, h: &HostPod) -> Result<
         }
         Verdict::NotReady => return Ok(()),
     }
-    let ns = h.namespace().unwrap_or_default();
-    let name = h.name_any();
+    let ns = whole.namespace().unwrap_or_default();
+    let name = whole.name_any();
     let result = Api::<Pod>::namespaced(e.host.clone(), &ns)
         .replace_subresource("resize", &name, &kube::api::PostParams::default(), &body)
         .await;
