@@ -173,8 +173,44 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Some(Duration::from_secs(n.saturating_mul(unit)))
 }
 
+/// A domain tenants' host names end in (`--expose-domain`): lowercase DNS labels joined by
+/// dots, short enough that `<key>.<domain>` (a key is at most 20 characters) stays within a
+/// DNS name's 253.
+pub fn is_tenant_domain(s: &str) -> bool {
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    s.len() <= 253 - 21 && s.split('.').all(label)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tenant_domains_are_lowercase_dns_names_with_room_for_a_key() {
+        for ok in ["tenants.example.net", "vcp.test", "a", "x-1.y2"] {
+            assert!(super::is_tenant_domain(ok), "{ok}");
+        }
+        let long = ["a"; 117].join(".");
+        for bad in [
+            "",
+            ".example",
+            "example.",
+            "a..b",
+            "Tenants.example",
+            "-a.example",
+            "a-.example",
+            "a_b.example",
+            "*.example",
+            long.as_str(),
+        ] {
+            assert!(!super::is_tenant_domain(bad), "{bad:?}");
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
     use vcp_core::naming::control_plane_namespace;

@@ -30,6 +30,7 @@ pub enum ExposeKind {
     NodePort,
     LoadBalancer,
     Hostname,
+    Gateway,
 }
 
 /// Flags of `vcp serve`.
@@ -93,12 +94,17 @@ pub struct ServeArgs {
     /// How tenant apiservers are exposed.
     #[arg(long, env = "VCP_EXPOSE", value_enum, default_value = "node-port")]
     pub expose: ExposeKind,
-    /// Address kubeconfigs use with `--expose node-port` (a node address or a name for them).
+    /// Address kubeconfigs use with `--expose node-port` (a node address or a name for them);
+    /// with `--expose gateway`, optional: the gateway's address, dialled with the tenant's
+    /// name as `tls-server-name` (where no wildcard DNS names the gateway).
     #[arg(long, env = "VCP_EXPOSE_ADDRESS")]
     pub expose_address: Option<String>,
-    /// Domain with `--expose hostname`: tenants are `https://<key>.<domain>`.
+    /// Domain with `--expose hostname` or `gateway`: tenants are `https://<key>.<domain>`.
     #[arg(long, env = "VCP_EXPOSE_DOMAIN")]
     pub expose_domain: Option<String>,
+    /// Port of the gateway with `--expose gateway` (what kubeconfigs dial).
+    #[arg(long, env = "VCP_EXPOSE_PORT", default_value_t = 443, value_parser = clap::value_parser!(u16).range(1..))]
+    pub expose_port: u16,
     /// How vcp reaches tenant apiservers.
     #[arg(long, env = "VCP_TENANT_ACCESS", value_enum, default_value = "service")]
     pub tenant_access: TenantAccess,
@@ -186,7 +192,21 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
                     Error::Config("--expose hostname needs --expose-domain".into())
                 })?,
             },
+            ExposeKind::Gateway => Expose::Gateway {
+                domain: a.expose_domain.clone().ok_or_else(|| {
+                    Error::Config("--expose gateway needs --expose-domain".into())
+                })?,
+                port: a.expose_port,
+                address: a.expose_address.clone(),
+            },
         };
+    if let Expose::Hostname { domain } | Expose::Gateway { domain, .. } = &expose
+        && !crate::names::is_tenant_domain(domain)
+    {
+        return Err(Error::Config(format!(
+            "--expose-domain {domain:?} is not a lowercase DNS name of at most 232 characters"
+        )));
+    }
     if !render::host_rbac::valid_prefix(&a.host_roles_prefix) {
         return Err(Error::Config(format!(
             "--host-roles-prefix {:?} is not a release name (lowercase letters, digits, '-', '.')",

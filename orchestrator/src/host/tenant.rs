@@ -30,13 +30,13 @@ impl Provisioner {
             .get("orchestrator")
             .await
             .map_err(|e| Error::kube("read the orchestrator's tenant certificate", e))?;
-        let server = match (self.config.access, endpoint) {
-            (TenantAccess::Endpoint, Some(e)) => e.to_owned(),
-            _ => format!("https://kube-apiserver.{ns}.svc:6443"),
+        let (server, server_name) = match (self.config.access, endpoint) {
+            (TenantAccess::Endpoint, Some(e)) => self.config.settings.expose.dial(e),
+            _ => (format!("https://kube-apiserver.{ns}.svc:6443"), None),
         };
         let kc = render::kubeconfig::embedded(
             "tenant",
-            &server,
+            (&server, server_name.as_deref()),
             &secret_str(&s, "ca.crt").unwrap_or_default(),
             "vcp",
             &secret_str(&s, "tls.crt").unwrap_or_default(),

@@ -126,9 +126,10 @@ impl Provisioner {
         };
         let pair = ca.issue(&spec, now, ttl)?;
         let certificate = pki::inspect("kubeconfig", &pair.cert_pem)?;
+        let (server, server_name) = self.config.settings.expose.dial(endpoint);
         let kubeconfig = render::kubeconfig::embedded(
             &t.name,
-            endpoint,
+            (&server, server_name.as_deref()),
             &ca_bundle,
             user,
             &pair.cert_pem,

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use vcp_core::naming::control_plane_namespace;
 
 /// `https://host:port`, bracketing IPv6 literals.
-fn url(host: &str, port: i32) -> String {
+pub fn url(host: &str, port: i32) -> String {
     match host.parse::<IpAddr>() {
         Ok(IpAddr::V6(_)) => format!("https://[{host}]:{port}"),
         _ => format!("https://{host}:{port}"),
@@ -41,6 +41,18 @@ pub fn endpoint(expose: &Expose, key: &str, live: &Service) -> Option<(String, S
         Expose::Hostname { domain } => {
             let h = format!("{key}.{domain}");
             Some((format!("https://{h}"), h))
+        }
+        // By key, not by name: names are unique per owner only, and a key is never reused (a
+        // tenant created again under a deleted one's name gets a new host name, so a stale
+        // kubeconfig cannot reach it); its random part also keeps one owner from probing
+        // another's tenant names at the gateway.
+        Expose::Gateway { domain, port, .. } => {
+            let h = format!("{key}.{domain}");
+            let url = match port {
+                443 => format!("https://{h}"),
+                p => url(&h, i32::from(*p)),
+            };
+            Some((url, h))
         }
     }
 }
@@ -124,6 +136,48 @@ mod tests {
                 "https://demoab12cd.tenants.example.net".into(),
                 "demoab12cd.tenants.example.net".into()
             ))
+        );
+    }
+
+    #[test]
+    fn behind_the_gateway_a_tenant_is_its_key_under_the_domain() {
+        let pending = svc(json!({"spec": {"ports": [{"port": 6443}]}}));
+        let on_443 = Expose::Gateway {
+            domain: "tenants.example.net".into(),
+            port: 443,
+            address: None,
+        };
+        let (url, host) = endpoint(&on_443, "demoab12cd", &pending).expect("known at once");
+        assert_eq!(url, "https://demoab12cd.tenants.example.net");
+        assert_eq!(host, "demoab12cd.tenants.example.net");
+        assert_eq!(
+            on_443.dial(&url),
+            (url.clone(), None),
+            "DNS names the gateway"
+        );
+
+        let dev = Expose::Gateway {
+            domain: "tenants.vcp.test".into(),
+            port: 31443,
+            address: Some("10.243.3.2".into()),
+        };
+        let (url, host) = endpoint(&dev, "demoab12cd", &pending).unwrap();
+        assert_eq!(url, "https://demoab12cd.tenants.vcp.test:31443");
+        assert_eq!(
+            dev.dial(&url),
+            ("https://10.243.3.2:31443".to_owned(), Some(host.clone()),),
+            "the address is dialled and the name goes as SNI"
+        );
+        let v6 = Expose::Gateway {
+            domain: "tenants.vcp.test".into(),
+            port: 31443,
+            address: Some("fd00::2".into()),
+        };
+        assert_eq!(v6.dial(&url).0, "https://[fd00::2]:31443");
+        // An endpoint recorded under another exposure is dialled as it is.
+        assert_eq!(
+            dev.dial("https://127.0.0.1:30123"),
+            ("https://127.0.0.1:30123".to_owned(), None)
         );
     }
 }

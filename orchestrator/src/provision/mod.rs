@@ -21,7 +21,7 @@ mod teardown;
 mod tenant_api;
 pub mod wake;
 
-pub use expose::endpoint;
+pub use expose::{endpoint, url};
 
 use crate::host::{Provisioner, ssa as host};
 use crate::inventory::Tenant;

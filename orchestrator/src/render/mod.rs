@@ -141,6 +141,15 @@ pub enum Expose {
     /// A ClusterIP Service behind an external name (a proxy or ingress the platform runs):
     /// kubeconfigs use `https://<key>.<domain>`.
     Hostname { domain: String },
+    /// A ClusterIP Service behind vcp's own gateway (`vcp-gateway`, deployed by the chart), which
+    /// routes each TLS connection by its server name `<key>.<domain>` without terminating it.
+    /// Kubeconfigs use `https://<key>.<domain>:<port>`; with `address`, they dial that address
+    /// instead and send the name as `tls-server-name` (a platform without wildcard DNS).
+    Gateway {
+        domain: String,
+        port: u16,
+        address: Option<String>,
+    },
 }
 
 impl Expose {
@@ -148,10 +157,39 @@ impl Expose {
         match self {
             Expose::NodePort { .. } => "NodePort",
             Expose::LoadBalancer => "LoadBalancer",
-            Expose::Hostname { .. } => "ClusterIP",
+            Expose::Hostname { .. } | Expose::Gateway { .. } => "ClusterIP",
+        }
+    }
+
+    /// What a client dials for a tenant whose endpoint is `endpoint` (as [`crate::provision::endpoint`]
+    /// made it): the kubeconfig's `server` and, when it dials an address other than the name
+    /// the certificate carries, the `tls-server-name` to send and verify.
+    pub fn dial(&self, endpoint: &str) -> (String, Option<String>) {
+        match self {
+            Expose::Gateway {
+                domain,
+                port,
+                address: Some(address),
+            } => {
+                let name = endpoint
+                    .strip_prefix("https://")
+                    .and_then(|rest| rest.split([':', '/']).next())
+                    .filter(|host| host.ends_with(&format!(".{domain}")));
+                match name {
+                    Some(name) => (
+                        crate::provision::url(address, i32::from(*port)),
+                        Some(name.to_owned()),
+                    ),
+                    None => (endpoint.to_owned(), None),
+                }
+            }
+            _ => (endpoint.to_owned(), None),
         }
     }
 }
+
+/// The label that names a tenant's apiserver Service to the gateway (its value: the key).
+pub const LABEL_GATEWAY_NAME: &str = "vcp.dev/gateway-name";
 
 /// Deployment-wide settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -505,6 +543,12 @@ fn context(input: &Input<'_>) -> Value {
         json!(input.rollout.get("tokens").cloned().unwrap_or_default()),
     );
     ctx["rollout"] = Value::Object(rollout);
+    // The apiserver Service: only behind the gateway does it name a route.
+    let mut service = ctx["labels_apiserver"].clone();
+    if matches!(input.settings.expose, Expose::Gateway { .. }) {
+        service[LABEL_GATEWAY_NAME] = json!(input.key);
+    }
+    ctx["labels_apiserver_service"] = service;
     // Pods of vcp's Jobs: never matched by the etcd StatefulSet's or Service's selector.
     ctx["labels_etcd_snapshot"] = labels(input.key, "etcd-snapshot").0;
     let policy = serde_yaml::to_string(&syncer_policy(input.plan, input.settings))

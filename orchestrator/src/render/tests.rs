@@ -951,3 +951,60 @@ fn a_plan_with_tuning_out_of_range_is_refused_naming_plan_and_field() {
         "{err}"
     );
 }
+
+#[test]
+fn only_behind_the_gateway_does_the_apiserver_service_name_a_route() {
+    let catalog = Catalog::builtin();
+    let version = catalog.get("1.37").unwrap();
+    let plan = dev_plan();
+    let service_of = |expose: Expose| {
+        let settings = Settings {
+            expose,
+            ..settings()
+        };
+        let input = Input {
+            name: "demo",
+            key: &key(),
+            version,
+            plan: &plan,
+            settings: &settings,
+            rollout: Default::default(),
+            stopped: false,
+        };
+        let objs = Renderer::builtin()
+            .unwrap()
+            .render(Component::Apiserver, &input)
+            .unwrap();
+        objs.into_iter()
+            .find(|o| o.kind() == "Service")
+            .expect("an apiserver Service")
+            .0
+    };
+    let gateway = service_of(Expose::Gateway {
+        domain: "tenants.vcp.test".into(),
+        port: 443,
+        address: None,
+    });
+    assert_eq!(gateway["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        gateway["metadata"]["labels"][LABEL_GATEWAY_NAME],
+        key().as_str(),
+        "the route is the key: names repeat across owners"
+    );
+    // The selector is the pods', not the Service's labels.
+    assert!(
+        gateway["spec"]["selector"]
+            .get(LABEL_GATEWAY_NAME)
+            .is_none()
+    );
+    for other in [
+        settings().expose,
+        Expose::LoadBalancer,
+        Expose::Hostname {
+            domain: "tenants.vcp.test".into(),
+        },
+    ] {
+        let svc = service_of(other);
+        assert!(svc["metadata"]["labels"].get(LABEL_GATEWAY_NAME).is_none());
+    }
+}
