@@ -4,7 +4,8 @@
 //!
 //! One definition for every layer. The inventory reads and writes these through checked sqlx
 //! mappings (`tenants.desired` and `tenants.phase` are TEXT columns whose CHECK constraints in
-//! `migrations/` (the latest of each: 0001, 0004) list exactly these names; conditions are JSONB, through
+//! `migrations/` (the latest of each: 0001, 0012) list exactly these names, as `tenants.sleep`'s
+//! ([`Sleep`]) does; conditions are JSONB, through
 //! serde); the provisioning steps and the workers match on them; the API serializes them, and
 //! its OpenAPI document is derived from them. A name the code does not know is an error
 //! wherever it is read, never a default: a row whose phase reads `Redy` fails to load, loudly,
@@ -124,6 +125,18 @@ named_enum! {
 }
 
 named_enum! {
+    /// Whether the owner (or the idle timer of its plan) wants the control plane to run.
+    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    pub enum Sleep ("sleep state") {
+        /// Run it.
+        Awake = "awake",
+        /// Scale it to zero until a wake (`POST /v1/tenants/{name}/wake`, or a request through
+        /// the gateway).
+        Asleep = "asleep",
+    }
+}
+
+named_enum! {
     /// Where a tenant is in its life.
     pub enum Phase ("phase") {
         /// Accepted; no reconcile pass has run yet.
@@ -136,6 +149,9 @@ named_enum! {
         Upgrading = "Upgrading",
         /// The tenant's etcd is being restored from a snapshot; its API is down meanwhile.
         Restoring = "Restoring",
+        /// Asleep: its control plane is scaled to zero (etcd keeps its volume); a wake, or the
+        /// first request through the gateway, starts it again.
+        Sleeping = "Sleeping",
         /// Deletion was requested and is in progress.
         Deleting = "Deleting",
         /// A plan, version or template that cannot work; see `conditions`.
@@ -150,12 +166,13 @@ named_enum! {
 impl Phase {
     /// The phases of a live tenant: every one but [`Phase::Deleted`]. What the API can answer
     /// and what `vcp_tenants{phase}` counts.
-    pub const LIVE: [Phase; 7] = [
+    pub const LIVE: [Phase; 8] = [
         Phase::Pending,
         Phase::Provisioning,
         Phase::Ready,
         Phase::Upgrading,
         Phase::Restoring,
+        Phase::Sleeping,
         Phase::Deleting,
         Phase::Failed,
     ];
@@ -391,6 +408,8 @@ named_enum! {
         Provisioning = "Provisioning",
         /// Deletion finished.
         Deleted = "Deleted",
+        /// `Ready` of a sleeping tenant: its control plane is scaled to zero until a wake.
+        Asleep = "Asleep",
     }
 }
 
@@ -419,7 +438,8 @@ mod tests {
         let sql = concat!(
             include_str!("../../migrations/0001_inventory.sql"),
             include_str!("../../migrations/0003_upgrades.sql"),
-            include_str!("../../migrations/0004_snapshots.sql")
+            include_str!("../../migrations/0004_snapshots.sql"),
+            include_str!("../../migrations/0012_sleep.sql")
         );
         let marker = format!("CHECK ({column} IN (");
         let start = sql.rfind(&marker).expect("the column has a CHECK") + marker.len();
@@ -463,6 +483,7 @@ mod tests {
     fn the_database_allows_exactly_the_phases_and_desired_states_the_code_knows() {
         assert_eq!(check_list("phase"), names(Phase::ALL, Phase::as_str));
         assert_eq!(check_list("desired"), names(Desired::ALL, Desired::as_str));
+        assert_eq!(check_list("sleep"), names(Sleep::ALL, Sleep::as_str));
         assert_eq!(
             check_list("state"),
             names(UpgradeState::ALL, UpgradeState::as_str)

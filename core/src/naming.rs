@@ -145,6 +145,15 @@ impl std::ops::Deref for TenantKey {
     }
 }
 
+// Maps keyed by tenant keys are looked up by the text a request carries (the gateway's
+// routes, by the server name); the derived `Hash` and `Eq` are the inner `String`'s, as
+// `Borrow` requires.
+impl std::borrow::Borrow<str> for TenantKey {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl AsRef<str> for TenantKey {
     fn as_ref(&self) -> &str {
         &self.0

@@ -36,6 +36,7 @@ pub mod http;
 pub mod audit;
 pub mod kubeconfigs;
 pub mod rotations;
+pub mod sleep;
 pub mod snapshots;
 pub mod tenants;
 pub mod tokens;

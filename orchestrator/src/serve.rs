@@ -118,6 +118,15 @@ pub struct ServeArgs {
     /// and prints it once.
     #[arg(long, env = "VCP_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// The gateway's bearer token (stored hashed): it may report which tenants had
+    /// connections and wake asleep ones (`/v1/gateway/...`), nothing else.
+    #[arg(long, env = "VCP_GATEWAY_TOKEN", hide_env_values = true)]
+    pub gateway_token: Option<String>,
+    /// Seconds between idle sweeps, which put tenants to sleep whose plan's
+    /// `sleep.after_idle_minutes` has passed without a connection or a running pod (5-3600).
+    #[arg(long, env = "VCP_SLEEP_SWEEP_SECONDS", default_value_t = 60,
+        value_parser = clap::value_parser!(u64).range(5..=3600))]
+    pub sleep_sweep_seconds: u64,
     /// Benchmarks only: treat a tenant's control plane as up when its pods are Ready, without
     /// talking to its apiserver (for control-plane pods placed on simulated kwok nodes).
     #[arg(long, env = "VCP_SIMULATE_CONTROL_PLANES")]
@@ -279,6 +288,15 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         }
         None => {}
     }
+    if let Some(t) = &a.gateway_token {
+        if t.trim().len() < 16 {
+            return Err(Error::Config(
+                "--gateway-token must be at least 16 characters".into(),
+            ));
+        }
+        inv.ensure_gateway_token(&token_hash(t.trim()), &actor)
+            .await?;
+    }
     let host = host_client(&a).await?;
     config.host_user = crate::host::ssa::identity(&host).await?;
     crate::host::ssa::ensure_host_roles(&host, &config.settings.host_roles_prefix).await?;
@@ -345,6 +363,13 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             metrics.clone(),
         ),
     );
+    // One idle sweep per replica: a sleep re-checks the tenant under its row lock.
+    tokio::spawn(crate::sleep::sweep::run(
+        inv.clone(),
+        prov.host.clone(),
+        config.clone(),
+        Duration::from_secs(a.sleep_sweep_seconds),
+    ));
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = AppState {
         inventory: inv,

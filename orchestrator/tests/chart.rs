@@ -446,6 +446,7 @@ fn the_deployment_runs_a_command_line_vcp_serve_accepts_with_files_it_loads() ->
         ("default values", ""),
         ("every block on", ALL_ON),
         ("a database CA", DATABASE_CA),
+        ("the gateway", GATEWAY),
     ] {
         let docs = documents(&template("vcp", "vcp-system", values, &[])?)?;
         let root = tempfile::tempdir()?;
@@ -474,6 +475,137 @@ fn the_deployment_runs_a_command_line_vcp_serve_accepts_with_files_it_loads() ->
             assert_eq!(config.plans["ha"].etcd_replicas, 3);
             assert_eq!(serve.expose_address.as_deref(), Some("192.0.2.10"));
         }
+        if values == GATEWAY {
+            assert_eq!(
+                config.settings.expose,
+                vcp_orchestrator::render::Expose::Gateway {
+                    domain: "tenants.example.net".into(),
+                    port: 31443,
+                    address: Some("192.0.2.10".into()),
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Values that put tenants behind the gateway, dialled at an address (no wildcard DNS).
+const GATEWAY: &str = r#"
+expose: {mode: gateway, domain: tenants.example.net, address: 192.0.2.10, port: 31443}
+gateway: {service: {type: NodePort, port: 443, nodePort: 31443}}
+database: {existingSecret: db}
+"#;
+
+#[test]
+fn the_gateway_runs_only_behind_its_mode_and_reads_nothing_but_services() -> anyhow::Result<()> {
+    let named = |docs: &[Value], kind: &str| -> Option<Value> {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == "vcp-gateway")
+            .cloned()
+    };
+    let without = documents(&template("vcp", "vcp-system", "", &[])?)?;
+    assert!(
+        named(&without, "Deployment").is_none(),
+        "not deployed by default"
+    );
+
+    let docs = documents(&template("vcp", "vcp-system", GATEWAY, &[])?)?;
+    let d = named(&docs, "Deployment").ok_or_else(|| anyhow::anyhow!("no gateway Deployment"))?;
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(d["spec"]["replicas"], 2);
+    let c = &pod["containers"][0];
+    assert_eq!(
+        c["image"],
+        format!("ghcr.io/vcp-dev/vcp-gateway:{}", env!("CARGO_PKG_VERSION"))
+    );
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--domain=tenants.example.net"), "{args:?}");
+    // Flags the gateway takes, with the values the schema lets through.
+    let parsed = <vcp_gateway::Args as clap::Parser>::try_parse_from(
+        std::iter::once("vcp-gateway").chain(args.iter().copied()),
+    )
+    .map_err(|e| anyhow::anyhow!("vcp-gateway refuses the chart's arguments: {e}"))?;
+    assert_eq!(parsed.domain.as_str(), "tenants.example.net");
+    assert_eq!(parsed.listen, "0.0.0.0:8443");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(pod["serviceAccountName"], "vcp-gateway");
+    // Its pods are not the API's: the API Service must not send requests to them.
+    let api = docs
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "vcp")
+        .unwrap();
+    let gateway_labels = &d["spec"]["template"]["metadata"]["labels"];
+    assert_ne!(
+        api["spec"]["selector"]["app.kubernetes.io/component"],
+        gateway_labels["app.kubernetes.io/component"]
+    );
+
+    let svc = named(&docs, "Service").unwrap();
+    assert_eq!(svc["spec"]["type"], "NodePort");
+    assert_eq!(svc["spec"]["ports"][0]["nodePort"], 31443);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "tls");
+    assert_eq!(svc["spec"]["selector"], *gateway_labels);
+
+    // Read-only, and only Services: it routes by them and holds nothing else of the host.
+    let role = named(&docs, "ClusterRole").unwrap();
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["services"], "verbs": ["list", "watch"]}])
+    );
+    let binding = named(&docs, "ClusterRoleBinding").unwrap();
+    assert_eq!(binding["subjects"][0]["name"], "vcp-gateway");
+    let policy = named(&docs, "NetworkPolicy").unwrap();
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        *gateway_labels
+    );
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 8443);
+    assert!(named(&docs, "PodDisruptionBudget").is_some());
+
+    // vcp names tenants under the gateway's domain.
+    let vcp = find(&docs, "Deployment")?;
+    let vcp_args = vcp["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    for flag in [
+        "--expose=gateway",
+        "--expose-domain=tenants.example.net",
+        "--expose-port=31443",
+        "--expose-address=192.0.2.10",
+    ] {
+        assert!(vcp_args.contains(flag), "{flag} in {vcp_args}");
+    }
+
+    // A gateway needs its domain, and the domain must be a DNS name.
+    for (set, named_value) in [
+        ("expose.mode=gateway", "/expose/domain"),
+        ("expose.domain=Tenants_Example", "/expose/domain"),
+        (
+            "gateway.handshakeTimeoutMs=10",
+            "/gateway/handshakeTimeoutMs",
+        ),
+    ] {
+        let out = helm(
+            &[
+                "template",
+                "vcp",
+                chart_dir().to_str().unwrap(),
+                "--set",
+                "database.existingSecret=db",
+                "--set",
+                "expose.mode=gateway",
+                "--set",
+                set,
+            ],
+            None,
+        )?;
+        assert!(!out.status.success(), "{set} accepted");
+        let err = text(&out.stderr);
+        assert!(err.contains(named_value), "{set}: {err}");
     }
     Ok(())
 }
@@ -922,7 +1054,7 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
         plan: &plans["default"],
         settings: &settings,
         rollout: BTreeMap::new(),
-        stopped: false,
+        run: vcp_orchestrator::render::Run::Up,
     };
     let cp_ns = format!("vcp-{key}");
     let namespace = render::Object(serde_json::json!({
@@ -1150,7 +1282,7 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
 #[test]
 fn each_image_the_chart_names_has_a_static_non_root_dockerfile() -> anyhow::Result<()> {
     // ghcr.io/vcp-dev/vcp from orchestrator/Dockerfile, ghcr.io/vcp-dev/vcp-syncer from
-    // syncer/Dockerfile: multi-stage, the binary the chart's command names, a static base,
+    // syncer/Dockerfile, ghcr.io/vcp-dev/vcp-gateway from gateway/Dockerfile: multi-stage, the binary the chart's command names, a static base,
     // a non-root user.
     let docs = documents(&template("vcp", "vcp-system", "", &[])?)?;
     let d = find(&docs, "Deployment")?;
@@ -1161,6 +1293,7 @@ fn each_image_the_chart_names_has_a_static_non_root_dockerfile() -> anyhow::Resu
     for (file, bin) in [
         ("orchestrator/Dockerfile", "vcp"),
         ("syncer/Dockerfile", "vcp-syncer"),
+        ("gateway/Dockerfile", "vcp-gateway"),
     ] {
         let text = std::fs::read_to_string(repo_file(file))?;
         let stages = text.lines().filter(|l| l.starts_with("FROM ")).count();

@@ -64,7 +64,7 @@ async fn every_rendered_object_passes_server_side_dry_run() -> anyhow::Result<()
                 plan,
                 settings: &settings,
                 rollout: BTreeMap::from([("etcd".to_owned(), "abc".to_owned())]),
-                stopped: false,
+                run: vcp_orchestrator::render::Run::Up,
             };
             for (component, objects) in renderer.render_all(&input)? {
                 assert!(!objects.is_empty(), "{component:?} renders nothing");
@@ -132,7 +132,7 @@ async fn pods_of_vcps_images_are_admitted_under_an_enforced_restricted_pod_secur
         plan: &plan,
         settings: &settings,
         rollout: BTreeMap::new(),
-        stopped: false,
+        run: vcp_orchestrator::render::Run::Up,
     };
     let mut objects = renderer.render(Component::Syncer, &input)?;
     objects.extend(renderer.render_job(

@@ -78,3 +78,14 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end -}}
+
+{{/* The gateway's pods (expose.mode gateway). */}}
+{{- define "vcp.gateway.selector" -}}
+app.kubernetes.io/name: vcp
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end -}}
+
+{{- define "vcp.gatewayImage" -}}
+{{- printf "%s:%s" .Values.gateway.image.repository (.Values.gateway.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}

@@ -1,6 +1,6 @@
 //! The platform API (axum), put together: the router and the OpenAPI document over every
 //! feature's handlers (`tenants::api`, `tenants::update`, `usage::api`, `snapshots::api`,
-//! `rotations::api`, `kubeconfigs::api`, `tokens::api`, `audit::api`, `upgrades::api`), the
+//! `rotations::api`, `sleep::api`, `kubeconfigs::api`, `tokens::api`, `audit::api`, `upgrades::api`), the
 //! catalog ([`versions`]) and [`health`] (liveness, readiness, metrics, the OpenAPI document).
 //! [`types`] gathers the features' bodies for the client and the tests.
 //!
@@ -22,7 +22,7 @@ use crate::http::auth::BearerAuth;
 use crate::http::problem::{Problem, ProblemBody};
 use crate::http::{AppState, MAX_BODY};
 use crate::metrics::Metrics;
-use crate::{audit, kubeconfigs, rotations, snapshots, tenants, tokens, upgrades, usage};
+use crate::{audit, kubeconfigs, rotations, sleep, snapshots, tenants, tokens, upgrades, usage};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::StatusCode;
@@ -71,6 +71,10 @@ fn api_routes() -> OpenApiRouter<AppState> {
             snapshots::api::list_snapshots
         ))
         .routes(routes!(snapshots::api::restore_tenant))
+        .routes(routes!(sleep::api::sleep_tenant))
+        .routes(routes!(sleep::api::wake_tenant))
+        .routes(routes!(sleep::api::gateway_activity))
+        .routes(routes!(sleep::api::gateway_wake))
         .routes(routes!(rotations::api::rotate_tenant))
         .routes(routes!(rotations::api::list_rotations))
         .routes(routes!(
@@ -280,8 +284,13 @@ mod tests {
                         );
                     }
                 }
-                // Asking for a snapshot takes nothing but the tenant's name.
-                let bodyless = path == "/v1/tenants/{name}/snapshots";
+                // Asking for a snapshot, a sleep or a wake takes nothing but the tenant's name.
+                let bodyless = [
+                    "/v1/tenants/{name}/snapshots",
+                    "/v1/tenants/{name}/sleep",
+                    "/v1/tenants/{name}/wake",
+                ]
+                .contains(&path.as_str());
                 if (method == "post" || method == "patch") && !bodyless {
                     assert!(
                         op["requestBody"]["content"]["application/json"].is_object(),
@@ -295,7 +304,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 27);
+        assert_eq!(ops, 31);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
@@ -470,7 +479,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 14);
+        assert_eq!(ops, 16);
     }
 
     /// Every `$ref` names a schema the document has (a path parameter's schema is not

@@ -10,6 +10,7 @@ pub use crate::audit::types::*;
 pub use crate::http::schema::*;
 pub use crate::kubeconfigs::types::*;
 pub use crate::rotations::api::{RotateTenant, RotationList, RotationTarget, RotationView};
+pub use crate::sleep::api::{ActivityRecorded, ActivityReport, GatewayWake, GatewayWoken, Seen};
 pub use crate::snapshots::types::*;
 pub use crate::tenants::types::*;
 pub use crate::tokens::types::*;
@@ -17,7 +18,7 @@ pub use crate::upgrades::types::*;
 pub use crate::usage::types::*;
 pub use crate::window::{Day, MaintenanceWindow, RawWindow};
 pub use vcp_core::lifecycle::{
-    AutoUpdate, Condition, FleetEntryState, FleetState, FleetUpgrades, Phase, RestoreState,
+    AutoUpdate, Condition, FleetEntryState, FleetState, FleetUpgrades, Phase, RestoreState, Sleep,
     SnapshotState, UpgradeState,
 };
 pub use vcp_policy::quota::{Hard, Usage};

@@ -101,7 +101,7 @@ impl Provisioner {
             plan,
             settings: &self.config.settings,
             rollout,
-            stopped: false,
+            run: crate::render::Run::Up,
         }
     }
 

@@ -31,9 +31,35 @@ impl Caller {
     }
 }
 
+/// The role of the gateway's token ([`authenticate_gateway`]).
+pub const GATEWAY_ROLE: &str = "gateway";
+
 /// The caller a request's bearer token speaks for: 401 without one, or for an unknown or
-/// revoked one.
+/// revoked one; 403 for the gateway's token, which speaks for nobody's tenants.
 pub(crate) async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Caller, Problem> {
+    let caller = token_caller(state, headers).await?;
+    if caller.0.role == GATEWAY_ROLE {
+        return Err(Problem::forbidden(
+            "the gateway's token may only report activity and ask for wakes (/v1/gateway/...)",
+        ));
+    }
+    Ok(caller)
+}
+
+/// The caller of a `/v1/gateway/...` route: the gateway's token or an admin's; 403 for an
+/// owner's.
+pub(crate) async fn authenticate_gateway(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Caller, Problem> {
+    let caller = token_caller(state, headers).await?;
+    if caller.0.role != GATEWAY_ROLE && !caller.admin() {
+        return Err(Problem::forbidden("only the gateway's token or an admin's"));
+    }
+    Ok(caller)
+}
+
+async fn token_caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Problem> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -18,7 +18,7 @@ use sqlx::types::Json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
-use vcp_core::lifecycle::{AutoUpdate, Condition, Desired, FleetUpgrades, Phase};
+use vcp_core::lifecycle::{AutoUpdate, Condition, Desired, FleetUpgrades, Phase, Sleep};
 use vcp_core::naming::TenantKey;
 
 /// Channel that wakes reconcile workers.
@@ -55,6 +55,10 @@ pub struct Tenant {
     /// The release of `version` its control plane runs (`v1.37.1`); `None` only for rows from
     /// before migration 0007 that it could not place (they run the catalog's release).
     pub release: Option<String>,
+    /// Whether its control plane should run ([`crate::sleep`]).
+    pub sleep: Sleep,
+    /// The gateway's last report of a connection for it (`None`: never seen).
+    pub active_at: Option<OffsetDateTime>,
 }
 
 /// A tenant to create.
@@ -111,7 +115,7 @@ pub struct Token {
 
 pub(crate) const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
      phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
-     maintenance_window, fleet_upgrades, auto_update, release";
+     maintenance_window, fleet_upgrades, auto_update, release, sleep, active_at";
 
 pub(crate) fn unique_violation(e: &sqlx::Error) -> Option<String> {
     match e {

@@ -17,6 +17,7 @@ mod certs;
 mod expose;
 mod outcome;
 mod restore;
+mod sleep;
 mod teardown;
 mod tenant_api;
 pub mod wake;
@@ -156,6 +157,12 @@ impl Provisioner {
         let prev = &t.conditions.0;
         if let Some(r) = restore.as_ref().filter(|r| !r.restored) {
             return self.restore_pass(t, r, now).await;
+        }
+        // Asleep unless an upgrade or a rotation needs the control plane: those wake it for
+        // their passes, and it goes back to sleep once they are done.
+        if t.sleep == vcp_core::lifecycle::Sleep::Asleep && upgrade.is_none() && rotation.is_none()
+        {
+            return self.sleep_pass(t, now).await;
         }
         let mut generation = None;
         let BringUp {

@@ -244,6 +244,11 @@ pub struct Plan {
     /// raft log, CoreDNS's cache; [`tuning`]). Absent: every component's own defaults.
     #[serde(default)]
     pub tuning: tuning::Tuning,
+    /// `sleep: {after_idle_minutes: N}`: the plan's tenants go to sleep (control plane scaled to
+    /// zero) after N minutes with no connection through the gateway and no running workload
+    /// ([`crate::sleep`]). Absent: they sleep only when asked.
+    #[serde(default)]
+    pub sleep: Option<crate::sleep::SleepPlan>,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that
@@ -323,6 +328,9 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
         }
         p.policy.validate().map_err(|e| bad(&e.to_string()))?;
         p.tuning.validate().map_err(|e| bad(&e))?;
+        if let Some(sleep) = &p.sleep {
+            sleep.validate().map_err(|e| bad(&e))?;
+        }
     }
     Ok(plans)
 }
@@ -337,10 +345,26 @@ pub struct Input<'a> {
     pub settings: &'a Settings,
     /// Component -> digest of the certificates its pods mount.
     pub rollout: BTreeMap<String, String>,
-    /// Render etcd, the apiserver, the controller-manager and the syncer with no replicas
-    /// (while a restore replaces etcd's data).
-    pub stopped: bool,
+    /// Whether the control plane runs.
+    pub run: Run,
 }
+
+/// Whether a tenant's control plane runs, as its templates render it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// Every component at its plan's replicas.
+    Up,
+    /// etcd, the apiserver, the controller-manager and the syncer at no replicas, CoreDNS kept
+    /// (while a restore replaces etcd's data).
+    Stopped,
+    /// Asleep: every component at no replicas, but CoreDNS while `dns` (the tenant's workloads
+    /// still run and resolve names from what it last read); the apiserver Service says so
+    /// (`vcp.dev/asleep`), so the gateway asks for a wake instead of dialling nothing.
+    Asleep { dns: bool },
+}
+
+/// The annotation of an asleep tenant's apiserver Service (its value: `"true"`).
+pub const ANNOTATION_ASLEEP: &str = "vcp.dev/asleep";
 
 /// One rendered object.
 #[derive(Debug, Clone, PartialEq)]
@@ -509,7 +533,10 @@ fn context(input: &Input<'_>) -> Value {
         "syncer_image": input.settings.syncer_image,
         "tools_image": input.settings.tools_image,
         "syncer_host_role": host_rbac::syncer_namespaced_role(&input.settings.host_roles_prefix),
-        "stopped": input.stopped,
+        "stopped": input.run != Run::Up,
+        "asleep": matches!(input.run, Run::Asleep { .. }),
+        "dns_stopped": input.run == Run::Asleep { dns: false },
+        "annotation_asleep": ANNOTATION_ASLEEP,
         "expose": {"service_type": input.settings.expose.service_type()},
         "etcd_servers": members.iter()
             .map(|m| format!("https://{m}.etcd.{ns}.svc:2379"))

@@ -43,7 +43,7 @@ fn render_yaml(minor: &str, plan: &Plan) -> String {
         plan,
         settings: &settings,
         rollout: [("apiserver".to_owned(), "d1".to_owned())].into(),
-        stopped: false,
+        run: crate::render::Run::Up,
     };
     let mut out = String::new();
     for (c, objs) in Renderer::builtin().unwrap().render_all(&input).unwrap() {
@@ -115,7 +115,7 @@ fn every_rendered_object_is_of_a_kind_the_host_writer_knows() {
             plan: &plan,
             settings: &settings,
             rollout: Default::default(),
-            stopped: false,
+            run: crate::render::Run::Up,
         };
         for (_, objects) in Renderer::builtin().unwrap().render_all(&input).unwrap() {
             for o in objects {
@@ -157,7 +157,7 @@ fn a_template_that_escapes_its_namespace_is_refused() {
         plan: &plan,
         settings: &s,
         rollout: BTreeMap::new(),
-        stopped: false,
+        run: crate::render::Run::Up,
     };
     let e = r.render(Component::Network, &input).unwrap_err();
     assert!(matches!(e, RenderError::Escape { .. }), "{e}");
@@ -254,7 +254,7 @@ fn the_syncer_policy_keeps_tenants_off_control_plane_nodes_and_reserved_addresse
                 plan: &plan,
                 settings: &settings(),
                 rollout: BTreeMap::new(),
-                stopped: false,
+                run: crate::render::Run::Up,
             },
         )
         .unwrap();
@@ -346,7 +346,7 @@ fn pods_of_vcps_own_images_run_as_their_non_root_user_and_can_read_their_secrets
         plan: &plan,
         settings: &settings,
         rollout: Default::default(),
-        stopped: false,
+        run: crate::render::Run::Up,
     };
     let renderer = Renderer::builtin().unwrap();
     let all: Vec<Object> = renderer
@@ -827,7 +827,7 @@ fn only_a_privileged_plan_lets_the_tenant_apiserver_admit_privileged_containers(
                     plan,
                     settings: &settings(),
                     rollout: BTreeMap::new(),
-                    stopped: false,
+                    run: crate::render::Run::Up,
                 },
             )
             .unwrap();
@@ -851,7 +851,7 @@ fn objects_of(plan: &Plan) -> Vec<Object> {
         plan,
         settings: &settings,
         rollout: Default::default(),
-        stopped: false,
+        run: crate::render::Run::Up,
     };
     Renderer::builtin()
         .unwrap()
@@ -969,7 +969,7 @@ fn only_behind_the_gateway_does_the_apiserver_service_name_a_route() {
             plan: &plan,
             settings: &settings,
             rollout: Default::default(),
-            stopped: false,
+            run: crate::render::Run::Up,
         };
         let objs = Renderer::builtin()
             .unwrap()
@@ -1007,4 +1007,70 @@ fn only_behind_the_gateway_does_the_apiserver_service_name_a_route() {
         let svc = service_of(other);
         assert!(svc["metadata"]["labels"].get(LABEL_GATEWAY_NAME).is_none());
     }
+}
+
+#[test]
+fn asleep_every_workload_has_no_replicas_but_dns_while_workloads_run() {
+    let catalog = Catalog::builtin();
+    let version = catalog.get("1.37").unwrap();
+    let plan = dev_plan();
+    let settings = settings();
+    let render = |run: Run| {
+        let input = Input {
+            name: "demo",
+            key: &key(),
+            version,
+            plan: &plan,
+            settings: &settings,
+            rollout: Default::default(),
+            run,
+        };
+        let mut replicas = std::collections::BTreeMap::new();
+        let mut annotated = None;
+        for (_, objs) in Renderer::builtin().unwrap().render_all(&input).unwrap() {
+            for o in objs {
+                if matches!(o.kind(), "Deployment" | "StatefulSet") {
+                    replicas.insert(
+                        o.name().to_owned(),
+                        o.0["spec"]["replicas"].as_u64().unwrap(),
+                    );
+                }
+                if o.kind() == "Service" && o.name() == "kube-apiserver" {
+                    annotated = o.0["metadata"]["annotations"][ANNOTATION_ASLEEP]
+                        .as_str()
+                        .map(str::to_owned);
+                }
+            }
+        }
+        (replicas, annotated)
+    };
+    let (up, note) = render(Run::Up);
+    assert!(up.values().all(|r| *r > 0), "{up:?}");
+    assert_eq!(note, None);
+    let (stopped, note) = render(Run::Stopped);
+    assert_eq!(note, None, "a restore is no sleep");
+    assert!(stopped["coredns"] > 0);
+    assert!(
+        stopped
+            .iter()
+            .filter(|(n, _)| *n != "coredns")
+            .all(|(_, r)| *r == 0)
+    );
+    let (asleep, note) = render(Run::Asleep { dns: false });
+    assert_eq!(note.as_deref(), Some("true"));
+    assert!(
+        asleep.values().all(|r| *r == 0),
+        "no pod at all: {asleep:?}"
+    );
+    let (dns, _) = render(Run::Asleep { dns: true });
+    assert_eq!(dns["coredns"], up["coredns"]);
+    assert!(
+        dns.iter()
+            .filter(|(n, _)| *n != "coredns")
+            .all(|(_, r)| *r == 0)
+    );
+    assert_eq!(
+        up.keys().collect::<Vec<_>>(),
+        asleep.keys().collect::<Vec<_>>()
+    );
 }

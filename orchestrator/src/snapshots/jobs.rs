@@ -206,7 +206,7 @@ impl Provisioner {
         if matches!(step, RestoreStep::Stop | RestoreStep::Restore) {
             // Stopped, and kept stopped until every member is restored.
             let stopped = Input {
-                stopped: true,
+                run: crate::render::Run::Stopped,
                 ..input.clone()
             };
             for c in [

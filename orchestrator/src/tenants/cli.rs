@@ -50,6 +50,11 @@ pub enum TenantCommand {
     /// Change a tenant's fleet upgrade settings: its maintenance window, whether fleet
     /// upgrades may move it.
     Update(TenantUpdate),
+    /// Put a tenant to sleep: its control plane scales to zero until a wake or a connection
+    /// through the gateway (and with --wait, until it is down).
+    Sleep(crate::sleep::cli::TenantSleep),
+    /// Wake a sleeping tenant (and with --wait, until it is Ready).
+    Wake(crate::sleep::cli::TenantSleep),
     /// Rotate one of a tenant's CAs or its service-account key without downtime (admins; and
     /// with --wait, follow its phases until done).
     Rotate(crate::rotations::cli::TenantRotate),
@@ -310,6 +315,12 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 )),
                 f => print(&output::structured(&list, f)),
             }
+        }
+        TenantCommand::Sleep(a) => {
+            crate::sleep::cli::ask(&client, a, vcp_core::lifecycle::Sleep::Asleep).await
+        }
+        TenantCommand::Wake(a) => {
+            crate::sleep::cli::ask(&client, a, vcp_core::lifecycle::Sleep::Awake).await
         }
         TenantCommand::Rotate(a) => crate::rotations::cli::rotate(&client, a, width).await,
         TenantCommand::Rotations { name, output: o } => {
@@ -632,6 +643,8 @@ mod tests {
             fleet_upgrades: crate::api::FleetUpgrades::Include,
             auto_update: None,
             auto_update_effective: crate::api::AutoUpdate::Off,
+            sleep: crate::api::Sleep::Awake,
+            active_at: None,
         }
     }
 

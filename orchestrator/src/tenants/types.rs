@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
-use vcp_core::lifecycle::{AutoUpdate, Condition, FleetUpgrades, Phase};
+use vcp_core::lifecycle::{AutoUpdate, Condition, FleetUpgrades, Phase, Sleep};
 use vcp_policy::quota::{Hard, Usage};
 
 /// `POST /v1/tenants` body.
@@ -87,6 +87,13 @@ pub struct TenantView {
     pub auto_update: Option<AutoUpdate>,
     /// The setting in effect: the tenant's own, else its plan's, else `off`.
     pub auto_update_effective: AutoUpdate,
+    /// Whether its control plane is to run (`asleep`: scaled to zero until a wake; phase
+    /// `Sleeping` once it is down).
+    pub sleep: Sleep,
+    /// The gateway's last report of a connection for the tenant; null if it never saw one.
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub active_at: Option<OffsetDateTime>,
 }
 
 /// What a tenant held at its latest sample, and its plan's limits.
@@ -129,6 +136,8 @@ impl TenantView {
             created_at: t.created_at,
             maintenance_window: t.maintenance_window.map(|w| w.0),
             fleet_upgrades: t.fleet_upgrades,
+            sleep: t.sleep,
+            active_at: t.active_at,
         }
     }
 }

@@ -26,6 +26,14 @@ pub const NAMESPACE: &str = "vcp-system";
 pub fn orchestrator_selector(release: &str) -> String {
     format!("app.kubernetes.io/instance={release},app.kubernetes.io/component=orchestrator")
 }
+/// Label selector of the gateway's pods of a release (`expose.mode: gateway`).
+pub fn gateway_selector(release: &str) -> String {
+    format!("app.kubernetes.io/instance={release},app.kubernetes.io/component=gateway")
+}
+/// The domain tenants are named under behind the real node's gateway: `.test` (RFC 2606) is
+/// never a real name, and nothing resolves it; kubeconfigs dial the node's address and send
+/// `<key>.<domain>` as their `tls-server-name`.
+pub const GATEWAY_DOMAIN: &str = "tenants.vcp.test";
 /// Label selector of the evaluation Postgres' pod of a release.
 pub fn postgresql_selector(release: &str) -> String {
     format!("app.kubernetes.io/instance={release},app.kubernetes.io/component=postgresql")
@@ -77,8 +85,13 @@ plans:
 
 /// Values of the dev environment on the real node ([`crate::node`]): vcp, its Postgres and
 /// every tenant's control plane and workloads run there as containers from the images built
-/// here (vcp's by the chart's own names), tenants exposed at the node's address.
-pub fn real_node_values(node_ip: std::net::Ipv4Addr, api_node_port: Option<u16>) -> String {
+/// here (vcp's by the chart's own names), every tenant behind the gateway on the node's
+/// `gateway_node_port`, as a platform runs vcp (no NodePort per tenant).
+pub fn real_node_values(
+    node_ip: std::net::Ipv4Addr,
+    api_node_port: Option<u16>,
+    gateway_node_port: u16,
+) -> String {
     let (k, v) = crate::node::NODE_LABEL;
     let service = match api_node_port {
         Some(port) => format!("service: {{type: NodePort, nodePort: {port}}}\n"),
@@ -93,14 +106,17 @@ pub fn real_node_values(node_ip: std::net::Ipv4Addr, api_node_port: Option<u16>)
         r#"replicas: 2
 workers: 2
 serviceCIDR: {cidr}
-expose: {{mode: node-port, address: "{node_ip}"}}
+expose: {{mode: gateway, domain: {domain}, address: "{node_ip}", port: {gw}}}
+gateway: {{service: {{type: NodePort, port: 443, nodePort: {gw}}}}}
 postgresql: {{enabled: true, storage: {{size: 1Gi}}}}
 logging: {{format: text, level: "info"}}
 nodeSelector: {{{k}: {v}}}
 tolerations: [{{key: {k}, operator: Equal, value: {v}, effect: NoSchedule}}]
 plans:
 {plans}{service}"#,
-        cidr = cluster::SERVICE_CIDR
+        cidr = cluster::SERVICE_CIDR,
+        domain = GATEWAY_DOMAIN,
+        gw = gateway_node_port,
     )
 }
 
@@ -292,16 +308,24 @@ mod tests {
 
     #[test]
     fn real_node_values_put_vcp_and_the_plans_on_the_real_node() {
-        let v: serde_json::Value =
-            serde_yaml::from_str(&real_node_values([10, 243, 3, 2].into(), Some(31000))).unwrap();
+        let v: serde_json::Value = serde_yaml::from_str(&real_node_values(
+            [10, 243, 3, 2].into(),
+            Some(31000),
+            31443,
+        ))
+        .unwrap();
         assert_eq!(v["nodeSelector"]["vcp.dev/node"], "real");
+        assert_eq!(v["expose"]["mode"], "gateway");
+        assert_eq!(v["expose"]["domain"], GATEWAY_DOMAIN);
         assert_eq!(v["expose"]["address"], "10.243.3.2");
+        assert_eq!(v["expose"]["port"], 31443);
+        assert_eq!(v["gateway"]["service"]["nodePort"], 31443);
         assert_eq!(v["service"]["nodePort"], 31000);
         let plans: serde_json::Value =
             serde_yaml::from_str(crate::platform::REAL_NODE_PLANS).unwrap();
         assert_eq!(v["plans"], plans);
         let v: serde_json::Value =
-            serde_yaml::from_str(&real_node_values([10, 243, 3, 2].into(), None)).unwrap();
+            serde_yaml::from_str(&real_node_values([10, 243, 3, 2].into(), None, 31443)).unwrap();
         assert_eq!(v["service"]["type"], "NodePort");
         assert!(v["service"].get("nodePort").is_none());
     }

@@ -179,7 +179,7 @@ impl Figures {
 }
 
 /// The admin token `up` wrote into `<state>/env`.
-fn admin_token(state_dir: &std::path::Path) -> anyhow::Result<String> {
+pub(crate) fn admin_token(state_dir: &std::path::Path) -> anyhow::Result<String> {
     let env = std::fs::read_to_string(state_dir.join("env")).with_context(|| {
         format!(
             "reading {}/env (run `vcp-dev up` first)",

@@ -842,7 +842,8 @@ pub fn control_plane_images(catalog_yaml: &str) -> Result<(Vec<Image>, Vec<Strin
     Ok((out, skipped))
 }
 
-/// vcp's own images, by the recipe of `orchestrator/Dockerfile` and `syncer/Dockerfile`: the
+/// vcp's own images, by the recipe of `orchestrator/Dockerfile`, `syncer/Dockerfile` and
+/// `gateway/Dockerfile`: the
 /// binary at `/usr/local/bin`, the user 65532, the same entrypoint and command. The binary is
 /// the workspace's build next to `bin_dir` (a glibc build, so its libraries come along where
 /// the Dockerfiles' static musl build needs none). Named by the dev names the dev platform
@@ -874,7 +875,14 @@ pub fn vcp_images(bin_dir: &Path, release: &str) -> Result<Vec<Image>> {
         Vec::new(),
     )?;
     syncer.also = vec![format!("ghcr.io/vcp-dev/vcp-syncer:{release}")];
-    Ok(vec![vcp, syncer])
+    let mut gateway = from_binaries(
+        GATEWAY_DEV_IMAGE,
+        &[("vcp-gateway", bin("vcp-gateway")?)],
+        vec!["/usr/local/bin/vcp-gateway".to_owned()],
+        Vec::new(),
+    )?;
+    gateway.also = vec![format!("ghcr.io/vcp-dev/vcp-gateway:{release}")];
+    Ok(vec![vcp, syncer, gateway])
 }
 
 /// The chart's evaluation Postgres (`postgres:15`, as its values name it), from Debian's
@@ -994,6 +1002,8 @@ pub fn workspace_bin_dir() -> Result<PathBuf> {
 pub const VCP_DEV_IMAGE: &str = "vcp.dev/vcp:dev";
 /// The dev name of the syncer's image (`crate::platform::DEV_SYNCER_IMAGE`).
 pub const SYNCER_DEV_IMAGE: &str = "vcp.dev/vcp-syncer:dev";
+/// The dev name of the gateway's image (the chart runs it by its release name).
+pub const GATEWAY_DEV_IMAGE: &str = "vcp.dev/vcp-gateway:dev";
 
 /// `pause-<tag>` in the binary cache, the tag taken from [`PAUSE_IMAGE`].
 pub fn pause_binary() -> Result<PathBuf> {

@@ -6,6 +6,7 @@ use vcp_dev::{Options, Supervision, cluster};
 mod bench;
 mod conformance;
 mod density;
+mod gateway_bench;
 
 /// A local Kubernetes host cluster for vcp: etcd, kube-apiserver, controller-manager,
 /// scheduler, kwok worker nodes, a PV provisioner and Postgres, all on 127.0.0.1.
@@ -188,6 +189,10 @@ enum Bench {
     /// memory: the kubelet's working set per tenant and per component, idle CPU, tenants per
     /// GiB and the last create's time (one summary line). Deletes them after unless `--keep`.
     Density(density::DensityBench),
+    /// What the gateway adds to a tenant `get`, side by side with a direct NodePort to the same
+    /// apiserver, over a kept connection and a new one per request (one summary line). Needs
+    /// `up --real-node` (chart mode: tenants behind the gateway).
+    Gateway(gateway_bench::GatewayBench),
     /// Start and stop fresh clusters (new state dir each time) and report startup times.
     Startup {
         /// How many clusters to start, one after the other.
@@ -463,6 +468,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(Bench::Density(b)) => {
             density::run(b).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Gateway(b)) => {
+            gateway_bench::run(b).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(Bench::Authz { requests }) => {

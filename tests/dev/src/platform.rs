@@ -454,6 +454,10 @@ pub struct Record {
     /// Chart mode: the API Service's NodePort, kept by the next `up` of this state dir.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_port: Option<u16>,
+    /// Chart mode on the real node: the gateway's NodePort, which every kubeconfig dials, kept
+    /// by the next `up` as well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_port: Option<u16>,
 }
 
 fn record_path(dir: &Path) -> PathBuf {
@@ -594,6 +598,7 @@ pub async fn up_local(
         release: None,
         namespace: None,
         node_port: None,
+        gateway_port: None,
     };
     let (tenant, kubeconfig) = provision(cluster, &record, plan, &admin_token, "").await?;
     let orchestrator = match mode {
@@ -630,9 +635,19 @@ pub async fn up_chart(
     preflight(dir, Mode::Chart)?;
     let (release, ns) = (chart::RELEASE, chart::NAMESPACE);
     // The same NodePort as the last `up` of this state dir: earlier env files stay valid.
-    let node_port = match read_record(dir)?.and_then(|r| r.node_port) {
+    let recorded = read_record(dir)?;
+    let node_port = match recorded.as_ref().and_then(|r| r.node_port) {
         Some(p) => p,
         None => chart::free_node_port()?,
+    };
+    let gateway_port = match recorded.as_ref().and_then(|r| r.gateway_port) {
+        Some(p) => p,
+        None => loop {
+            let p = chart::free_node_port()?;
+            if p != node_port {
+                break p;
+            }
+        },
     };
     let vcp_dir = dir.join("vcp");
     std::fs::create_dir_all(&vcp_dir)?;
@@ -655,7 +670,7 @@ pub async fn up_chart(
                     String::new()
                 }
             );
-            chart::real_node_values(net.node_ip(), Some(node_port))
+            chart::real_node_values(net.node_ip(), Some(node_port), gateway_port)
         }
         None => chart::dev_values(Some(node_port)),
     };
@@ -696,6 +711,22 @@ pub async fn up_chart(
         "  2 vcp replicas Ready: {:.1}s",
         start.elapsed().as_secs_f64()
     );
+    if real_node.is_some() {
+        chart::ready_pods(
+            &client,
+            dir,
+            ns,
+            &chart::gateway_selector(release),
+            2,
+            "vcp-gateway",
+            CHART_READY_TIMEOUT,
+        )
+        .await?;
+        eprintln!(
+            "  2 gateway replicas Ready: {:.1}s",
+            start.elapsed().as_secs_f64()
+        );
+    }
     let full = chart::fullname(release);
     let admin_token =
         chart::secret_value(&client, ns, &format!("{full}-admin-token"), "token").await?;
@@ -724,6 +755,7 @@ pub async fn up_chart(
         release: Some(release.to_owned()),
         namespace: Some(ns.to_owned()),
         node_port: Some(node_port),
+        gateway_port: real_node.is_some().then_some(gateway_port),
     };
     let note = format!(
         "# vcp runs from its chart: helm release {release} in namespace {ns}, API through the \
@@ -758,6 +790,7 @@ async fn restart_older_vcp_pods(
             [
                 crate::images::VCP_DEV_IMAGE,
                 crate::images::SYNCER_DEV_IMAGE,
+                crate::images::GATEWAY_DEV_IMAGE,
             ]
             .contains(&i.reference.as_str())
         })

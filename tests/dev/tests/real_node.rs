@@ -1170,6 +1170,145 @@ async fn a_killed_node_comes_back_with_the_tenant_and_its_data() -> anyhow::Resu
     Ok(())
 }
 
+/// A TLS handshake with the gateway at `gateway` for server name `sni`, trusting only
+/// `ca_pem`: `Ok` when it completed (the peer's certificate verified for `sni`), `Err` with
+/// rustls' or the socket's error otherwise.
+fn tls_handshake(gateway: SocketAddr, sni: &str, ca_pem: &str) -> anyhow::Result<()> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut conn =
+        rustls::ClientConnection::new(std::sync::Arc::new(config), sni.to_owned().try_into()?)?;
+    let mut sock = std::net::TcpStream::connect_timeout(&gateway, Duration::from_secs(5))?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock)?;
+    }
+    Ok(())
+}
+
+/// The CA of a kubeconfig (`certificate-authority-data`), as PEM.
+fn kubeconfig_ca(kubeconfig: &str) -> anyhow::Result<String> {
+    use base64::Engine;
+    let v: serde_yaml::Value = serde_yaml::from_str(kubeconfig)?;
+    let b64 = v["clusters"][0]["cluster"]["certificate-authority-data"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("no certificate-authority-data"))?;
+    Ok(String::from_utf8(
+        base64::engine::general_purpose::STANDARD.decode(b64)?,
+    )?)
+}
+
+/// Tenants behind the chart's gateway: kubectl for two tenants on the gateway's one port, each
+/// seeing only its own objects; the tenant's own certificate verified end to end (the gateway
+/// holds none: another tenant's CA does not verify it); an unknown name and a connection
+/// without a server name closed at once, and the gateway's log naming the unknown one.
+async fn through_the_gateway(
+    cluster: &DevCluster,
+    api: &vcp_dev::platform::ApiClient,
+    first: &serde_json::Value,
+    gateway: SocketAddr,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    use vcp_dev::chart;
+    api.create_tenant("charted-b").await?;
+    let second = api
+        .wait_ready("charted-b", Duration::from_secs(300))
+        .await?;
+    let mut kubeconfigs = Vec::new();
+    for (t, tag) in [(first, "a"), (&second, "b")] {
+        let name = t["name"].as_str().unwrap_or_default();
+        let key = t["key"].as_str().unwrap_or_default();
+        let host = format!("{key}.{}", chart::GATEWAY_DOMAIN);
+        assert_eq!(
+            t["endpoint"].as_str(),
+            Some(format!("https://{host}:{}", gateway.port()).as_str()),
+            "the endpoint names the tenant under the gateway's domain"
+        );
+        let kc = api.kubeconfig(name, "alice", &["admin"], "1h").await?;
+        let v: serde_yaml::Value = serde_yaml::from_str(&kc)?;
+        let c = &v["clusters"][0]["cluster"];
+        assert_eq!(
+            c["server"].as_str(),
+            Some(format!("https://{gateway}").as_str())
+        );
+        assert_eq!(c["tls-server-name"].as_str(), Some(host.as_str()));
+        let path = dir.join(format!("gateway-{tag}.kubeconfig"));
+        std::fs::write(&path, &kc)?;
+        kubeconfigs.push((host, kc, path));
+    }
+    // kubectl, unmodified, for both tenants through the one port; each sees only its own.
+    for (i, (_, _, path)) in kubeconfigs.iter().enumerate() {
+        let name = format!("only-in-{i}");
+        let (ok, _, err) = kubectl_with(cluster, path, &["create", "configmap", &name]);
+        assert!(ok, "kubectl create through the gateway: {err}");
+    }
+    for (i, (_, _, path)) in kubeconfigs.iter().enumerate() {
+        let (ok, out, err) = kubectl_with(cluster, path, &["get", "configmaps", "-o", "name"]);
+        assert!(ok, "kubectl get through the gateway: {err}");
+        assert!(out.contains(&format!("only-in-{i}")), "{out}");
+        assert!(!out.contains(&format!("only-in-{}", 1 - i)), "{out}");
+    }
+    // The certificate is the tenant's own, end to end: its CA verifies it, the other tenant's
+    // CA does not (the gateway presents nothing of its own).
+    let (host_a, kc_a, _) = &kubeconfigs[0];
+    let (host_b, kc_b, _) = &kubeconfigs[1];
+    let (ca_a, ca_b) = (kubeconfig_ca(kc_a)?, kubeconfig_ca(kc_b)?);
+    tls_handshake(gateway, host_a, &ca_a)?;
+    tls_handshake(gateway, host_b, &ca_b)?;
+    let crossed = tls_handshake(gateway, host_a, &ca_b);
+    assert!(crossed.is_err(), "B's CA verified A's apiserver");
+    // An unknown name and no name at all: closed at once (well within the handshake timeout).
+    let unknown = format!("nosuchtenant1.{}", chart::GATEWAY_DOMAIN);
+    for (what, sni) in [
+        ("an unknown name", unknown.as_str()),
+        ("an address", "10.0.0.1"),
+    ] {
+        let t = std::time::Instant::now();
+        let r = tls_handshake(gateway, sni, &ca_a);
+        assert!(r.is_err(), "{what} got a handshake");
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "{what}: closed after {:?}",
+            t.elapsed()
+        );
+    }
+    // The gateway says which name it refused.
+    let host = cluster.client();
+    eventually(
+        "the gateway's log naming the unknown tenant",
+        Duration::from_secs(20),
+        || async {
+            let pods = Api::<Pod>::namespaced(host.clone(), chart::NAMESPACE)
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels(&chart::gateway_selector(chart::RELEASE)),
+                )
+                .await?;
+            for p in pods.items {
+                let name = p.metadata.name.unwrap_or_default();
+                let log = Api::<Pod>::namespaced(host.clone(), chart::NAMESPACE)
+                    .logs(&name, &LogParams::default())
+                    .await?;
+                if log.contains("nosuchtenant1") {
+                    return Ok(Some(()));
+                }
+            }
+            Ok(None)
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> anyhow::Result<()> {
     use vcp_dev::chart;
@@ -1177,11 +1316,12 @@ async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> 
     import_platform_images(&cluster)?;
     let (_, net) = cluster.real_node()?;
     let t0 = std::time::Instant::now();
+    let gateway_port = chart::free_node_port()?;
     chart::install(
         cluster.kubeconfig_path(),
         chart::RELEASE,
         chart::NAMESPACE,
-        &chart::real_node_values(net.node_ip(), None),
+        &chart::real_node_values(net.node_ip(), None, gateway_port),
         &dir.path().join("values.yaml"),
     )?;
     let host = cluster.client();
@@ -1228,11 +1368,29 @@ async fn the_chart_runs_vcp_on_the_real_node_and_provisions_a_tenant_there() -> 
         );
     }
     api.create_tenant("charted").await?;
-    api.wait_ready("charted", Duration::from_secs(300)).await?;
+    let charted = api.wait_ready("charted", Duration::from_secs(300)).await?;
     println!(
         "tenant Ready through the chart's vcp {:?} after install",
         t0.elapsed()
     );
+    chart::ready_pods(
+        &host,
+        dir.path(),
+        chart::NAMESPACE,
+        &chart::gateway_selector(chart::RELEASE),
+        2,
+        "vcp-gateway",
+        Duration::from_secs(120),
+    )
+    .await?;
+    through_the_gateway(
+        &cluster,
+        &api,
+        &charted,
+        SocketAddr::from((net.node_ip(), gateway_port)),
+        dir.path(),
+    )
+    .await?;
 
     // A `helm upgrade` to a rebuilt vcp image rolls both replicas while a client polls the
     // API through the node's NodePort (kube-proxy) every 100 ms and another reads the
