@@ -9,14 +9,28 @@
 //! host cluster's Services labelled `vcp.dev/gateway-name`; [`metrics`] serves `/metrics`,
 //! `/healthz` and `/readyz` (ready once the table is synced) on a second port.
 //!
-//! [`sni`] and [`route`] are pure (bytes and names in, verdicts out), and [`proxy`] takes any
-//! [`route::RouteTable`], so tests drive the real proxy with a table filled by hand.
+//! Sleep mode, the gateway's half: vcp puts an idle tenant to sleep (its control plane scaled
+//! to zero) and annotates its Service `vcp.dev/asleep: "true"`, which [`table`] carries into
+//! the route. A connection for an asleep tenant makes [`wake`] ask vcp to wake it
+//! (`POST /v1/gateway/wake`, deduplicated per tenant) while [`proxy`] holds the connection and
+//! dials until the apiserver accepts, then splices as usual: the client sees a slow first
+//! connection, not a failure. [`activity`] tells vcp which tenants had connections
+//! (`POST /v1/gateway/activity`, every `--activity-interval-ms`), which is what keeps a tenant
+//! in use awake. [`vcp`] is the HTTP client of both calls; without `--vcp-url` neither is made.
+//!
+//! [`sni`] and [`route`] are pure (bytes and names in, verdicts out), and so are the report
+//! builder of [`activity`] and the deduplication of [`wake`]; [`proxy`] takes any
+//! [`route::RouteTable`], so tests drive the real proxy with a table filled by hand, and a
+//! stand-in for vcp on loopback.
 
+pub mod activity;
 pub mod metrics;
 pub mod proxy;
 pub mod route;
 pub mod sni;
 pub mod table;
+pub mod vcp;
+pub mod wake;
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -49,6 +63,20 @@ pub enum Error {
     InCluster(#[source] kube::config::InferConfigError),
     #[error("failed to build a kube client")]
     Client(#[source] kube::Error),
+    #[error("invalid vcp token: must be printable ASCII without spaces, and not empty")]
+    Token,
+    #[error("failed to build the http client for vcp")]
+    HttpClient(#[source] reqwest::Error),
+    #[error("failed to call vcp's {call}")]
+    VcpCall {
+        call: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("vcp refused the gateway's token on {call} ({status})")]
+    VcpToken { call: &'static str, status: u16 },
+    #[error("vcp answered {status} to {call}")]
+    VcpStatus { call: &'static str, status: u16 },
 }
 
 /// Result with the gateway's error.
@@ -94,6 +122,24 @@ pub struct Args {
     /// it under the pod's termination grace period).
     #[arg(long, env = "VCP_GATEWAY_DRAIN_TIMEOUT_MS", default_value_t = 20_000)]
     pub drain_timeout_ms: u64,
+    /// Milliseconds a connection for an asleep tenant is held, once its ClientHello is read,
+    /// while the tenant wakes and its apiserver starts.
+    #[arg(long, env = "VCP_GATEWAY_WAKE_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1000..=120_000))]
+    pub wake_timeout_ms: u64,
+    /// vcp's API (`http://vcp.vcp-system.svc:8080`): where activity reports and wakes of
+    /// asleep tenants go. Without it the gateway neither reports nor wakes: connections for an
+    /// asleep tenant wait for its apiserver until the wake timeout, then fail.
+    #[arg(long, env = "VCP_GATEWAY_VCP_URL", value_parser = parse_vcp_url, requires = "vcp_token")]
+    pub vcp_url: Option<vcp::VcpUrl>,
+    /// The gateway's bearer token for vcp's API; required with --vcp-url.
+    #[arg(long, env = "VCP_GATEWAY_VCP_TOKEN", hide_env_values = true, value_parser = parse_token)]
+    pub vcp_token: Option<vcp::Token>,
+    /// Milliseconds between activity reports to vcp (each names the tenants that had a
+    /// connection open since the last).
+    #[arg(long, env = "VCP_GATEWAY_ACTIVITY_INTERVAL_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1000..=600_000))]
+    pub activity_interval_ms: u64,
     /// Kubeconfig of the host cluster; the in-cluster configuration if absent.
     #[arg(long, env = "VCP_GATEWAY_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -106,6 +152,16 @@ fn parse_domain(s: &str) -> Result<route::Domain, String> {
     route::Domain::new(s).map_err(|e| e.to_string())
 }
 
+fn parse_vcp_url(s: &str) -> Result<vcp::VcpUrl, String> {
+    vcp::VcpUrl::new(s)
+}
+
+/// Takes any value: clap would print a refused one in its error, and a token, even a wrong
+/// one, must not reach a terminal or a log. [`Args::vcp`] checks it.
+fn parse_token(s: &str) -> Result<vcp::Token, std::convert::Infallible> {
+    Ok(vcp::Token::unchecked(s))
+}
+
 impl Args {
     /// The proxy's limits from the flags.
     pub fn limits(&self) -> proxy::Limits {
@@ -114,7 +170,23 @@ impl Args {
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
             max_connections: self.max_connections,
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
+            wake_timeout: Duration::from_millis(self.wake_timeout_ms),
         }
+    }
+
+    /// The client of vcp's API, if `--vcp-url` is set.
+    pub fn vcp(&self) -> Result<Option<vcp::Vcp>> {
+        let Some(url) = &self.vcp_url else {
+            return Ok(None);
+        };
+        // clap's `requires` makes the token present with the URL.
+        let token = self.vcp_token.clone().ok_or(Error::Token)?;
+        vcp::Vcp::new(url.clone(), token).map(Some)
+    }
+
+    /// Time between activity reports.
+    pub fn activity_interval(&self) -> Duration {
+        Duration::from_millis(self.activity_interval_ms)
     }
 }
 
@@ -172,16 +244,31 @@ async fn terminated() {
 /// Runs the gateway until SIGTERM, then drains open connections for `--drain-timeout-ms`.
 pub async fn run(args: Args) -> Result<()> {
     let limits = args.limits();
+    let vcp = args.vcp()?;
     let client = host_client(args.kubeconfig.as_deref()).await?;
     let listener = listen(&args.listen).await?;
     let metrics_listener = listen(&args.metrics_listen).await?;
     let routes = Arc::new(route::RouteTable::new());
-    let gateway = Arc::new(proxy::Gateway::new(
-        args.domain.clone(),
-        routes.clone(),
-        limits,
-    ));
+    let mut gateway = proxy::Gateway::new(args.domain.clone(), routes.clone(), limits);
+    if let Some(vcp) = &vcp {
+        gateway = gateway.with_vcp(vcp.clone());
+    }
+    let gateway = Arc::new(gateway);
     tracing::info!(listen = %args.listen, metrics = %args.metrics_listen, domain = %args.domain, "starting");
+    match vcp {
+        Some(vcp) => {
+            tracing::info!(vcp = %vcp.url(), interval_ms = args.activity_interval_ms, "reporting activity to vcp and waking asleep tenants");
+            tokio::spawn(activity::run(
+                vcp,
+                gateway.activity.clone(),
+                gateway.metrics.clone(),
+                args.activity_interval(),
+            ));
+        }
+        None => tracing::warn!(
+            "no --vcp-url: activity is not reported and asleep tenants are not woken"
+        ),
+    }
 
     // Unready once stopping, so the Service stops sending connections here while open ones
     // drain.
@@ -200,9 +287,11 @@ pub async fn run(args: Args) -> Result<()> {
     // What the gateway keeps per tenant goes with the tenant's route.
     let forget = {
         let (metrics, activity) = (gateway.metrics.clone(), gateway.activity.clone());
+        let wakes = gateway.wakes.clone();
         move |tenant: &route::TenantKey| {
             metrics.forget_tenant(tenant.as_str());
             activity.forget(tenant.as_str());
+            wakes.forget(tenant.as_str());
         }
     };
     tokio::spawn(table::run(client, routes, forget));
@@ -234,6 +323,45 @@ mod tests {
         assert_eq!(limits.handshake_timeout, Duration::from_secs(5));
         assert_eq!(limits.connect_timeout, Duration::from_secs(3));
         assert_eq!(limits.max_connections, 10_000);
+        assert_eq!(limits.wake_timeout, Duration::from_secs(30));
+        assert_eq!(args.activity_interval(), Duration::from_secs(30));
+        assert!(args.vcp_url.is_none());
+        assert!(args.vcp().unwrap().is_none(), "no vcp, no sleep mode");
+    }
+
+    #[test]
+    fn the_vcp_url_needs_a_token_which_is_never_shown() {
+        let url = "--vcp-url=http://vcp.vcp-system.svc:8080/";
+        let refused = parse(&["--domain=x.test", url]).unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        let args = parse(&["--domain=x.test", url, "--vcp-token=t0ken"]).unwrap();
+        let vcp = args.vcp().unwrap().expect("a client");
+        assert_eq!(vcp.url().as_str(), "http://vcp.vcp-system.svc:8080");
+        assert!(!format!("{args:?}").contains("t0ken"));
+        assert!(!format!("{vcp:?}").contains("t0ken"));
+        // A bad token is refused after parsing, without its value.
+        let bad = parse(&["--domain=x.test", url, "--vcp-token=s3cret token"]).unwrap();
+        let refused = bad.vcp().unwrap_err().to_string();
+        assert!(refused.contains("invalid vcp token") && !refused.contains("s3cret"));
+        assert!(parse(&["--domain=x.test", "--vcp-url=ftp://vcp", "--vcp-token=t"]).is_err());
+    }
+
+    #[test]
+    fn the_sleep_mode_timings_are_bounded() {
+        for ok in ["--wake-timeout-ms=1000", "--wake-timeout-ms=120000"] {
+            assert!(parse(&["--domain=x.test", ok]).is_ok(), "{ok}");
+        }
+        for bad in [
+            "--wake-timeout-ms=999",
+            "--wake-timeout-ms=120001",
+            "--activity-interval-ms=999",
+            "--activity-interval-ms=600001",
+        ] {
+            assert!(parse(&["--domain=x.test", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

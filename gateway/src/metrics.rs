@@ -16,8 +16,16 @@
 //!   counted as they pass (a long watch shows up while it runs, not when it ends).
 //! - `vcp_gateway_handshake_duration_seconds`: from accept until the ClientHello was read and
 //!   parsed (mostly the client's round trip), for connections that got that far.
+//! - `vcp_gateway_wakes_total{result}`: wake requests to vcp for asleep tenants, one per tenant
+//!   per two seconds however many connections arrive: `requested` (vcp took it), `not_found`
+//!   (no live tenant has the key), `failed` (vcp unreachable, a wrong token, an error).
+//! - `vcp_gateway_wake_wait_seconds`: for connections to an asleep tenant that got through, from
+//!   accept until its apiserver accepted (what a client waited for the wake).
+//! - `vcp_gateway_activity_reports_total{result}`: activity reports (chunks) sent to vcp,
+//!   `sent` or `failed`; a failing report lets vcp put tenants in use to sleep, so alert on it.
 
 use crate::route::TenantKey;
+use crate::wake::Answer;
 use axum::http::StatusCode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -43,6 +51,8 @@ pub enum Outcome {
     Timeout,
     /// The tenant's apiserver did not accept the connection in time.
     BackendUnreachable,
+    /// An asleep tenant's apiserver did not accept the connection within the wake timeout.
+    WakeTimeout,
     /// Closed at once: the gateway held its maximum of connections.
     OverLimit,
 }
@@ -56,6 +66,7 @@ impl Outcome {
             Outcome::Invalid => "invalid",
             Outcome::Timeout => "timeout",
             Outcome::BackendUnreachable => "backend_unreachable",
+            Outcome::WakeTimeout => "wake_timeout",
             Outcome::OverLimit => "over_limit",
         }
     }
@@ -83,6 +94,11 @@ struct DirectionLabels {
     direction: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
 /// The gateway's metrics and their registry.
 #[derive(Debug)]
 pub struct Metrics {
@@ -92,6 +108,9 @@ pub struct Metrics {
     routed: Family<TenantLabels, Counter>,
     bytes: Family<DirectionLabels, Counter>,
     handshake: Histogram,
+    wakes: Family<ResultLabels, Counter>,
+    wake_wait: Histogram,
+    reports: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -134,6 +153,25 @@ impl Metrics {
             "Time from accept until the ClientHello was read and parsed",
             handshake.clone(),
         );
+        let wakes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "vcp_gateway_wakes",
+            "Wake requests to vcp for asleep tenants, by result",
+            wakes.clone(),
+        );
+        // 50 ms to 102 s: an apiserver already up to one that used up the longest wake timeout.
+        let wake_wait = Histogram::new(exponential_buckets(0.05, 2.0, 12));
+        registry.register(
+            "vcp_gateway_wake_wait_seconds",
+            "Time from accept until an asleep tenant's apiserver accepted the connection",
+            wake_wait.clone(),
+        );
+        let reports = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "vcp_gateway_activity_reports",
+            "Activity reports sent to vcp, by result",
+            reports.clone(),
+        );
         Metrics {
             registry,
             connections,
@@ -141,6 +179,9 @@ impl Metrics {
             routed,
             bytes,
             handshake,
+            wakes,
+            wake_wait,
+            reports,
         }
     }
 
@@ -188,6 +229,26 @@ impl Metrics {
     /// Records how long a ClientHello took.
     pub fn handshake(&self, took: Duration) {
         self.handshake.observe(took.as_secs_f64());
+    }
+
+    /// Counts one wake request by vcp's answer (none is made without vcp: `NotAsked` is not
+    /// counted).
+    pub fn wake(&self, answer: Answer) {
+        if answer != Answer::NotAsked {
+            let result = answer.as_str();
+            self.wakes.get_or_create(&ResultLabels { result }).inc();
+        }
+    }
+
+    /// Records how long a connection waited for an asleep tenant's apiserver.
+    pub fn wake_wait(&self, took: Duration) {
+        self.wake_wait.observe(took.as_secs_f64());
+    }
+
+    /// Counts one activity report (chunk), sent or failed.
+    pub fn activity_report(&self, sent: bool) {
+        let result = if sent { "sent" } else { "failed" };
+        self.reports.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// The metrics in the Prometheus text format.
@@ -239,6 +300,14 @@ mod tests {
         m.routed(&TenantKey::new("a").unwrap());
         m.bytes(Direction::ToBackend).inc_by(10);
         m.handshake(Duration::from_millis(3));
+        m.wake(Answer::Requested);
+        m.wake(Answer::NotFound);
+        m.wake(Answer::Failed);
+        m.wake(Answer::NotAsked);
+        m.wake_wait(Duration::from_millis(1500));
+        m.activity_report(true);
+        m.activity_report(false);
+        m.outcome(Outcome::WakeTimeout);
         let text = m.encode();
         for line in [
             "vcp_gateway_connections_total{outcome=\"routed\"} 1",
@@ -247,9 +316,17 @@ mod tests {
             "vcp_gateway_bytes_total{direction=\"to_backend\"} 10",
             "vcp_gateway_handshake_duration_seconds_count 1",
             "vcp_gateway_active_connections 0",
+            "vcp_gateway_wakes_total{result=\"requested\"} 1",
+            "vcp_gateway_wakes_total{result=\"not_found\"} 1",
+            "vcp_gateway_wakes_total{result=\"failed\"} 1",
+            "vcp_gateway_wake_wait_seconds_count 1",
+            "vcp_gateway_activity_reports_total{result=\"sent\"} 1",
+            "vcp_gateway_activity_reports_total{result=\"failed\"} 1",
+            "vcp_gateway_connections_total{outcome=\"wake_timeout\"} 1",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+        assert!(!text.contains("not_asked"), "no request, no count");
         m.forget_tenant("a");
         assert!(!m.encode().contains("tenant=\"a\""));
     }

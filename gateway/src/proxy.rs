@@ -7,25 +7,37 @@
 //! 3. The name goes through [`route::tenant_of`] and the [`RouteTable`]. A refusal (no name, a
 //!    stream that is not TLS, a name that is no tenant's) closes the connection at once with no
 //!    TLS alert (the gateway speaks no TLS), is logged at info with its reason and is counted.
-//! 4. Otherwise: a connection to the tenant's Service within the connect timeout, the bytes
-//!    already read written first, then both directions copied until either side ends. TLS runs
-//!    end to end between the client and the tenant apiserver; the gateway holds no key.
+//! 4. An awake route: one dial of the tenant's Service within the connect timeout; a refusal
+//!    or a timeout closes the connection (`backend_unreachable`), since an awake apiserver that
+//!    refuses will not accept a moment later either.
+//!    An asleep route (its Service has no endpoints): [`crate::wake`] asks vcp to wake the
+//!    tenant (one request per tenant per two seconds, shared by every connection meanwhile)
+//!    while the connection is held and the route's *current* backend dialled every
+//!    [`DIAL_EVERY`] until one dial is accepted or the wake timeout passes (`wake_timeout`). The
+//!    route is read again before each dial: the watch may flip it awake, or move it, meanwhile.
+//!    vcp answering that no tenant has the key closes the connection at once; vcp failing to
+//!    answer does not (another replica, or the owner, may be waking it).
+//! 5. The bytes already read are written to the backend first, then both directions copied
+//!    until either side ends. TLS runs end to end between the client and the tenant
+//!    apiserver; the gateway holds no key.
 //!
-//! Each tenant's [`Activity`] (last accepted or ended connection, connections open) is kept
-//! for sleep mode, which reads it. On shutdown the listener closes and open connections get a
-//! bounded time to finish.
+//! Each tenant's [`Activity`] (last accepted or ended connection, connections open, waiting
+//! ones included) is kept for sleep mode: [`crate::activity`] reports it to vcp. On shutdown
+//! the listener closes and open connections get a bounded time to finish.
 
+pub use crate::activity::{Activity, TenantActivity};
 use crate::metrics::{Direction, Metrics, Outcome};
-use crate::route::{self, Domain, RouteTable, TenantKey};
+use crate::route::{self, Domain, Route, RouteTable, TenantKey};
 use crate::sni::{self, ClientHello};
+use crate::vcp::Vcp;
+use crate::wake::{Answer, Wakes};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -43,7 +55,18 @@ pub struct Limits {
     pub max_connections: u32,
     /// How long open connections may go on after shutdown begins.
     pub drain_timeout: Duration,
+    /// How long a connection for an asleep tenant is held, once its ClientHello is read, for
+    /// the tenant's apiserver to accept.
+    pub wake_timeout: Duration,
 }
+
+/// How often a connection waiting for an asleep tenant dials its backend.
+pub const DIAL_EVERY: Duration = Duration::from_millis(200);
+/// Bound on one dial while waiting for a wake. An apiserver that is up accepts in
+/// milliseconds; a dial that hangs (no endpoints, a SYN dropped) would otherwise hold its
+/// retries back for the whole connect timeout, and a retransmitted SYN keeps the flow the
+/// first one had, so it is better to dial afresh.
+const WAKE_DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Default for Limits {
     fn default() -> Limits {
@@ -52,66 +75,7 @@ impl Default for Limits {
             connect_timeout: Duration::from_secs(3),
             max_connections: 10_000,
             drain_timeout: Duration::from_secs(20),
-        }
-    }
-}
-
-/// When a tenant's apiserver was last wanted, and whether it is in use now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TenantActivity {
-    /// When a connection for the tenant was last accepted or ended.
-    pub last: Instant,
-    /// Its connections open now (a `kubectl get -w` is one, for as long as it watches).
-    pub open: u32,
-}
-
-/// Per-tenant activity, shared by the proxy (which writes it on every routed connection's
-/// start and end: one map update) and sleep mode (which reads it). Only tenants with a route
-/// have an entry, and the entry goes with the route ([`Activity::forget`]).
-#[derive(Debug, Clone, Default)]
-pub struct Activity(Arc<Mutex<HashMap<TenantKey, TenantActivity>>>);
-
-impl Activity {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<TenantKey, TenantActivity>> {
-        // Every update is one statement; a poisoned map is still consistent.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A tenant's activity, if a connection for it was seen since its route appeared.
-    pub fn get(&self, tenant: &str) -> Option<TenantActivity> {
-        self.map().get(tenant).copied()
-    }
-
-    /// Every tenant's activity.
-    pub fn snapshot(&self) -> Vec<(TenantKey, TenantActivity)> {
-        self.map().iter().map(|(n, a)| (n.clone(), *a)).collect()
-    }
-
-    /// Drops a tenant whose route went.
-    pub fn forget(&self, tenant: &str) {
-        self.map().remove(tenant);
-    }
-
-    fn opened(&self, tenant: &TenantKey) {
-        let now = Instant::now();
-        let mut map = self.map();
-        match map.get_mut(tenant.as_str()) {
-            Some(a) => {
-                a.last = now;
-                a.open += 1;
-            }
-            None => {
-                map.insert(tenant.clone(), TenantActivity { last: now, open: 1 });
-            }
-        }
-    }
-
-    fn closed(&self, tenant: &str) {
-        // Only an existing entry: a connection that outlives its route does not bring the
-        // forgotten tenant back.
-        if let Some(a) = self.map().get_mut(tenant) {
-            a.last = Instant::now();
-            a.open = a.open.saturating_sub(1);
+            wake_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -146,6 +110,8 @@ pub struct Gateway {
     pub routes: Arc<RouteTable>,
     pub activity: Activity,
     pub metrics: Arc<Metrics>,
+    /// Wake requests for asleep tenants (none are made without [`Gateway::with_vcp`]).
+    pub wakes: Arc<Wakes>,
     permits: Arc<Semaphore>,
 }
 
@@ -180,15 +146,25 @@ impl Refusal {
 }
 
 impl Gateway {
+    /// A gateway that asks nobody to wake asleep tenants: their connections wait for the
+    /// backend and fail at the wake timeout.
     pub fn new(domain: Domain, routes: Arc<RouteTable>, limits: Limits) -> Gateway {
+        let metrics = Arc::new(Metrics::new());
         Gateway {
             domain,
             permits: Arc::new(Semaphore::new(limits.max_connections as usize)),
             limits,
             routes,
             activity: Activity::default(),
-            metrics: Arc::new(Metrics::new()),
+            wakes: Arc::new(Wakes::new(None, metrics.clone())),
+            metrics,
         }
+    }
+
+    /// Asks `vcp` to wake asleep tenants when connections arrive for them.
+    pub fn with_vcp(mut self, vcp: Vcp) -> Gateway {
+        self.wakes = Arc::new(Wakes::new(Some(vcp), self.metrics.clone()));
+        self
     }
 
     /// Accepts connections on `listener` until `shutdown` completes, then closes the listener
@@ -201,6 +177,7 @@ impl Gateway {
                 () = &mut shutdown => break,
                 a = listener.accept() => a,
             };
+            let arrived = Instant::now();
             let (stream, peer) = match accepted {
                 Ok(a) => a,
                 Err(error) => {
@@ -218,7 +195,7 @@ impl Gateway {
                 tracing::debug!(%peer, "connection refused: at the connection limit");
                 continue;
             };
-            tokio::spawn(self.clone().connection(stream, peer, permit));
+            tokio::spawn(self.clone().connection(stream, peer, arrived, permit));
         }
         drop(listener);
         tracing::info!(
@@ -245,6 +222,7 @@ impl Gateway {
         self: Arc<Self>,
         mut client: TcpStream,
         peer: SocketAddr,
+        arrived: Instant,
         _permit: OwnedSemaphorePermit,
     ) {
         let active = self.metrics.active();
@@ -253,16 +231,24 @@ impl Gateway {
         // Small writes (a kubectl request, a watch event) go out at once.
         let _ = client.set_nodelay(true);
         let mut hello = Vec::new();
-        let (tenant, backend) = match self.admit(&mut client, &mut hello).await {
+        let (tenant, route) = match self.admit(&mut client, &mut hello).await {
             Ok(routed) => routed,
             Err(refusal) => return self.refuse(peer, refusal),
         };
+        // A connection waiting for a wake is activity too: the tenant is wanted.
         self.activity.opened(&tenant);
         let _open = Open {
             activity: self.activity.clone(),
             tenant: tenant.clone(),
         };
-        self.splice(client, peer, &tenant, backend, &hello).await;
+        let upstream = if route.asleep {
+            self.wake_and_dial(peer, &tenant, arrived).await
+        } else {
+            self.dial(peer, &tenant, route.backend).await
+        };
+        if let Some(upstream) = upstream {
+            self.splice(client, upstream, peer, &tenant, &hello).await;
+        }
     }
 
     /// Reads the ClientHello into `hello` and finds the route of the tenant it names.
@@ -270,7 +256,7 @@ impl Gateway {
         &self,
         client: &mut TcpStream,
         hello: &mut Vec<u8>,
-    ) -> Result<(TenantKey, SocketAddr), Refusal> {
+    ) -> Result<(TenantKey, Route), Refusal> {
         let started = Instant::now();
         let read = tokio::time::timeout(self.limits.handshake_timeout, read_hello(client, hello));
         let verdict = read.await.map_err(|_| {
@@ -314,7 +300,7 @@ impl Gateway {
             .routes
             .get(tenant.as_str())
             .ok_or_else(|| Refusal::named(Outcome::Unknown, "no route to this tenant", &name))?;
-        Ok((tenant, route.backend))
+        Ok((tenant, route))
     }
 
     fn refuse(&self, peer: SocketAddr, refusal: Refusal) {
@@ -334,27 +320,103 @@ impl Gateway {
         }
     }
 
-    /// Connects to `backend`, sends it the ClientHello already read, then copies both ways
-    /// until either side ends.
-    async fn splice(
+    /// An awake tenant's backend: one dial within the connect timeout.
+    async fn dial(
         &self,
-        client: TcpStream,
         peer: SocketAddr,
         tenant: &TenantKey,
         backend: SocketAddr,
-        hello: &[u8],
-    ) {
+    ) -> Option<TcpStream> {
         let connect =
             tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(backend));
-        let upstream = match connect.await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return self.unreachable(peer, tenant, backend, &e.to_string()),
-            Err(_) => return self.unreachable(peer, tenant, backend, "connect timeout"),
+        match connect.await {
+            Ok(Ok(s)) => Some(s),
+            Ok(Err(e)) => {
+                self.unreachable(peer, tenant, backend, &e.to_string());
+                None
+            }
+            Err(_) => {
+                self.unreachable(peer, tenant, backend, "connect timeout");
+                None
+            }
+        }
+    }
+
+    /// An asleep tenant's backend: asks vcp to wake the tenant and dials until the backend
+    /// accepts, vcp says no tenant has the key, or the wake timeout passes.
+    async fn wake_and_dial(
+        &self,
+        peer: SocketAddr,
+        tenant: &TenantKey,
+        arrived: Instant,
+    ) -> Option<TcpStream> {
+        let ticket = self.wakes.wake(tenant);
+        let not_found = async {
+            if ticket.answer().await != Answer::NotFound {
+                std::future::pending::<()>().await;
+            }
         };
+        let dialled =
+            tokio::time::timeout(self.limits.wake_timeout, self.dial_until_accepted(tenant));
+        let refused = |outcome, reason: &str| {
+            self.refuse(peer, Refusal::named(outcome, reason, tenant.as_str()));
+            None
+        };
+        tokio::select! {
+            // A backend that accepted is served, whatever vcp said meanwhile.
+            biased;
+            dialled = dialled => match dialled {
+                Ok(Some((upstream, backend))) => {
+                    let wait = arrived.elapsed();
+                    self.metrics.wake_wait(wait);
+                    if ticket.first_through() {
+                        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                        tracing::info!(tenant = %tenant, %backend, wait_ms, "tenant woke: its apiserver accepted");
+                    }
+                    Some(upstream)
+                }
+                Ok(None) => refused(Outcome::Unknown, "the route went while waiting for the wake"),
+                Err(_) => refused(
+                    Outcome::WakeTimeout,
+                    "the asleep tenant's apiserver did not accept within the wake timeout",
+                ),
+            },
+            () = not_found => refused(Outcome::Unknown, "vcp knows no live tenant with this key"),
+        }
+    }
+
+    /// Dials the tenant's current backend every [`DIAL_EVERY`] until one dial is accepted;
+    /// `None` if the route goes. Refusals are expected here (no endpoints yet) and not logged
+    /// but at trace.
+    async fn dial_until_accepted(&self, tenant: &TenantKey) -> Option<(TcpStream, SocketAddr)> {
+        loop {
+            let next = tokio::time::Instant::now() + DIAL_EVERY;
+            let backend = self.routes.get(tenant.as_str())?.backend;
+            let timeout = self.limits.connect_timeout.min(WAKE_DIAL_TIMEOUT);
+            match tokio::time::timeout(timeout, TcpStream::connect(backend)).await {
+                Ok(Ok(upstream)) => return Some((upstream, backend)),
+                Ok(Err(error)) => tracing::trace!(%tenant, %backend, %error, "not accepting yet"),
+                Err(_) => tracing::trace!(%tenant, %backend, "not accepting yet: dial timeout"),
+            }
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    /// Sends the backend the ClientHello already read, then copies both ways until either
+    /// side ends.
+    async fn splice(
+        &self,
+        client: TcpStream,
+        upstream: TcpStream,
+        peer: SocketAddr,
+        tenant: &TenantKey,
+        hello: &[u8],
+    ) {
         let _ = upstream.set_nodelay(true);
         self.metrics.outcome(Outcome::Routed);
         self.metrics.routed(tenant);
-        tracing::debug!(%peer, %tenant, %backend, "routed");
+        let backend = upstream.peer_addr().ok();
+        tracing::debug!(%peer, %tenant, ?backend, "routed");
         let to_backend = self.metrics.bytes(Direction::ToBackend);
         let mut client = Counted {
             inner: client,
@@ -449,36 +511,5 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn name(s: &str) -> TenantKey {
-        TenantKey::new(s).unwrap()
-    }
-
-    #[test]
-    fn activity_counts_open_connections_and_keeps_the_last_time() {
-        let activity = Activity::default();
-        assert_eq!(activity.get("a"), None);
-        activity.opened(&name("a"));
-        activity.opened(&name("a"));
-        let first = activity.get("a").unwrap();
-        assert_eq!(first.open, 2);
-        activity.closed("a");
-        let later = activity.get("a").unwrap();
-        assert_eq!(later.open, 1);
-        assert!(later.last >= first.last);
-        activity.forget("a");
-        activity.closed("a");
-        assert_eq!(
-            activity.get("a"),
-            None,
-            "a forgotten tenant is not brought back"
-        );
-        assert!(activity.snapshot().is_empty());
     }
 }

@@ -7,6 +7,10 @@
 //! fill by hand). A name that is not `<key>.<domain>` gets a [`Refusal`] and no lookup, so a
 //! hostile client never makes the gateway hold anything keyed by a name it made up.
 //!
+//! A route is a [`Target`]: the Service's address and whether the tenant is asleep (its
+//! control plane scaled to zero), which tells the proxy to ask for a wake and wait rather than
+//! fail on the first refused dial.
+//!
 //! Tenants are routed by key, not by name: names repeat across owners, and a key is never
 //! reused (a tenant created again under a deleted one's name is a new host name).
 
@@ -94,19 +98,71 @@ pub fn tenant_of(host: &str, domain: &Domain) -> Result<TenantKey, Refusal> {
     TenantKey::new(&label.to_ascii_lowercase()).map_err(|_| Refusal::BadKey)
 }
 
+/// What a tenant's Service says of its apiserver: where it is, and whether it is asleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// The tenant apiserver's Service: its cluster IP and port.
+    pub backend: SocketAddr,
+    /// The tenant is asleep: its control plane is scaled to zero, so the Service has no
+    /// endpoints and a connection must wait for a wake.
+    pub asleep: bool,
+}
+
+impl Target {
+    pub fn awake(backend: SocketAddr) -> Target {
+        Target {
+            backend,
+            asleep: false,
+        }
+    }
+
+    pub fn asleep(backend: SocketAddr) -> Target {
+        Target {
+            backend,
+            asleep: true,
+        }
+    }
+}
+
+/// A bare address is an awake tenant's (tests, a static configuration).
+impl From<SocketAddr> for Target {
+    fn from(backend: SocketAddr) -> Target {
+        Target::awake(backend)
+    }
+}
+
 /// Where a tenant's connections go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {
     /// The tenant apiserver's Service: its cluster IP and port.
     pub backend: SocketAddr,
+    /// Whether the tenant is asleep (see [`Target::asleep`]).
+    pub asleep: bool,
     /// The table's generation when this route was set.
     pub generation: u64,
 }
 
+impl Route {
+    fn new(target: Target, generation: u64) -> Route {
+        Route {
+            backend: target.backend,
+            asleep: target.asleep,
+            generation,
+        }
+    }
+
+    pub fn target(&self) -> Target {
+        Target {
+            backend: self.backend,
+            asleep: self.asleep,
+        }
+    }
+}
+
 /// Tenant name -> backend, shared by the proxy (reads, one per connection) and whatever fills
-/// it (writes, one per Service change). Every change bumps the table's generation, and a route
-/// keeps the generation it was set at, so a reader can tell a route it saw before from a new
-/// one.
+/// it (writes, one per Service change). Every change, of the backend or of whether the tenant
+/// is asleep, bumps the table's generation, and a route keeps the generation it was set at, so
+/// a reader can tell a route it saw before from a new one.
 #[derive(Debug, Default)]
 pub struct RouteTable {
     state: RwLock<State>,
@@ -126,9 +182,11 @@ impl RouteTable {
     }
 
     /// A table holding these routes, already synced (tests, a static configuration).
-    pub fn from_routes(routes: impl IntoIterator<Item = (TenantKey, SocketAddr)>) -> RouteTable {
+    pub fn from_routes<T: Into<Target>>(
+        routes: impl IntoIterator<Item = (TenantKey, T)>,
+    ) -> RouteTable {
         let table = RouteTable::new();
-        table.replace_all(routes.into_iter().collect());
+        table.replace_all(routes.into_iter().map(|(n, t)| (n, t.into())).collect());
         table.mark_synced();
         table
     }
@@ -148,23 +206,19 @@ impl RouteTable {
         self.read().routes.get(name).copied()
     }
 
-    /// Routes `name` to `backend`; the route's generation (unchanged if it already went there).
-    pub fn set(&self, name: TenantKey, backend: SocketAddr) -> u64 {
+    /// Routes `name` to `target` (a bare address: awake); the route's generation (unchanged if
+    /// it already was exactly that).
+    pub fn set(&self, name: TenantKey, target: impl Into<Target>) -> u64 {
+        let target = target.into();
         let mut s = self.write();
         if let Some(r) = s.routes.get(&name)
-            && r.backend == backend
+            && r.target() == target
         {
             return r.generation;
         }
         s.generation += 1;
         let generation = s.generation;
-        s.routes.insert(
-            name,
-            Route {
-                backend,
-                generation,
-            },
-        );
+        s.routes.insert(name, Route::new(target, generation));
         generation
     }
 
@@ -180,14 +234,14 @@ impl RouteTable {
 
     /// Makes the table exactly `routes` (after a full list); routes that did not change keep
     /// their generation. Returns the names that no longer have a route.
-    pub fn replace_all(&self, mut routes: HashMap<TenantKey, SocketAddr>) -> Vec<TenantKey> {
+    pub fn replace_all(&self, mut routes: HashMap<TenantKey, Target>) -> Vec<TenantKey> {
         let mut s = self.write();
         let mut removed = Vec::new();
         s.routes.retain(|name, route| match routes.remove(name) {
-            Some(backend) if backend == route.backend => true,
-            Some(backend) => {
+            Some(target) if target == route.target() => true,
+            Some(target) => {
                 // Re-added below with a new generation.
-                routes.insert(name.clone(), backend);
+                routes.insert(name.clone(), target);
                 false
             }
             None => {
@@ -199,15 +253,11 @@ impl RouteTable {
             s.generation += 1;
         }
         let generation = s.generation;
-        s.routes.extend(routes.into_iter().map(|(name, backend)| {
-            (
-                name,
-                Route {
-                    backend,
-                    generation,
-                },
-            )
-        }));
+        s.routes.extend(
+            routes
+                .into_iter()
+                .map(|(name, target)| (name, Route::new(target, generation))),
+        );
         removed
     }
 
@@ -333,6 +383,7 @@ mod tests {
             t.get("a"),
             Some(Route {
                 backend: addr(443),
+                asleep: false,
                 generation: g1
             })
         );
@@ -355,7 +406,10 @@ mod tests {
         let t = RouteTable::from_routes([(name("a"), addr(1)), (name("b"), addr(2))]);
         assert!(t.is_synced());
         let a = t.get("a").unwrap();
-        let removed = t.replace_all(HashMap::from([(name("a"), addr(1)), (name("c"), addr(3))]));
+        let removed = t.replace_all(HashMap::from([
+            (name("a"), Target::awake(addr(1))),
+            (name("c"), Target::awake(addr(3))),
+        ]));
         assert_eq!(removed, vec![name("b")]);
         assert_eq!(
             t.get("a"),
@@ -364,11 +418,38 @@ mod tests {
         );
         assert_eq!(t.get("b"), None);
         assert_eq!(t.get("c").unwrap().backend, addr(3));
-        let moved = t.replace_all(HashMap::from([(name("a"), addr(9)), (name("c"), addr(3))]));
+        let moved = t.replace_all(HashMap::from([
+            (name("a"), Target::awake(addr(9))),
+            (name("c"), Target::awake(addr(3))),
+        ]));
         assert!(moved.is_empty());
         assert_eq!(t.get("a").unwrap().backend, addr(9));
         assert!(t.get("a").unwrap().generation > a.generation);
         assert_eq!(t.len(), 2);
+        let c = t.get("c").unwrap();
+        assert!(
+            t.replace_all(HashMap::from([
+                (name("a"), Target::awake(addr(9))),
+                (name("c"), Target::asleep(addr(3))),
+            ]))
+            .is_empty()
+        );
+        let slept = t.get("c").unwrap();
+        assert!(slept.asleep && slept.generation > c.generation);
+    }
+
+    #[test]
+    fn falling_asleep_or_waking_alone_is_a_route_change() {
+        let t = RouteTable::new();
+        let awake = t.set(name("a"), Target::awake(addr(443)));
+        assert!(!t.get("a").unwrap().asleep);
+        let asleep = t.set(name("a"), Target::asleep(addr(443)));
+        assert!(asleep > awake, "the same backend, asleep now: a new route");
+        assert!(t.get("a").unwrap().asleep);
+        assert_eq!(t.set(name("a"), Target::asleep(addr(443))), asleep);
+        let woken = t.set(name("a"), addr(443));
+        assert!(woken > asleep);
+        assert_eq!(t.get("a").unwrap().target(), Target::awake(addr(443)));
     }
 
     proptest! {

@@ -3,9 +3,11 @@
 //!
 //! Data flow: [`run`] watches Services with the label in every namespace (kube-runtime's
 //! watcher, with its backoff) and hands each event to a [`Follower`]. The follower reads the
-//! Service's backend ([`backend_of`]: the label's tenant name, `spec.clusterIP` and the port
-//! named `https`, else the first), records it in its [`Claims`] and writes the routes whose
-//! owner changed into the table, so an added, changed or deleted Service takes effect at once.
+//! Service's backend ([`backend_of`]: the label's tenant name, `spec.clusterIP`, the port
+//! named `https`, else the first, and whether the [`ANNOTATION_ASLEEP`] annotation says the
+//! tenant is asleep), records it in its [`Claims`] and writes the routes whose owner or target
+//! changed into the table, so an added, changed or deleted Service takes effect at once, and a
+//! tenant falling asleep or waking (the annotation alone changing) too.
 //! A full list (the first, and each one the watcher makes after losing its watch) is gathered
 //! aside and swapped in whole when complete: the table keeps serving the old routes meanwhile,
 //! and routes of Services deleted while the watch was down go then. The first complete list
@@ -17,7 +19,7 @@
 //! order it saw them in; the conflict is logged. Per event the work is one map update, whatever
 //! the number of Services.
 
-use crate::route::{RouteTable, TenantKey};
+use crate::route::{RouteTable, Target, TenantKey};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -30,6 +32,10 @@ use std::sync::Arc;
 pub const LABEL_GATEWAY_NAME: &str = "vcp.dev/gateway-name";
 /// The Service port the gateway connects to; without one of that name, the first port.
 pub const PORT_NAME: &str = "https";
+/// The annotation vcp puts on an asleep tenant's apiserver Service, with the value `"true"`
+/// (absent when awake). The orchestrator's `render::ANNOTATION_ASLEEP`, restated: the gateway
+/// does not depend on the orchestrator crate.
+pub const ANNOTATION_ASLEEP: &str = "vcp.dev/asleep";
 
 /// A Service, by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,8 +74,20 @@ pub enum Skip {
     BadPort(i32),
 }
 
-/// The tenant a Service serves and where: its label, cluster IP and `https` (or first) port.
-pub fn backend_of(svc: &Service) -> Result<(TenantKey, SocketAddr), Skip> {
+/// Whether a Service says its tenant is asleep: [`ANNOTATION_ASLEEP`] is `"true"`. vcp writes
+/// that or nothing; any other value is read as awake, which only costs a waiting connection
+/// its wait (a refused dial fails at once) rather than waking a tenant nobody put to sleep.
+pub fn is_asleep(svc: &Service) -> bool {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_ASLEEP))
+        .is_some_and(|v| v == "true")
+}
+
+/// The tenant a Service serves and where: its label, cluster IP and `https` (or first) port,
+/// and whether the tenant is asleep.
+pub fn backend_of(svc: &Service) -> Result<(TenantKey, Target), Skip> {
     let label = svc
         .metadata
         .labels
@@ -95,14 +113,18 @@ pub fn backend_of(svc: &Service) -> Result<(TenantKey, SocketAddr), Skip> {
         .ok()
         .filter(|p| *p != 0)
         .ok_or(Skip::BadPort(port))?;
-    Ok((name, SocketAddr::new(ip, port)))
+    let target = Target {
+        backend: SocketAddr::new(ip, port),
+        asleep: is_asleep(svc),
+    };
+    Ok((name, target))
 }
 
 /// Which Services claim which tenant names (pure bookkeeping).
 #[derive(Debug, Default)]
 pub struct Claims {
     by_service: HashMap<ServiceRef, TenantKey>,
-    by_name: HashMap<TenantKey, BTreeMap<ServiceRef, SocketAddr>>,
+    by_name: HashMap<TenantKey, BTreeMap<ServiceRef, Target>>,
 }
 
 impl Claims {
@@ -111,7 +133,7 @@ impl Claims {
     pub fn update(
         &mut self,
         svc: ServiceRef,
-        claim: Option<(TenantKey, SocketAddr)>,
+        claim: Option<(TenantKey, Target)>,
     ) -> Vec<TenantKey> {
         let mut changed = Vec::with_capacity(2);
         if let Some(old) = self.by_service.remove(&svc) {
@@ -123,11 +145,11 @@ impl Claims {
             }
             changed.push(old);
         }
-        if let Some((name, backend)) = claim {
+        if let Some((name, target)) = claim {
             self.by_name
                 .entry(name.clone())
                 .or_default()
-                .insert(svc.clone(), backend);
+                .insert(svc.clone(), target);
             self.by_service.insert(svc, name.clone());
             if !changed.contains(&name) {
                 changed.push(name);
@@ -137,10 +159,10 @@ impl Claims {
     }
 
     /// The Service whose claim on `name` wins (the first by namespace and name), and its
-    /// backend.
-    pub fn winner(&self, name: &str) -> Option<(&ServiceRef, SocketAddr)> {
-        let (svc, backend) = self.by_name.get(name)?.first_key_value()?;
-        Some((svc, *backend))
+    /// target.
+    pub fn winner(&self, name: &str) -> Option<(&ServiceRef, Target)> {
+        let (svc, target) = self.by_name.get(name)?.first_key_value()?;
+        Some((svc, *target))
     }
 
     /// How many Services claim `name`.
@@ -148,8 +170,8 @@ impl Claims {
         self.by_name.get(name).map_or(0, BTreeMap::len)
     }
 
-    /// Every name's winning backend.
-    pub fn routes(&self) -> HashMap<TenantKey, SocketAddr> {
+    /// Every name's winning target.
+    pub fn routes(&self) -> HashMap<TenantKey, Target> {
         self.by_name
             .iter()
             .filter_map(|(name, c)| Some((name.clone(), *c.first_key_value()?.1)))
@@ -213,10 +235,11 @@ impl<F: FnMut(&TenantKey)> Follower<F> {
     fn write(&mut self, changed: Vec<TenantKey>) {
         for name in changed {
             match self.claims.winner(name.as_str()) {
-                Some((svc, backend)) => {
-                    tracing::info!(tenant = %name, service = %svc, %backend, "route set");
+                Some((svc, target)) => {
+                    let (backend, asleep) = (target.backend, target.asleep);
+                    tracing::info!(tenant = %name, service = %svc, %backend, asleep, "route set");
                     self.warn_conflict(&name);
-                    self.routes.set(name, backend);
+                    self.routes.set(name, target);
                 }
                 None => {
                     if self.routes.remove(name.as_str()).is_some() {
@@ -239,7 +262,7 @@ impl<F: FnMut(&TenantKey)> Follower<F> {
 }
 
 /// A Service's claim, or `None` with a warning saying why it has none.
-fn claim(svc: &Service) -> Option<(TenantKey, SocketAddr)> {
+fn claim(svc: &Service) -> Option<(TenantKey, Target)> {
     match backend_of(svc) {
         Ok(c) => Some(c),
         Err(skip) => {
@@ -300,6 +323,11 @@ mod tests {
             self.0.spec.as_mut().unwrap().cluster_ip = Some(ip.into());
             self
         }
+        fn annotated(mut self, key: &str, value: &str) -> Svc {
+            let annotations = self.0.metadata.annotations.get_or_insert_default();
+            annotations.insert(key.into(), value.into());
+            self
+        }
         fn port(mut self, name: Option<&str>, port: i32) -> Svc {
             let spec = self.0.spec.as_mut().unwrap();
             spec.ports.get_or_insert_default().push(ServicePort {
@@ -329,15 +357,15 @@ mod tests {
             .port(Some("metrics"), 9090)
             .port(Some("https"), 6443)
             .0;
-        let (name, backend) = backend_of(&svc).unwrap();
+        let (name, target) = backend_of(&svc).unwrap();
         assert_eq!(name.as_str(), "a");
-        assert_eq!(backend, addr("10.96.0.7:6443"));
+        assert_eq!(target, Target::awake(addr("10.96.0.7:6443")));
         let first = Svc::new("vcp-a", "a")
             .ip("fd00::7")
             .port(None, 443)
             .port(None, 80)
             .0;
-        assert_eq!(backend_of(&first).unwrap().1, addr("[fd00::7]:443"));
+        assert_eq!(backend_of(&first).unwrap().1.backend, addr("[fd00::7]:443"));
     }
 
     #[test]
@@ -374,6 +402,30 @@ mod tests {
         assert_eq!(backend_of(&unlabelled), Err(Skip::BadName));
     }
 
+    #[test]
+    fn the_asleep_annotation_set_to_true_marks_the_tenant_asleep() {
+        let svc = |value: Option<&str>| {
+            let s = Svc::new("vcp-a", "a").ip("10.96.0.7").port(None, 443);
+            let s = s.annotated("vcp.dev/other", "true");
+            match value {
+                Some(v) => s.annotated(ANNOTATION_ASLEEP, v).0,
+                None => s.0,
+            }
+        };
+        assert!(is_asleep(&svc(Some("true"))));
+        let (_, target) = backend_of(&svc(Some("true"))).unwrap();
+        assert_eq!(target, Target::asleep(addr("10.96.0.7:443")));
+        // vcp writes "true" or nothing; anything else is awake.
+        for awake in [None, Some("false"), Some(""), Some("True"), Some("yes")] {
+            assert!(!is_asleep(&svc(awake)), "{awake:?}");
+            assert!(!backend_of(&svc(awake)).unwrap().1.asleep, "{awake:?}");
+        }
+        assert_eq!(
+            ANNOTATION_ASLEEP, "vcp.dev/asleep",
+            "the orchestrator's name"
+        );
+    }
+
     /// The names a follower reported removed.
     type Removed = Rc<RefCell<Vec<String>>>;
 
@@ -390,6 +442,44 @@ mod tests {
 
     fn backend(routes: &RouteTable, name: &str) -> Option<SocketAddr> {
         routes.get(name).map(|r| r.backend)
+    }
+
+    #[test]
+    fn a_tenant_falling_asleep_and_waking_changes_its_route_at_once() {
+        let (mut f, routes, removed) = follower();
+        let asleep = || {
+            Svc::new("vcp-a", "a")
+                .ip("10.0.0.1")
+                .port(Some("https"), 443)
+                .annotated(ANNOTATION_ASLEEP, "true")
+                .0
+        };
+        f.handle(watcher::Event::Apply(Svc::apiserver(
+            "vcp-a", "a", "10.0.0.1",
+        )));
+        let awake = routes.get("a").unwrap();
+        assert!(!awake.asleep);
+        f.handle(watcher::Event::Apply(asleep()));
+        let slept = routes.get("a").unwrap();
+        assert!(slept.asleep, "the annotation alone is a route change");
+        assert!(slept.generation > awake.generation);
+        assert_eq!(slept.backend, awake.backend);
+        f.handle(watcher::Event::Apply(asleep()));
+        assert_eq!(
+            routes.get("a"),
+            Some(slept),
+            "the same Service is no change"
+        );
+        f.handle(watcher::Event::Apply(Svc::apiserver(
+            "vcp-a", "a", "10.0.0.1",
+        )));
+        assert!(!routes.get("a").unwrap().asleep);
+        // A relist sees the annotation too.
+        f.handle(watcher::Event::Init);
+        f.handle(watcher::Event::InitApply(asleep()));
+        f.handle(watcher::Event::InitDone);
+        assert!(routes.get("a").unwrap().asleep);
+        assert!(removed.borrow().is_empty(), "asleep is not gone");
     }
 
     #[test]

@@ -3,18 +3,28 @@
 //! with rcgen) for `a.example.test` and `b.example.test`. Clients are real rustls clients that
 //! verify the backend's certificate through the gateway, or raw sockets for what no TLS client
 //! sends. Time bounds are generous: they only tell "closed promptly" from "left hanging".
+//!
+//! Sleep mode: a small axum server on 127.0.0.1 stands in for vcp's two gateway routes
+//! ([`FakeVcp`]: it checks the bearer token and records every request), and asleep tenants
+//! get backends that start listening only later, on a port chosen beforehand.
 
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::{Value, json};
+use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use vcp_gateway::proxy::{Gateway, Limits};
-use vcp_gateway::route::{Domain, RouteTable, TenantKey};
+use vcp_gateway::route::{Domain, RouteTable, Target, TenantKey};
+use vcp_gateway::vcp::{Token, Vcp, VcpUrl};
 
 /// How long a refused connection may take to be closed when the handshake timeout is far
 /// longer (10 s): plenty for a loaded machine, far from the timeout.
@@ -46,6 +56,12 @@ impl Pki {
 
     /// A TLS server for `name` that sends `id` first, then echoes.
     async fn backend(&self, name: &str, id: &'static str) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        self.backend_on(listener, name, id)
+    }
+
+    /// [`Pki::backend`] on `listener`.
+    fn backend_on(&self, listener: TcpListener, name: &str, id: &'static str) -> Backend {
         let key = KeyPair::generate().unwrap();
         let cert = CertificateParams::new(vec![name.to_owned()])
             .unwrap()
@@ -59,7 +75,6 @@ impl Pki {
             .with_single_cert(vec![cert.der().clone()], key)
             .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
@@ -103,6 +118,7 @@ impl Backend {
 struct Harness {
     gateway: Arc<Gateway>,
     addr: SocketAddr,
+    pki: Pki,
     ca: CertificateDer<'static>,
     a: Backend,
     b: Backend,
@@ -121,11 +137,17 @@ fn limits() -> Limits {
         connect_timeout: Duration::from_secs(3),
         max_connections: 100,
         drain_timeout: Duration::from_secs(10),
+        wake_timeout: Duration::from_secs(30),
     }
 }
 
 impl Harness {
     async fn start(limits: Limits) -> Harness {
+        Harness::start_with(limits, None).await
+    }
+
+    /// A harness whose gateway asks `vcp` to wake asleep tenants.
+    async fn start_with(limits: Limits, vcp: Option<Vcp>) -> Harness {
         let pki = Pki::new();
         let a = pki.backend("a.example.test", "backend-a").await;
         let b = pki.backend("b.example.test", "backend-b").await;
@@ -134,7 +156,11 @@ impl Harness {
             (name("b"), b.addr),
         ]));
         let domain = Domain::new("example.test").unwrap();
-        let gateway = Arc::new(Gateway::new(domain, routes, limits));
+        let mut gateway = Gateway::new(domain, routes, limits);
+        if let Some(vcp) = vcp {
+            gateway = gateway.with_vcp(vcp);
+        }
+        let gateway = Arc::new(gateway);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -145,6 +171,7 @@ impl Harness {
             gateway,
             addr,
             ca: pki.ca_der(),
+            pki,
             a,
             b,
             stop: Some(stop),
@@ -191,7 +218,14 @@ impl Harness {
 
     /// `vcp_gateway_connections_total{outcome}`.
     fn outcomes(&self, outcome: &str) -> u64 {
-        let prefix = format!("vcp_gateway_connections_total{{outcome=\"{outcome}\"}} ");
+        self.metric(&format!(
+            "vcp_gateway_connections_total{{outcome=\"{outcome}\"}}"
+        ))
+    }
+
+    /// The value of the series `series` (name and labels), 0 if absent.
+    fn metric(&self, series: &str) -> u64 {
+        let prefix = format!("{series} ");
         self.gateway
             .metrics
             .encode()
@@ -558,4 +592,389 @@ async fn readyz_waits_for_the_route_table_and_metrics_are_served() {
         text.contains("vcp_gateway_connections_total{outcome=\"unknown\"} 1"),
         "{text}"
     );
+}
+
+// ---- Sleep mode ----
+
+/// The stand-in's token; the gateway sends it as `Authorization: Bearer`.
+const TOKEN: &str = "gateway-test-token";
+
+/// One activity report as the stand-in saw it.
+#[derive(Debug, Clone)]
+struct Report {
+    /// The keys in the order sent.
+    keys: Vec<String>,
+    /// Every `at`, as sent.
+    ats: Vec<String>,
+    /// What the stand-in answered.
+    status: u16,
+}
+
+/// vcp's two gateway routes on 127.0.0.1: checks the bearer token, records what it was sent,
+/// answers 404 to wakes of `unknown` keys and 500 to reports while `failing`.
+#[derive(Clone, Default)]
+struct FakeVcp {
+    wakes: Arc<Mutex<Vec<String>>>,
+    reports: Arc<Mutex<Vec<Report>>>,
+    unknown: Arc<Mutex<HashSet<String>>>,
+    failing: Arc<AtomicBool>,
+    unauthorized: Arc<AtomicUsize>,
+    addr: Option<SocketAddr>,
+}
+
+impl FakeVcp {
+    async fn start() -> FakeVcp {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fake = FakeVcp {
+            addr: Some(listener.local_addr().unwrap()),
+            ..FakeVcp::default()
+        };
+        let router = axum::Router::new()
+            .route("/v1/gateway/wake", axum::routing::post(fake_wake))
+            .route("/v1/gateway/activity", axum::routing::post(fake_activity))
+            .with_state(fake.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        fake
+    }
+
+    /// A client of this stand-in, with `token`.
+    fn client_with(&self, token: &str) -> Vcp {
+        let url = VcpUrl::new(&format!("http://{}", self.addr.unwrap())).unwrap();
+        Vcp::new(url, Token::unchecked(token)).unwrap()
+    }
+
+    fn client(&self) -> Vcp {
+        self.client_with(TOKEN)
+    }
+
+    fn wakes(&self) -> Vec<String> {
+        self.wakes.lock().unwrap().clone()
+    }
+
+    fn reports(&self) -> Vec<Report> {
+        self.reports.lock().unwrap().clone()
+    }
+}
+
+fn authorized(fake: &FakeVcp, headers: &HeaderMap) -> bool {
+    let ok = headers
+        .get("authorization")
+        .is_some_and(|v| v.as_bytes() == format!("Bearer {TOKEN}").as_bytes());
+    if !ok {
+        fake.unauthorized.fetch_add(1, Ordering::SeqCst);
+    }
+    ok
+}
+
+async fn fake_wake(
+    State(fake): State<FakeVcp>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    if !authorized(&fake, &headers) {
+        return (StatusCode::UNAUTHORIZED, Json(json!({})));
+    }
+    let key = body["key"].as_str().unwrap_or_default().to_owned();
+    fake.wakes.lock().unwrap().push(key.clone());
+    if fake.unknown.lock().unwrap().contains(&key) {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"title": "no such tenant"})),
+        );
+    }
+    (StatusCode::ACCEPTED, Json(json!({"woken": true})))
+}
+
+async fn fake_activity(
+    State(fake): State<FakeVcp>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    if !authorized(&fake, &headers) {
+        return (StatusCode::UNAUTHORIZED, Json(json!({})));
+    }
+    let tenants = body["tenants"].as_array().cloned().unwrap_or_default();
+    let field = |f: &str| -> Vec<String> {
+        let value = |t: &Value| t[f].as_str().unwrap_or_default().to_owned();
+        tenants.iter().map(value).collect()
+    };
+    let status = if fake.failing.load(Ordering::SeqCst) {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    };
+    fake.reports.lock().unwrap().push(Report {
+        keys: field("key"),
+        ats: field("at"),
+        status: status.as_u16(),
+    });
+    (status, Json(json!({"moved": tenants.len()})))
+}
+
+/// An address on loopback nothing listens on (yet): its dials are refused.
+async fn free_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// A harness with an asleep tenant `s` whose apiserver will listen on the returned address.
+async fn with_asleep_tenant(limits: Limits, vcp: Option<Vcp>) -> (Harness, SocketAddr) {
+    let h = Harness::start_with(limits, vcp).await;
+    let addr = free_addr().await;
+    h.gateway.routes.set(name("s"), Target::asleep(addr));
+    (h, addr)
+}
+
+/// Starts `s`'s apiserver on `addr`.
+async fn wake_up(h: &Harness, addr: SocketAddr) -> Backend {
+    let listener = TcpListener::bind(addr).await.unwrap();
+    h.pki.backend_on(listener, "s.example.test", "backend-s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asleep_tenant_is_woken_once_and_every_waiting_client_gets_through() {
+    let vcp = FakeVcp::start().await;
+    let (h, addr) = with_asleep_tenant(limits(), Some(vcp.client())).await;
+    let h = Arc::new(h);
+    let clients: Vec<_> = (0..5)
+        .map(|_| {
+            let h = h.clone();
+            tokio::spawn(async move {
+                let mut tls = h
+                    .tls_to("s.example.test")
+                    .await
+                    .expect("a verified TLS connection");
+                let id = read_id(&mut tls).await;
+                echoes(&mut tls).await;
+                id
+            })
+        })
+        .collect();
+    eventually("vcp was asked to wake s", || vcp.wakes() == ["s"]).await;
+    eventually("every client is held", || {
+        h.gateway.activity.get("s").is_some_and(|a| a.open == 5)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        clients.iter().all(|c| !c.is_finished()),
+        "held while asleep"
+    );
+    let backend = wake_up(&h, addr).await;
+    for client in clients {
+        assert_eq!(within(client).await.unwrap(), "backend-s");
+    }
+    assert_eq!(vcp.wakes(), ["s"], "one wake for five clients");
+    assert_eq!(backend.accepted(), 5);
+    assert_eq!(h.outcomes("routed"), 5);
+    assert_eq!(h.metric("vcp_gateway_wakes_total{result=\"requested\"}"), 1);
+    assert_eq!(h.metric("vcp_gateway_wake_wait_seconds_count"), 5);
+    assert_eq!(vcp.unauthorized.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_answered_not_found_closes_the_connection_at_once() {
+    let vcp = FakeVcp::start().await;
+    vcp.unknown.lock().unwrap().insert("s".into());
+    let (h, _) = with_asleep_tenant(limits(), Some(vcp.client())).await;
+    let mut tcp = TcpStream::connect(h.addr).await.unwrap();
+    tcp.write_all(&hand_hello(b"s.example.test")).await.unwrap();
+    let took = closed_within(tcp, PROMPT).await;
+    assert!(took < PROMPT, "not held for the 30 s wake timeout");
+    assert_eq!(vcp.wakes(), ["s"]);
+    assert_eq!(h.outcomes("unknown"), 1);
+    assert_eq!(h.metric("vcp_gateway_wakes_total{result=\"not_found\"}"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_timeout_closes_the_connection_after_about_the_timeout() {
+    let vcp = FakeVcp::start().await;
+    let timeout = Duration::from_millis(1500);
+    let limits = Limits {
+        wake_timeout: timeout,
+        ..limits()
+    };
+    let (h, _never) = with_asleep_tenant(limits, Some(vcp.client())).await;
+    let mut tcp = TcpStream::connect(h.addr).await.unwrap();
+    let start = Instant::now();
+    tcp.write_all(&hand_hello(b"s.example.test")).await.unwrap();
+    closed_within(tcp, timeout + PROMPT).await;
+    let took = start.elapsed();
+    assert!(
+        took >= timeout - Duration::from_millis(100),
+        "closed after {took:?}"
+    );
+    assert_eq!(h.outcomes("wake_timeout"), 1);
+    assert_eq!(h.outcomes("routed"), 0);
+    assert_eq!(vcp.wakes(), ["s"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_wake_still_waits_for_the_apiserver() {
+    // vcp unreachable: another replica or the owner may wake the tenant.
+    let nobody = VcpUrl::new(&format!("http://{}", free_addr().await)).unwrap();
+    let vcp = Vcp::new(nobody, Token::unchecked(TOKEN)).unwrap();
+    let (h, addr) = with_asleep_tenant(limits(), Some(vcp)).await;
+    let h = Arc::new(h);
+    let client = tokio::spawn({
+        let h = h.clone();
+        async move { h.reach("s.example.test").await }
+    });
+    eventually("the wake failed", || {
+        h.metric("vcp_gateway_wakes_total{result=\"failed\"}") == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!client.is_finished(), "still held");
+    wake_up(&h, addr).await;
+    assert_eq!(within(client).await.unwrap(), "backend-s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_is_refused_by_vcp_and_the_gateway_keeps_serving() {
+    let vcp = FakeVcp::start().await;
+    let (h, addr) = with_asleep_tenant(limits(), Some(vcp.client_with("wrong"))).await;
+    let h = Arc::new(h);
+    let client = tokio::spawn({
+        let h = h.clone();
+        async move { h.reach("s.example.test").await }
+    });
+    eventually("vcp refused the token", || {
+        vcp.unauthorized.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    wake_up(&h, addr).await;
+    assert_eq!(within(client).await.unwrap(), "backend-s");
+    assert_eq!(h.metric("vcp_gateway_wakes_total{result=\"failed\"}"), 1);
+    assert_eq!(h.reach("a.example.test").await, "backend-a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_that_wakes_while_a_client_waits_is_followed() {
+    let vcp = FakeVcp::start().await;
+    let (h, _never) = with_asleep_tenant(limits(), Some(vcp.client())).await;
+    let h = Arc::new(h);
+    let client = tokio::spawn({
+        let h = h.clone();
+        async move { h.reach("s.example.test").await }
+    });
+    eventually("vcp was asked to wake s", || vcp.wakes() == ["s"]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The watch: s is awake now, on another address.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = h.pki.backend_on(listener, "s.example.test", "backend-s");
+    h.gateway.routes.set(name("s"), backend.addr);
+    assert_eq!(within(client).await.unwrap(), "backend-s");
+    assert_eq!(backend.accepted(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_awake_route_whose_dial_is_refused_fails_at_once() {
+    let vcp = FakeVcp::start().await;
+    let h = Harness::start_with(limits(), Some(vcp.client())).await;
+    h.gateway.routes.set(name("a"), free_addr().await);
+    let mut tcp = TcpStream::connect(h.addr).await.unwrap();
+    tcp.write_all(&hand_hello(b"a.example.test")).await.unwrap();
+    let took = closed_within(tcp, PROMPT).await;
+    assert!(took < PROMPT, "not held for the 30 s wake timeout");
+    assert_eq!(h.outcomes("backend_unreachable"), 1);
+    assert!(vcp.wakes().is_empty(), "an awake tenant is not woken");
+}
+
+/// The keys of every report the stand-in answered with `status`, one list per report.
+fn reported(vcp: &FakeVcp, status: u16) -> Vec<Vec<String>> {
+    let reports = vcp.reports();
+    reports
+        .into_iter()
+        .filter(|r| r.status == status)
+        .map(|r| r.keys)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_reports_name_the_tenants_that_had_connections() {
+    let vcp = FakeVcp::start().await;
+    let h = Harness::start_with(limits(), Some(vcp.client())).await;
+    let every = Duration::from_millis(200);
+    let reporter = tokio::spawn(vcp_gateway::activity::run(
+        vcp.client(),
+        h.gateway.activity.clone(),
+        h.gateway.metrics.clone(),
+        every,
+    ));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(vcp.reports().is_empty(), "nothing seen, nothing sent");
+    let mut open = h.tls_to("a.example.test").await.unwrap();
+    read_id(&mut open).await;
+    assert_eq!(h.reach("b.example.test").await, "backend-b");
+    eventually("a and b were reported", || {
+        let named: HashSet<String> = reported(&vcp, 200).into_iter().flatten().collect();
+        named.contains("a") && named.contains("b")
+    })
+    .await;
+    // Still open, a is named in every report; c never had a connection.
+    let before = vcp.reports().len();
+    eventually("two more reports", || vcp.reports().len() >= before + 2).await;
+    for r in &vcp.reports()[before..] {
+        assert!(r.keys.contains(&"a".to_owned()), "{r:?}");
+    }
+    for r in vcp.reports() {
+        assert!(!r.keys.contains(&"c".to_owned()));
+        let unique: HashSet<&String> = r.keys.iter().collect();
+        assert_eq!(unique.len(), r.keys.len(), "each key once: {r:?}");
+        for at in &r.ats {
+            assert!(
+                at.contains('T') && at.ends_with('Z'),
+                "RFC 3339 in UTC: {at}"
+            );
+        }
+    }
+    // Once closed and reported, a quiet gateway sends nothing.
+    drop(open);
+    eventually("a closed", || {
+        h.gateway.activity.get("a").is_some_and(|a| a.open == 0)
+    })
+    .await;
+    tokio::time::sleep(every * 3).await;
+    let settled = vcp.reports().len();
+    tokio::time::sleep(every * 4).await;
+    assert_eq!(vcp.reports().len(), settled, "empty reports are skipped");
+    assert_eq!(vcp.unauthorized.load(Ordering::SeqCst), 0);
+    reporter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_activity_report_is_retried_with_the_same_tenants() {
+    let vcp = FakeVcp::start().await;
+    vcp.failing.store(true, Ordering::SeqCst);
+    let h = Harness::start_with(limits(), Some(vcp.client())).await;
+    let every = Duration::from_millis(200);
+    let reporter = tokio::spawn(vcp_gateway::activity::run(
+        vcp.client(),
+        h.gateway.activity.clone(),
+        h.gateway.metrics.clone(),
+        every,
+    ));
+    assert_eq!(h.reach("a.example.test").await, "backend-a");
+    eventually("a closed", || {
+        h.gateway.activity.get("a").is_some_and(|a| a.open == 0)
+    })
+    .await;
+    // Once a is closed, it is seen in at most one more report; any later one names it only
+    // because the failed one was kept.
+    let failed = reported(&vcp, 500).len();
+    eventually("three more failed reports", || {
+        reported(&vcp, 500).len() >= failed + 3
+    })
+    .await;
+    let failures = reported(&vcp, 500);
+    assert!(failures.iter().all(|keys| keys == &["a"]), "{failures:?}");
+    vcp.failing.store(false, Ordering::SeqCst);
+    eventually("a delivered", || !reported(&vcp, 200).is_empty()).await;
+    assert_eq!(reported(&vcp, 200), [["a"]]);
+    // Delivered, it is not sent again.
+    tokio::time::sleep(every * 4).await;
+    assert_eq!(reported(&vcp, 200), [["a"]]);
+    assert!(h.metric("vcp_gateway_activity_reports_total{result=\"failed\"}") >= 3);
+    reporter.abort();
 }

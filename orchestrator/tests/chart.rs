@@ -525,13 +525,43 @@ fn the_gateway_runs_only_behind_its_mode_and_reads_nothing_but_services() -> any
         .filter_map(Value::as_str)
         .collect();
     assert!(args.contains(&"--domain=tenants.example.net"), "{args:?}");
-    // Flags the gateway takes, with the values the schema lets through.
-    let parsed = <vcp_gateway::Args as clap::Parser>::try_parse_from(
-        std::iter::once("vcp-gateway").chain(args.iter().copied()),
-    )
-    .map_err(|e| anyhow::anyhow!("vcp-gateway refuses the chart's arguments: {e}"))?;
+    // Flags the gateway takes, with the values the schema lets through; each env variable is
+    // one of its flags (a Secret's value stands in as a placeholder).
+    let gateway_flags: BTreeMap<String, String> =
+        <vcp_gateway::Args as clap::CommandFactory>::command()
+            .get_arguments()
+            .filter_map(|a| {
+                Some((
+                    a.get_env()?.to_string_lossy().into_owned(),
+                    a.get_long()?.to_owned(),
+                ))
+            })
+            .collect();
+    let mut line: Vec<String> = std::iter::once("vcp-gateway".to_owned())
+        .chain(args.iter().map(|a| (*a).to_owned()))
+        .collect();
+    for e in c["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap();
+        if name == "RUST_LOG" {
+            continue;
+        }
+        let flag = gateway_flags
+            .get(name)
+            .ok_or_else(|| anyhow::anyhow!("env {name} is no flag of vcp-gateway"))?;
+        let value = e["value"]
+            .as_str()
+            .unwrap_or("vcp_gw_from_a_secret_0123456789");
+        line.push(format!("--{flag}={value}"));
+    }
+    let parsed = <vcp_gateway::Args as clap::Parser>::try_parse_from(&line)
+        .map_err(|e| anyhow::anyhow!("vcp-gateway refuses the chart's arguments: {e}"))?;
     assert_eq!(parsed.domain.as_str(), "tenants.example.net");
     assert_eq!(parsed.listen, "0.0.0.0:8443");
+    // vcp's API by its Service, the port the chart gives it.
+    assert_eq!(
+        parsed.vcp_url.as_ref().map(|u| u.as_str()),
+        Some("http://vcp.vcp-system.svc:8080")
+    );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(pod["serviceAccountName"], "vcp-gateway");

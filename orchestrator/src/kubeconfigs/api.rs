@@ -88,14 +88,16 @@ pub(crate) async fn issue_kubeconfig(
             .await
             .map_err(|e| Problem::internal(&e))?
             .is_some();
-    let issuable = t.phase == Phase::Ready || rotating;
+    // A sleeping tenant's CA is on the host as ever, and its kubeconfig's first call through
+    // the gateway wakes it.
+    let issuable = matches!(t.phase, Phase::Ready | Phase::Sleeping) || rotating;
     let Some(endpoint) = t.endpoint.clone().filter(|_| issuable) else {
         return Err(Problem::new(
             StatusCode::CONFLICT,
             "not-ready",
             "tenant not ready",
             &format!(
-                "tenant {:?} is {}; kubeconfigs are issued once it is Ready",
+                "tenant {:?} is {}; kubeconfigs are issued once it is Ready (or Sleeping)",
                 t.name, t.phase
             ),
             None,

@@ -70,13 +70,14 @@ impl Inventory {
     pub async fn tenants_due_for_usage(&self, min_gap: Duration) -> Result<Vec<Tenant>> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {TENANT_COLUMNS} FROM tenants t
-             WHERE deleted_at IS NULL AND phase = $2 AND NOT EXISTS (
+             WHERE deleted_at IS NULL AND phase = ANY($2) AND NOT EXISTS (
                SELECT 1 FROM usage_samples s
                WHERE s.tenant_id = t.id AND s.sampled_at > now() - make_interval(secs => $1))
              ORDER BY name"
         )))
         .bind(min_gap.as_secs_f64())
-        .bind(Phase::Ready)
+        // A sleeping tenant's workloads still run on the host, and count.
+        .bind(vec![Phase::Ready.as_str(), Phase::Sleeping.as_str()])
         .fetch_all(self.pool())
         .await?)
     }

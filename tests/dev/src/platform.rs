@@ -38,6 +38,15 @@ process-workloads:
     placement:
       node_selector: {vcp.dev/runtime: process}
       tolerations: [{key: vcp.dev/runtime, operator: Exists}]
+# As default, asleep after a minute with no connection through the gateway and no running
+# workload (orchestrator/tests/sleep.rs).
+sleepy:
+  node_selector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  sleep: {after_idle_minutes: 1}
+  policy:
+    placement:
+      node_selector: {type: kwok}
 # As process-workloads, with three etcd members: a store that keeps its quorum while its
 # members restart one at a time.
 ha-process-workloads:
