@@ -178,6 +178,46 @@ async fn a_deletion_accepted_during_a_pass_outlives_the_passs_outcome() -> anyho
     Ok(())
 }
 
+/// A wake that arrives while a pass holds the tenant (the sleep pass that just saw the last
+/// control-plane pod go, and asks to look again in five minutes) must not be put off by that
+/// pass's outcome: the gateway holds a client's connection until the tenant answers. (Seen on
+/// the real node: the first call after a sleep waited out its 30 s connect timeout.)
+#[tokio::test]
+async fn a_wake_accepted_during_a_sleep_pass_outlives_the_passs_outcome() -> anyhow::Result<()> {
+    use vcp_core::lifecycle::Sleep;
+    use vcp_orchestrator::sleep::store::Asked;
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "racewake").await?;
+    inv.create_tenant(&tenant("nap", "napaaaaaaa", "o"), "o")
+        .await?;
+    let first = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+    assert!(inv.finish(&first, "w", &outcome("Ready", 1), "w").await?);
+    let t = inv.tenants_named("nap", None).await?.remove(0);
+    let Asked::Changed(asleep) = inv.ask_sleep(&t, Sleep::Asleep, "o", "asked").await? else {
+        panic!("a Ready tenant goes to sleep");
+    };
+    assert_eq!(asleep.sleep, Sleep::Asleep);
+    let pass = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+    assert_eq!(pass.sleep, Sleep::Asleep, "the sleep pass is due at once");
+    let Asked::Changed(_) = inv
+        .ask_sleep(&pass, Sleep::Awake, "vcp:gateway", "a connection")
+        .await?
+    else {
+        panic!("a wake is taken while a pass holds the tenant");
+    };
+    assert!(
+        inv.finish(&pass, "w", &outcome("Sleeping", pass.generation), "w")
+            .await?
+    );
+    let next = inv.claim("w", Duration::from_secs(30)).await?;
+    assert_eq!(
+        next.as_ref().map(|n| (n.id, n.sleep)),
+        Some((t.id, Sleep::Awake)),
+        "due at once, awake, not after the sleep pass's requeue"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn two_workers_never_hold_one_tenant_and_lost_leases_write_nothing() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;
@@ -1324,24 +1364,40 @@ async fn snapshots_are_numbered_per_tenant_and_ids_from_before_stay_addressable(
         .collect::<Vec<_>>()
         .into();
     before.run(inv.pool()).await?;
-    inv.upsert_versions(&Catalog::builtin()).await?;
-    let a = inv
-        .create_tenant(&tenant("a", "numbersaaa", "alice"), "alice")
+    // Rows of that schema written as it was (today's code reads and writes columns added
+    // since).
+    for (minor, release) in [("1.37", "v1.37.1")] {
+        sqlx::query(
+            "INSERT INTO versions (minor, kubernetes, images) VALUES ($1, $2, '{}')
+             ON CONFLICT (minor) DO NOTHING",
+        )
+        .bind(minor)
+        .bind(release)
+        .execute(inv.pool())
         .await?;
-    let b = inv
-        .create_tenant(&tenant("b", "numbersbbb", "bob"), "bob")
+    }
+    let mut ids = BTreeMap::new();
+    for (name, key, owner) in [("a", "numbersaaa", "alice"), ("b", "numbersbbb", "bob")] {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO tenants (name, key, owner, version, release) VALUES ($1, $2, $3, '1.37', 'v1.37.1')
+             RETURNING id",
+        )
+        .bind(name)
+        .bind(key)
+        .bind(owner)
+        .fetch_one(inv.pool())
         .await?;
-    for (id, t) in [(1, &a), (2, &b), (3, &a)] {
+        ids.insert(name, (id, key));
+    }
+    for (id, t) in [(1, "a"), (2, "b"), (3, "a")] {
+        let (tenant_id, key) = ids[t];
         sqlx::query(
             "INSERT INTO etcd_snapshots (id, tenant_id, version, state, location, requested_by)
              VALUES ($1, $2, '1.37', 'Pending', $3, 'alice')",
         )
         .bind(id)
-        .bind(t.id)
-        .bind(format!(
-            "pvc://vcp-{}/etcd-snapshots/snapshot-{id}.db",
-            t.key
-        ))
+        .bind(tenant_id)
+        .bind(format!("pvc://vcp-{key}/etcd-snapshots/snapshot-{id}.db"))
         .execute(inv.pool())
         .await?;
     }
@@ -1349,6 +1405,9 @@ async fn snapshots_are_numbered_per_tenant_and_ids_from_before_stay_addressable(
         .execute(inv.pool())
         .await?;
     inv.migrate().await?;
+    inv.upsert_versions(&Catalog::builtin()).await?;
+    let a = inv.tenants_named("a", None).await?.remove(0);
+    let b = inv.tenants_named("b", None).await?.remove(0);
 
     let numbers =
         |rows: Vec<vcp_orchestrator::snapshots::store::SnapshotRow>| -> Vec<(i64, String)> {

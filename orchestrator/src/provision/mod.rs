@@ -565,7 +565,9 @@ impl Provisioner {
 pub const ROLLOUT_TOKENS: &str = "tokens";
 
 /// Whether the StatefulSets and Deployments among `objects` are fully rolled out and ready;
-/// `None` if one of them does not exist.
+/// `None` if one of them does not exist or is scaled to zero (asleep, or stopped for a
+/// restore): nothing of it runs, so there is no roll to keep in order, and waking it starts it
+/// as early as a creation would (the apiserver beside etcd rather than after it).
 async fn workload_ready(client: &Client, objects: &[Object]) -> Result<Option<StepResult>> {
     for o in objects {
         let Some(ns) = o.namespace() else { continue };
@@ -578,6 +580,9 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<Option<St
                 else {
                     return Ok(None);
                 };
+                if s.spec.replicas == Some(0) {
+                    return Ok(None);
+                }
                 let st = s.status.unwrap_or_default();
                 steps::Rollout {
                     want: s.spec.replicas.unwrap_or(1),
@@ -596,6 +601,9 @@ async fn workload_ready(client: &Client, objects: &[Object]) -> Result<Option<St
                 else {
                     return Ok(None);
                 };
+                if d.spec.replicas == Some(0) {
+                    return Ok(None);
+                }
                 let st = d.status.unwrap_or_default();
                 steps::Rollout {
                     want: d.spec.replicas.unwrap_or(1),

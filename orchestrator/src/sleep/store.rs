@@ -57,8 +57,12 @@ impl Inventory {
                 return Ok(Asked::Busy(current.phase));
             }
         }
+        // A new generation, so that a pass holding the tenant now (the sleep pass that just
+        // saw the last pod go) does not put the change off until its own requeue
+        // (`Inventory::finish`).
         let changed: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE tenants SET sleep = $2, next_reconcile_at = now(), updated_at = now(),
+                 generation = generation + 1,
                  active_at = CASE WHEN $2 = 'awake' THEN now() ELSE active_at END
              WHERE id = $1 RETURNING {TENANT_COLUMNS}"
         )))

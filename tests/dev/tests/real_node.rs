@@ -1281,8 +1281,38 @@ async fn through_the_gateway(
             t.elapsed()
         );
     }
-    // The gateway says which name it refused.
+    // Asleep: no pod of its control plane, and one call through the gateway wakes it and
+    // answers, with its objects there.
+    api.raw(reqwest::Method::POST, "/v1/tenants/charted-b/sleep", None)
+        .await?;
+    let key_b = second["key"].as_str().unwrap_or_default().to_owned();
     let host = cluster.client();
+    eventually(
+        "charted-b asleep with no pod",
+        Duration::from_secs(120),
+        || async {
+            let t = api.get_tenant("charted-b").await?.unwrap_or_default();
+            let pods = Api::<Pod>::namespaced(host.clone(), &format!("vcp-{key_b}"))
+                .list(&Default::default())
+                .await?;
+            Ok((t["phase"] == "Sleeping" && pods.items.is_empty()).then_some(()))
+        },
+    )
+    .await?;
+    let woke = std::time::Instant::now();
+    let b = client_of(kc_b).await?;
+    let cm = Api::<ConfigMap>::namespaced(b, "default")
+        .get("only-in-1")
+        .await?;
+    assert_eq!(cm.metadata.name.as_deref(), Some("only-in-1"));
+    println!(
+        "a sleeping tenant answered its first call through the gateway in {:?}",
+        woke.elapsed()
+    );
+    api.wait_ready("charted-b", Duration::from_secs(120))
+        .await?;
+
+    // The gateway says which name it refused.
     eventually(
         "the gateway's log naming the unknown tenant",
         Duration::from_secs(20),
