@@ -351,21 +351,47 @@ fn a_private_database_ca_is_mounted_where_the_database_driver_reads_it() -> anyh
 }
 
 /// The flag of `vcp serve` each environment variable stands for (`VCP_WORKERS` -> `workers`).
+/// Each argument's env variable -> its long flag.
+fn env_flags_of<'a>(args: impl Iterator<Item = &'a clap::Arg>) -> BTreeMap<String, String> {
+    args.filter_map(|a| {
+        Some((
+            a.get_env()?.to_string_lossy().into_owned(),
+            a.get_long()?.to_owned(),
+        ))
+    })
+    .collect()
+}
+
 fn env_flags() -> BTreeMap<String, String> {
     let cmd = vcp_orchestrator::Args::command();
     let serve = cmd
         .find_subcommand("serve")
         .expect("vcp has a serve command");
-    serve
-        .get_arguments()
-        .chain(cmd.get_arguments())
-        .filter_map(|a| {
-            Some((
-                a.get_env()?.to_string_lossy().into_owned(),
-                a.get_long()?.to_owned(),
-            ))
-        })
-        .collect()
+    env_flags_of(serve.get_arguments().chain(cmd.get_arguments()))
+}
+
+/// A container's env as the flags its program reads them as (`flags`: env -> flag), but
+/// those `skip` says are read otherwise; a value from a Secret or the downward API becomes
+/// `placeholder`.
+fn env_as_flags(
+    container: &Value,
+    flags: &BTreeMap<String, String>,
+    skip: impl Fn(&str) -> bool,
+    placeholder: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut line = Vec::new();
+    for e in container["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap();
+        if skip(name) {
+            continue;
+        }
+        let flag = flags
+            .get(name)
+            .ok_or_else(|| anyhow::anyhow!("env {name} is no flag"))?;
+        let value = e["value"].as_str().unwrap_or(placeholder);
+        line.push(format!("--{flag}={value}"));
+    }
+    Ok(line)
 }
 
 /// The Deployment's command line as `vcp serve` would see it, with each mounted ConfigMap
@@ -408,22 +434,14 @@ fn command_line(docs: &[Value], root: &Path) -> anyhow::Result<Vec<String>> {
         .chain(c["args"].as_array().unwrap())
         .map(|a| a.as_str().unwrap().to_owned())
         .collect();
-    let flags = env_flags();
-    for e in c["env"].as_array().into_iter().flatten() {
-        let name = e["name"].as_str().unwrap();
-        // RUST_LOG is read by the log filter; PGSSLROOTCERT and PGSSLMODE by the database
-        // driver as libpq reads them (inventory.rs runs vcp with them against a TLS server).
-        if name == "RUST_LOG" || name.starts_with("PGSSL") {
-            continue;
-        }
-        let flag = flags
-            .get(name)
-            .ok_or_else(|| anyhow::anyhow!("env {name} is no flag of vcp serve"))?;
-        let value = e["value"]
-            .as_str()
-            .unwrap_or("postgres://from-a-secret/vcp");
-        line.push(format!("--{flag}={value}"));
-    }
+    // RUST_LOG is read by the log filter; PGSSLROOTCERT and PGSSLMODE by the database driver
+    // as libpq reads them (inventory.rs runs vcp with them against a TLS server).
+    line.extend(env_as_flags(
+        c,
+        &env_flags(),
+        |name| name == "RUST_LOG" || name.starts_with("PGSSL"),
+        "postgres://from-a-secret/vcp",
+    )?);
     for a in &mut line {
         for m in &mounts {
             if let Some((flag, rest)) = a.split_once('=')
@@ -527,32 +545,15 @@ fn the_gateway_runs_only_behind_its_mode_and_reads_nothing_but_services() -> any
     assert!(args.contains(&"--domain=tenants.example.net"), "{args:?}");
     // Flags the gateway takes, with the values the schema lets through; each env variable is
     // one of its flags (a Secret's value stands in as a placeholder).
-    let gateway_flags: BTreeMap<String, String> =
-        <vcp_gateway::Args as clap::CommandFactory>::command()
-            .get_arguments()
-            .filter_map(|a| {
-                Some((
-                    a.get_env()?.to_string_lossy().into_owned(),
-                    a.get_long()?.to_owned(),
-                ))
-            })
-            .collect();
     let mut line: Vec<String> = std::iter::once("vcp-gateway".to_owned())
         .chain(args.iter().map(|a| (*a).to_owned()))
         .collect();
-    for e in c["env"].as_array().into_iter().flatten() {
-        let name = e["name"].as_str().unwrap();
-        if name == "RUST_LOG" {
-            continue;
-        }
-        let flag = gateway_flags
-            .get(name)
-            .ok_or_else(|| anyhow::anyhow!("env {name} is no flag of vcp-gateway"))?;
-        let value = e["value"]
-            .as_str()
-            .unwrap_or("vcp_gw_from_a_secret_0123456789");
-        line.push(format!("--{flag}={value}"));
-    }
+    line.extend(env_as_flags(
+        c,
+        &env_flags_of(<vcp_gateway::Args as clap::CommandFactory>::command().get_arguments()),
+        |name| name == "RUST_LOG",
+        "vcp_gw_from_a_secret_0123456789",
+    )?);
     let parsed = <vcp_gateway::Args as clap::Parser>::try_parse_from(&line)
         .map_err(|e| anyhow::anyhow!("vcp-gateway refuses the chart's arguments: {e}"))?;
     assert_eq!(parsed.domain.as_str(), "tenants.example.net");

@@ -1,7 +1,8 @@
 //! Sleeping tenants: a control plane scaled to zero while nobody uses it.
 //!
 //! What is asked is the tenant's `sleep` (`awake` or `asleep`, [`Sleep`]), written by
-//! `POST /v1/tenants/{name}/sleep` and `/wake` ([`api`]), by the gateway's wake request when a
+//! `POST /v1/tenants/{name}/sleep` and `/wake` ([`api`]; `vcp tenant sleep|wake` in
+//! `tenants::cli`), by the gateway's wake request when a
 //! connection arrives for an asleep tenant, and by the idle sweep of each replica
 //! ([`sweep`]): a tenant whose plan sets `sleep.after_idle_minutes` goes to sleep once the
 //! gateway has reported no connection for it for that long ([`idle`], from `active_at`,
@@ -18,7 +19,6 @@
 //! takes a tenant with running pods: an idle tenant's sleep costs no pod at all.
 
 pub mod api;
-pub mod cli;
 pub mod store;
 pub mod sweep;
 

@@ -1,4 +1,5 @@
-//! `vcp tenant ...`: create, list, show, update, delete, usage and rotations of tenants.
+//! `vcp tenant ...`: create, list, show, update, delete, sleep and wake, usage and rotations
+//! of tenants.
 
 use crate::client::output::{self, Format, age, cut, table};
 use crate::client::{
@@ -16,6 +17,7 @@ use time::OffsetDateTime;
 use vcp_core::lifecycle::AutoUpdate;
 use vcp_core::lifecycle::FleetUpgrades;
 use vcp_core::lifecycle::Phase;
+use vcp_core::lifecycle::Sleep;
 use vcp_core::lifecycle::UpgradeState;
 use vcp_core::lifecycle::{ConditionStatus, ConditionType};
 
@@ -52,9 +54,9 @@ pub enum TenantCommand {
     Update(TenantUpdate),
     /// Put a tenant to sleep: its control plane scales to zero until a wake or a connection
     /// through the gateway (and with --wait, until it is down).
-    Sleep(crate::sleep::cli::TenantSleep),
+    Sleep(TenantSleep),
     /// Wake a sleeping tenant (and with --wait, until it is Ready).
-    Wake(crate::sleep::cli::TenantSleep),
+    Wake(TenantSleep),
     /// Rotate one of a tenant's CAs or its service-account key without downtime (admins; and
     /// with --wait, follow its phases until done).
     Rotate(crate::rotations::cli::TenantRotate),
@@ -316,12 +318,8 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 f => print(&output::structured(&list, f)),
             }
         }
-        TenantCommand::Sleep(a) => {
-            crate::sleep::cli::ask(&client, a, vcp_core::lifecycle::Sleep::Asleep).await
-        }
-        TenantCommand::Wake(a) => {
-            crate::sleep::cli::ask(&client, a, vcp_core::lifecycle::Sleep::Awake).await
-        }
+        TenantCommand::Sleep(a) => ask_sleep(&client, a, vcp_core::lifecycle::Sleep::Asleep).await,
+        TenantCommand::Wake(a) => ask_sleep(&client, a, vcp_core::lifecycle::Sleep::Awake).await,
         TenantCommand::Rotate(a) => crate::rotations::cli::rotate(&client, a, width).await,
         TenantCommand::Rotations { name, output: o } => {
             crate::rotations::cli::rotations(&client, &name, o, width).await
@@ -598,6 +596,44 @@ pub async fn follow(
             )));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `vcp tenant sleep|wake NAME`
+#[derive(Debug, clap::Args)]
+pub struct TenantSleep {
+    /// Tenant name.
+    pub name: String,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+/// Asks the tenant to sleep (`to` asleep) or wake, and with `--wait` follows it to `Sleeping`
+/// or `Ready`.
+async fn ask_sleep(client: &Client, a: TenantSleep, to: Sleep) -> Result<()> {
+    let (verb, phase) = match to {
+        Sleep::Asleep => ("sleep", Phase::Sleeping),
+        Sleep::Awake => ("wake", Phase::Ready),
+    };
+    let path = format!("/v1/tenants/{}/{verb}", name(&a.name)?);
+    let _: Option<TenantView> = client
+        .call(reqwest::Method::POST, &path, None::<&()>)
+        .await?;
+    if !a.wait.wait {
+        return print(&format!("tenant {}: asked to {verb}\n", a.name));
+    }
+    progress(&format!(
+        "tenant {}: asked to {verb}; waiting for {phase}",
+        a.name
+    ));
+    // Asleep means no control-plane pod left, which the condition's message says.
+    let done = |t: &TenantView| {
+        t.phase == phase
+            && (to == Sleep::Awake || t.conditions.iter().any(|c| c.message.starts_with("asleep")))
+    };
+    match follow(client, &a.name, &a.wait, done).await? {
+        Some(_) => print(&format!("tenant {} {phase}\n", a.name)),
+        None => Err(Error::Client(format!("tenant {} is gone", a.name))),
     }
 }
 
