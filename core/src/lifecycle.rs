@@ -115,7 +115,7 @@ macro_rules! named_enum {
 
 named_enum! {
     /// What the owner asked for: the tenant should exist, or be removed.
-    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(ToSchema), serde(rename_all = "lowercase"))]
     pub enum Desired ("desired state") {
         /// Provision the tenant and keep it provisioned.
         Present = "present",
@@ -126,7 +126,9 @@ named_enum! {
 
 named_enum! {
     /// Whether the owner (or the idle timer of its plan) wants the control plane to run.
-    #[cfg_attr(feature = "openapi", derive(ToSchema))]
+    // The schema derive does not see the per-variant names the macro writes; the container
+    // rule gives it the same (lowercase) names.
+    #[cfg_attr(feature = "openapi", derive(ToSchema), serde(rename_all = "lowercase"))]
     pub enum Sleep ("sleep state") {
         /// Run it.
         Awake = "awake",
@@ -592,5 +594,32 @@ mod tests {
         );
         assert!(!Phase::LIVE.contains(&Phase::Deleted));
         assert_eq!(Phase::LIVE.len() + 1, Phase::ALL.len());
+    }
+
+    /// A derived schema lists variant names unless told otherwise; the API sends the names
+    /// the macro writes. (The tenant's `sleep` was sent as `awake` and documented as `Awake`:
+    /// the schemathesis contract test found it.)
+    #[cfg(feature = "openapi")]
+    #[test]
+    fn derived_schemas_list_the_names_the_api_sends() {
+        fn listed<T: utoipa::PartialSchema>() -> serde_json::Value {
+            serde_json::to_value(T::schema()).unwrap()["enum"].clone()
+        }
+        assert_eq!(
+            listed::<Sleep>(),
+            serde_json::json!(names(Sleep::ALL, Sleep::as_str))
+        );
+        assert_eq!(
+            listed::<FleetUpgrades>(),
+            serde_json::json!(names(FleetUpgrades::ALL, FleetUpgrades::as_str))
+        );
+        assert_eq!(
+            listed::<Desired>(),
+            serde_json::json!(names(Desired::ALL, Desired::as_str))
+        );
+        assert_eq!(
+            listed::<AutoUpdate>(),
+            serde_json::json!(names(AutoUpdate::ALL, AutoUpdate::as_str))
+        );
     }
 }

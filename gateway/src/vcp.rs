@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 /// Bound on each call to vcp, from connecting to the last byte of the answer.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most tenants one activity report may name (vcp's `MAX_ACTIVITY`).
-pub const MAX_REPORT: usize = 10_000;
+pub const MAX_REPORT: usize = 500;
 
 const WAKE: &str = "/v1/gateway/wake";
 const ACTIVITY: &str = "/v1/gateway/activity";

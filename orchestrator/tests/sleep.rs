@@ -173,9 +173,12 @@ async fn tenants_sleep_when_asked_or_idle_and_wake_with_their_objects() -> anyho
     assert_eq!((s, b["moved"].as_u64()), (200, Some(1)), "{b}");
     let seen = owner.get_tenant("nap").await?.unwrap();
     assert!(seen["active_at"].is_string(), "{seen}");
+    let too_many: Vec<Value> = (0..501)
+        .map(|i| json!({"key": format!("k{i}"), "at": now}))
+        .collect();
     for bad in [
         json!({"tenants": [{"key": "Not-A-Key", "at": now}]}),
-        json!({"tenants": [{"key": nap_key, "at": now}, {"key": nap_key, "at": now}]}),
+        json!({"tenants": too_many}),
         json!({"tenants": [{"key": nap_key}]}),
     ] {
         let (s, b) = gateway

@@ -482,6 +482,62 @@ pub fn ginkgo_flags(o: &Opts, out: &Path) -> Vec<String> {
 }
 
 /// The suite's run itself; `extra` goes to e2e.test before the caller's own flags.
+/// A kubeconfig that names its server by address and sends the tenant's host name as
+/// `tls-server-name` (a tenant behind the gateway, dialled by address), rewritten for the
+/// suite: the e2e framework always overrides the server (`framework.LoadConfig`), and
+/// client-go's clientcmd then drops `tls-server-name` with it, so the suite's clients would
+/// send no server name and the gateway would refuse them. The suite gets the name as its
+/// server instead, and the hosts entry that resolves it to the address: what a platform's
+/// wildcard DNS gives its users. `None` for a kubeconfig without `tls-server-name`.
+pub fn by_name(kubeconfig: &str) -> anyhow::Result<Option<(String, String)>> {
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(kubeconfig)?;
+    let Some(clusters) = doc
+        .get_mut("clusters")
+        .and_then(serde_yaml::Value::as_sequence_mut)
+    else {
+        return Ok(None);
+    };
+    let mut hosts = String::new();
+    for c in clusters {
+        let Some(cluster) = c
+            .get_mut("cluster")
+            .and_then(serde_yaml::Value::as_mapping_mut)
+        else {
+            continue;
+        };
+        let Some(name) = cluster
+            .remove("tls-server-name")
+            .and_then(|v| v.as_str().map(str::to_owned))
+        else {
+            continue;
+        };
+        let server = cluster
+            .get("server")
+            .and_then(serde_yaml::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let authority = server.strip_prefix("https://").unwrap_or(&server);
+        let (address, port) = authority
+            .rsplit_once(':')
+            .map_or((authority, None), |(a, p)| (a, Some(p)));
+        let address = address.trim_start_matches('[').trim_end_matches(']');
+        anyhow::ensure!(
+            address.parse::<std::net::IpAddr>().is_ok(),
+            "the kubeconfig's server {server:?} with tls-server-name {name:?} is not an address"
+        );
+        let named = match port {
+            Some(p) => format!("https://{name}:{p}"),
+            None => format!("https://{name}"),
+        };
+        cluster.insert("server".into(), named.into());
+        hosts.push_str(&format!("{address} {name}\n"));
+    }
+    if hosts.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((serde_yaml::to_string(&doc)?, hosts)))
+}
+
 async fn suite(o: &Opts, target: Target, extra: &[String]) -> anyhow::Result<(Vec<Case>, String)> {
     let version = release(o.minor.as_deref())?;
     let minor = version
@@ -514,8 +570,26 @@ async fn suite(o: &Opts, target: Target, extra: &[String]) -> anyhow::Result<(Ve
     let suite = out.join("e2e.test");
     std::os::unix::fs::symlink(&e2e, &suite)?;
     let log = std::fs::File::create(&log_path)?;
+    // Behind the gateway: the suite dials the tenant by name, resolved by a hosts file of its
+    // own mount namespace (nothing of the machine's changes), as `by_name` says.
+    let (mut command, kubeconfig) = match by_name(&std::fs::read_to_string(&kubeconfig)?)? {
+        None => (tokio::process::Command::new(&ginkgo), kubeconfig),
+        Some((named, entries)) => {
+            let named_path = out.join("suite.kubeconfig");
+            std::fs::write(&named_path, named)?;
+            let hosts = out.join("hosts");
+            let system = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+            std::fs::write(&hosts, format!("{system}\n{entries}"))?;
+            let mut c = tokio::process::Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                .arg(r#"mount --bind "$0" /etc/hosts && exec "$@""#)
+                .arg(&hosts)
+                .arg(&ginkgo);
+            (c, named_path)
+        }
+    };
     let started = Instant::now();
-    let status = tokio::process::Command::new(&ginkgo)
+    let status = command
         .args(ginkgo_flags(o, &out))
         .arg(&suite)
         .arg("--")
@@ -613,6 +687,28 @@ pub async fn run(o: Opts) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_kubeconfig_dialled_by_address_is_named_for_the_suite() {
+        let kc = "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: https://10.243.0.2:31443\n    tls-server-name: k1.tenants.vcp.test\n    certificate-authority-data: Q0E=\nusers: []\n";
+        let (named, hosts) = by_name(kc).unwrap().expect("rewritten");
+        let v: serde_yaml::Value = serde_yaml::from_str(&named).unwrap();
+        let c = &v["clusters"][0]["cluster"];
+        assert_eq!(
+            c["server"].as_str(),
+            Some("https://k1.tenants.vcp.test:31443")
+        );
+        assert!(c.get("tls-server-name").is_none());
+        assert_eq!(c["certificate-authority-data"].as_str(), Some("Q0E="));
+        assert_eq!(hosts, "10.243.0.2 k1.tenants.vcp.test\n");
+        // Without a server name there is nothing to do.
+        let plain = "clusters:\n- name: h\n  cluster:\n    server: https://127.0.0.1:6443\n";
+        assert!(by_name(plain).unwrap().is_none());
+        // A name over a name is not something a hosts file can say.
+        let odd = kc.replace("10.243.0.2", "gw.example");
+        assert!(by_name(&odd).is_err());
+    }
+
     use super::*;
 
     #[test]
