@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams};
 use std::time::Duration;
 use time::OffsetDateTime;
 use vcp_core::lifecycle::{ConditionReason, ConditionStatus, ConditionType, Phase};
-use vcp_core::naming::{LABEL_TENANT, control_plane_namespace};
+use vcp_core::naming::control_plane_namespace;
 
 /// How often a sleeping tenant is looked at once its control plane is gone: for drift, as a
 /// Ready one is. A wake makes it due at once.
@@ -81,7 +81,7 @@ impl Provisioner {
         let input = self
             .job_input(t, Some(&version))
             .ok_or_else(|| Error::Config(format!("plan {} is not configured", t.plan)))?;
-        let dns = self.tenant_pods_live(t).await?;
+        let dns = crate::sleep::sweep::has_live_pods(&self.host, t).await?;
         let asleep = crate::render::Input {
             run: Run::Asleep { dns },
             ..input
@@ -102,20 +102,6 @@ impl Provisioner {
             left += self.dns_pods(t, &ns).await?;
         }
         Ok(left)
-    }
-
-    /// Whether any of the tenant's workload pods on the host is not finished.
-    async fn tenant_pods_live(&self, t: &Tenant) -> Result<bool> {
-        let lp = ListParams::default()
-            .labels(&format!("{LABEL_TENANT}={}", t.key))
-            .fields("status.phase!=Succeeded,status.phase!=Failed")
-            .limit(1);
-        Ok(!Api::<Pod>::all(self.host.clone())
-            .list_metadata(&lp)
-            .await
-            .map_err(|e| Error::kube("list the tenant's pods", e))?
-            .items
-            .is_empty())
     }
 
     async fn dns_pods(&self, t: &Tenant, ns: &str) -> Result<usize> {

@@ -17,8 +17,10 @@ use time::OffsetDateTime;
 use vcp_core::lifecycle::Sleep;
 use vcp_core::naming::LABEL_TENANT;
 
-/// Whether any of the tenant's pods on the host is not finished (running, or waiting to).
-async fn has_live_pods(host: &kube::Client, t: &Tenant) -> crate::Result<bool> {
+/// Whether any of the tenant's pods on the host is not finished (running, or waiting to): one
+/// list of at most one pod. The idle sweep and the sleep pass (which keeps CoreDNS for them)
+/// both ask it.
+pub(crate) async fn has_live_pods(host: &kube::Client, t: &Tenant) -> crate::Result<bool> {
     let lp = ListParams::default()
         .labels(&format!("{LABEL_TENANT}={}", t.key))
         .fields("status.phase!=Succeeded,status.phase!=Failed")
