@@ -34,6 +34,7 @@ pub mod host;
 pub mod http;
 // The features, one folder each: API handlers and bodies, queries, host work, CLI command.
 pub mod audit;
+pub mod datastore;
 pub mod kubeconfigs;
 pub mod rotations;
 pub mod sleep;
@@ -107,6 +108,8 @@ pub enum Error {
     Client(String),
     #[error("etcd snapshot: {0}")]
     Snapshot(String),
+    #[error("shared datastore: {0}")]
+    Datastore(String),
     /// A kubeconfig asked of a tenant whose CA does not exist yet (its bring-up is before its
     /// Certificates step).
     #[error("tenant {0:?} has no CA yet")]
@@ -153,6 +156,7 @@ impl Error {
             Error::Answer { .. } => "answer",
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
+            Error::Datastore(_) => "datastore",
             Error::NoCa(_) => "no_ca",
         }
     }
@@ -280,7 +284,16 @@ pub enum Command {
     /// Commands vcp's own Jobs run in a tenant's control-plane namespace (etcd snapshots and
     /// restores); not for people.
     #[command(hide = true, subcommand)]
-    Tool(snapshots::tool::ToolCommand),
+    Tool(ToolCommand),
+}
+
+/// `vcp tool ...`: what vcp's Jobs run.
+#[derive(Debug, clap::Subcommand)]
+pub enum ToolCommand {
+    #[command(flatten)]
+    Snapshots(snapshots::tool::ToolCommand),
+    /// Administer a shared datastore as root (its admin Jobs; [`datastore::tool`]).
+    Datastore(datastore::tool::Args),
 }
 
 impl Command {
@@ -323,7 +336,8 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Snapshot { connection, action } => {
             snapshots::cli::snapshot(&connection, action).await
         }
-        Command::Tool(cmd) => snapshots::tool::run(cmd).await,
+        Command::Tool(ToolCommand::Snapshots(cmd)) => snapshots::tool::run(cmd).await,
+        Command::Tool(ToolCommand::Datastore(a)) => datastore::tool::run(a).await,
         Command::Openapi => {
             let doc = api::openapi()
                 .to_pretty_json()

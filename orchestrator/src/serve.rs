@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// YAML file of named placement plans (name -> plan); `default` exists regardless.
     #[arg(long, env = "VCP_PLANS")]
     pub plans: Option<PathBuf>,
+    /// YAML file of the shared datastores vcp runs (name -> datastore: members, placement,
+    /// storage); a plan's `datastore: NAME` puts its tenants' data on one
+    /// (docs/orchestrator.md, "Shared datastores").
+    #[arg(long, env = "VCP_DATASTORES")]
+    pub datastores: Option<PathBuf>,
     /// Prefix of the shared host ClusterRoles vcp and the syncers bind per namespace
     /// (`<prefix>:tenant-namespace`, `<prefix>:syncer-namespaced`; templates/host-roles.yaml):
     /// the chart sets its release's full name, so two releases in one cluster do not share them.
@@ -188,6 +193,11 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
         Some(p) => render::parse_plans(&read(p)?)?,
         None => render::parse_plans("{}")?,
     };
+    let datastores = match &a.datastores {
+        Some(p) => render::datastore::parse_datastores(&read(p)?)?,
+        None => Default::default(),
+    };
+    render::check_datastores(&plans, &datastores)?;
     let expose =
         match a.expose {
             ExposeKind::NodePort => Expose::NodePort {
@@ -238,6 +248,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
             tools_image: a.tools_image.clone(),
             expose,
             host_roles_prefix: a.host_roles_prefix.clone(),
+            datastores,
         },
         renderer,
         access: a.tenant_access,
@@ -363,6 +374,8 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             metrics.clone(),
         ),
     );
+    // Shared datastores: their members, PKI and root user (idempotent on every replica).
+    tokio::spawn(crate::datastore::host::run(prov.clone()));
     // One idle sweep per replica: a sleep re-checks the tenant under its row lock.
     tokio::spawn(crate::sleep::sweep::run(
         inv.clone(),

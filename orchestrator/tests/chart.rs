@@ -1075,6 +1075,7 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
         },
         // The chart's release: `<release>-vcp` (VCP_HOST_ROLES_PREFIX in its Deployment).
         host_roles_prefix: sa.into(),
+        datastores: Default::default(),
     };
     let plans = render::parse_plans(vcp_dev::platform::DEV_PLANS)?;
     let key = vcp_core::naming::TenantKey::new("chartrbac1")?;
@@ -1139,6 +1140,48 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
     println!("vcp applied {} objects of kinds {checked:?}", objects.len());
     assert!(checked.len() >= 15, "{checked:?}");
 
+    // A shared datastore, as vcp's datastore loop makes one: its namespace, vcp's binding in
+    // it, its objects and an admin Job; then the Job deleted, as a failed one is.
+    let datastores = render::datastore::parse_datastores(vcp_dev::platform::DEV_DATASTORES)?;
+    let (ds_name, ds_spec) = datastores.iter().next().expect("a dev datastore");
+    let ds_ns = render::datastore::namespace(ds_name);
+    host::apply(
+        &vcp,
+        &render::Object(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ds_ns, "labels": {render::datastore::LABEL_DATASTORE: ds_name}},
+        })),
+        false,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("vcp cannot create a datastore namespace: {e}"))?;
+    host::apply(
+        &vcp,
+        &render::host_rbac::own_binding(&ds_ns, &me, sa),
+        false,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("vcp cannot bind its role in a datastore namespace: {e}"))?;
+    let images = (
+        catalog.versions[0].images["etcd"].as_str(),
+        settings.tools_image.as_str(),
+    );
+    let mut ds_objects = renderer.render_datastore(ds_name, ds_spec, images, "abc")?;
+    let grant = render::datastore::Admin::Grant {
+        key: key.to_string(),
+    };
+    ds_objects.extend(renderer.render_datastore_job(ds_name, ds_spec, images, &grant)?);
+    for o in &ds_objects {
+        host::apply(&vcp, o, true).await.map_err(|e| {
+            anyhow::anyhow!(
+                "the chart's ClusterRole does not let vcp apply {} {} of a datastore: {}",
+                o.kind(),
+                o.name(),
+                e.public()
+            )
+        })?;
+    }
+
     // What vcp reads, lists and deletes besides applying (provision/mod.rs tear_down,
     // snapshots.rs, kubeconfig.rs, usage.rs), and what it must not be able to do.
     let user = format!("system:serviceaccount:{ns}:{sa}");
@@ -1175,10 +1218,13 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
     ] {
         assert!(can(&allowed)?, "vcp may not {allowed:?}");
     }
-    // Secrets only where vcp bound itself: its tenants' namespaces.
+    // Secrets only where vcp bound itself: its tenants' and its datastores' namespaces; and
+    // there its admin Jobs may be deleted, to run again.
     for allowed in [
         ["list", "secrets", "-n", &cp_ns],
         ["update", "secrets", "-n", &cp_ns],
+        ["create", "secrets", "-n", &ds_ns],
+        ["delete", "jobs.batch", "-n", &ds_ns],
     ] {
         assert!(can(&allowed)?, "vcp may not {allowed:?}");
     }

@@ -176,7 +176,11 @@ impl std::fmt::Debug for Ca {
 
 fn dn(common_name: &str, groups: &[String]) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, common_name);
+    // No common name at all when none is asked for (not an empty one): etcd's JSON gateway
+    // refuses a client certificate that names one once authentication is on.
+    if !common_name.is_empty() {
+        dn.push(DnType::CommonName, common_name);
+    }
     if let Some(g) = groups.first() {
         dn.push(DnType::OrganizationName, g.as_str());
     }
@@ -310,6 +314,24 @@ mod tests {
         let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
         let subject = p.parse_x509().unwrap().subject().to_string();
         (p.contents, subject)
+    }
+
+    #[test]
+    fn a_client_without_a_name_has_no_common_name_attribute() {
+        let ca = Ca::generate("ds-ca", now(), CA_VALIDITY).unwrap();
+        let leaf = ca
+            .issue(
+                &LeafSpec::client("", &["vcp:datastore-admin"]),
+                now(),
+                LEAF_VALIDITY,
+            )
+            .unwrap();
+        let (_, subject) = parse(&leaf.cert_pem);
+        assert_eq!(subject, "O=vcp:datastore-admin");
+        let named = ca
+            .issue(&LeafSpec::client("root", &[]), now(), LEAF_VALIDITY)
+            .unwrap();
+        assert_eq!(parse(&named.cert_pem).1, "CN=root");
     }
 
     #[test]

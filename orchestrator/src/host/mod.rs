@@ -12,10 +12,14 @@ pub mod tenant;
 pub use tenant::client_from_kubeconfig;
 
 use crate::inventory::{Inventory, Tenant};
+use crate::lifecycle::steps::{self, StepResult};
 use crate::render;
 use crate::render::catalog::Catalog;
-use crate::render::{Input, Plan, Renderer, Settings};
+use crate::render::{Input, Object, Plan, Renderer, Settings};
+use crate::{Error, Result};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::Client;
+use kube::api::Api;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -136,6 +140,72 @@ pub fn ignore_404<T>(
     }
 }
 
+/// Whether the StatefulSets and Deployments among `objects` are fully rolled out and ready;
+/// `None` if one of them does not exist or is scaled to zero (asleep, or stopped for a
+/// restore): nothing of it runs, so there is no roll to keep in order, and waking it starts it
+/// as early as a creation would (the apiserver beside etcd rather than after it).
+pub(crate) async fn workload_ready(
+    client: &Client,
+    objects: &[Object],
+) -> Result<Option<StepResult>> {
+    for o in objects {
+        let Some(ns) = o.namespace() else { continue };
+        let r = match o.kind() {
+            "StatefulSet" => {
+                let Some(s) = Api::<StatefulSet>::namespaced(client.clone(), ns)
+                    .get_opt(o.name())
+                    .await
+                    .map_err(|e| Error::kube(format!("read statefulset {}", o.name()), e))?
+                else {
+                    return Ok(None);
+                };
+                if s.spec.replicas == Some(0) {
+                    return Ok(None);
+                }
+                let st = s.status.unwrap_or_default();
+                steps::Rollout {
+                    want: s.spec.replicas.unwrap_or(1),
+                    ready: st.ready_replicas.unwrap_or(0),
+                    updated: st.updated_replicas.unwrap_or(0),
+                    total: st.replicas,
+                    observed: st.observed_generation.unwrap_or(0),
+                    generation: s.metadata.generation.unwrap_or(0),
+                }
+            }
+            "Deployment" => {
+                let Some(d) = Api::<Deployment>::namespaced(client.clone(), ns)
+                    .get_opt(o.name())
+                    .await
+                    .map_err(|e| Error::kube(format!("read deployment {}", o.name()), e))?
+                else {
+                    return Ok(None);
+                };
+                if d.spec.replicas == Some(0) {
+                    return Ok(None);
+                }
+                let st = d.status.unwrap_or_default();
+                steps::Rollout {
+                    want: d.spec.replicas.unwrap_or(1),
+                    ready: st.available_replicas.unwrap_or(0),
+                    updated: st.updated_replicas.unwrap_or(0),
+                    total: st.replicas.unwrap_or(0),
+                    observed: st.observed_generation.unwrap_or(0),
+                    generation: d.metadata.generation.unwrap_or(0),
+                }
+            }
+            _ => continue,
+        };
+        if let Some(waiting) = r.waiting() {
+            return Ok(Some(StepResult::Waiting(format!(
+                "{} {}: {waiting}",
+                o.kind(),
+                o.name()
+            ))));
+        }
+    }
+    Ok(Some(StepResult::Ready))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +219,7 @@ mod tests {
             kubernetes_service_ip: [10, 96, 0, 1].into(),
             external: Some(external.into()),
             etcd_replicas: 1,
+            datastore_user: None,
         };
         let api = |n: &ApiNames| {
             pki::plan(n)

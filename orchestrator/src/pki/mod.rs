@@ -46,7 +46,15 @@ pub struct ApiNames {
     /// External host name or address in kubeconfigs, if any.
     pub external: Option<String>,
     pub etcd_replicas: u8,
+    /// The tenant's etcd user on a shared datastore ([`crate::render::datastore::user`]):
+    /// its apiserver's etcd client certificate names it and the datastore's CA signs it
+    /// ([`DATASTORE_CA`]); the tenant has no etcd certificate of its own. `None`: its own etcd.
+    pub datastore_user: Option<String>,
 }
+
+/// The signer of a shared-datastore tenant's etcd client certificate: the datastore's CA,
+/// which vcp keeps in the datastore's namespace, not the tenant's.
+pub const DATASTORE_CA: &str = "datastore-ca";
 
 /// User the orchestrator itself uses inside a tenant (bootstrap, readiness).
 pub const ORCHESTRATOR_USER: &str = "vcp:orchestrator";
@@ -93,74 +101,86 @@ pub fn plan(n: &ApiNames) -> Vec<LeafPlan> {
     let mut etcd = LeafSpec::server(ETCD_PEER_CN, etcd_dns, vec![loopback]);
     // One certificate serves clients and peers: peers authenticate each other with it too.
     etcd.client = true;
-    vec![
-        LeafPlan {
-            name: "etcd",
-            ca: "etcd-ca",
-            spec: etcd,
-        },
-        LeafPlan {
+    let etcd_leaves = match &n.datastore_user {
+        None => vec![
+            LeafPlan {
+                name: "etcd",
+                ca: "etcd-ca",
+                spec: etcd,
+            },
+            LeafPlan {
+                name: "apiserver-etcd-client",
+                ca: "etcd-ca",
+                spec: LeafSpec::client("kube-apiserver-etcd-client", &[]),
+            },
+        ],
+        Some(user) => vec![LeafPlan {
             name: "apiserver-etcd-client",
-            ca: "etcd-ca",
-            spec: LeafSpec::client("kube-apiserver-etcd-client", &[]),
-        },
-        LeafPlan {
-            name: "apiserver",
-            ca: "ca",
-            spec: LeafSpec::server("kube-apiserver", api_dns, api_ips),
-        },
-        LeafPlan {
-            name: "front-proxy-client",
-            ca: "front-proxy-ca",
-            spec: LeafSpec::client("front-proxy-client", &[]),
-        },
-        LeafPlan {
-            name: "controller-manager",
-            ca: "ca",
-            spec: LeafSpec::client("system:kube-controller-manager", &[]),
-        },
-        LeafPlan {
-            name: "syncer",
-            ca: "ca",
-            spec: LeafSpec::client(SYNCER_USER, &["system:masters"]),
-        },
-        // The apiserver's client towards kubelets: the syncer's kubelet endpoint admits only
-        // this name, and the endpoint's serving certificate names the syncer's Service, which
-        // virtual nodes give as their address (the apiserver verifies it with the tenant CA).
-        LeafPlan {
-            name: "apiserver-kubelet-client",
-            ca: "ca",
-            spec: LeafSpec::client(KUBELET_CLIENT_USER, &[]),
-        },
-        LeafPlan {
-            name: "syncer-kubelet",
-            ca: "ca",
-            // Also the name the tenant apiserver verifies when it passes on a metrics.k8s.io
-            // request (the tenant Service of its APIService, see the syncer's `top`).
-            spec: LeafSpec::server(
-                "vcp-syncer",
-                svc_names("vcp-syncer")
-                    .into_iter()
-                    .chain([format!(
-                        "{}.{}.svc",
-                        vcp_policy::services::METRICS_SERVICE.1,
-                        vcp_policy::services::METRICS_SERVICE.0
-                    )])
-                    .collect(),
-                vec![loopback],
-            ),
-        },
-        LeafPlan {
-            name: "coredns",
-            ca: "ca",
-            spec: LeafSpec::client(COREDNS_USER, &[]),
-        },
-        LeafPlan {
-            name: "orchestrator",
-            ca: "ca",
-            spec: LeafSpec::client(ORCHESTRATOR_USER, &["system:masters"]),
-        },
-    ]
+            ca: DATASTORE_CA,
+            spec: LeafSpec::client(user, &[]),
+        }],
+    };
+    etcd_leaves
+        .into_iter()
+        .chain([
+            LeafPlan {
+                name: "apiserver",
+                ca: "ca",
+                spec: LeafSpec::server("kube-apiserver", api_dns, api_ips),
+            },
+            LeafPlan {
+                name: "front-proxy-client",
+                ca: "front-proxy-ca",
+                spec: LeafSpec::client("front-proxy-client", &[]),
+            },
+            LeafPlan {
+                name: "controller-manager",
+                ca: "ca",
+                spec: LeafSpec::client("system:kube-controller-manager", &[]),
+            },
+            LeafPlan {
+                name: "syncer",
+                ca: "ca",
+                spec: LeafSpec::client(SYNCER_USER, &["system:masters"]),
+            },
+            // The apiserver's client towards kubelets: the syncer's kubelet endpoint admits only
+            // this name, and the endpoint's serving certificate names the syncer's Service, which
+            // virtual nodes give as their address (the apiserver verifies it with the tenant CA).
+            LeafPlan {
+                name: "apiserver-kubelet-client",
+                ca: "ca",
+                spec: LeafSpec::client(KUBELET_CLIENT_USER, &[]),
+            },
+            LeafPlan {
+                name: "syncer-kubelet",
+                ca: "ca",
+                // Also the name the tenant apiserver verifies when it passes on a metrics.k8s.io
+                // request (the tenant Service of its APIService, see the syncer's `top`).
+                spec: LeafSpec::server(
+                    "vcp-syncer",
+                    svc_names("vcp-syncer")
+                        .into_iter()
+                        .chain([format!(
+                            "{}.{}.svc",
+                            vcp_policy::services::METRICS_SERVICE.1,
+                            vcp_policy::services::METRICS_SERVICE.0
+                        )])
+                        .collect(),
+                    vec![loopback],
+                ),
+            },
+            LeafPlan {
+                name: "coredns",
+                ca: "ca",
+                spec: LeafSpec::client(COREDNS_USER, &[]),
+            },
+            LeafPlan {
+                name: "orchestrator",
+                ca: "ca",
+                spec: LeafSpec::client(ORCHESTRATOR_USER, &["system:masters"]),
+            },
+        ])
+        .collect()
 }
 
 /// A Secret's value under key `k` as text: how the tenant's certificates and keys are read
@@ -189,6 +209,7 @@ mod tests {
             kubernetes_service_ip: [10, 96, 0, 1].into(),
             external: Some("127.0.0.1".into()),
             etcd_replicas: 3,
+            datastore_user: None,
         }
     }
 
@@ -281,5 +302,22 @@ mod tests {
         );
         let names: std::collections::BTreeSet<_> = plan.iter().map(|p| p.name).collect();
         assert_eq!(names.len(), plan.len(), "one Secret per leaf");
+    }
+
+    #[test]
+    fn a_tenant_on_a_shared_datastore_has_a_client_certificate_from_it_and_no_etcd() {
+        let n = ApiNames {
+            datastore_user: Some("tenant-demoabc123".into()),
+            ..names()
+        };
+        let plan = plan(&n);
+        assert!(plan.iter().all(|l| l.name != "etcd"));
+        let client = plan
+            .iter()
+            .find(|l| l.name == "apiserver-etcd-client")
+            .unwrap();
+        assert_eq!(client.ca, DATASTORE_CA);
+        assert_eq!(client.spec.common_name, "tenant-demoabc123");
+        assert!(client.spec.client && !client.spec.server);
     }
 }

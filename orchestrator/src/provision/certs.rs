@@ -12,7 +12,7 @@ use crate::inventory::Tenant;
 use crate::pki::rotation::{self, Target};
 use crate::pki::{ApiNames, Ca, CertKey};
 use crate::provision::ROLLOUT_TOKENS;
-use crate::render::Plan;
+use crate::render::{Plan, datastore};
 use crate::rotations::store::RotationRow;
 use crate::{Error, Result, pki, render};
 use k8s_openapi::ByteString;
@@ -98,6 +98,7 @@ impl Provisioner {
     ) -> Result<BTreeMap<String, String>> {
         let secrets: Api<Secret> = Api::namespaced(self.host.clone(), ns);
         let now = OffsetDateTime::now_utc();
+        let placement = self.config.settings.placement(plan, &t.key);
         // One list instead of a read per Secret: this runs on every pass.
         let stored: BTreeMap<String, Secret> = secrets
             .list(&ListParams::default().labels(&cp_selector(&t.key)))
@@ -164,7 +165,24 @@ impl Provisioner {
                 .ok_or_else(|| Error::Config("service CIDR has no first address".into()))?,
             external: Some(external.to_owned()),
             etcd_replicas: plan.etcd_replicas,
+            datastore_user: placement.as_ref().map(|_| datastore::user(&t.key)),
         };
+        // On a shared datastore the apiserver's etcd client certificate comes from the
+        // datastore's CA, which is not rotated with the tenant's.
+        if let Some(p) = &placement {
+            let ca = self
+                .datastore_ca(&p.name)
+                .await?
+                .ok_or_else(|| Error::Datastore(format!("datastore {} has no CA yet", p.name)))?;
+            cas.insert(
+                pki::DATASTORE_CA,
+                rotation::CaMaterial {
+                    current: ca,
+                    next: None,
+                    phase: None,
+                },
+            );
+        }
         let mut serials = BTreeMap::new();
         for leaf in pki::plan(&names) {
             let material = &cas[leaf.ca];

@@ -24,16 +24,13 @@ pub mod wake;
 
 pub use expose::{endpoint, url};
 
-use crate::host::{Provisioner, ssa as host};
+use crate::host::{Provisioner, ssa as host, workload_ready};
 use crate::inventory::Tenant;
 use crate::lifecycle::{steps, upgrade};
 use crate::render::{Component, Input, Object};
 use crate::rotations::store::RotationRow;
 use crate::snapshots::store::NewRestore;
 use crate::{Error, Result, render};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use kube::Client;
-use kube::api::Api;
 pub use outcome::Outcome;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -404,11 +401,18 @@ impl Provisioner {
         // etcd is applied on every pass; the apiserver with it while it does not exist yet,
         // otherwise behind an etcd that is rolled out (steps::action).
         let clock = Instant::now();
-        let etcd = self
-            .component(Component::Etcd, &input, true, true)
-            .await
-            .map(|(_, r)| r.unwrap_or(StepResult::Waiting("not applied".into())))
-            .unwrap_or_else(|e| failed(e, true));
+        let etcd = match cfg.settings.placement(plan, &t.key) {
+            // On a shared datastore the step is the tenant's user there.
+            Some(p) => self
+                .tenant_on_datastore(t.id, &t.key, &p)
+                .await
+                .unwrap_or_else(|e| failed(e, false)),
+            None => self
+                .component(Component::Etcd, &input, true, true)
+                .await
+                .map(|(_, r)| r.unwrap_or(StepResult::Waiting("not applied".into())))
+                .unwrap_or_else(|e| failed(e, true)),
+        };
         out.work("etcd", clock);
         let etcd_ready = etcd == StepResult::Ready;
         out.push(Step::Etcd, etcd);
@@ -563,66 +567,3 @@ impl Provisioner {
 
 /// The rollout entry that carries the token generation, which the syncer gets as an argument.
 pub const ROLLOUT_TOKENS: &str = "tokens";
-
-/// Whether the StatefulSets and Deployments among `objects` are fully rolled out and ready;
-/// `None` if one of them does not exist or is scaled to zero (asleep, or stopped for a
-/// restore): nothing of it runs, so there is no roll to keep in order, and waking it starts it
-/// as early as a creation would (the apiserver beside etcd rather than after it).
-async fn workload_ready(client: &Client, objects: &[Object]) -> Result<Option<StepResult>> {
-    for o in objects {
-        let Some(ns) = o.namespace() else { continue };
-        let r = match o.kind() {
-            "StatefulSet" => {
-                let Some(s) = Api::<StatefulSet>::namespaced(client.clone(), ns)
-                    .get_opt(o.name())
-                    .await
-                    .map_err(|e| Error::kube(format!("read statefulset {}", o.name()), e))?
-                else {
-                    return Ok(None);
-                };
-                if s.spec.replicas == Some(0) {
-                    return Ok(None);
-                }
-                let st = s.status.unwrap_or_default();
-                steps::Rollout {
-                    want: s.spec.replicas.unwrap_or(1),
-                    ready: st.ready_replicas.unwrap_or(0),
-                    updated: st.updated_replicas.unwrap_or(0),
-                    total: st.replicas,
-                    observed: st.observed_generation.unwrap_or(0),
-                    generation: s.metadata.generation.unwrap_or(0),
-                }
-            }
-            "Deployment" => {
-                let Some(d) = Api::<Deployment>::namespaced(client.clone(), ns)
-                    .get_opt(o.name())
-                    .await
-                    .map_err(|e| Error::kube(format!("read deployment {}", o.name()), e))?
-                else {
-                    return Ok(None);
-                };
-                if d.spec.replicas == Some(0) {
-                    return Ok(None);
-                }
-                let st = d.status.unwrap_or_default();
-                steps::Rollout {
-                    want: d.spec.replicas.unwrap_or(1),
-                    ready: st.available_replicas.unwrap_or(0),
-                    updated: st.updated_replicas.unwrap_or(0),
-                    total: st.replicas.unwrap_or(0),
-                    observed: st.observed_generation.unwrap_or(0),
-                    generation: d.metadata.generation.unwrap_or(0),
-                }
-            }
-            _ => continue,
-        };
-        if let Some(waiting) = r.waiting() {
-            return Ok(Some(StepResult::Waiting(format!(
-                "{} {}: {waiting}",
-                o.kind(),
-                o.name()
-            ))));
-        }
-    }
-    Ok(Some(StepResult::Ready))
-}

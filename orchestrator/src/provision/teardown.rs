@@ -76,6 +76,15 @@ impl Provisioner {
         if t.retain_data {
             self.retain_etcd_volumes(&ns).await?;
         }
+        // On a shared datastore: its user goes, and its keys unless it retains its data (they
+        // stay under its prefix, which no user reaches any more).
+        match self
+            .revoke_from_datastore(t.id, &t.key, t.retain_data)
+            .await?
+        {
+            StepResult::Ready => {}
+            other => return Ok(other),
+        }
         let namespaces: Api<Namespace> = Api::all(self.host.clone());
         let mut left = Vec::new();
         for sel in [format!("{LABEL_TENANT}={}", t.key), cp_selector(&t.key)] {

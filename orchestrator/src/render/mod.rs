@@ -8,6 +8,7 @@
 //! Kubernetes object in the tenant's namespace (or cluster-scoped and named after the key).
 
 pub mod catalog;
+pub mod datastore;
 pub mod host_rbac;
 pub mod kubeconfig;
 pub mod tuning;
@@ -66,6 +67,18 @@ pub const JOB_TEMPLATES: [(JobKind, &str, &str); 2] = [
         JobKind::Restore,
         "etcd-restore.yaml",
         include_str!("../../../templates/etcd-restore.yaml"),
+    ),
+];
+
+/// A shared datastore's objects, and the Job that administers it ([`datastore`]).
+pub const DATASTORE_TEMPLATES: [(&str, &str); 2] = [
+    (
+        "datastore.yaml",
+        include_str!("../../../templates/datastore.yaml"),
+    ),
+    (
+        "datastore-job.yaml",
+        include_str!("../../../templates/datastore-job.yaml"),
     ),
 ];
 
@@ -205,6 +218,35 @@ pub struct Settings {
     /// Prefix of the shared host ClusterRoles (`<prefix>:tenant-namespace`,
     /// `<prefix>:syncer-namespaced`; [`host_rbac`]): `vcp`, or the chart's release name.
     pub host_roles_prefix: String,
+    /// The shared datastores vcp runs (`--datastores`), by name; plans name them.
+    pub datastores: BTreeMap<String, datastore::Spec>,
+}
+
+impl Settings {
+    /// Where tenant `key` of `plan` keeps its data: `None` in its own etcd.
+    pub fn placement(&self, plan: &Plan, key: &str) -> Option<datastore::Placement> {
+        let name = plan.datastore.as_deref()?;
+        let spec = self.datastores.get(name)?;
+        Some(datastore::Placement::new(name, spec, key))
+    }
+}
+
+/// Plans that name a datastore `--datastores` does not declare.
+pub fn check_datastores(
+    plans: &BTreeMap<String, Plan>,
+    datastores: &BTreeMap<String, datastore::Spec>,
+) -> Result<()> {
+    for (name, p) in plans {
+        if let Some(d) = &p.datastore
+            && !datastores.contains_key(d)
+        {
+            return Err(RenderError::Plan {
+                plan: name.clone(),
+                message: format!("datastore {d:?} is not declared (--datastores)"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Placement and size of a tenant's control plane.
@@ -249,6 +291,11 @@ pub struct Plan {
     /// ([`crate::sleep`]). Absent: they sleep only when asked.
     #[serde(default)]
     pub sleep: Option<crate::sleep::SleepPlan>,
+    /// `datastore: NAME`: the plan's tenants keep their data on that shared datastore (declared
+    /// by `--datastores`), each under its own prefix and etcd user, instead of an etcd of their
+    /// own ([`datastore`]). Absent: a dedicated etcd per tenant.
+    #[serde(default)]
+    pub datastore: Option<String>,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that
@@ -412,6 +459,11 @@ impl Renderer {
                     JOB_TEMPLATES
                         .iter()
                         .map(|(_, n, s)| ((*n).to_owned(), (*s).to_owned())),
+                )
+                .chain(
+                    DATASTORE_TEMPLATES
+                        .iter()
+                        .map(|(n, s)| ((*n).to_owned(), (*s).to_owned())),
                 ),
         )
     }
@@ -420,7 +472,10 @@ impl Renderer {
     pub fn from_dir(dir: &Path) -> Result<Renderer> {
         let mut sources = Vec::new();
         let names = TEMPLATES.iter().map(|(_, n, _)| *n);
-        for name in names.chain(JOB_TEMPLATES.iter().map(|(_, n, _)| *n)) {
+        let names = names
+            .chain(JOB_TEMPLATES.iter().map(|(_, n, _)| *n))
+            .chain(DATASTORE_TEMPLATES.iter().map(|(n, _)| *n));
+        for name in names {
             let path = dir.join(name);
             let text = std::fs::read_to_string(&path).map_err(|e| RenderError::Read {
                 path: path.display().to_string(),
@@ -470,6 +525,51 @@ impl Renderer {
             c.extend(extra);
         }
         self.render_template(template, ctx, input)
+    }
+
+    /// A shared datastore's objects; `certificates`: the digest of its member certificate,
+    /// which rolls the members when it is reissued.
+    pub fn render_datastore(
+        &self,
+        name: &str,
+        spec: &datastore::Spec,
+        images: (&str, &str),
+        certificates: &str,
+    ) -> Result<Vec<Object>> {
+        let mut ctx = datastore::context(name, spec, images.0, images.1);
+        ctx["certificates"] = json!(certificates);
+        self.render_in("datastore.yaml", ctx, &datastore::namespace(name))
+    }
+
+    /// The Job of one administration step on a shared datastore.
+    pub fn render_datastore_job(
+        &self,
+        name: &str,
+        spec: &datastore::Spec,
+        images: (&str, &str),
+        admin: &datastore::Admin,
+    ) -> Result<Vec<Object>> {
+        let mut ctx = datastore::context(name, spec, images.0, images.1);
+        ctx["job"] = json!(admin.job());
+        ctx["args"] = json!(admin.args());
+        self.render_in("datastore-job.yaml", ctx, &datastore::namespace(name))
+    }
+
+    /// A template whose every object is in `namespace` (no cluster-scoped ones).
+    fn render_in(&self, template: &str, ctx: Value, namespace: &str) -> Result<Vec<Object>> {
+        let ctx = tera::Context::from_value(ctx).map_err(|e| RenderError::Template {
+            template: template.to_owned(),
+            message: chain(&e),
+        })?;
+        let text = self
+            .tera
+            .render(template, &ctx)
+            .map_err(|e| RenderError::Template {
+                template: template.to_owned(),
+                message: chain(&e),
+            })?;
+        // No key ends a cluster-scoped name with this, so only namespaced objects pass.
+        parse_objects(template, &text, namespace, "/")
     }
 
     fn render_template(
@@ -545,7 +645,15 @@ fn context(input: &Input<'_>) -> Value {
         "etcd_initial_cluster": members.iter()
             .map(|m| format!("{m}=https://{m}.etcd.{ns}.svc:2380"))
             .collect::<Vec<_>>().join(","),
+        "datastore": null,
     });
+    // On a shared datastore the apiserver dials its members and keeps its keys under the
+    // tenant's prefix; the tenant has no etcd of its own.
+    if let Some(p) = input.settings.placement(input.plan, input.key) {
+        ctx["etcd_servers"] = json!(p.servers);
+        ctx["datastore"] = json!(p);
+        ctx["label_datastore"] = json!(datastore::LABEL_DATASTORE);
+    }
     let mut rollout = serde_json::Map::new();
     for (c, label) in [
         (Component::Network, "network"),

@@ -14,6 +14,7 @@ fn settings() -> Settings {
             address: "127.0.0.1".into(),
         },
         host_roles_prefix: "vcp".into(),
+        datastores: Default::default(),
     }
 }
 
@@ -1073,4 +1074,125 @@ fn asleep_every_workload_has_no_replicas_but_dns_while_workloads_run() {
         up.keys().collect::<Vec<_>>(),
         asleep.keys().collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn a_tenant_on_a_shared_datastore_has_no_etcd_and_its_apiserver_keeps_to_its_prefix() {
+    let catalog = Catalog::builtin();
+    let version = catalog.get("1.37").unwrap();
+    let mut plan = dev_plan();
+    plan.datastore = Some("shared".into());
+    let settings = Settings {
+        datastores: datastore::parse_datastores("shared: {}").unwrap(),
+        ..settings()
+    };
+    let input = Input {
+        name: "demo",
+        key: &key(),
+        version,
+        plan: &plan,
+        settings: &settings,
+        rollout: Default::default(),
+        run: crate::render::Run::Up,
+    };
+    let r = Renderer::builtin().unwrap();
+    assert!(
+        r.render(Component::Etcd, &input).unwrap().is_empty(),
+        "no etcd of its own"
+    );
+    let api = r.render(Component::Apiserver, &input).unwrap();
+    let deploy = api.iter().find(|o| o.kind() == "Deployment").unwrap();
+    let args: Vec<&str> = deploy.0["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(args.contains(&"--etcd-prefix=/vcp/demoabc123"), "{args:?}");
+    assert!(args.contains(&"--etcd-compaction-interval=0"));
+    let servers = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--etcd-servers="))
+        .unwrap();
+    assert_eq!(servers.split(',').count(), 3);
+    assert!(servers.contains(".etcd.vcp-datastore-shared.svc:2379"));
+    // Its apiserver may dial the datastore's namespace, on the client port only.
+    let net = r.render(Component::Network, &input).unwrap();
+    let egress = net
+        .iter()
+        .find(|o| o.name() == "control-plane-egress-apiserver")
+        .unwrap();
+    let first = &egress.0["spec"]["egress"][0];
+    assert_eq!(
+        first["to"][0]["namespaceSelector"]["matchLabels"][datastore::LABEL_DATASTORE],
+        "shared"
+    );
+    assert_eq!(first["ports"][0]["port"], 2379);
+
+    // The same tenant on its own etcd: no prefix, its own members.
+    let own = Plan {
+        datastore: None,
+        ..plan.clone()
+    };
+    let input = Input {
+        plan: &own,
+        ..input
+    };
+    let api = r.render(Component::Apiserver, &input).unwrap();
+    let text: String = api.iter().map(|o| o.0.to_string()).collect();
+    assert!(!text.contains("--etcd-prefix"));
+    assert!(!r.render(Component::Etcd, &input).unwrap().is_empty());
+}
+
+#[test]
+fn a_datastore_renders_in_its_namespace_and_its_jobs_carry_the_range() {
+    let spec = datastore::parse_datastores("shared: {members: 3, quota_bytes: 4294967296}")
+        .unwrap()
+        .remove("shared")
+        .unwrap();
+    let r = Renderer::builtin().unwrap();
+    let objs = r
+        .render_datastore("shared", &spec, ("etcd:x", "vcp:y"), "abc")
+        .unwrap();
+    assert!(
+        objs.iter()
+            .all(|o| o.namespace() == Some("vcp-datastore-shared"))
+    );
+    let sts = objs.iter().find(|o| o.kind() == "StatefulSet").unwrap();
+    assert_eq!(sts.0["spec"]["replicas"], 3);
+    let args = sts.0["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    for want in [
+        "--client-cert-auth",
+        "--auto-compaction-mode=periodic",
+        "--quota-backend-bytes=4294967296",
+        "etcd-2=https://etcd-2.etcd.vcp-datastore-shared.svc:2380",
+    ] {
+        assert!(args.contains(want), "{want} in {args}");
+    }
+    let job = r
+        .render_datastore_job(
+            "shared",
+            &spec,
+            ("etcd:x", "vcp:y"),
+            &datastore::Admin::Grant { key: "k1".into() },
+        )
+        .unwrap();
+    let job = &job[0];
+    assert_eq!(job.name(), "grant-k1");
+    let c = &job.0["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "vcp:y");
+    let args = c["args"].to_string();
+    assert!(args.contains("--range-start=/vcp/k1/"), "{args}");
+    assert!(args.contains("--user=tenant-k1"));
+    assert!(args.contains("--password-file=/etc/etcd-root/password"));
+}
+
+#[test]
+fn plans_may_name_only_declared_datastores() {
+    let plans = parse_plans("a: {datastore: shared}").unwrap();
+    let none = Default::default();
+    let e = check_datastores(&plans, &none).unwrap_err().to_string();
+    assert!(e.contains("datastore \"shared\" is not declared"), "{e}");
+    let declared = datastore::parse_datastores("shared: {}").unwrap();
+    check_datastores(&plans, &declared).unwrap();
 }

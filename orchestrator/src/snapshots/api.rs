@@ -25,6 +25,7 @@ use vcp_core::lifecycle::{Phase, SnapshotState};
     params(("name" = NameSchema, Path, description = "tenant name")),
     responses(
     (status = 202, description = "snapshot recorded as Pending", body = SnapshotView),
+    (status = 409, description = "the tenant keeps its data on a shared datastore, where a snapshot would be the whole store's (docs/orchestrator.md, \"Shared datastores\")", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,
     NoSuchTenant,
     NoBodyTaken,
@@ -38,6 +39,20 @@ pub(crate) async fn create_snapshot(
 ) -> Result<(StatusCode, Json<SnapshotView>), Problem> {
     let (caller, t) = caller_and_tenant(&s, &headers, name).await?;
     none?;
+    let config = &s.provisioner.config;
+    if let Some(p) = config
+        .plans
+        .get(&t.plan)
+        .and_then(|p| config.settings.placement(p, &t.key))
+    {
+        return Err(Problem::conflict(
+            "tenant",
+            &format!(
+                "tenant {:?} keeps its data on shared datastore {}: its snapshots are not supported yet",
+                t.name, p.name
+            ),
+        ));
+    }
     let row = s
         .inventory
         .request_snapshot(&t, &caller.0.name)

@@ -57,7 +57,29 @@ ha-process-workloads:
     placement:
       node_selector: {vcp.dev/runtime: process}
       tolerations: [{key: vcp.dev/runtime, operator: Exists}]
+# As process-workloads, with its data on the shared datastore `shared` (DEV_DATASTORES) under
+# its own prefix and etcd user, instead of an etcd of its own.
+shared:
+  node_selector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  datastore: shared
+  policy:
+    placement:
+      node_selector: {vcp.dev/runtime: process}
+      tolerations: [{key: vcp.dev/runtime, operator: Exists}]
 "#;
+
+/// The shared datastores of the dev environment's `vcp serve` (`--datastores`): three etcd
+/// members on the process node, started when the first tenant of a plan naming it is.
+pub const DEV_DATASTORES: &str = r#"shared:
+  members: 3
+  node_selector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  storage: 1Gi
+"#;
+
+/// The plan of [`DEV_PLANS`] whose tenants keep their data on [`DEV_DATASTORES`]' `shared`.
+pub const SHARED_PLAN: &str = "shared";
 
 /// The plan of [`DEV_PLANS`] whose tenant workloads run on the process node.
 pub const PROCESS_WORKLOADS_PLAN: &str = "process-workloads";
@@ -180,6 +202,9 @@ pub async fn start_orchestrator(
         DEV_PLANS
     };
     std::fs::write(&plans, plan_text).map_err(Error::io(&plans))?;
+    let datastores = dir.join("datastores.yaml");
+    let datastores_text = if opts.simulate { "{}" } else { DEV_DATASTORES };
+    std::fs::write(&datastores, datastores_text).map_err(Error::io(&datastores))?;
     let port = match opts.port {
         Some(p) => p,
         None => {
@@ -195,6 +220,7 @@ pub async fn start_orchestrator(
         ("VCP_HOST_KUBECONFIG", p(cluster.kubeconfig_path())),
         ("VCP_LISTEN", format!("127.0.0.1:{port}")),
         ("VCP_PLANS", p(&plans)),
+        ("VCP_DATASTORES", p(&datastores)),
         ("VCP_SERVICE_CIDR", SERVICE_CIDR.to_owned()),
         ("VCP_EXPOSE", "node-port".to_owned()),
         ("VCP_EXPOSE_ADDRESS", "127.0.0.1".to_owned()),
