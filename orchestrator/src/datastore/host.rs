@@ -242,18 +242,18 @@ impl Provisioner {
     /// The datastore's CA, which signs the client certificates of its tenants' apiservers;
     /// `None` (and the datastore asked for) until its loop made it.
     pub(crate) async fn datastore_ca(&self, name: &str) -> Result<Option<Ca>> {
+        // Asked first: until the datastore loop has made its namespace and bound vcp's role
+        // there, its Secrets are not even readable (403 under the chart's least privilege).
+        self.ask_datastore(name).await?;
         let secrets: Api<Secret> = Api::namespaced(self.host.clone(), &names::namespace(name));
-        match self
-            .read_secret(&secrets, names::SECRET_CA)
-            .await?
-            .as_ref()
-            .and_then(pair)
-        {
+        let stored = match secrets.get_opt(names::SECRET_CA).await {
+            Ok(s) => s,
+            Err(kube::Error::Api(e)) if e.code == 403 => None,
+            Err(e) => return Err(Error::kube(format!("read secret {}", names::SECRET_CA), e)),
+        };
+        match stored.as_ref().and_then(pair) {
             Some(p) => Ok(Some(Ca::load(&p)?)),
-            None => {
-                self.ask_datastore(name).await?;
-                Ok(None)
-            }
+            None => Ok(None),
         }
     }
 

@@ -102,6 +102,10 @@ pub fn real_node_values(
         .lines()
         .map(|l| format!("  {l}\n"))
         .collect();
+    let datastores: String = crate::platform::DEV_DATASTORES
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect();
     format!(
         r#"replicas: 2
 workers: 2
@@ -113,7 +117,8 @@ logging: {{format: text, level: "info"}}
 nodeSelector: {{{k}: {v}}}
 tolerations: [{{key: {k}, operator: Equal, value: {v}, effect: NoSchedule}}]
 plans:
-{plans}{service}"#,
+{plans}datastores:
+{datastores}{service}"#,
         cidr = cluster::SERVICE_CIDR,
         domain = GATEWAY_DOMAIN,
         gw = gateway_node_port,
@@ -324,6 +329,9 @@ mod tests {
         let plans: serde_json::Value =
             serde_yaml::from_str(crate::platform::REAL_NODE_PLANS).unwrap();
         assert_eq!(v["plans"], plans);
+        let datastores: serde_json::Value =
+            serde_yaml::from_str(crate::platform::DEV_DATASTORES).unwrap();
+        assert_eq!(v["datastores"], datastores);
         let v: serde_json::Value =
             serde_yaml::from_str(&real_node_values([10, 243, 3, 2].into(), None, 31443)).unwrap();
         assert_eq!(v["service"]["type"], "NodePort");

@@ -8,7 +8,8 @@
 //! apart, from its summary API (`/api/v1/nodes/<node>/proxy/stats/summary`): each pod's
 //! memory working set (what the kubelet evicts on and what a cgroup limit counts: usage less
 //! the inactive file pages) and its CPU time. The pods of a tenant are those of its
-//! control-plane namespace (`vcp-<key>`).
+//! control-plane namespace (`vcp-<key>`); the members of shared datastores (`vcp-datastore-*`)
+//! count for all of them, each tenant its share (their sum over the tenants measured).
 //!
 //! Data flow: the summary JSON -> [`PodSample`]s ([`samples`]) -> [`Figures`] ([`figures`],
 //! pure) -> one summary line ([`Figures::line`]). The tenants it made are deleted at the end
@@ -87,8 +88,10 @@ pub fn component(pod: &str) -> &str {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figures {
     pub tenants: usize,
-    /// Mean working set of a tenant (all its pods), MiB.
+    /// Mean working set of a tenant (all its pods, and its share of a shared datastore's), MiB.
     pub tenant_mib: f64,
+    /// The shared datastores' members together, MiB (0 without one).
+    pub shared_mib: f64,
     /// The largest tenant's, MiB.
     pub tenant_max_mib: f64,
     /// Mean working set per component across tenants, MiB.
@@ -98,6 +101,10 @@ pub struct Figures {
     /// Tenants per GiB of working set.
     pub tenants_per_gib: f64,
 }
+
+/// Where shared datastores run (`vcp-datastore-<name>`): their members count for the
+/// measured tenants together.
+pub const SHARED_NAMESPACE_PREFIX: &str = "vcp-datastore-";
 
 /// [`Figures`] of the tenants whose control-plane namespaces are `namespaces`, from two
 /// summaries `idle_s` seconds apart (`before`, `after`). Memory is `after`'s; CPU is the
@@ -131,8 +138,22 @@ pub fn figures(
         }
         per_tenant.push(mib(bytes));
     }
+    // A shared datastore's members serve every tenant on it: their share is theirs / N.
+    let mut shared_bytes = 0u64;
+    for p in after
+        .iter()
+        .filter(|p| p.namespace.starts_with(SHARED_NAMESPACE_PREFIX))
+    {
+        shared_bytes += p.working_set_bytes;
+        let was = before
+            .iter()
+            .find(|b| b.namespace == p.namespace && b.name == p.name)
+            .map_or(0, |b| b.cpu_core_ns);
+        cpu_ns += p.cpu_core_ns.saturating_sub(was);
+    }
     let n = per_tenant.len() as f64;
-    let tenant_mib = per_tenant.iter().sum::<f64>() / n;
+    let shared_mib = mib(shared_bytes);
+    let tenant_mib = per_tenant.iter().sum::<f64>() / n + shared_mib / n;
     let component_mib = per_component
         .into_iter()
         .map(|(k, v)| {
@@ -143,7 +164,8 @@ pub fn figures(
     Some(Figures {
         tenants: per_tenant.len(),
         tenant_mib,
-        tenant_max_mib: per_tenant.iter().copied().fold(0.0, f64::max),
+        shared_mib,
+        tenant_max_mib: per_tenant.iter().copied().fold(0.0, f64::max) + shared_mib / n,
         component_mib,
         idle_mcpu_per_tenant: cpu_ns as f64 / 1e6 / idle_s.max(1.0) / n,
         tenants_per_gib: if tenant_mib > 0.0 {
@@ -167,12 +189,13 @@ impl Figures {
             .map(|(k, v)| format!("{}_mib={v:.1}", k.replace('-', "_")))
             .collect();
         format!(
-            "bench-density tenants={} stopped={stopped} tenant_mib={:.1} tenant_max_mib={:.1} tenants_per_gib={:.2} idle_mcpu_per_tenant={:.1} last_create_s={last_create_s:.1} {}",
+            "bench-density tenants={} stopped={stopped} tenant_mib={:.1} tenant_max_mib={:.1} tenants_per_gib={:.2} idle_mcpu_per_tenant={:.1} last_create_s={last_create_s:.1} shared_datastore_mib={:.1} {}",
             self.tenants,
             self.tenant_mib,
             self.tenant_max_mib,
             self.tenants_per_gib,
             self.idle_mcpu_per_tenant,
+            self.shared_mib,
             components.join(" ")
         )
     }
@@ -344,5 +367,30 @@ mod tests {
         assert!(line.contains("kube_apiserver_mib=200.0"), "{line}");
         assert!(line.contains("last_create_s=18.5"), "{line}");
         assert_eq!(figures(&[], &before, &after, 60.0), None);
+        assert!(line.contains("shared_datastore_mib=0.0"), "{line}");
+    }
+
+    #[test]
+    fn a_shared_datastore_counts_for_the_tenants_on_it_in_shares() {
+        let before = samples(&serde_json::json!({"pods": [
+            pod("vcp-datastore-s", "etcd-0", 60, 1000),
+        ]}));
+        let after = samples(&serde_json::json!({"pods": [
+            pod("vcp-a", "kube-apiserver-x-y", 100, 0),
+            pod("vcp-b", "kube-apiserver-z-w", 100, 0),
+            pod("vcp-datastore-s", "etcd-0", 60, 4000),
+            pod("vcp-datastore-s", "etcd-1", 60, 0),
+        ]}));
+        let ns = vec!["vcp-a".to_owned(), "vcp-b".to_owned()];
+        let f = figures(&ns, &before, &after, 60.0).unwrap();
+        assert_eq!(f.shared_mib, 120.0);
+        assert_eq!(f.tenant_mib, 160.0, "100 each and half of the members' 120");
+        assert_eq!(f.tenant_max_mib, 160.0);
+        // The members' 3000 ms over 60 s, shared by two: 25 mcpu each.
+        assert!((f.idle_mcpu_per_tenant - 25.0).abs() < 1e-9, "{f:?}");
+        assert!(
+            f.line("limit:2", 1.0)
+                .contains("shared_datastore_mib=120.0")
+        );
     }
 }

@@ -71,10 +71,17 @@ shared:
 
 /// The shared datastores of the dev environment's `vcp serve` (`--datastores`): three etcd
 /// members on the process node, started when the first tenant of a plan naming it is.
+/// `shared-real` is the same on the real node, for [`REAL_NODE_PLANS`] (its members are real
+/// containers, measured by `vcp-dev bench density --plan lean-shared`).
 pub const DEV_DATASTORES: &str = r#"shared:
   members: 3
   node_selector: {vcp.dev/runtime: process}
   tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  storage: 1Gi
+shared-real:
+  members: 3
+  node_selector: {vcp.dev/node: real}
+  tolerations: [{key: vcp.dev/node, operator: Equal, value: real, effect: NoSchedule}]
   storage: 1Gi
 "#;
 
@@ -173,6 +180,20 @@ lean:
     memory_limit_mib: {kube-apiserver: 128, kube-controller-manager: 40, etcd: 40, coredns: 20}
     apiserver_watch_cache: false
     etcd_snapshot_count: 1000
+# As lean, with the data on the shared datastore `shared-real` (DEV_DATASTORES) instead of an
+# etcd per tenant: what `vcp-dev bench density --plan lean-shared` measures.
+lean-shared:
+  node_selector: {vcp.dev/node: real}
+  tolerations: [{key: vcp.dev/node, operator: Equal, value: real, effect: NoSchedule}]
+  datastore: shared-real
+  policy:
+    placement:
+      node_selector: {vcp.dev/node: real}
+      tolerations: [{key: vcp.dev/node, operator: Exists}]
+  tuning:
+    gogc: 50
+    memory_limit_mib: {kube-apiserver: 128, kube-controller-manager: 40, coredns: 20}
+    apiserver_watch_cache: false
 "#;
 
 /// The plan of [`REAL_NODE_PLANS`] that passes the conformance suite.
