@@ -36,6 +36,16 @@ pub struct Spec {
     /// against it. Absent: etcd's default (2 GiB).
     #[serde(default)]
     pub quota_bytes: Option<u64>,
+    /// etcd's `--snapshot-count`: raft entries kept in memory between snapshots (100-100000;
+    /// absent: etcd's 10000). Fewer hold less memory, at more frequent snapshots.
+    #[serde(default)]
+    pub snapshot_count: Option<u64>,
+    /// The members' `GOGC` (10-1000; absent: Go's 100).
+    #[serde(default)]
+    pub gogc: Option<u32>,
+    /// The members' `GOMEMLIMIT` in MiB (at least 16; absent: none).
+    #[serde(default)]
+    pub memory_limit_mib: Option<u32>,
 }
 
 fn three() -> u8 {
@@ -69,6 +79,17 @@ pub fn parse_datastores(yaml: &str) -> Result<BTreeMap<String, Spec>> {
         }
         if !matches!(s.members, 1 | 3) {
             return Err(bad("members must be 1 or 3".into()));
+        }
+        if s.snapshot_count
+            .is_some_and(|c| !(100..=100_000).contains(&c))
+        {
+            return Err(bad("snapshot_count must be 100 to 100000".into()));
+        }
+        if s.gogc.is_some_and(|g| !(10..=1000).contains(&g)) {
+            return Err(bad("gogc must be 10 to 1000".into()));
+        }
+        if s.memory_limit_mib.is_some_and(|m| m < 16) {
+            return Err(bad("memory_limit_mib must be at least 16".into()));
         }
     }
     Ok(stores)
@@ -280,6 +301,9 @@ mod tests {
             ("Shared: {}", "lowercase"),
             ("a-: {}", "lowercase"),
             ("x: {members: 2}", "members must be 1 or 3"),
+            ("x: {snapshot_count: 50}", "snapshot_count"),
+            ("x: {gogc: 5}", "gogc"),
+            ("x: {memory_limit_mib: 8}", "memory_limit_mib"),
             ("x: {replicas: 3}", "unknown field"),
             ("x: [", "<datastores file>"),
         ] {

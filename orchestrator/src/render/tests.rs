@@ -1146,7 +1146,9 @@ fn a_tenant_on_a_shared_datastore_has_no_etcd_and_its_apiserver_keeps_to_its_pre
 
 #[test]
 fn a_datastore_renders_in_its_namespace_and_its_jobs_carry_the_range() {
-    let spec = datastore::parse_datastores("shared: {members: 3, quota_bytes: 4294967296}")
+    let spec = datastore::parse_datastores(
+        "shared: {members: 3, quota_bytes: 4294967296, snapshot_count: 1000, gogc: 50, memory_limit_mib: 64}",
+    )
         .unwrap()
         .remove("shared")
         .unwrap();
@@ -1166,9 +1168,16 @@ fn a_datastore_renders_in_its_namespace_and_its_jobs_carry_the_range() {
         "--auto-compaction-mode=periodic",
         "--quota-backend-bytes=4294967296",
         "etcd-2=https://etcd-2.etcd.vcp-datastore-shared.svc:2380",
+        "--snapshot-count=1000",
     ] {
         assert!(args.contains(want), "{want} in {args}");
     }
+    let env = sts.0["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
+    assert!(env.contains(r#"{"name":"GOGC","value":"50"}"#), "{env}");
+    assert!(
+        env.contains(r#"{"name":"GOMEMLIMIT","value":"64MiB"}"#),
+        "{env}"
+    );
     let job = r
         .render_datastore_job(
             "shared",

@@ -83,6 +83,9 @@ shared-real:
   node_selector: {vcp.dev/node: real}
   tolerations: [{key: vcp.dev/node, operator: Equal, value: real, effect: NoSchedule}]
   storage: 1Gi
+  snapshot_count: 1000
+  gogc: 50
+  memory_limit_mib: 96
 "#;
 
 /// The plan of [`DEV_PLANS`] whose tenants keep their data on [`DEV_DATASTORES`]' `shared`.
