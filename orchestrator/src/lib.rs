@@ -34,6 +34,7 @@ pub mod host;
 pub mod http;
 // The features, one folder each: API handlers and bodies, queries, host work, CLI command.
 pub mod audit;
+pub mod encryption;
 pub mod kubeconfigs;
 pub mod rotations;
 pub mod sleep;
@@ -69,6 +70,8 @@ pub enum Error {
     Catalog(#[from] render::CatalogError),
     #[error(transparent)]
     Pki(#[from] pki::PkiError),
+    #[error(transparent)]
+    Seal(#[from] pki::seal::SealError),
     #[error("{0:?} already exists")]
     Duplicate(String),
     #[error("the generated tenant key is taken")]
@@ -142,6 +145,7 @@ impl Error {
             Error::Render(_) => "render",
             Error::Catalog(_) => "catalog",
             Error::Pki(_) => "pki",
+            Error::Seal(_) => "seal",
             Error::Duplicate(_) => "duplicate",
             Error::KeyCollision => "key_collision",
             Error::UnsupportedKind(_) => "unsupported_kind",
