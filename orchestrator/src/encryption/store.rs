@@ -1,4 +1,4 @@
-//! A tenant's etcd encryption keys in the inventory (`migrations/0013_encryption_keys.sql`):
+//! A tenant's etcd encryption keys in the inventory (`migrations/0014_encryption_keys.sql`):
 //! sealed with the inventory key, made once per tenant and once per encryption-key rotation
 //! (unique indexes settle replicas racing to make one), retired when a rotation drops them and
 //! kept after that. Each creation and retirement is audited.
