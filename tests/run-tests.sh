@@ -33,7 +33,7 @@ for line in sys.stdin:
 
 # Longest first (from docs/benchmarks.md, "CI wall time"), so the last to start are short.
 # rotation: 510 s run alone (2026-11-27) since its phases wait for the replaced apiserver to stop.
-order=(rotation upgrade fleet sync contract provision burst access cli snapshot isolation inventory kubelet
+order=(rotation upgrade fleet sync contract provision burst access cli snapshot encryption isolation inventory kubelet
        resilience api lifecycle incluster chart kubelet_api devnode crash postgres host_cluster
        render_dry_run)
 rank() {

@@ -35,6 +35,7 @@ pub mod http;
 // The features, one folder each: API handlers and bodies, queries, host work, CLI command.
 pub mod audit;
 pub mod datastore;
+pub mod encryption;
 pub mod kubeconfigs;
 pub mod rotations;
 pub mod sleep;
@@ -70,6 +71,8 @@ pub enum Error {
     Catalog(#[from] render::CatalogError),
     #[error(transparent)]
     Pki(#[from] pki::PkiError),
+    #[error(transparent)]
+    Seal(#[from] pki::seal::SealError),
     #[error("{0:?} already exists")]
     Duplicate(String),
     #[error("the generated tenant key is taken")]
@@ -145,6 +148,7 @@ impl Error {
             Error::Render(_) => "render",
             Error::Catalog(_) => "catalog",
             Error::Pki(_) => "pki",
+            Error::Seal(_) => "seal",
             Error::Duplicate(_) => "duplicate",
             Error::KeyCollision => "key_collision",
             Error::UnsupportedKind(_) => "unsupported_kind",

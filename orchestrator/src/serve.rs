@@ -123,6 +123,12 @@ pub struct ServeArgs {
     /// and prints it once.
     #[arg(long, env = "VCP_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// The inventory key: base64 of 32 random bytes (`head -c 32 /dev/urandom | base64`).
+    /// Each tenant's etcd encryption keys are kept in the inventory sealed with it; every
+    /// replica needs the same one, and the inventory's keys (and the backups they encrypt) are
+    /// unreadable without it. Required.
+    #[arg(long, env = "VCP_INVENTORY_KEY", hide_env_values = true)]
+    pub inventory_key: Option<String>,
     /// The gateway's bearer token (stored hashed): it may report which tenants had
     /// connections and wake asleep ones (`/v1/gateway/...`), nothing else.
     #[arg(long, env = "VCP_GATEWAY_TOKEN", hide_env_values = true)]
@@ -238,6 +244,18 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
             a.service_cidr
         )));
     }
+    // No default, not even for development: a replica with another key (or none) could not
+    // open the keys the others made, and tenants' Secrets must never go to etcd unencrypted
+    // because a flag was forgotten.
+    let inventory_key = a.inventory_key.as_deref().ok_or_else(|| {
+        Error::Config(
+            "vcp serve needs --inventory-key (VCP_INVENTORY_KEY), the base64 of 32 random bytes \
+             (`head -c 32 /dev/urandom | base64`), the same for every replica: it seals the \
+             tenants' etcd encryption keys in the inventory"
+                .into(),
+        )
+    })?;
+    let inventory_key = crate::pki::seal::InventoryKey::from_base64(inventory_key)?;
     Ok(Config {
         catalog,
         plans,
@@ -256,6 +274,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
         hop_timeout: Duration::from_secs(a.upgrade_hop_timeout_seconds),
         // Asked of the host once it is connected (serve).
         host_user: String::new(),
+        inventory_key,
     })
 }
 
@@ -308,6 +327,22 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         inv.ensure_gateway_token(&token_hash(t.trim()), &actor)
             .await?;
     }
+    // Every key in the inventory must open with this replica's inventory key.
+    let kek = config.inventory_key.id().to_owned();
+    let others: Vec<String> = inv
+        .encryption_kek_ids()
+        .await?
+        .into_iter()
+        .filter(|id| *id != kek)
+        .collect();
+    if !others.is_empty() {
+        return Err(Error::Config(format!(
+            "the inventory holds tenant encryption keys sealed with inventory key {} and this \
+             replica has inventory key {kek}: start it with the --inventory-key the others use",
+            others.join(", ")
+        )));
+    }
+    tracing::info!(inventory_key = %kek, "tenants' encryption keys are sealed with this inventory key");
     let host = host_client(&a).await?;
     config.host_user = crate::host::ssa::identity(&host).await?;
     crate::host::ssa::ensure_host_roles(&host, &config.settings.host_roles_prefix).await?;

@@ -462,6 +462,7 @@ async fn without_a_configured_token_the_first_start_prints_one_admin_token_once(
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_vcp"))
             .arg("serve")
             .env_remove("VCP_ADMIN_TOKEN")
+            .env("VCP_INVENTORY_KEY", vcp_dev::platform::DEV_INVENTORY_KEY)
             .env("VCP_DATABASE_URL", &db)
             .env("VCP_HOST_KUBECONFIG", cluster.kubeconfig_path())
             .env("VCP_LISTEN", format!("127.0.0.1:{port}"))

@@ -13,6 +13,7 @@
 //!
 //! helm and kubectl are the pinned builds of `tests/kube-bin` (`vcp_dev::bins`).
 
+use base64::Engine as _;
 use clap::CommandFactory;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -261,6 +262,29 @@ fn default_values_render_two_restricted_replicas_of_the_workspace_version() -> a
         token["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
         "uninstall leaves the generated admin token"
     );
+    // The inventory key: generated, 32 bytes of base64 (what --inventory-key takes), kept.
+    let kek = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "vcp-inventory-key")
+        .ok_or_else(|| anyhow::anyhow!("no inventory key Secret"))?;
+    assert_eq!(
+        kek["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+        "uninstall leaves the inventory key"
+    );
+    let b64 = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(kek["data"]["key"].as_str().unwrap_or_default())?,
+    )?;
+    vcp_orchestrator::pki::seal::InventoryKey::from_base64(&b64)?;
+    let env = &c["env"];
+    assert!(
+        env.as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["name"] == "VCP_INVENTORY_KEY"
+                && e["valueFrom"]["secretKeyRef"]["name"] == "vcp-inventory-key"),
+        "{env}"
+    );
     Ok(())
 }
 
@@ -442,6 +466,12 @@ fn command_line(docs: &[Value], root: &Path) -> anyhow::Result<Vec<String>> {
         |name| name == "RUST_LOG" || name.starts_with("PGSSL"),
         "postgres://from-a-secret/vcp",
     )?);
+    // The inventory key from its Secret: one of the form vcp checks at start.
+    for a in &mut line {
+        if a.starts_with("--inventory-key=") {
+            *a = format!("--inventory-key={}", vcp_dev::platform::DEV_INVENTORY_KEY);
+        }
+    }
     for a in &mut line {
         for m in &mounts {
             if let Some((flag, rest)) = a.split_once('=')
@@ -1453,6 +1483,7 @@ async fn generated_secrets_survive_upgrade_uninstall_and_reinstall() -> anyhow::
         Ok(())
     };
     let token = || secret_value(&client, ns, "lifecycle-vcp-admin-token", "token");
+    let kek = || secret_value(&client, ns, "lifecycle-vcp-inventory-key", "key");
     let password = || secret_value(&client, ns, "lifecycle-vcp-postgresql", "password");
     let url = || secret_value(&client, ns, "lifecycle-vcp-postgresql", "url");
 
@@ -1464,6 +1495,10 @@ async fn generated_secrets_survive_upgrade_uninstall_and_reinstall() -> anyhow::
         .await?
         .ok_or_else(|| anyhow::anyhow!("no password"))?;
     assert!(t1.starts_with("vcp_") && t1.len() == 52, "{t1:?}");
+    let k1 = kek()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no inventory key"))?;
+    vcp_orchestrator::pki::seal::InventoryKey::from_base64(&k1)?;
     assert!(p1.len() == 32);
     assert!(
         url()
@@ -1477,6 +1512,11 @@ async fn generated_secrets_survive_upgrade_uninstall_and_reinstall() -> anyhow::
         token().await?.as_deref(),
         Some(t1.as_str()),
         "upgrade kept the token"
+    );
+    assert_eq!(
+        kek().await?.as_deref(),
+        Some(k1.as_str()),
+        "upgrade kept the inventory key"
     );
     assert_eq!(
         password().await?.as_deref(),
@@ -1511,6 +1551,11 @@ async fn generated_secrets_survive_upgrade_uninstall_and_reinstall() -> anyhow::
         "uninstall left the token"
     );
     assert_eq!(
+        kek().await?.as_deref(),
+        Some(k1.as_str()),
+        "and the inventory key"
+    );
+    assert_eq!(
         password().await?.as_deref(),
         Some(p1.as_str()),
         "and the password"
@@ -1522,6 +1567,11 @@ async fn generated_secrets_survive_upgrade_uninstall_and_reinstall() -> anyhow::
         token().await?.as_deref(),
         Some(t1.as_str()),
         "a reinstall takes the same token"
+    );
+    assert_eq!(
+        kek().await?.as_deref(),
+        Some(k1.as_str()),
+        "and the same inventory key"
     );
     assert_eq!(
         password().await?.as_deref(),

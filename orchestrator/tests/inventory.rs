@@ -61,6 +61,7 @@ async fn migrations_apply_to_an_empty_database_and_again_as_a_no_op() -> anyhow:
         "api_tokens",
         "audit",
         "certificates",
+        "encryption_keys",
         "fleet_upgrade_tenants",
         "fleet_upgrades",
         "kubeconfigs",
@@ -453,6 +454,102 @@ async fn certificates_are_recorded_once_per_serial() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn encryption_keys_are_stored_sealed_made_once_and_bound_to_their_tenant()
+-> anyhow::Result<()> {
+    use vcp_orchestrator::pki::rotation::Target;
+    use vcp_orchestrator::pki::seal::{InventoryKey, associated_data};
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "enckeys").await?;
+    let a = inv.create_tenant(&tenant("a", "axxxxxx", "o"), "o").await?;
+    let b = inv.create_tenant(&tenant("b", "bxxxxxx", "o"), "o").await?;
+    let kek = InventoryKey::new([7; 32]);
+    let secret = [42u8; 32];
+    // The first key is made once, however many replicas try.
+    assert!(
+        inv.add_encryption_key(a.id, None, &secret, &kek, "vcp:t")
+            .await?
+    );
+    assert!(
+        !inv.add_encryption_key(a.id, None, &[1; 32], &kek, "vcp:t")
+            .await?
+    );
+    let rows = inv.live_encryption_keys(a.id).await?;
+    assert_eq!(rows.len(), 1);
+    let k1 = &rows[0];
+    assert_eq!((k1.name.as_str(), k1.kek_id.as_str()), ("key1", kek.id()));
+    // Sealed: the row holds no byte run of the key, and opens to it only as tenant a's key1.
+    assert!(!k1.ciphertext.windows(8).any(|w| w == [42u8; 8]));
+    assert_eq!(
+        kek.open("key1", &k1.sealed(), &associated_data(a.id, "key1"))?,
+        secret
+    );
+    assert!(
+        kek.open("key1", &k1.sealed(), &associated_data(b.id, "key1"))
+            .is_err()
+    );
+    // A row copied onto tenant b as its own key does not open there.
+    sqlx::query(
+        "INSERT INTO encryption_keys (tenant_id, name, kek_id, nonce, ciphertext)
+         SELECT $2, name, kek_id, nonce, ciphertext FROM encryption_keys WHERE id = $1",
+    )
+    .bind(k1.id)
+    .bind(b.id)
+    .execute(inv.pool())
+    .await?;
+    let stolen = &inv.live_encryption_keys(b.id).await?[0];
+    assert!(
+        kek.open(
+            "key1",
+            &stolen.sealed(),
+            &associated_data(b.id, &stolen.name)
+        )
+        .is_err(),
+        "a swapped row is refused"
+    );
+
+    // A rotation's key: one per rotation, named after the keys the tenant ever had; retiring
+    // keeps the rotation's key and the row of the old one.
+    let r = inv
+        .start_rotation(&a, Target::EncryptionKey, time::Duration::ZERO, "admin")
+        .await?
+        .expect("the rotation starts");
+    assert!(
+        inv.add_encryption_key(a.id, Some(r.id), &[2; 32], &kek, "vcp:t")
+            .await?
+    );
+    assert!(
+        !inv.add_encryption_key(a.id, Some(r.id), &[3; 32], &kek, "vcp:t")
+            .await?
+    );
+    let live: Vec<String> = inv
+        .live_encryption_keys(a.id)
+        .await?
+        .into_iter()
+        .map(|k| k.name)
+        .collect();
+    assert_eq!(live, ["key1", "key2"]);
+    let now = OffsetDateTime::now_utc();
+    assert_eq!(
+        inv.retire_encryption_keys(a.id, r.id, "vcp:t", now).await?,
+        1
+    );
+    assert_eq!(
+        inv.retire_encryption_keys(a.id, r.id, "vcp:t", now).await?,
+        0
+    );
+    let all = inv.encryption_keys(a.id).await?;
+    assert_eq!(all.len(), 2);
+    assert!(all[0].retired_at.is_some() && all[1].retired_at.is_none());
+    assert_eq!(inv.encryption_kek_ids().await?, [kek.id().to_owned()]);
+    let bad = sqlx::query("UPDATE encryption_keys SET name = 'secrets' WHERE id = $1")
+        .bind(k1.id)
+        .execute(inv.pool())
+        .await;
+    assert!(bad.is_err(), "names are key<n>");
+    Ok(())
+}
+
+#[tokio::test]
 async fn vcp_migrate_runs_twice_and_bad_settings_fail_clearly() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;
     let url = pg.create_database("cli").await?;
@@ -492,6 +589,29 @@ async fn vcp_migrate_runs_twice_and_bad_settings_fail_clearly() -> anyhow::Resul
         "{}",
         String::from_utf8_lossy(&no_address.stderr)
     );
+    // No inventory key, or one that is not 32 bytes of base64: refused before anything is
+    // done, saying how to make one.
+    for key in [None, Some("c2hvcnQ=")] {
+        let mut cmd = std::process::Command::new(vcp);
+        cmd.args([
+            "serve",
+            "--database-url",
+            &url,
+            "--expose-address",
+            "127.0.0.1",
+        ])
+        .env_remove("VCP_INVENTORY_KEY");
+        if let Some(k) = key {
+            cmd.env("VCP_INVENTORY_KEY", k);
+        }
+        let out = cmd.output()?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{key:?}");
+        assert!(
+            err.contains("--inventory-key") && err.contains("head -c 32 /dev/urandom | base64"),
+            "{key:?}: {err}"
+        );
+    }
     Ok(())
 }
 

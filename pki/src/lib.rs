@@ -6,7 +6,8 @@
 //! inventory records (serial, fingerprint, subject, validity) and [`needs_renewal`] decides
 //! rotation. The orchestrator builds tenant PKIs from these parts and the dev harness builds
 //! the host cluster's; neither holds a certificate routine of its own. [`new_token`] makes the
-//! random bearer secrets of the platform API.
+//! random bearer secrets of the platform API, and [`random_bytes`] any other random secret
+//! (the tenants' etcd encryption keys).
 
 pub mod groups;
 
@@ -290,12 +291,17 @@ pub fn service_account_key() -> Result<(String, String)> {
     Ok((k.serialize_pem(), k.public_key_pem()))
 }
 
-/// A new random bearer token: `vcp_` and 64 hex characters (256 bits).
-pub fn new_token() -> String {
-    let mut b = [0u8; 32];
+/// `N` bytes from the system's secure random source (key material, nonces, tokens).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
         .expect("the system random source works");
-    format!("vcp_{}", hex(&b))
+    b
+}
+
+/// A new random bearer token: `vcp_` and 64 hex characters (256 bits).
+pub fn new_token() -> String {
+    format!("vcp_{}", hex(&random_bytes::<32>()))
 }
 
 #[cfg(test)]

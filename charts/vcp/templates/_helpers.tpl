@@ -71,6 +71,14 @@ app.kubernetes.io/component: postgresql
 {{- if .Values.adminToken.existingSecret -}}{{ .Values.adminToken.secretKey }}{{- else -}}token{{- end -}}
 {{- end -}}
 
+{{- define "vcp.inventoryKeySecret" -}}
+{{- .Values.inventoryKey.existingSecret | default (printf "%s-inventory-key" (include "vcp.fullname" .)) -}}
+{{- end -}}
+
+{{- define "vcp.inventoryKeyKey" -}}
+{{- if .Values.inventoryKey.existingSecret -}}{{ .Values.inventoryKey.secretKey }}{{- else -}}key{{- end -}}
+{{- end -}}
+
 {{/* The restricted Pod Security profile, for a container. */}}
 {{- define "vcp.containerSecurityContext" -}}
 allowPrivilegeEscalation: false

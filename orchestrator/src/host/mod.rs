@@ -50,6 +50,9 @@ pub struct Config {
     /// vcp's own user on the host, bound to `vcp:tenant-namespace` in each namespace of a
     /// tenant vcp works in (render::host_rbac).
     pub host_user: String,
+    /// Seals and opens the tenants' etcd encryption keys in the inventory
+    /// (`--inventory-key`; [`crate::pki::seal`]).
+    pub inventory_key: crate::pki::seal::InventoryKey,
 }
 
 /// The handle every part that works on the host shares; cheap to clone.

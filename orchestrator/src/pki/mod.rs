@@ -5,9 +5,11 @@
 //! declared by [`plan`]: what each component needs, signed by which CA, with which names. The
 //! provisioner compares each leaf's Secret against its plan (by [`LeafSpec::digest`]) and its
 //! remaining lifetime ([`needs_renewal`]) and reissues it when either says so, which is how
-//! certificates rotate without anyone asking.
+//! certificates rotate without anyone asking. [`seal`] seals the keys the inventory keeps (the
+//! tenants' etcd encryption keys) with the inventory key.
 
 pub mod rotation;
+pub mod seal;
 
 use std::net::IpAddr;
 use time::Duration;

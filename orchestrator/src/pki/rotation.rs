@@ -45,14 +45,19 @@ pub enum Target {
     FrontProxyCa,
     /// The key that signs and verifies service-account tokens.
     ServiceAccountKey,
+    /// The key the tenant apiserver encrypts Secrets with in etcd (`crate::render::encryption`).
+    /// Its phases: `trust` (the new key decrypts), `sign` (the new key encrypts), `serve` (every
+    /// object is rewritten with it), `retire` (the old key is dropped).
+    EncryptionKey,
 }
 
 impl Target {
-    pub const ALL: [Target; 4] = [
+    pub const ALL: [Target; 5] = [
         Target::Ca,
         Target::EtcdCa,
         Target::FrontProxyCa,
         Target::ServiceAccountKey,
+        Target::EncryptionKey,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,30 +66,38 @@ impl Target {
             Target::EtcdCa => "etcd-ca",
             Target::FrontProxyCa => "front-proxy-ca",
             Target::ServiceAccountKey => "service-account-key",
+            Target::EncryptionKey => "encryption-key",
         }
     }
 
-    /// The host Secret (in the control-plane namespace) that keeps its pairs.
+    /// The host Secret (in the control-plane namespace) that keeps its pairs (for the
+    /// encryption key: the configuration rendered from the inventory, which keeps the keys).
     pub fn secret(self) -> &'static str {
         match self {
             Target::Ca => "ca",
             Target::EtcdCa => "etcd-ca",
             Target::FrontProxyCa => "front-proxy-ca",
             Target::ServiceAccountKey => "sa",
+            Target::EncryptionKey => ENCRYPTION_SECRET,
         }
     }
 
     /// How long `sign` lasts unless the request says otherwise: a day for users to fetch new
     /// kubeconfigs, the longest token lifetime for the service-account key, nothing for CAs
-    /// no one outside the control plane holds.
+    /// no one outside the control plane holds, nor for the encryption key, which no one
+    /// outside the apiserver holds.
     pub fn default_overlap(self) -> Duration {
         match self {
             Target::Ca => Duration::hours(24),
             Target::ServiceAccountKey => MAX_TOKEN_LIFETIME,
-            Target::EtcdCa | Target::FrontProxyCa => Duration::ZERO,
+            Target::EtcdCa | Target::FrontProxyCa | Target::EncryptionKey => Duration::ZERO,
         }
     }
 }
+
+/// The host Secret with the tenant apiserver's encryption configuration (rendered by
+/// `crate::render::encryption` from the keys the inventory keeps).
+pub const ENCRYPTION_SECRET: &str = "encryption-config";
 
 /// The longest lifetime the tenant apiserver gives a service-account token
 /// (`--service-account-max-token-expiration`, without extension): how long a token signed by a
@@ -107,7 +120,7 @@ impl FromStr for Target {
             .into_iter()
             .find(|t| t.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown rotation target {s:?}: expected ca, etcd-ca, front-proxy-ca or service-account-key")
+                format!("unknown rotation target {s:?}: expected ca, etcd-ca, front-proxy-ca, service-account-key or encryption-key")
             })
     }
 }
@@ -230,6 +243,10 @@ pub struct Progress {
     pub in_phase: Duration,
     /// The rotation's overlap (how long `sign` lasts at least).
     pub overlap: Duration,
+    /// Everything written with the old material has been written again with the new one (an
+    /// encryption key's storage migration, done in `serve`; always true for other targets,
+    /// whose old material leaves nothing behind in storage).
+    pub rewritten: bool,
 }
 
 /// The phase after `phase`, if it may start now.
@@ -241,6 +258,8 @@ pub fn advance(phase: Phase, p: &Progress) -> Option<Phase> {
         Phase::Trust => Some(Phase::Sign),
         Phase::Sign if p.in_phase >= p.overlap => Some(Phase::Serve),
         Phase::Sign => None,
+        // The old key is dropped only once nothing is stored under it any more.
+        Phase::Serve if !p.rewritten => None,
         Phase::Serve => Some(Phase::Retire),
         Phase::Retire => Some(Phase::Done),
         Phase::Done => None,
@@ -348,6 +367,7 @@ mod tests {
             replaced_running: false,
             in_phase: Duration::seconds(in_phase),
             overlap: Duration::seconds(overlap),
+            rewritten: true,
         }
     }
 
@@ -398,6 +418,27 @@ mod tests {
             };
             assert_eq!(advance(p, &waiting), None, "{p}");
         }
+    }
+
+    #[test]
+    fn the_old_encryption_key_is_dropped_only_once_everything_is_rewritten() {
+        let not_yet = Progress {
+            rewritten: false,
+            ..progress(true, true, 0, 0)
+        };
+        assert_eq!(advance(Phase::Serve, &not_yet), None);
+        // Only `serve` waits for the rewrite: before it the new key does not write yet.
+        assert_eq!(advance(Phase::Trust, &not_yet), Some(Phase::Sign));
+        assert_eq!(advance(Phase::Sign, &not_yet), Some(Phase::Serve));
+        assert_eq!(
+            advance(Phase::Serve, &progress(true, true, 0, 0)),
+            Some(Phase::Retire)
+        );
+        assert_eq!(Target::EncryptionKey.default_overlap(), Duration::ZERO);
+        assert_eq!(
+            "encryption-key".parse::<Target>(),
+            Ok(Target::EncryptionKey)
+        );
     }
 
     #[test]

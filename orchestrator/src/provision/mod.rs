@@ -27,6 +27,7 @@ pub use expose::{endpoint, url};
 use crate::host::{Provisioner, ssa as host, workload_ready};
 use crate::inventory::Tenant;
 use crate::lifecycle::{steps, upgrade};
+use crate::pki::rotation::{Phase as RotationPhase, Target};
 use crate::render::{Component, Input, Object};
 use crate::rotations::store::RotationRow;
 use crate::snapshots::store::NewRestore;
@@ -161,6 +162,19 @@ impl Provisioner {
         {
             return self.sleep_pass(t, now).await;
         }
+        // A tenant from before encryption at rest gets its first key through a rotation
+        // (every replica reads it before any writes with it; its plaintext is rewritten).
+        let rotation = match rotation {
+            Some(r) => Some(r),
+            None => match self.start_first_key(t, actor).await {
+                Ok(r) => r,
+                Err(e) => {
+                    error = Some(e.variant());
+                    tracing::warn!(error = %e.public(), "starting the first encryption key failed");
+                    None
+                }
+            },
+        };
         let mut generation = None;
         let BringUp {
             results,
@@ -170,6 +184,7 @@ impl Provisioner {
             .bring_up(
                 t,
                 rotation.as_ref(),
+                actor,
                 &mut endpoint,
                 &mut generation,
                 &mut error,
@@ -179,7 +194,36 @@ impl Provisioner {
         let all_ready = results.len() == Step::ALL.len()
             && results.iter().all(|(_, r)| *r == StepResult::Ready);
         if let (Some(r), Some(g)) = (&rotation, &generation) {
-            match self.advance_rotation(t, r, all_ready, g, actor, now).await {
+            // An encryption key's `serve`: every encrypted object is written again with the
+            // new key (every replica encrypts with it since `sign`), before `retire` drops
+            // the old one.
+            let rewritten = match r.parsed() {
+                Some((Target::EncryptionKey, RotationPhase::Serve)) if all_ready => {
+                    let resources = self
+                        .config
+                        .plans
+                        .get(&t.plan)
+                        .map(|p| p.encryption.resources.clone())
+                        .unwrap_or_default();
+                    match self
+                        .rewrite_encrypted(t, endpoint.as_deref(), &resources)
+                        .await
+                    {
+                        Ok(_) => true,
+                        Err(e) => {
+                            error = Some(e.variant());
+                            tracing::warn!(error = %e.public(), "rewriting encrypted objects failed");
+                            false
+                        }
+                    }
+                }
+                Some((Target::EncryptionKey, RotationPhase::Serve)) => false,
+                _ => true,
+            };
+            match self
+                .advance_rotation(t, r, all_ready, rewritten, g, actor, now)
+                .await
+            {
                 Ok(_) => {}
                 Err(e) => {
                     error = Some(e.variant());
@@ -315,6 +359,7 @@ impl Provisioner {
         &self,
         t: &Tenant,
         rotation: Option<&RotationRow>,
+        actor: &str,
         endpoint: &mut Option<String>,
         generation: &mut Option<String>,
         error: &mut Option<&'static str>,
@@ -383,7 +428,16 @@ impl Provisioner {
             }
         };
         let clock = Instant::now();
-        let pki = self.ensure_pki(t, &ns, plan, &external, rotation).await;
+        // The keys (certificates, and the apiserver's encryption configuration) are one step.
+        let pki = async {
+            let mut rollout = self.ensure_pki(t, &ns, plan, &external, rotation).await?;
+            let encryption = self
+                .ensure_encryption(t, &ns, plan, rotation, actor)
+                .await?;
+            rollout.insert(ROLLOUT_ENCRYPTION.to_owned(), encryption);
+            Ok::<_, Error>(rollout)
+        }
+        .await;
         out.work("pki", clock);
         let rollout = match pki {
             Ok(r) => {
@@ -567,3 +621,6 @@ impl Provisioner {
 
 /// The rollout entry that carries the token generation, which the syncer gets as an argument.
 pub const ROLLOUT_TOKENS: &str = "tokens";
+
+/// The rollout entry that carries the digest of the apiserver's encryption configuration.
+pub const ROLLOUT_ENCRYPTION: &str = "encryption";

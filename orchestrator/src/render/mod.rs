@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod datastore;
+pub mod encryption;
 pub mod host_rbac;
 pub mod kubeconfig;
 pub mod tuning;
@@ -296,6 +297,10 @@ pub struct Plan {
     /// own ([`datastore`]). Absent: a dedicated etcd per tenant.
     #[serde(default)]
     pub datastore: Option<String>,
+    /// What the tenant apiserver encrypts in etcd with the tenant's key
+    /// (`encryption: {resources: [secrets, configmaps]}`; [`encryption`]). Absent: Secrets.
+    #[serde(default)]
+    pub encryption: encryption::EncryptionPlan,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that
@@ -378,6 +383,7 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
         if let Some(sleep) = &p.sleep {
             sleep.validate().map_err(|e| bad(&e))?;
         }
+        p.encryption.validate().map_err(|e| bad(&e))?;
     }
     Ok(plans)
 }
@@ -677,6 +683,12 @@ fn context(input: &Input<'_>) -> Value {
         "tokens".to_owned(),
         json!(input.rollout.get("tokens").cloned().unwrap_or_default()),
     );
+    // Not a certificate's digest either: the apiserver's encryption configuration's (vcp
+    // renders it into a Secret from the inventory; a change rolls the apiserver).
+    rollout.insert(
+        "encryption".to_owned(),
+        json!(input.rollout.get("encryption").cloned().unwrap_or_default()),
+    );
     ctx["rollout"] = Value::Object(rollout);
     // The apiserver Service: only behind the gateway does it name a route.
     let mut service = ctx["labels_apiserver"].clone();
@@ -697,6 +709,8 @@ fn context(input: &Input<'_>) -> Value {
     ctx["egress_socket"] = json!(vcp_core::revocation::egress_socket());
     ctx["revocation_configmap"] = json!(vcp_core::revocation::CONFIGMAP);
     ctx["revocation_key"] = json!(vcp_core::revocation::KEY);
+    ctx["encryption_secret"] = json!(encryption::SECRET);
+    ctx["encryption_file"] = json!(encryption::FILE);
     // Resources default to nothing per component, so templates can always index them.
     for c in [
         "etcd",

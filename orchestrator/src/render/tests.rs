@@ -43,7 +43,11 @@ fn render_yaml(minor: &str, plan: &Plan) -> String {
         version,
         plan,
         settings: &settings,
-        rollout: [("apiserver".to_owned(), "d1".to_owned())].into(),
+        rollout: [
+            ("apiserver".to_owned(), "d1".to_owned()),
+            ("encryption".to_owned(), "e1".to_owned()),
+        ]
+        .into(),
         run: crate::render::Run::Up,
     };
     let mut out = String::new();
@@ -1204,4 +1208,91 @@ fn plans_may_name_only_declared_datastores() {
     assert!(e.contains("datastore \"shared\" is not declared"), "{e}");
     let declared = datastore::parse_datastores("shared: {}").unwrap();
     check_datastores(&plans, &declared).unwrap();
+}
+
+#[test]
+fn the_apiserver_reads_its_encryption_configuration_from_a_secret_and_rolls_with_it() {
+    let catalog = Catalog::builtin();
+    let settings = settings();
+    let plan = dev_plan();
+    let render = |digest: &str| {
+        let input = Input {
+            name: "demo",
+            key: &key(),
+            version: catalog.get("1.37").unwrap(),
+            plan: &plan,
+            settings: &settings,
+            rollout: [("encryption".to_owned(), digest.to_owned())].into(),
+            run: Run::Up,
+        };
+        Renderer::builtin()
+            .unwrap()
+            .render(Component::Apiserver, &input)
+            .unwrap()
+    };
+    let objects = render("e1");
+    let d = objects.iter().find(|o| o.kind() == "Deployment").unwrap();
+    let pod = &d.0["spec"]["template"];
+    assert_eq!(pod["metadata"]["annotations"]["vcp.dev/encryption"], "e1");
+    let c = &pod["spec"]["containers"][0];
+    let flag = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .find_map(|a| a.strip_prefix("--encryption-provider-config="))
+        .expect("the flag");
+    assert_eq!(flag, "/etc/kubernetes/encryption/encryption.yaml");
+    assert_eq!(flag.rsplit('/').next(), Some(encryption::FILE));
+    // Read once, at start: a changed configuration is a roll (docs/orchestrator.md).
+    assert!(
+        !c["args"].to_string().contains("automatic-reload"),
+        "no automatic reload"
+    );
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/etc/kubernetes/encryption")
+        .expect("the mount");
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    assert_eq!(volume["secret"]["secretName"], encryption::SECRET);
+    assert_eq!(volume["secret"]["defaultMode"], 256);
+    // No ConfigMap carries it, and another digest is another pod template.
+    assert!(
+        objects
+            .iter()
+            .filter(|o| o.kind() == "ConfigMap")
+            .all(|o| !o.0.to_string().contains("EncryptionConfiguration"))
+    );
+    let other = render("e2");
+    let other = other.iter().find(|o| o.kind() == "Deployment").unwrap();
+    assert_ne!(other.0["spec"]["template"], d.0["spec"]["template"]);
+}
+
+#[test]
+fn plans_name_what_they_encrypt_and_a_bad_list_is_refused_naming_the_plan() {
+    let plans = parse_plans("vault: {encryption: {resources: [secrets, configmaps]}}\n").unwrap();
+    assert_eq!(
+        plans["vault"].encryption.resources,
+        ["secrets", "configmaps"]
+    );
+    assert_eq!(plans["default"].encryption.resources, ["secrets"]);
+    for bad in [
+        "x: {encryption: {resources: [configmaps]}}",
+        "x: {encryption: {resources: [secrets, '*.apps']}}",
+        "x: {encryption: {resources: [secrets], provider: aescbc}}",
+    ] {
+        let e = parse_plans(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("x") && e.contains("encryption") || e.contains("provider"),
+            "{bad}: {e}"
+        );
+    }
 }

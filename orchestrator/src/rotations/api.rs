@@ -1,4 +1,5 @@
-//! Rotations of a tenant's CAs and service-account key: `POST /v1/tenants/{name}/rotate`
+//! Rotations of a tenant's CAs, service-account key and etcd encryption key:
+//! `POST /v1/tenants/{name}/rotate`
 //! (admins) records one in phase `trust` and the tenant's passes walk it through `sign`,
 //! `serve` and `retire` to `done` (see [`crate::pki::rotation`]); `GET .../rotations` shows
 //! where each stands and, for the cluster CA, which kubeconfigs must be reissued.
@@ -32,6 +33,9 @@ pub enum RotationTarget {
     FrontProxyCa,
     /// The service-account token signing key.
     ServiceAccountKey,
+    /// The key the tenant apiserver encrypts Secrets with in etcd; phase `serve` rewrites
+    /// every encrypted object with the new key.
+    EncryptionKey,
 }
 
 impl From<RotationTarget> for Target {
@@ -41,6 +45,7 @@ impl From<RotationTarget> for Target {
             RotationTarget::EtcdCa => Target::EtcdCa,
             RotationTarget::FrontProxyCa => Target::FrontProxyCa,
             RotationTarget::ServiceAccountKey => Target::ServiceAccountKey,
+            RotationTarget::EncryptionKey => Target::EncryptionKey,
         }
     }
 }
@@ -55,7 +60,7 @@ pub struct RotateTenant {
     /// for `ca`, the time users have to fetch new kubeconfigs before the old ones stop
     /// working; for `service-account-key`, how long tokens signed by the old key (other than
     /// pods' own, which are reissued at once) may still be presented. Default: `24h` for both
-    /// (the longest token lifetime), `0s` for `etcd-ca` and `front-proxy-ca`.
+    /// (the longest token lifetime), `0s` for `etcd-ca`, `front-proxy-ca` and `encryption-key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[0-9]+[smhd]?$", examples("1h"))]
     pub overlap: Option<String>,
@@ -68,7 +73,8 @@ pub struct RotationView {
     pub target: RotationTarget,
     /// `trust` (both trusted, old signs), `sign` (new signs; for `ca` the apiserver still
     /// serves with the old), `serve` (everything new; kubeconfigs issued before `sign` stop
-    /// working), `retire` (only the new is trusted), `done`.
+    /// working; for `encryption-key`, every encrypted object is rewritten with the new key),
+    /// `retire` (only the new is trusted), `done`.
     #[schema(pattern = "^(trust|sign|serve|retire|done)$")]
     pub phase: String,
     pub overlap_seconds: i64,
@@ -105,6 +111,7 @@ impl From<Target> for RotationTarget {
             Target::EtcdCa => RotationTarget::EtcdCa,
             Target::FrontProxyCa => RotationTarget::FrontProxyCa,
             Target::ServiceAccountKey => RotationTarget::ServiceAccountKey,
+            Target::EncryptionKey => RotationTarget::EncryptionKey,
         }
     }
 }
@@ -153,12 +160,14 @@ pub(crate) async fn with_reissue(s: &AppState, r: RotationRow) -> Result<Rotatio
     view(r, reissue.into_iter().map(Into::into).collect())
 }
 
-/// Rotates one of the tenant's CAs or its service-account key without downtime (admins
-/// only). Every component trusts the new CA or key before anything is signed with it, and
-/// everything is signed with it before the old one is retired; pods' service-account tokens
-/// are reissued under the new key while both are trusted. For `ca`, kubeconfigs issued before
-/// phase `sign` hold only the old CA and stop working in phase `serve`, after the overlap:
-/// the answer lists them (`reissue`); kubeconfigs issued from `sign` on keep working.
+/// Rotates one of the tenant's CAs, its service-account key or its etcd encryption key without
+/// downtime (admins only). Every component trusts the new CA or key before anything is signed
+/// (or encrypted) with it, and everything is signed with it before the old one is retired;
+/// pods' service-account tokens are reissued under the new key while both are trusted, and
+/// every encrypted object is rewritten with the new encryption key before the old is dropped.
+/// For `ca`, kubeconfigs issued before phase `sign` hold only the old CA and stop working in
+/// phase `serve`, after the overlap: the answer lists them (`reissue`); kubeconfigs issued
+/// from `sign` on keep working.
 /// Follow the phases with `GET .../rotations`. 409 while another rotation of the tenant runs
 /// or before the tenant is Ready.
 #[utoipa::path(post, path = "/v1/tenants/{name}/rotate", tag = "tenants",

@@ -1,4 +1,5 @@
-//! `vcp tenant rotate` and `vcp tenant rotations`: CA and key rotations of a tenant.
+//! `vcp tenant rotate` and `vcp tenant rotations`: CA and key rotations of a tenant (its etcd
+//! encryption key too).
 
 use crate::client::output::{self, Format, age, table};
 use crate::client::{Client, OutputArgs, WaitArgs, name, now, print};
@@ -32,6 +33,7 @@ pub enum RotateTargetArg {
     EtcdCa,
     FrontProxyCa,
     ServiceAccountKey,
+    EncryptionKey,
 }
 
 impl From<RotateTargetArg> for RotationTarget {
@@ -42,6 +44,7 @@ impl From<RotateTargetArg> for RotationTarget {
             RotateTargetArg::EtcdCa => Target::EtcdCa,
             RotateTargetArg::FrontProxyCa => Target::FrontProxyCa,
             RotateTargetArg::ServiceAccountKey => Target::ServiceAccountKey,
+            RotateTargetArg::EncryptionKey => Target::EncryptionKey,
         }
         .into()
     }

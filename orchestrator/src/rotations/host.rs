@@ -260,13 +260,18 @@ impl Provisioner {
     }
 
     /// Moves the tenant's rotation on if its phase is done: the control plane is Ready with
-    /// this pass's material (`ready`), no pod it replaced still runs, and every pod's token is
-    /// of `generation`. Whether it moved.
+    /// this pass's material (`ready`), no pod it replaced still runs, every pod's token is
+    /// of `generation`, and (`rewritten`) nothing is left stored under an old encryption key.
+    /// Whether it moved.
+    // What the pass found out, each from another part of it; a struct for one caller would
+    // only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn advance_rotation(
         &self,
         t: &Tenant,
         r: &RotationRow,
         ready: bool,
+        rewritten: bool,
         generation: &str,
         actor: &str,
         now: OffsetDateTime,
@@ -291,6 +296,7 @@ impl Provisioner {
             replaced_running: !replaced.is_empty(),
             in_phase: now - r.phase_since,
             overlap: r.overlap(),
+            rewritten,
         };
         let Some(to) = rotation::advance(phase, &progress) else {
             return Ok(false);

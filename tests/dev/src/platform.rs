@@ -47,6 +47,14 @@ sleepy:
   policy:
     placement:
       node_selector: {type: kwok}
+# As default, with ConfigMaps encrypted in etcd beside Secrets (orchestrator/tests/encryption.rs).
+encrypted-configmaps:
+  node_selector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  encryption: {resources: [secrets, configmaps]}
+  policy:
+    placement:
+      node_selector: {type: kwok}
 # As process-workloads, with three etcd members: a store that keeps its quorum while its
 # members restart one at a time.
 ha-process-workloads:
@@ -93,6 +101,8 @@ pub const SHARED_PLAN: &str = "shared";
 
 /// The plan of [`DEV_PLANS`] whose tenant workloads run on the process node.
 pub const PROCESS_WORKLOADS_PLAN: &str = "process-workloads";
+/// The plan of [`DEV_PLANS`] that encrypts ConfigMaps beside Secrets.
+pub const ENCRYPTED_CONFIGMAPS_PLAN: &str = "encrypted-configmaps";
 /// [`PROCESS_WORKLOADS_PLAN`] with three etcd members.
 pub const HA_PROCESS_WORKLOADS_PLAN: &str = "ha-process-workloads";
 
@@ -116,6 +126,12 @@ pub fn orchestrator_binary() -> Result<PathBuf> {
 }
 
 pub use crate::pki::new_token;
+
+/// The inventory key (`--inventory-key`) of every `vcp serve` the dev harness starts: the
+/// base64 of `vcp-dev-inventory-key-not-secret`. One fixed key, so that replicas of one
+/// inventory (and a replica restarted over it) open each other's tenant keys; for development
+/// only (the chart generates a random one per release).
+pub const DEV_INVENTORY_KEY: &str = "dmNwLWRldi1pbnZlbnRvcnkta2V5LW5vdC1zZWNyZXQ=";
 
 /// How to start `vcp serve`.
 #[derive(Debug, Clone)]
@@ -252,6 +268,7 @@ pub async fn start_orchestrator(
         ("VCP_SYNCER_IMAGE", DEV_SYNCER_IMAGE.to_owned()),
         ("VCP_TOOLS_IMAGE", DEV_TOOLS_IMAGE.to_owned()),
         ("VCP_ADMIN_TOKEN", opts.admin_token.clone()),
+        ("VCP_INVENTORY_KEY", DEV_INVENTORY_KEY.to_owned()),
         ("VCP_REPLICA_ID", opts.replica_id.clone()),
         ("VCP_WORKERS", opts.workers.to_string()),
         ("VCP_SIMULATE_CONTROL_PLANES", opts.simulate.to_string()),

@@ -301,9 +301,9 @@ pub async fn platform_with(
     })
 }
 
-/// A client asking an apiserver for one ConfigMap every 200 ms until stopped, as a user would
-/// through an upgrade or a rollout; counts answered and failed requests, and prints why each
-/// failed.
+/// A client asking an apiserver for one object (a ConfigMap; a Secret, whose reads need its
+/// decryption) every 200 ms until stopped, as a user would through an upgrade or a rollout;
+/// counts answered and failed requests, and prints why each failed.
 pub struct Poller {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicU64>,
@@ -314,6 +314,14 @@ pub struct Poller {
 impl Poller {
     /// Starts polling ConfigMap `name` of `cms`.
     pub fn start(cms: Api<k8s_openapi::api::core::v1::ConfigMap>, name: &str) -> Poller {
+        Poller::start_for(cms, name)
+    }
+
+    /// Starts polling object `name` of `cms`, of any kind (a Secret: its reads decrypt it).
+    pub fn start_for<K>(cms: Api<K>, name: &str) -> Poller
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
         let name = name.to_owned();
         let stop = Arc::new(AtomicBool::new(false));
         let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
