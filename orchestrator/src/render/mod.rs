@@ -561,21 +561,10 @@ impl Renderer {
         self.render_in("datastore-job.yaml", ctx, &datastore::namespace(name))
     }
 
-    /// A template whose every object is in `namespace` (no cluster-scoped ones).
+    /// A template whose every object is in `namespace` (no cluster-scoped ones: no key ends
+    /// a name with "/").
     fn render_in(&self, template: &str, ctx: Value, namespace: &str) -> Result<Vec<Object>> {
-        let ctx = tera::Context::from_value(ctx).map_err(|e| RenderError::Template {
-            template: template.to_owned(),
-            message: chain(&e),
-        })?;
-        let text = self
-            .tera
-            .render(template, &ctx)
-            .map_err(|e| RenderError::Template {
-                template: template.to_owned(),
-                message: chain(&e),
-            })?;
-        // No key ends a cluster-scoped name with this, so only namespaced objects pass.
-        parse_objects(template, &text, namespace, "/")
+        self.render_checked(template, ctx, namespace, "/")
     }
 
     fn render_template(
@@ -583,6 +572,23 @@ impl Renderer {
         template: &str,
         ctx: Value,
         input: &Input<'_>,
+    ) -> Result<Vec<Object>> {
+        self.render_checked(
+            template,
+            ctx,
+            &control_plane_namespace(input.key),
+            input.key,
+        )
+    }
+
+    /// Renders `template` and checks its objects: in `namespace`, or cluster-scoped and named
+    /// after `key`.
+    fn render_checked(
+        &self,
+        template: &str,
+        ctx: Value,
+        namespace: &str,
+        key: &str,
     ) -> Result<Vec<Object>> {
         let ctx = tera::Context::from_value(ctx).map_err(|e| RenderError::Template {
             template: template.to_owned(),
@@ -595,12 +601,7 @@ impl Renderer {
                 template: template.to_owned(),
                 message: chain(&e),
             })?;
-        parse_objects(
-            template,
-            &text,
-            &control_plane_namespace(input.key),
-            input.key,
-        )
+        parse_objects(template, &text, namespace, key)
     }
 
     /// Every component's objects, in bring-up order.
