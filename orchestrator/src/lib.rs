@@ -296,7 +296,7 @@ pub enum Command {
 pub enum ToolCommand {
     #[command(flatten)]
     Snapshots(snapshots::tool::ToolCommand),
-    /// Administer a shared datastore as root (its admin Jobs; [`datastore::tool`]).
+    /// Administer a shared datastore as root (what its admin Jobs run).
     Datastore(datastore::tool::Args),
 }
 

@@ -19,22 +19,9 @@ use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// etcd client URLs, tried in order until one answers.
-    #[arg(
-        long,
-        env = "VCP_ETCD_ENDPOINTS",
-        value_delimiter = ',',
-        required = true
-    )]
-    pub endpoints: Vec<String>,
-    /// CA bundle that signed the members' serving certificate.
-    #[arg(long, env = "VCP_ETCD_CA_FILE")]
-    pub ca_file: PathBuf,
-    /// Root's client certificate and key.
-    #[arg(long, env = "VCP_ETCD_CERT_FILE")]
-    pub cert_file: PathBuf,
-    #[arg(long, env = "VCP_ETCD_KEY_FILE")]
-    pub key_file: PathBuf,
+    /// The members, and a client certificate with no common name (see above).
+    #[command(flatten)]
+    pub etcd: crate::snapshots::tool::EtcdConnection,
     /// Root's password.
     #[arg(long, env = "VCP_ETCD_PASSWORD_FILE")]
     pub password_file: PathBuf,
@@ -221,11 +208,8 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn connect(a: &Args) -> Result<Gateway> {
-        let mut identity = read(&a.cert_file)?;
-        identity.push(b'\n');
-        identity.extend(read(&a.key_file)?);
-        let ca = read(&a.ca_file)?;
-        Gateway::new(&ca, &identity, a.endpoints.clone())
+        let (ca, identity) = a.etcd.read()?;
+        Gateway::new(&ca, &identity, a.etcd.endpoints.clone())
     }
 
     /// `identity`: a certificate and its key, PEM.

@@ -29,8 +29,10 @@ pub enum ToolCommand {
     EtcdRestoreSwap(SwapArgs),
 }
 
+/// Where etcd is and the client certificate to reach it with: every tool command that talks
+/// to etcd (snapshots here, a shared datastore's administration in [`crate::datastore::tool`]).
 #[derive(Debug, clap::Args)]
-pub struct SnapshotArgs {
+pub struct EtcdConnection {
     /// etcd client URLs, tried in order until one answers.
     #[arg(
         long,
@@ -47,6 +49,23 @@ pub struct SnapshotArgs {
     pub cert_file: PathBuf,
     #[arg(long, env = "VCP_ETCD_KEY_FILE")]
     pub key_file: PathBuf,
+}
+
+impl EtcdConnection {
+    /// The CA bundle, and the client certificate with its key as one PEM.
+    pub fn read(&self) -> Result<(Vec<u8>, Vec<u8>)> {
+        let read = |p: &PathBuf| std::fs::read(p).map_err(io(p));
+        let mut identity = read(&self.cert_file)?;
+        identity.push(b'\n');
+        identity.extend(read(&self.key_file)?);
+        Ok((read(&self.ca_file)?, identity))
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub etcd: EtcdConnection,
     /// The snapshot file to write (atomically: a `.part` file renamed when complete).
     #[arg(long, env = "VCP_SNAPSHOT_FILE")]
     pub out: PathBuf,
@@ -195,11 +214,7 @@ fn parse_line(line: &[u8]) -> Result<Option<Message>> {
 }
 
 fn client(a: &SnapshotArgs) -> Result<reqwest::Client> {
-    let read = |p: &PathBuf| std::fs::read(p).map_err(io(p));
-    let mut identity = read(&a.cert_file)?;
-    identity.push(b'\n');
-    identity.extend(read(&a.key_file)?);
-    let ca = read(&a.ca_file)?;
+    let (ca, identity) = a.etcd.read()?;
     reqwest::Client::builder()
         .add_root_certificate(
             reqwest::Certificate::from_pem(&ca).map_err(|e| fail(format!("ca file: {e}")))?,
@@ -218,7 +233,7 @@ fn client(a: &SnapshotArgs) -> Result<reqwest::Client> {
 pub async fn snapshot(a: &SnapshotArgs) -> Result<Report> {
     let http = client(a)?;
     let mut errors = Vec::new();
-    for endpoint in &a.endpoints {
+    for endpoint in &a.etcd.endpoints {
         match snapshot_from(&http, endpoint.trim_end_matches('/'), &a.out).await {
             Ok(r) => return Ok(r),
             Err(e) => {
