@@ -19,6 +19,7 @@
 pub mod api;
 pub mod cli;
 pub mod jobs;
+pub mod logical;
 pub mod store;
 pub mod tool;
 pub mod types;
