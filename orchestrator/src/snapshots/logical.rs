@@ -137,7 +137,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn read_all(text: &str) -> Result<(Header, Vec<(Vec<u8>, Vec<u8>)>), LogicalError> {
+    /// A key after the prefix, and its value.
+    type Kv = (Vec<u8>, Vec<u8>);
+
+    fn read_all(text: &str) -> Result<(Header, Vec<Kv>), LogicalError> {
         let mut r = Reader::default();
         let mut keys = Vec::new();
         for l in text.lines() {
