@@ -177,14 +177,16 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 /// dots, short enough that `<key>.<domain>` (a key is at most 20 characters) stays within a
 /// DNS name's 253.
 pub fn is_tenant_domain(s: &str) -> bool {
-    let label = |l: &str| {
-        (1..=63).contains(&l.len())
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    s.len() <= 253 - 21 && s.split('.').all(label)
+    s.len() <= 253 - 21 && s.split('.').all(is_dns_label)
+}
+
+/// A DNS label: 1 to 63 lowercase letters, digits and `-`, not starting or ending with `-`.
+pub fn is_dns_label(l: &str) -> bool {
+    (1..=63).contains(&l.len())
+        && l.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !l.starts_with('-')
+        && !l.ends_with('-')
 }
 
 #[cfg(test)]

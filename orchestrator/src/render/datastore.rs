@@ -96,13 +96,9 @@ pub fn parse_datastores(yaml: &str) -> Result<BTreeMap<String, Spec>> {
 }
 
 fn is_name(n: &str) -> bool {
-    let b = n.as_bytes();
-    !b.is_empty()
-        && b.len() <= MAX_NAME
-        && b[0].is_ascii_lowercase()
-        && b[b.len() - 1] != b'-'
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    crate::names::is_dns_label(n)
+        && n.len() <= MAX_NAME
+        && n.starts_with(|c: char| c.is_ascii_lowercase())
 }
 
 /// The host namespace of datastore `name`.

@@ -20,6 +20,7 @@
 //! able to read the key before any replica writes with it). Upstream's prefix transformer
 //! moves past `identity` when it meets an encrypted value, which is what lets it lead.
 
+use crate::names::is_dns_label;
 use crate::pki::rotation::{self, Phase, Signer};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -55,16 +56,6 @@ impl Default for EncryptionPlan {
     }
 }
 
-/// A DNS label: lowercase letters, digits and `-`, starting and ending alphanumeric.
-fn label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 impl EncryptionPlan {
     /// Refuses what the apiserver would refuse at start, or what vcp could not migrate:
     /// wildcards (`*.apps`: vcp rewrites each resource by name), duplicates, names that are
@@ -73,8 +64,8 @@ impl EncryptionPlan {
         let mut seen = std::collections::BTreeSet::new();
         for r in &self.resources {
             let (resource, group) = group_resource(r);
-            let group_ok = !r.contains('.') || group.split('.').all(label);
-            if !label(resource) || !group_ok {
+            let group_ok = !r.contains('.') || group.split('.').all(is_dns_label);
+            if !is_dns_label(resource) || !group_ok {
                 return Err(format!(
                     "encryption.resources: {r:?} is not <resource> or <resource>.<group> (lowercase; no wildcards)"
                 ));
