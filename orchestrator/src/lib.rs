@@ -36,6 +36,7 @@ pub mod http;
 pub mod audit;
 pub mod datastore;
 pub mod encryption;
+pub mod etcd;
 pub mod kubeconfigs;
 pub mod rotations;
 pub mod sleep;
@@ -113,6 +114,8 @@ pub enum Error {
     Snapshot(String),
     #[error("shared datastore: {0}")]
     Datastore(String),
+    #[error("etcd: {0}")]
+    Etcd(String),
     /// A kubeconfig asked of a tenant whose CA does not exist yet (its bring-up is before its
     /// Certificates step).
     #[error("tenant {0:?} has no CA yet")]
@@ -161,6 +164,7 @@ impl Error {
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
             Error::Datastore(_) => "datastore",
+            Error::Etcd(_) => "etcd",
             Error::NoCa(_) => "no_ca",
         }
     }
@@ -298,6 +302,11 @@ pub enum ToolCommand {
     Snapshots(snapshots::tool::ToolCommand),
     /// Administer a shared datastore as root (what its admin Jobs run).
     Datastore(datastore::tool::Args),
+    /// Save a tenant's keys to a logical snapshot and report it (the snapshot Job of a tenant
+    /// on a shared datastore).
+    EtcdExport(snapshots::transfer::ExportArgs),
+    /// Put a logical snapshot's keys in place of a tenant's (its restore Job).
+    EtcdImport(snapshots::transfer::ImportArgs),
 }
 
 impl Command {
@@ -342,6 +351,8 @@ pub async fn run(args: Args) -> Result<()> {
         }
         Command::Tool(ToolCommand::Snapshots(cmd)) => snapshots::tool::run(cmd).await,
         Command::Tool(ToolCommand::Datastore(a)) => datastore::tool::run(a).await,
+        Command::Tool(ToolCommand::EtcdExport(a)) => snapshots::transfer::export_command(&a).await,
+        Command::Tool(ToolCommand::EtcdImport(a)) => snapshots::transfer::import_command(&a).await,
         Command::Openapi => {
             let doc = api::openapi()
                 .to_pretty_json()

@@ -1,19 +1,23 @@
 //! Shared datastores on the dev cluster: two tenants whose plan keeps their data on one
 //! three-member etcd run by vcp, each under its own prefix and etcd user. Each sees only its own
 //! objects through its apiserver, and, below the apiservers, tenant A's etcd credentials are
-//! refused every key of B's (and every key outside A's prefix), read with a real etcdctl. A
-//! deleted tenant's user and keys go; the other tenant keeps working.
+//! refused every key of B's (and every key outside A's prefix), read with a real etcdctl, and so
+//! are those its snapshot Jobs log in with (a password). A's snapshot is a logical one (its
+//! keys only) and a restore from it brings back what was deleted after it, removes what was
+//! created after it, and leaves B untouched. A deleted tenant's user and keys go; the other
+//! tenant keeps working.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use reqwest::Method;
+use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::SHARED_PLAN;
+use vcp_dev::platform::{ApiClient, SHARED_PLAN};
 use vcp_dev::testing::eventually;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(360);
@@ -63,6 +67,12 @@ impl Etcdctl {
             tls,
             user,
         })
+    }
+
+    /// The same connection, logged in as `user` with `password`.
+    fn logged_in(mut self, user: &str, password: &str) -> Etcdctl {
+        self.user = Some(format!("{user}:{password}"));
+        self
     }
 
     fn run(&self, args: &[&str]) -> anyhow::Result<Output> {
@@ -176,6 +186,27 @@ async fn tenants_on_a_shared_datastore_reach_only_their_own_keys() -> anyhow::Re
     // A key that only starts like A's is not A's.
     as_a.refused(&["put", &format!("/vcp/{key_a}x/evil"), "y"])?;
 
+    // What A's snapshot Jobs log in with (a certificate naming no user, and A's password):
+    // A's keys, and nothing of B's.
+    let ns_a = format!("vcp-{key_a}");
+    let jobs_cert = secret_of(ns_a.clone(), "datastore-client").await?;
+    let user_secret = secret_of(ns_a.clone(), "datastore-user").await?;
+    let field =
+        |k: &str| String::from_utf8_lossy(&user_secret.data.as_ref().unwrap()[k].0).into_owned();
+    assert_eq!(field("user"), format!("tenant-{key_a}"));
+    let as_jobs = Etcdctl::new(&endpoint, &jobs_cert, dir.path(), "a-jobs")?
+        .logged_in(&field("user"), &field("password"));
+    let own = as_jobs.ok(&["get", &format!("/vcp/{key_a}/"), "--prefix", "--keys-only"])?;
+    assert!(own.contains("only-a"), "{own}");
+    as_jobs.refused(&["get", &format!("/vcp/{key_b}/"), "--prefix", "--keys-only"])?;
+    as_jobs.refused(&["del", "/vcp/", "--prefix"])?;
+    let wrong = Etcdctl::new(&endpoint, &jobs_cert, dir.path(), "a-wrong")?
+        .logged_in(&field("user"), "not-the-password");
+    let out = wrong.run(&["get", &format!("/vcp/{key_a}/"), "--prefix", "--keys-only"])?;
+    assert!(!out.status.success(), "a wrong password reads nothing");
+
+    logical_snapshot_and_restore(api, "ds-a", &cms_a, &cms_b).await?;
+
     // Deleting A takes its user and its keys; B goes on.
     api.delete_tenant("ds-a").await?;
     let root_secret = secret_of(ds.to_owned(), "etcd-root").await?;
@@ -217,5 +248,134 @@ async fn tenants_on_a_shared_datastore_reach_only_their_own_keys() -> anyhow::Re
             .filter_map(|p| p.metadata.name.clone())
             .collect::<Vec<_>>()
     );
+    Ok(())
+}
+
+async fn snapshots_of(api: &ApiClient, name: &str) -> anyhow::Result<Value> {
+    let (s, l) = api
+        .raw(Method::GET, &format!("/v1/tenants/{name}/snapshots"), None)
+        .await?;
+    anyhow::ensure!(s == 200, "list: {s} {l}");
+    Ok(l)
+}
+
+/// A's snapshot holds A's keys only (a logical one); restoring it brings back what was deleted
+/// after it and removes what was created after it, and B sees none of it.
+async fn logical_snapshot_and_restore(
+    api: &ApiClient,
+    name: &str,
+    cms_a: &Api<ConfigMap>,
+    cms_b: &Api<ConfigMap>,
+) -> anyhow::Result<()> {
+    let cm = |n: &str| -> anyhow::Result<ConfigMap> {
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": n}, "data": {"k": n}}),
+        )?)
+    };
+    cms_a
+        .create(&PostParams::default(), &cm("deleted-after")?)
+        .await?;
+    let (s, snap) = api
+        .raw(Method::POST, &format!("/v1/tenants/{name}/snapshots"), None)
+        .await?;
+    assert_eq!(s, 202, "{snap}");
+    let id = snap["id"].as_i64().unwrap();
+    let snap = eventually(
+        "the logical snapshot taken",
+        Duration::from_secs(240),
+        || async {
+            let l = snapshots_of(api, name).await?;
+            let s = l["snapshots"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["id"] == id)
+                .cloned()
+                .unwrap();
+            anyhow::ensure!(s["state"] != "Failed", "the snapshot failed: {s}");
+            Ok((s["state"] == "Succeeded").then_some(s))
+        },
+    )
+    .await?;
+    println!("logical snapshot: {snap}");
+    assert_eq!(snap["kind"], "logical", "{snap}");
+    let location = snap["location"].as_str().unwrap();
+    assert!(
+        location.ends_with(&format!("/snapshot-{id}.vcpl")),
+        "{location}"
+    );
+    assert!(snap["size_bytes"].as_i64().unwrap() > 1000, "{snap}");
+
+    cms_a
+        .delete("deleted-after", &DeleteParams::default())
+        .await?;
+    cms_a
+        .create(&PostParams::default(), &cm("created-after")?)
+        .await?;
+    cms_b
+        .create(&PostParams::default(), &cm("b-during")?)
+        .await?;
+
+    let (s, r) = api
+        .raw(
+            Method::POST,
+            &format!("/v1/tenants/{name}/restore"),
+            Some(&json!({"snapshot": id})),
+        )
+        .await?;
+    assert_eq!(s, 202, "{r}");
+    let rid = r["id"].clone();
+    let started = std::time::Instant::now();
+    eventually(
+        "the logical restore finished",
+        Duration::from_secs(300),
+        || async {
+            let t = api.get_tenant(name).await?.unwrap();
+            let l = snapshots_of(api, name).await?;
+            let r = l["restores"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["id"] == rid)
+                .cloned()
+                .unwrap();
+            anyhow::ensure!(r["state"] != "Failed", "the restore failed: {r}");
+            Ok((r["state"] == "Succeeded" && t["phase"] == "Ready").then_some(()))
+        },
+    )
+    .await?;
+    println!(
+        "logical restore of snapshot {id} took {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let names = eventually(
+        "A serves the restored objects",
+        Duration::from_secs(60),
+        || async {
+            let Ok(l) = cms_a.list(&Default::default()).await else {
+                return Ok(None);
+            };
+            Ok(Some(
+                l.items
+                    .into_iter()
+                    .filter_map(|c| c.metadata.name)
+                    .collect::<Vec<_>>(),
+            ))
+        },
+    )
+    .await?;
+    assert!(
+        names.contains(&"deleted-after".to_owned()) && names.contains(&"only-a".to_owned()),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"created-after".to_owned()), "{names:?}");
+    // B: untouched, what it wrote during A's restore included.
+    for n in ["only-b", "b-during"] {
+        assert!(cms_b.get_opt(n).await?.is_some(), "B lost {n}");
+    }
+    // A works after it.
+    cms_a
+        .create(&PostParams::default(), &cm("after-restore")?)
+        .await?;
     Ok(())
 }

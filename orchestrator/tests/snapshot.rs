@@ -83,6 +83,7 @@ async fn a_restore_brings_back_what_was_deleted_after_the_snapshot() -> anyhow::
     assert!(snap["revision"].as_i64().unwrap() > 0, "{snap}");
     assert!(snap["size_bytes"].as_i64().unwrap() > 4096, "{snap}");
     assert_eq!(snap["sha256"].as_str().unwrap().len(), 64, "{snap}");
+    assert_eq!(snap["kind"], "etcd", "{snap}");
     let location = snap["location"].as_str().unwrap();
     assert!(
         location.starts_with("pvc://")

@@ -286,17 +286,7 @@ impl Provisioner {
                     why,
                     "datastore admin job failed; starting it again"
                 );
-                let jobs: Api<k8s_openapi::api::batch::v1::Job> =
-                    Api::namespaced(self.host.clone(), &ns);
-                let dp = DeleteParams {
-                    propagation_policy: Some(kube::api::PropagationPolicy::Background),
-                    ..DeleteParams::default()
-                };
-                match jobs.delete(&job, &dp).await {
-                    Ok(_) => {}
-                    Err(e) if crate::host::not_found(&e) => {}
-                    Err(e) => return Err(Error::kube(format!("delete job {job}"), e)),
-                }
+                self.delete_datastore_job(name, &job).await?;
             }
             JobState::Running | JobState::Succeeded(_) => {}
         }
@@ -304,16 +294,28 @@ impl Provisioner {
     }
 
     /// The tenant's side of its plan's datastore, in its pass (its etcd step): the datastore
-    /// Ready, then the tenant's user granted by a Job (once; the inventory remembers it).
+    /// Ready, its user and password in the tenant's control-plane namespace, then the user
+    /// granted by a Job (once; the inventory remembers it).
     pub(crate) async fn tenant_on_datastore(
         &self,
-        tenant_id: i64,
-        key: &str,
+        tenant: &crate::inventory::Tenant,
         placement: &names::Placement,
     ) -> Result<StepResult> {
+        let (tenant_id, key) = (tenant.id, tenant.key.as_str());
         let name = &placement.name;
-        if self.inventory.tenant_datastore(tenant_id).await?.as_deref() == Some(name) {
+        let granted = self.inventory.tenant_datastore(tenant_id).await?.as_deref() == Some(name);
+        let made = self.tenant_user_secret(tenant, name).await?;
+        if granted && !made {
             return Ok(StepResult::Ready);
+        }
+        if granted {
+            // Granted before its user had a password: granted again, to set it.
+            self.inventory.forget_grant(tenant_id).await?;
+            let job = Admin::Grant {
+                key: key.to_owned(),
+            }
+            .job();
+            self.delete_datastore_job(name, &job).await?;
         }
         let Some(row) = self.inventory.datastore(name).await? else {
             self.ask_datastore(name).await?;
@@ -346,6 +348,67 @@ impl Provisioner {
                 "granting the tenant's user on datastore {name}"
             ))),
         }
+    }
+
+    /// Deletes an admin Job of datastore `name` (gone already is fine).
+    async fn delete_datastore_job(&self, name: &str, job: &str) -> Result<()> {
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+            Api::namespaced(self.host.clone(), &names::namespace(name));
+        let dp = DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        match jobs.delete(job, &dp).await {
+            Ok(_) => Ok(()),
+            Err(e) if crate::host::not_found(&e) => Ok(()),
+            Err(e) => Err(Error::kube(format!("delete job {job}"), e)),
+        }
+    }
+
+    /// The tenant's user and password on datastore `name`, kept in its control-plane namespace
+    /// for vcp's snapshot Jobs; whether this pass had to write them.
+    async fn tenant_user_secret(
+        &self,
+        tenant: &crate::inventory::Tenant,
+        name: &str,
+    ) -> Result<bool> {
+        let ns = vcp_core::naming::control_plane_namespace(&tenant.key);
+        let secrets: Api<Secret> = Api::namespaced(self.host.clone(), &ns);
+        let user = names::user(&tenant.key);
+        let stored = self
+            .read_secret(&secrets, names::SECRET_TENANT_USER)
+            .await?;
+        if stored
+            .as_ref()
+            .and_then(|s| secret_str(s, "user"))
+            .as_deref()
+            == Some(user.as_str())
+        {
+            return Ok(false);
+        }
+        let root = self
+            .read_secret(
+                &Api::namespaced(self.host.clone(), &names::namespace(name)),
+                names::SECRET_ROOT,
+            )
+            .await?
+            .and_then(|s| secret_str(&s, "password"))
+            .ok_or_else(|| {
+                Error::Datastore(format!("datastore {name} has no root password yet"))
+            })?;
+        let d = data(&[
+            ("user", &user),
+            ("password", &names::tenant_password(&root, &user)),
+        ]);
+        if stored.is_some() {
+            secrets
+                .delete(names::SECRET_TENANT_USER, &DeleteParams::default())
+                .await
+                .map_err(|e| Error::kube("delete the datastore user secret", e))?;
+        }
+        self.create_secret(&secrets, names::SECRET_TENANT_USER, tenant, d, None)
+            .await?;
+        Ok(true)
     }
 
     /// The tenant's user gone from the datastore (its keys too, unless `keep_data`); `Ready`

@@ -57,6 +57,10 @@ pub struct ApiNames {
 /// The signer of a shared-datastore tenant's etcd client certificate: the datastore's CA,
 /// which vcp keeps in the datastore's namespace, not the tenant's.
 pub const DATASTORE_CA: &str = "datastore-ca";
+/// The leaf (and Secret) with no common name that vcp's Jobs reach a tenant's datastore with.
+pub const DATASTORE_CLIENT: &str = "datastore-client";
+/// That leaf's organization: what names it in etcd's and the host's logs.
+pub const DATASTORE_CLIENT_ORGANIZATION: &str = "vcp:datastore-tenant";
 
 /// User the orchestrator itself uses inside a tenant (bootstrap, readiness).
 pub const ORCHESTRATOR_USER: &str = "vcp:orchestrator";
@@ -116,11 +120,21 @@ pub fn plan(n: &ApiNames) -> Vec<LeafPlan> {
                 spec: LeafSpec::client("kube-apiserver-etcd-client", &[]),
             },
         ],
-        Some(user) => vec![LeafPlan {
-            name: "apiserver-etcd-client",
-            ca: DATASTORE_CA,
-            spec: LeafSpec::client(user, &[]),
-        }],
+        Some(user) => vec![
+            LeafPlan {
+                name: "apiserver-etcd-client",
+                ca: DATASTORE_CA,
+                spec: LeafSpec::client(user, &[]),
+            },
+            // vcp's snapshot Jobs speak etcd's JSON gateway, which refuses a certificate that
+            // names a user once authentication is on: theirs names none, and the user is who
+            // its password says (`tenant_password` of the datastore's names).
+            LeafPlan {
+                name: DATASTORE_CLIENT,
+                ca: DATASTORE_CA,
+                spec: LeafSpec::client("", &[DATASTORE_CLIENT_ORGANIZATION]),
+            },
+        ],
     };
     etcd_leaves
         .into_iter()
@@ -321,5 +335,8 @@ mod tests {
         assert_eq!(client.ca, DATASTORE_CA);
         assert_eq!(client.spec.common_name, "tenant-demoabc123");
         assert!(client.spec.client && !client.spec.server);
+        let jobs = plan.iter().find(|l| l.name == DATASTORE_CLIENT).unwrap();
+        assert_eq!(jobs.ca, DATASTORE_CA);
+        assert!(jobs.spec.common_name.is_empty() && jobs.spec.client && !jobs.spec.server);
     }
 }

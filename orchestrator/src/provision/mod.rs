@@ -458,7 +458,7 @@ impl Provisioner {
         let etcd = match cfg.settings.placement(plan, &t.key) {
             // On a shared datastore the step is the tenant's user there.
             Some(p) => self
-                .tenant_on_datastore(t.id, &t.key, &p)
+                .tenant_on_datastore(t, &p)
                 .await
                 .unwrap_or_else(|e| failed(e, false)),
             None => self

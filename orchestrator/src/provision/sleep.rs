@@ -97,7 +97,7 @@ impl Provisioner {
             crate::host::ssa::apply_all(&self.host, &objects).await?;
         }
         let ns = control_plane_namespace(&t.key);
-        let mut left = self.control_plane_pods(t, &ns).await?;
+        let mut left = self.control_plane_pods(t, &ns, true).await?;
         if !dns {
             left += self.dns_pods(t, &ns).await?;
         }

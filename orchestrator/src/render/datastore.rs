@@ -118,8 +118,13 @@ pub fn prefix(key: &str) -> String {
 /// writes `<prefix>/<resource>/...`, so the range is the prefix with its slash: `/vcp/ab/`
 /// and never `/vcp/abc/` of a tenant whose key starts the same way.
 pub fn key_range(key: &str) -> (String, String) {
+    prefix_range(&prefix(key))
+}
+
+/// The keys an apiserver with `--etcd-prefix=<prefix>` writes: `[<prefix>/, <prefix>0)`.
+pub fn prefix_range(prefix: &str) -> (String, String) {
     // '0' is the byte after '/': the end of every key that starts with "<prefix>/".
-    (format!("{}/", prefix(key)), format!("{}0", prefix(key)))
+    (format!("{prefix}/"), format!("{prefix}0"))
 }
 
 /// The etcd user (and role) of tenant `key`: the common name of its apiserver's client
@@ -127,6 +132,26 @@ pub fn key_range(key: &str) -> (String, String) {
 pub fn user(key: &str) -> String {
     format!("tenant-{key}")
 }
+
+/// Tenant `user`'s password on a datastore whose root has `root_password`: HMAC-SHA256 of the
+/// user's name keyed by root's password, hex. The grant Job (which holds root's password)
+/// sets it and vcp (which can read root's Secret) hands it to the tenant's snapshot Jobs, so it
+/// is stored nowhere else, and no tenant's password says anything about another's or root's.
+pub fn tenant_password(root_password: &str, user: &str) -> String {
+    use hmac::{KeyInit as _, Mac as _};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(root_password.as_bytes())
+        .expect("HMAC takes a key of any length");
+    mac.update(user.as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The Secret of a tenant's control-plane namespace with its user and password on its
+/// datastore (`user`, `password`).
+pub const SECRET_TENANT_USER: &str = "datastore-user";
 
 /// The user vcp's own Jobs administer a datastore as.
 pub const ROOT: &str = "root";
@@ -286,6 +311,21 @@ mod tests {
         assert!(!inside("/vcp/ab1/pods"));
         assert!(!inside("/registry/pods"));
         assert!(!inside("compact_rev_key"));
+    }
+
+    #[test]
+    fn tenant_passwords_are_keyed_by_roots_and_differ_per_user() {
+        // RFC 4231, test case 2: the construction is HMAC-SHA256 as specified.
+        assert_eq!(
+            tenant_password("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        let a = tenant_password("root-secret", &user("aaaa"));
+        assert_eq!(a.len(), 64);
+        assert_eq!(a, tenant_password("root-secret", &user("aaaa")));
+        assert_ne!(a, tenant_password("root-secret", &user("aaab")));
+        assert_ne!(a, tenant_password("other-root", &user("aaaa")));
+        assert!(!a.contains("root-secret"));
     }
 
     #[test]

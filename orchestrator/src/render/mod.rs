@@ -58,7 +58,7 @@ pub const TEMPLATES: [(Component, &str, &str); 6] = [
 ];
 
 /// Templates of the Jobs vcp runs in a tenant's control-plane namespace, outside bring-up.
-pub const JOB_TEMPLATES: [(JobKind, &str, &str); 2] = [
+pub const JOB_TEMPLATES: [(JobKind, &str, &str); 3] = [
     (
         JobKind::Snapshot,
         "etcd-snapshot.yaml",
@@ -68,6 +68,11 @@ pub const JOB_TEMPLATES: [(JobKind, &str, &str); 2] = [
         JobKind::Restore,
         "etcd-restore.yaml",
         include_str!("../../../templates/etcd-restore.yaml"),
+    ),
+    (
+        JobKind::Import,
+        "etcd-import.yaml",
+        include_str!("../../../templates/etcd-import.yaml"),
     ),
 ];
 
@@ -90,6 +95,8 @@ pub enum JobKind {
     Snapshot,
     /// Restores one etcd member from a snapshot.
     Restore,
+    /// Restores a tenant's keys from a logical snapshot (a tenant on a shared datastore).
+    Import,
 }
 
 /// A control-plane component with a template.
@@ -660,6 +667,8 @@ fn context(input: &Input<'_>) -> Value {
         ctx["etcd_servers"] = json!(p.servers);
         ctx["datastore"] = json!(p);
         ctx["label_datastore"] = json!(datastore::LABEL_DATASTORE);
+        ctx["datastore_client_secret"] = json!(crate::pki::DATASTORE_CLIENT);
+        ctx["datastore_user_secret"] = json!(datastore::SECRET_TENANT_USER);
     }
     let mut rollout = serde_json::Map::new();
     for (c, label) in [

@@ -1132,6 +1132,67 @@ fn a_tenant_on_a_shared_datastore_has_no_etcd_and_its_apiserver_keeps_to_its_pre
         "shared"
     );
     assert_eq!(first["ports"][0]["port"], 2379);
+    // Its snapshot Jobs too: they export its keys (a logical snapshot) as its etcd user, with
+    // the certificate that names no user, never the apiserver's.
+    let jobs = net
+        .iter()
+        .find(|o| o.name() == "control-plane-egress-etcd-jobs")
+        .unwrap();
+    assert_eq!(
+        jobs.0["spec"]["egress"][0]["to"][0]["namespaceSelector"]["matchLabels"]
+            [datastore::LABEL_DATASTORE],
+        "shared"
+    );
+    for (kind, job, command, extra) in [
+        (
+            JobKind::Snapshot,
+            "etcd-snapshot-1",
+            "etcd-export",
+            serde_json::json!({"job": "etcd-snapshot-1", "file": "snapshot-1.vcpl"}),
+        ),
+        (
+            JobKind::Import,
+            "etcd-restore-1-0",
+            "etcd-import",
+            serde_json::json!({"job": "etcd-restore-1-0", "file": "snapshot-1.vcpl", "sha256": "ab"}),
+        ),
+    ] {
+        let objects = r.render_job(kind, &input, extra).unwrap();
+        let spec = pod_spec(&objects, "Job", job);
+        let c = &spec["containers"][0];
+        assert_eq!(c["command"][2], command, "{c}");
+        let args = c["args"].to_string();
+        assert!(args.contains("--prefix=/vcp/demoabc123"), "{args}");
+        assert!(
+            args.contains(".etcd.vcp-datastore-shared.svc:2379"),
+            "{args}"
+        );
+        assert_eq!(
+            c["env"][0]["valueFrom"]["secretKeyRef"]["name"],
+            "datastore-user"
+        );
+        let secrets = spec["volumes"].to_string();
+        assert!(secrets.contains("\"datastore-client\"") && secrets.contains("\"datastore-user\""));
+        assert!(!secrets.contains("apiserver-etcd-client"), "{secrets}");
+        assert_restricted_non_root(spec, "a logical snapshot job");
+    }
+    let admitted = r
+        .render_datastore(
+            "shared",
+            &settings.datastores["shared"],
+            ("etcd:x", "vcp:y"),
+            "abc",
+        )
+        .unwrap();
+    let policy = admitted
+        .iter()
+        .find(|o| o.kind() == "NetworkPolicy" && o.name() == "datastore")
+        .unwrap();
+    assert!(
+        policy.0.to_string().contains("etcd-snapshot"),
+        "{}",
+        policy.0
+    );
 
     // The same tenant on its own etcd: no prefix, its own members.
     let own = Plan {
@@ -1146,6 +1207,15 @@ fn a_tenant_on_a_shared_datastore_has_no_etcd_and_its_apiserver_keeps_to_its_pre
     let text: String = api.iter().map(|o| o.0.to_string()).collect();
     assert!(!text.contains("--etcd-prefix"));
     assert!(!r.render(Component::Etcd, &input).unwrap().is_empty());
+    let snapshot = r
+        .render_job(
+            JobKind::Snapshot,
+            &input,
+            serde_json::json!({"job": "etcd-snapshot-1", "file": "snapshot-1.db"}),
+        )
+        .unwrap();
+    let c = &pod_spec(&snapshot, "Job", "etcd-snapshot-1")["containers"][0];
+    assert_eq!(c["command"][2], "etcd-snapshot", "{c}");
 }
 
 #[test]

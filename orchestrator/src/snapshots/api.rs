@@ -18,14 +18,15 @@ use vcp_core::lifecycle::{Phase, SnapshotState};
 
 /// Asks for an etcd snapshot of the tenant, taken through etcd's snapshot API by a Job in the
 /// tenant's control-plane namespace onto its `etcd-snapshots` volume, and recorded with the
-/// store's revision, the file's size and SHA-256. `Pending` until the tenant's next pass.
+/// store's revision, the file's size and SHA-256. `Pending` until the tenant's next pass. A
+/// tenant on a shared datastore gets a logical snapshot instead: its own keys, exported as its
+/// etcd user (storage version `vcp-logical-v1`, a `.vcpl` file).
 /// It takes no body: none, or `{}` (vcp chooses where a snapshot goes).
 #[utoipa::path(post, path = "/v1/tenants/{name}/snapshots", tag = "snapshots",
     security(("bearer" = [])),
     params(("name" = NameSchema, Path, description = "tenant name")),
     responses(
     (status = 202, description = "snapshot recorded as Pending", body = SnapshotView),
-    (status = 409, description = "the tenant keeps its data on a shared datastore, where a snapshot would be the whole store's (docs/orchestrator.md, \"Shared datastores\")", body = ProblemBody, content_type = "application/problem+json"),
     Unauthorized,
     NoSuchTenant,
     NoBodyTaken,
@@ -39,20 +40,6 @@ pub(crate) async fn create_snapshot(
 ) -> Result<(StatusCode, Json<SnapshotView>), Problem> {
     let (caller, t) = caller_and_tenant(&s, &headers, name).await?;
     none?;
-    let config = &s.provisioner.config;
-    if let Some(p) = config
-        .plans
-        .get(&t.plan)
-        .and_then(|p| config.settings.placement(p, &t.key))
-    {
-        return Err(Problem::conflict(
-            "tenant",
-            &format!(
-                "tenant {:?} keeps its data on shared datastore {}: its snapshots are not supported yet",
-                t.name, p.name
-            ),
-        ));
-    }
     let row = s
         .inventory
         .request_snapshot(&t, &caller.0.name)
@@ -92,9 +79,11 @@ pub(crate) async fn list_snapshots(
 /// host keep running), each member's data is replaced by the snapshot's after the file is
 /// checked against its recorded SHA-256 (the old data is kept beside it), the revision moves
 /// forward so every client relists, and the control plane starts again. Objects written after
-/// the snapshot are gone; objects deleted after it are back. 409 unless the tenant is Ready
-/// with no upgrade or restore moving it; 422 for a snapshot that is not a taken one of this
-/// tenant.
+/// the snapshot are gone; objects deleted after it are back. A logical snapshot is put back
+/// by one Job with only etcd's clients stopped (the tenant's keys deleted, the snapshot's put
+/// under its prefix). 409 unless the tenant is Ready with no upgrade or restore moving it;
+/// 422 for a snapshot that is not a taken one of this tenant, or an etcd snapshot for a tenant
+/// on a shared datastore (which restores only from logical ones).
 #[utoipa::path(post, path = "/v1/tenants/{name}/restore", tag = "snapshots",
     security(("bearer" = [])),
     params(("name" = NameSchema, Path, description = "tenant name")),
@@ -105,7 +94,7 @@ pub(crate) async fn list_snapshots(
     AdminOnly,
     NoSuchTenant,
     (status = 409, description = "the tenant is not Ready, or an upgrade or restore moves it", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 422, description = "no taken snapshot of this tenant has that id; `field` is `snapshot`", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "no taken snapshot of this tenant has that id, or an etcd snapshot for a tenant on a shared datastore; `field` is `snapshot`", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(crate) async fn restore_tenant(
@@ -131,6 +120,24 @@ pub(crate) async fn restore_tenant(
                 &format!("tenant {:?} has no taken snapshot {}", t.name, req.snapshot),
             )
         })?;
+    let config = &s.provisioner.config;
+    let shared = config
+        .plans
+        .get(&t.plan)
+        .and_then(|p| config.settings.placement(p, &t.key));
+    let logical = snap
+        .storage_version
+        .as_deref()
+        .is_some_and(crate::snapshots::is_logical);
+    if let (Some(p), false) = (shared, logical) {
+        return Err(Problem::invalid(
+            "snapshot",
+            &format!(
+                "snapshot {} is an etcd snapshot; tenant {:?} keeps its data on shared datastore {} and restores only from its logical snapshots",
+                req.snapshot, t.name, p.name
+            ),
+        ));
+    }
     let conflict = || {
         Problem::conflict(
             "snapshot",

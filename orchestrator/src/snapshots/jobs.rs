@@ -115,10 +115,17 @@ impl Provisioner {
         }
         match self.job_state(&ns, &job).await? {
             JobState::Absent => {
+                // On a shared datastore the Job exports the tenant's keys (a logical snapshot).
+                let shared = self.config.settings.placement(input.plan, &t.key).is_some();
+                let file = if shared {
+                    snapshots::logical_file_name(s.number)
+                } else {
+                    snapshots::file_name(s.number)
+                };
                 let objects = self.config.renderer.render_job(
                     JobKind::Snapshot,
                     input,
-                    json!({"job": job, "file": snapshots::file_name(s.number)}),
+                    json!({"job": job, "file": file}),
                 )?;
                 crate::host::ssa::apply_all(&self.host, &objects).await?;
                 Ok(SnapshotState::Pending)
@@ -148,12 +155,14 @@ impl Provisioner {
         }
     }
 
-    /// Control-plane pods still there (etcd, apiserver, controller-manager, syncer).
-    pub async fn control_plane_pods(&self, t: &Tenant, ns: &str) -> Result<usize> {
+    /// Control-plane pods still there (etcd unless `etcd` is false, apiserver,
+    /// controller-manager, syncer).
+    pub async fn control_plane_pods(&self, t: &Tenant, ns: &str, etcd: bool) -> Result<usize> {
         let pods: Api<Pod> = Api::namespaced(self.host.clone(), ns);
         let sel = format!(
-            "{LABEL_CONTROL_PLANE_OF}={},{LABEL_COMPONENT} in (etcd,kube-apiserver,kube-controller-manager,vcp-syncer)",
-            t.key
+            "{LABEL_CONTROL_PLANE_OF}={},{LABEL_COMPONENT} in ({}kube-apiserver,kube-controller-manager,vcp-syncer)",
+            t.key,
+            if etcd { "etcd," } else { "" }
         );
         Ok(pods
             .list(&ListParams::default().labels(&sel))
@@ -187,7 +196,23 @@ impl Provisioner {
                 String::new(),
             ));
         };
-        let members = input.plan.etcd_replicas;
+        // A logical snapshot is put back by one Job while etcd runs (only its clients stop);
+        // an etcd snapshot by one Job per member with etcd stopped.
+        let logical = s
+            .storage_version
+            .as_deref()
+            .is_some_and(snapshots::is_logical);
+        let shared = self.config.settings.placement(input.plan, &t.key).is_some();
+        if shared && !logical {
+            return Ok((
+                Some(NewRestore::Failed(format!(
+                    "snapshot {} is an etcd snapshot of a dedicated etcd: a tenant on a shared datastore restores only from its logical snapshots",
+                    r.snapshot_number
+                ))),
+                String::new(),
+            ));
+        }
+        let members = if logical { 1 } else { input.plan.etcd_replicas };
         let mut jobs = Vec::new();
         for m in 0..members {
             jobs.push(
@@ -195,7 +220,7 @@ impl Provisioner {
                     .await?,
             );
         }
-        let pods_left = self.control_plane_pods(t, &ns).await?;
+        let pods_left = self.control_plane_pods(t, &ns, !logical).await?;
         let view = RestoreView {
             restored: false,
             pods_left,
@@ -209,12 +234,21 @@ impl Provisioner {
                 run: crate::render::Run::Stopped,
                 ..input.clone()
             };
-            for c in [
-                Component::Syncer,
-                Component::ControllerManager,
-                Component::Apiserver,
-                Component::Etcd,
-            ] {
+            let stop: &[Component] = if logical {
+                &[
+                    Component::Syncer,
+                    Component::ControllerManager,
+                    Component::Apiserver,
+                ]
+            } else {
+                &[
+                    Component::Syncer,
+                    Component::ControllerManager,
+                    Component::Apiserver,
+                    Component::Etcd,
+                ]
+            };
+            for &c in stop {
                 let objects = self.config.renderer.render(c, &stopped)?;
                 crate::host::ssa::apply_all(&self.host, &objects).await?;
             }
@@ -234,19 +268,31 @@ impl Provisioner {
                             continue;
                         }
                         let m = u8::try_from(m).expect("members fit a u8");
-                        let objects = self.config.renderer.render_job(
-                            JobKind::Restore,
-                            input,
-                            json!({
-                                "job": snapshots::restore_job(r.id, m),
-                                "file": snapshots::file_name(id),
-                                "sha256": s.sha256,
-                                "member": m,
-                                "staging": format!("/var/lib/etcd/restore-{}", r.id),
-                                "keep": "/var/lib/etcd/data.before-restore",
-                                "revision_bump": snapshots::REVISION_BUMP,
-                            }),
-                        )?;
+                        let objects = if logical {
+                            self.config.renderer.render_job(
+                                JobKind::Import,
+                                input,
+                                json!({
+                                    "job": snapshots::restore_job(r.id, m),
+                                    "file": snapshots::logical_file_name(id),
+                                    "sha256": s.sha256,
+                                }),
+                            )?
+                        } else {
+                            self.config.renderer.render_job(
+                                JobKind::Restore,
+                                input,
+                                json!({
+                                    "job": snapshots::restore_job(r.id, m),
+                                    "file": snapshots::file_name(id),
+                                    "sha256": s.sha256,
+                                    "member": m,
+                                    "staging": format!("/var/lib/etcd/restore-{}", r.id),
+                                    "keep": "/var/lib/etcd/data.before-restore",
+                                    "revision_bump": snapshots::REVISION_BUMP,
+                                }),
+                            )?
+                        };
                         crate::host::ssa::apply_all(&self.host, &objects).await?;
                     }
                 }

@@ -10,7 +10,12 @@
 //! ```text
 //! {"format":"vcp-logical-v1","revision":1234,"keys":2}
 //! {"k":"<base64 of the key after the prefix>","v":"<base64 of the value>"}
+//! {"k":"...","v":"...","ttl":3540}
 //! ```
+//!
+//! A key that was attached to a lease (the apiserver's Events, and leases it gives other
+//! short-lived keys) carries the seconds its lease had left; a restore attaches it to a new
+//! lease of about that length ([`lease_ttl`]), so restored Events still expire.
 //!
 //! The inventory records the file's SHA-256 like any snapshot's, and a restore checks it before
 //! it deletes anything; [`Reader`] also refuses a file whose key count or lines do not match its
@@ -38,6 +43,8 @@ pub struct Header {
 struct Line {
     k: String,
     v: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ttl: Option<i64>,
 }
 
 /// Why a file is not a logical snapshot.
@@ -65,11 +72,13 @@ pub fn header_line(revision: i64, keys: u64) -> String {
     format!("{}\n", serde_json::to_string(&h).expect("a header encodes"))
 }
 
-/// One key's line (with its newline); `rest`: the key after the tenant's prefix.
-pub fn key_line(rest: &[u8], value: &[u8]) -> String {
+/// One key's line (with its newline); `rest`: the key after the tenant's prefix; `ttl`: the
+/// seconds its lease had left, if it had one.
+pub fn key_line(rest: &[u8], value: &[u8], ttl: Option<i64>) -> String {
     let l = Line {
         k: b64().encode(rest),
         v: b64().encode(value),
+        ttl,
     };
     format!("{}\n", serde_json::to_string(&l).expect("a line encodes"))
 }
@@ -106,8 +115,15 @@ impl Reader {
         if rest.is_empty() {
             return Err(bad("an empty key".into()));
         }
+        if l.ttl.is_some_and(|t| t < 0) {
+            return Err(bad("a negative ttl".into()));
+        }
         self.found += 1;
-        Ok(Item::Key { rest, value })
+        Ok(Item::Key(Entry {
+            rest,
+            value,
+            ttl: l.ttl,
+        }))
     }
 
     /// The end of the file: its header said as many keys as it held.
@@ -129,7 +145,48 @@ impl Reader {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
     Header(Header),
-    Key { rest: Vec<u8>, value: Vec<u8> },
+    Key(Entry),
+}
+
+/// One key of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The key after the prefix.
+    pub rest: Vec<u8>,
+    pub value: Vec<u8>,
+    /// The seconds its lease had left, if it had one.
+    pub ttl: Option<i64>,
+}
+
+/// The lease a restored key with `ttl` seconds left is attached to: whole minutes, rounded up
+/// (at least one), so a restore grants one lease per minute of remaining life, not one per key.
+pub fn lease_ttl(ttl: i64) -> i64 {
+    (ttl.max(1) + 59) / 60 * 60
+}
+
+/// The most puts in one transaction (etcd's `--max-txn-ops` default is 128).
+pub const BATCH_OPS: usize = 100;
+/// The most bytes of keys and values in one transaction (under etcd's 1.5 MiB request limit).
+pub const BATCH_BYTES: usize = 1 << 20;
+
+/// Cuts keys of the given sizes into transactions: consecutive runs of at most [`BATCH_OPS`]
+/// keys and [`BATCH_BYTES`] bytes (a key larger than that alone in its own). The lengths of the
+/// runs, in order.
+pub fn batches(sizes: impl IntoIterator<Item = usize>) -> Vec<usize> {
+    let mut out = Vec::new();
+    let (mut n, mut bytes) = (0usize, 0usize);
+    for size in sizes {
+        if n > 0 && (n == BATCH_OPS || bytes + size > BATCH_BYTES) {
+            out.push(n);
+            (n, bytes) = (0, 0);
+        }
+        n += 1;
+        bytes += size;
+    }
+    if n > 0 {
+        out.push(n);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -137,15 +194,15 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// A key after the prefix, and its value.
-    type Kv = (Vec<u8>, Vec<u8>);
+    /// A key after the prefix, its value and its lease's time left.
+    type Kv = (Vec<u8>, Vec<u8>, Option<i64>);
 
     fn read_all(text: &str) -> Result<(Header, Vec<Kv>), LogicalError> {
         let mut r = Reader::default();
         let mut keys = Vec::new();
         for l in text.lines() {
-            if let Item::Key { rest, value } = r.line(l)? {
-                keys.push((rest, value));
+            if let Item::Key(e) = r.line(l)? {
+                keys.push((e.rest, e.value, e.ttl));
             }
         }
         Ok((r.finish()?, keys))
@@ -156,13 +213,17 @@ mod tests {
         fn what_is_written_reads_back(
             revision in 1i64..i64::MAX,
             kvs in proptest::collection::vec(
-                (proptest::collection::vec(any::<u8>(), 1..40), proptest::collection::vec(any::<u8>(), 0..200)),
+                (
+                    proptest::collection::vec(any::<u8>(), 1..40),
+                    proptest::collection::vec(any::<u8>(), 0..200),
+                    proptest::option::of(0i64..100_000),
+                ),
                 0..20,
             ),
         ) {
             let mut text = header_line(revision, kvs.len() as u64);
-            for (k, v) in &kvs {
-                text.push_str(&key_line(k, v));
+            for (k, v, ttl) in &kvs {
+                text.push_str(&key_line(k, v, *ttl));
             }
             let (h, back) = read_all(&text).unwrap();
             prop_assert_eq!(h.revision, revision);
@@ -173,7 +234,7 @@ mod tests {
     #[test]
     fn a_truncated_or_foreign_file_is_refused() {
         let mut text = header_line(7, 2);
-        text.push_str(&key_line(b"pods/a", b"x"));
+        text.push_str(&key_line(b"pods/a", b"x", None));
         assert_eq!(
             read_all(&text).unwrap_err(),
             LogicalError::Count {
@@ -181,7 +242,7 @@ mod tests {
                 found: 1
             }
         );
-        text.push_str(&key_line(b"pods/b", b"y"));
+        text.push_str(&key_line(b"pods/b", b"y", Some(30)));
         assert!(read_all(&text).is_ok());
         text.push_str("{\"k\":\"!!\",\"v\":\"\"}\n");
         assert!(matches!(
@@ -193,10 +254,42 @@ mod tests {
             read_all("{\"format\":\"other\",\"revision\":1,\"keys\":0}"),
             Err(LogicalError::Header(_))
         ));
+        let mut bad = header_line(7, 1);
+        bad.push_str("{\"k\":\"YQ==\",\"v\":\"\",\"ttl\":-1}\n");
+        assert!(matches!(
+            read_all(&bad),
+            Err(LogicalError::Line { line: 2, .. })
+        ));
         // An etcd snapshot file is not one.
         assert!(matches!(
             read_all("\u{0}\u{1}bolt"),
             Err(LogicalError::Header(_))
         ));
+    }
+
+    #[test]
+    fn leases_are_granted_per_minute_left() {
+        assert_eq!(lease_ttl(0), 60);
+        assert_eq!(lease_ttl(1), 60);
+        assert_eq!(lease_ttl(60), 60);
+        assert_eq!(lease_ttl(61), 120);
+        assert_eq!(lease_ttl(3599), 3600);
+    }
+
+    proptest! {
+        #[test]
+        fn batches_keep_every_key_in_order_within_both_limits(
+            sizes in proptest::collection::vec(0usize..(BATCH_BYTES + 10), 0..400),
+        ) {
+            let runs = batches(sizes.iter().copied());
+            prop_assert_eq!(runs.iter().sum::<usize>(), sizes.len());
+            let mut at = 0;
+            for n in runs {
+                prop_assert!((1..=BATCH_OPS).contains(&n));
+                let bytes: usize = sizes[at..at + n].iter().sum();
+                prop_assert!(n == 1 || bytes <= BATCH_BYTES, "{} keys, {} bytes", n, bytes);
+                at += n;
+            }
+        }
     }
 }

@@ -22,6 +22,7 @@ pub mod jobs;
 pub mod logical;
 pub mod store;
 pub mod tool;
+pub mod transfer;
 pub mod types;
 
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,24 @@ pub fn file_name(number: i64) -> String {
 /// Where the inventory says the tenant's snapshot `number` lives.
 pub fn location(namespace: &str, number: i64) -> String {
     format!("pvc://{namespace}/{CLAIM}/{}", file_name(number))
+}
+
+/// The file of the tenant's logical snapshot `number` ([`logical`]), inside [`MOUNT`].
+pub fn logical_file_name(number: i64) -> String {
+    format!("snapshot-{number}.vcpl")
+}
+
+/// Where a snapshot recorded at `location` lives once it turned out logical.
+pub fn logical_location(location: &str) -> String {
+    match location.strip_suffix(".db") {
+        Some(stem) => format!("{stem}.vcpl"),
+        None => location.to_owned(),
+    }
+}
+
+/// Whether a snapshot with this storage version is a logical one.
+pub fn is_logical(storage_version: &str) -> bool {
+    storage_version == logical::FORMAT
 }
 
 /// The Job, in the tenant's control-plane namespace, that takes its snapshot `number`.
@@ -176,6 +195,11 @@ mod tests {
             location("vcp-cp-abc", 7),
             "pvc://vcp-cp-abc/etcd-snapshots/snapshot-7.db"
         );
+        assert_eq!(
+            logical_location(&location("vcp-cp-abc", 7)),
+            format!("pvc://vcp-cp-abc/etcd-snapshots/{}", logical_file_name(7))
+        );
+        assert!(is_logical(logical::FORMAT) && !is_logical("3.6.0"));
         assert_eq!(snapshot_job(7), "etcd-snapshot-7");
         assert_ne!(restore_job(7, 0), restore_job(7, 1));
         assert_ne!(restore_job(7, 1), restore_job(71, 0));

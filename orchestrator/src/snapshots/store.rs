@@ -180,11 +180,11 @@ impl Inventory {
             Ok(r) => (SnapshotState::Succeeded, None, Some(r)),
             Err(why) => (SnapshotState::Failed, Some(why), None),
         };
-        let number: Option<i64> = sqlx::query_scalar(
+        let done: Option<(i64, String)> = sqlx::query_as(
             "UPDATE etcd_snapshots SET state = $3, reason = $4, revision = $5, size_bytes = $6,
                sha256 = $7, storage_version = $8, finished_at = now()
              WHERE tenant_id = $1 AND id = $2 AND state = 'Pending'
-             RETURNING number",
+             RETURNING number, location",
         )
         .bind(tenant_id)
         .bind(id)
@@ -196,7 +196,17 @@ impl Inventory {
         .bind(r.map(|r| r.storage_version.as_str()))
         .fetch_optional(&mut *tx)
         .await?;
-        if let Some(number) = number {
+        // A logical snapshot's file is named as one (the kind is known once it is taken).
+        if let (Some((_, location)), Some(r)) = (&done, r)
+            && snapshots::is_logical(&r.storage_version)
+        {
+            sqlx::query("UPDATE etcd_snapshots SET location = $2 WHERE id = $1")
+                .bind(id)
+                .bind(snapshots::logical_location(location))
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some((number, _)) = done {
             audit_in(
                 &mut tx,
                 actor,

@@ -9,6 +9,9 @@
 //!   clears the staging directory `etcdutl snapshot restore` writes into.
 //! - `etcd-restore-swap` moves the restored data in place of the member's data, keeping the
 //!   old data beside it; idempotent, so a Job killed between its two renames finishes on retry.
+//!
+//! `etcd-export` and `etcd-import`, the logical snapshots of a tenant's keys, are in
+//! [`super::transfer`].
 
 use crate::snapshots::Report;
 use crate::{Error, Result};
@@ -29,43 +32,10 @@ pub enum ToolCommand {
     EtcdRestoreSwap(SwapArgs),
 }
 
-/// Where etcd is and the client certificate to reach it with: every tool command that talks
-/// to etcd (snapshots here, a shared datastore's administration in [`crate::datastore::tool`]).
-#[derive(Debug, clap::Args)]
-pub struct EtcdConnection {
-    /// etcd client URLs, tried in order until one answers.
-    #[arg(
-        long,
-        env = "VCP_ETCD_ENDPOINTS",
-        value_delimiter = ',',
-        required = true
-    )]
-    pub endpoints: Vec<String>,
-    /// CA bundle that signed etcd's serving certificate.
-    #[arg(long, env = "VCP_ETCD_CA_FILE")]
-    pub ca_file: PathBuf,
-    /// Client certificate and key for etcd.
-    #[arg(long, env = "VCP_ETCD_CERT_FILE")]
-    pub cert_file: PathBuf,
-    #[arg(long, env = "VCP_ETCD_KEY_FILE")]
-    pub key_file: PathBuf,
-}
-
-impl EtcdConnection {
-    /// The CA bundle, and the client certificate with its key as one PEM.
-    pub fn read(&self) -> Result<(Vec<u8>, Vec<u8>)> {
-        let read = |p: &PathBuf| std::fs::read(p).map_err(io(p));
-        let mut identity = read(&self.cert_file)?;
-        identity.push(b'\n');
-        identity.extend(read(&self.key_file)?);
-        Ok((read(&self.ca_file)?, identity))
-    }
-}
-
 #[derive(Debug, clap::Args)]
 pub struct SnapshotArgs {
     #[command(flatten)]
-    pub etcd: EtcdConnection,
+    pub etcd: crate::etcd::EtcdConnection,
     /// The snapshot file to write (atomically: a `.part` file renamed when complete).
     #[arg(long, env = "VCP_SNAPSHOT_FILE")]
     pub out: PathBuf,

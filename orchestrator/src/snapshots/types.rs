@@ -5,6 +5,17 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 use vcp_core::lifecycle::{RestoreState, SnapshotState};
 
+/// What a snapshot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapshotKind {
+    /// The whole etcd store of a tenant with an etcd of its own (a `.db` file).
+    Etcd,
+    /// The tenant's own keys, exported from a shared datastore (`vcp-logical-v1`, a `.vcpl`
+    /// file; docs/orchestrator.md, "Shared datastores").
+    Logical,
+}
+
 /// One etcd snapshot of a tenant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SnapshotView {
@@ -25,6 +36,8 @@ pub struct SnapshotView {
     pub size_bytes: Option<i64>,
     /// SHA-256 of the file, hex; a restore checks the file against it first.
     pub sha256: Option<String>,
+    /// What it holds; known once it is taken.
+    pub kind: Option<SnapshotKind>,
     /// `pvc://<control-plane namespace>/etcd-snapshots/<file>`.
     pub location: String,
     pub requested_by: String,
@@ -46,6 +59,13 @@ impl From<super::store::SnapshotRow> for SnapshotView {
             version: s.version,
             revision: s.revision,
             size_bytes: s.size_bytes,
+            kind: s.storage_version.as_deref().map(|v| {
+                if super::is_logical(v) {
+                    SnapshotKind::Logical
+                } else {
+                    SnapshotKind::Etcd
+                }
+            }),
             sha256: s.sha256,
             location: s.location,
             requested_by: s.requested_by,
