@@ -4,8 +4,9 @@
 //! refused every key of B's (and every key outside A's prefix), read with a real etcdctl, and so
 //! are those its snapshot Jobs log in with (a password). A's snapshot is a logical one (its
 //! keys only) and a restore from it brings back what was deleted after it, removes what was
-//! created after it, and leaves B untouched. A deleted tenant's user and keys go; the other
-//! tenant keeps working.
+//! created after it, and leaves B untouched. A third tenant moves from an etcd of its own to
+//! the datastore and back by plan changes, keeping its objects, and each store it leaves is
+//! emptied. A deleted tenant's user and keys go; the other tenant keeps working.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -17,7 +18,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::{ApiClient, SHARED_PLAN};
+use vcp_dev::platform::{ApiClient, PROCESS_WORKLOADS_PLAN, SHARED_PLAN};
 use vcp_dev::testing::eventually;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(360);
@@ -121,6 +122,9 @@ async fn tenants_on_a_shared_datastore_reach_only_their_own_keys() -> anyhow::Re
     for name in ["ds-a", "ds-b"] {
         api.create_tenant_with_plan(name, SHARED_PLAN).await?;
     }
+    // The one that moves between stores starts on an etcd of its own.
+    api.create_tenant_with_plan("ds-m", PROCESS_WORKLOADS_PLAN)
+        .await?;
     let mut keys = Vec::new();
     let mut clients = Vec::new();
     for name in ["ds-a", "ds-b"] {
@@ -206,6 +210,13 @@ async fn tenants_on_a_shared_datastore_reach_only_their_own_keys() -> anyhow::Re
     assert!(!out.status.success(), "a wrong password reads nothing");
 
     logical_snapshot_and_restore(api, "ds-a", &cms_a, &cms_b).await?;
+    moves_between_stores(
+        api,
+        &host,
+        "ds-m",
+        &as_root_of(&host, &endpoint, dir.path()).await?,
+    )
+    .await?;
 
     // Deleting A takes its user and its keys; B goes on.
     api.delete_tenant("ds-a").await?;
@@ -248,6 +259,161 @@ async fn tenants_on_a_shared_datastore_reach_only_their_own_keys() -> anyhow::Re
             .filter_map(|p| p.metadata.name.clone())
             .collect::<Vec<_>>()
     );
+    Ok(())
+}
+
+async fn as_root_of(host: &Client, endpoint: &str, dir: &Path) -> anyhow::Result<Etcdctl> {
+    let root = Api::<Secret>::namespaced(host.clone(), "vcp-datastore-shared")
+        .get("etcd-root")
+        .await?;
+    Etcdctl::new(endpoint, &root, dir, "root-moves")
+}
+
+/// Plan `to` for tenant `name` (a move, 202), then Ready on it again; the tenant as it is.
+async fn move_to(api: &ApiClient, name: &str, to: &str) -> anyhow::Result<Value> {
+    let started = std::time::Instant::now();
+    let (s, t) = api
+        .raw(
+            Method::PATCH,
+            &format!("/v1/tenants/{name}"),
+            Some(&json!({"plan": to})),
+        )
+        .await?;
+    assert_eq!(s, 202, "a plan change between stores is a move: {t}");
+    assert_eq!(t["phase"], "Restoring", "{t}");
+    let t = eventually(
+        &format!("{name} moved to {to}"),
+        Duration::from_secs(360),
+        || async {
+            let t = api.get_tenant(name).await?.unwrap();
+            let l = snapshots_of(api, name).await?;
+            if let Some(r) = l["restores"].as_array().and_then(|r| r.first()) {
+                anyhow::ensure!(r["state"] != "Failed", "the move failed: {r}");
+            }
+            Ok((t["phase"] == "Ready" && t["plan"] == to).then_some(t))
+        },
+    )
+    .await?;
+    println!(
+        "{name} moved to plan {to} in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(t)
+}
+
+/// A tenant on an etcd of its own moves to the shared datastore and back by plan changes,
+/// keeping its objects; the etcd it left is gone, and so are its user and keys on the
+/// datastore it left. What the API refuses first.
+async fn moves_between_stores(
+    api: &ApiClient,
+    host: &Client,
+    name: &str,
+    root: &Etcdctl,
+) -> anyhow::Result<()> {
+    let t = api.wait_ready(name, READY_TIMEOUT).await?;
+    let key = t["key"].as_str().unwrap().to_owned();
+    let ns = format!("vcp-{key}");
+    let kc = api.kubeconfig(name, "alice", &["admin"], "1h").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant_client(&kc).await?, "default");
+    let cm = |n: &str| -> anyhow::Result<ConfigMap> {
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": n}, "data": {"k": n}}),
+        )?)
+    };
+    cms.create(&PostParams::default(), &cm("before-move")?)
+        .await?;
+
+    // Refused: an unknown plan, a plan with something else, an etcd member change.
+    for (body, status) in [
+        (json!({"plan": "no-such-plan"}), 422),
+        (
+            json!({"plan": SHARED_PLAN, "fleet_upgrades": "exclude"}),
+            422,
+        ),
+        (json!({"plan": "ha-process-workloads"}), 409),
+    ] {
+        let (s, b) = api
+            .raw(Method::PATCH, &format!("/v1/tenants/{name}"), Some(&body))
+            .await?;
+        assert_eq!(s, status, "{body}: {b}");
+    }
+
+    move_to(api, name, SHARED_PLAN).await?;
+    let names = |l: kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        l.items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
+    };
+    let cms = Api::<ConfigMap>::namespaced(tenant_client(&kc).await?, "default");
+    let on_shared = eventually(
+        "the moved tenant serves",
+        Duration::from_secs(60),
+        || async { Ok(cms.list(&Default::default()).await.ok().map(names)) },
+    )
+    .await?;
+    assert!(
+        on_shared.contains(&"before-move".to_owned()),
+        "{on_shared:?}"
+    );
+    let keys = root.ok(&["get", &format!("/vcp/{key}/"), "--prefix", "--keys-only"])?;
+    assert!(
+        keys.contains("before-move"),
+        "its keys are on the datastore: {keys}"
+    );
+    let own = Api::<StatefulSet>::namespaced(host.clone(), &ns)
+        .get_opt("etcd")
+        .await?;
+    assert!(own.is_none(), "the etcd it left is gone");
+    let claims =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(host.clone(), &ns)
+            .list(&ListParams::default())
+            .await?;
+    assert!(
+        claims.items.iter().all(|c| !c
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("data-etcd-")),
+        "its members' volumes are gone"
+    );
+    cms.create(&PostParams::default(), &cm("on-shared")?)
+        .await?;
+
+    // And back to an etcd of its own.
+    move_to(api, name, PROCESS_WORKLOADS_PLAN).await?;
+    let cms = Api::<ConfigMap>::namespaced(tenant_client(&kc).await?, "default");
+    let back = eventually(
+        "the tenant serves from its own etcd",
+        Duration::from_secs(60),
+        || async { Ok(cms.list(&Default::default()).await.ok().map(names)) },
+    )
+    .await?;
+    for n in ["before-move", "on-shared"] {
+        assert!(back.contains(&n.to_owned()), "{n} lost: {back:?}");
+    }
+    eventually(
+        "its user and keys gone from the datastore",
+        Duration::from_secs(120),
+        || async {
+            let users = root.ok(&["user", "list"])?;
+            let left = root.ok(&[
+                "get",
+                &format!("/vcp/{key}/"),
+                "--prefix",
+                "--count-only",
+                "--write-out=fields",
+            ])?;
+            Ok(
+                (!users.contains(&format!("tenant-{key}")) && left.contains("\"Count\" : 0"))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    cms.create(&PostParams::default(), &cm("after-moves")?)
+        .await?;
     Ok(())
 }
 

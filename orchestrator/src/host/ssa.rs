@@ -107,6 +107,17 @@ pub async fn apply(client: &Client, o: &Object, dry_run: bool) -> Result<Dynamic
         .map_err(|e| Error::kube(format!("apply {} {}", o.kind(), o.name()), e))
 }
 
+/// Deletes one object vcp applied (in the background; gone already is fine).
+pub async fn delete(client: &Client, o: &Object) -> Result<()> {
+    let api = api_for(client, o)?;
+    let dp = kube::api::DeleteParams::background();
+    match api.delete(o.name(), &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if super::not_found(&e) => Ok(()),
+        Err(e) => Err(Error::kube(format!("delete {} {}", o.kind(), o.name()), e)),
+    }
+}
+
 /// Applies objects in order.
 pub async fn apply_all(client: &Client, objects: &[Object]) -> Result<()> {
     for o in objects {

@@ -346,6 +346,52 @@ impl Inventory {
         Ok(row)
     }
 
+    /// Changes a Ready tenant's plan in place (for `owner`'s own only, if given; nothing else
+    /// moving it), audits it and wakes the workers, whose next pass renders the control plane
+    /// and the syncer's policy from it. `None` if the tenant is gone, changed meanwhile, or
+    /// something else moves it.
+    pub async fn change_plan(
+        &self,
+        t: &Tenant,
+        owner: Option<&str>,
+        to: &str,
+        actor: &str,
+    ) -> Result<Option<Tenant>> {
+        let mut tx = self.pool.begin().await?;
+        let row: Option<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE tenants SET plan = $4, generation = generation + 1,
+               next_reconcile_at = now(), updated_at = now()
+             WHERE id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR owner = $2)
+               AND plan = $3 AND phase = $5
+               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
+                               WHERE tenant_id = $1 AND state = ANY($6))
+               AND NOT EXISTS (SELECT 1 FROM etcd_restores
+                               WHERE tenant_id = $1 AND state = 'Running')
+             RETURNING {TENANT_COLUMNS}"
+        )))
+        .bind(t.id)
+        .bind(owner)
+        .bind(&t.plan)
+        .bind(to)
+        .bind(Phase::Ready)
+        .bind(vcp_core::lifecycle::UpgradeState::active_names())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = &row {
+            audit_in(
+                &mut tx,
+                actor,
+                "tenant.plan",
+                Some(row.id),
+                serde_json::json!({"from": t.plan, "to": to}),
+            )
+            .await?;
+            notify(&mut tx).await?;
+        }
+        tx.commit().await?;
+        Ok(row)
+    }
+
     /// Claims the most overdue tenant no other worker holds, for `lease`.
     pub async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Tenant>> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(

@@ -239,7 +239,7 @@ impl Provisioner {
         let version = self.version_of(t);
         if all_ready && let Some(input) = self.job_input(t, version.as_ref()) {
             for s in &pending {
-                match self.take_snapshot(t, &input, s).await {
+                match self.take_snapshot(t, &input, s, false).await {
                     Ok(state) => {
                         taken.insert(s.id, state);
                     }

@@ -660,11 +660,14 @@ fn context(input: &Input<'_>) -> Value {
             .map(|m| format!("{m}=https://{m}.etcd.{ns}.svc:2380"))
             .collect::<Vec<_>>().join(","),
         "datastore": null,
+        // The apiserver's default --etcd-prefix: where its keys are in an etcd of its own.
+        "etcd_prefix": "/registry",
     });
     // On a shared datastore the apiserver dials its members and keeps its keys under the
     // tenant's prefix; the tenant has no etcd of its own.
     if let Some(p) = input.settings.placement(input.plan, input.key) {
         ctx["etcd_servers"] = json!(p.servers);
+        ctx["etcd_prefix"] = json!(p.prefix);
         ctx["datastore"] = json!(p);
         ctx["label_datastore"] = json!(datastore::LABEL_DATASTORE);
         ctx["datastore_client_secret"] = json!(crate::pki::DATASTORE_CLIENT);

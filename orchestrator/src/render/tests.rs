@@ -1148,7 +1148,7 @@ fn a_tenant_on_a_shared_datastore_has_no_etcd_and_its_apiserver_keeps_to_its_pre
             JobKind::Snapshot,
             "etcd-snapshot-1",
             "etcd-export",
-            serde_json::json!({"job": "etcd-snapshot-1", "file": "snapshot-1.vcpl"}),
+            serde_json::json!({"job": "etcd-snapshot-1", "file": "snapshot-1.vcpl", "logical": true}),
         ),
         (
             JobKind::Import,
@@ -1216,6 +1216,31 @@ fn a_tenant_on_a_shared_datastore_has_no_etcd_and_its_apiserver_keeps_to_its_pre
         .unwrap();
     let c = &pod_spec(&snapshot, "Job", "etcd-snapshot-1")["containers"][0];
     assert_eq!(c["command"][2], "etcd-snapshot", "{c}");
+    // A move out of its own etcd exports its keys under the apiserver's default prefix, with
+    // the apiserver's certificate (no authentication there); the import into it likewise.
+    for (kind, job, extra) in [
+        (
+            JobKind::Snapshot,
+            "etcd-snapshot-2",
+            serde_json::json!({"job": "etcd-snapshot-2", "file": "snapshot-2.vcpl", "logical": true}),
+        ),
+        (
+            JobKind::Import,
+            "etcd-restore-2-0",
+            serde_json::json!({"job": "etcd-restore-2-0", "file": "snapshot-2.vcpl", "sha256": "ab"}),
+        ),
+    ] {
+        let objects = r.render_job(kind, &input, extra).unwrap();
+        let spec = pod_spec(&objects, "Job", job);
+        let args = spec["containers"][0]["args"].to_string();
+        assert!(args.contains("--prefix=/registry"), "{args}");
+        assert!(!args.contains("password"), "{args}");
+        assert!(
+            spec["volumes"]
+                .to_string()
+                .contains("apiserver-etcd-client")
+        );
+    }
 }
 
 #[test]

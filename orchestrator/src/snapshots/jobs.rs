@@ -88,12 +88,14 @@ impl Provisioner {
     }
 
     /// Moves a pending snapshot along (the control plane is up): applies its Job, or records
-    /// how it ended. Its state afterwards.
+    /// how it ended. Its state afterwards. `logical`: the tenant's keys rather than the whole
+    /// store (always so on a shared datastore).
     pub async fn take_snapshot(
         &self,
         t: &Tenant,
         input: &Input<'_>,
         s: &SnapshotRow,
+        logical: bool,
     ) -> Result<SnapshotState> {
         let ns = control_plane_namespace(&t.key);
         // Named by the tenant's own number, as the location it shows is.
@@ -116,8 +118,9 @@ impl Provisioner {
         match self.job_state(&ns, &job).await? {
             JobState::Absent => {
                 // On a shared datastore the Job exports the tenant's keys (a logical snapshot).
-                let shared = self.config.settings.placement(input.plan, &t.key).is_some();
-                let file = if shared {
+                let logical =
+                    logical || self.config.settings.placement(input.plan, &t.key).is_some();
+                let file = if logical {
                     snapshots::logical_file_name(s.number)
                 } else {
                     snapshots::file_name(s.number)
@@ -125,7 +128,7 @@ impl Provisioner {
                 let objects = self.config.renderer.render_job(
                     JobKind::Snapshot,
                     input,
-                    json!({"job": job, "file": file}),
+                    json!({"job": job, "file": file, "logical": logical}),
                 )?;
                 crate::host::ssa::apply_all(&self.host, &objects).await?;
                 Ok(SnapshotState::Pending)
@@ -181,6 +184,13 @@ impl Provisioner {
         input: &Input<'_>,
         r: &RestoreRow,
     ) -> Result<(Option<NewRestore>, String)> {
+        // A move exports the tenant's keys from the store it leaves first (`input` is still
+        // its old plan's until that switches it).
+        if let Some(to) = r.moving_to()
+            && t.plan != to
+        {
+            return self.move_export(t, input, r).await;
+        }
         let ns = control_plane_namespace(&t.key);
         let s = self
             .inventory
@@ -262,6 +272,18 @@ impl Provisioner {
                 ),
             ),
             RestoreStep::Restore => {
+                // A move imports into a store made ready for it on its new plan.
+                let absent = jobs.contains(&JobState::Absent);
+                if pods_left == 0
+                    && absent
+                    && r.moving_to().is_some()
+                    && let Some(wait) = self.prepare_store(t, input).await?
+                {
+                    return Ok((
+                        None,
+                        format!("restoring snapshot {id} into the new store: {wait}"),
+                    ));
+                }
                 if pods_left == 0 {
                     for (m, j) in jobs.iter().enumerate() {
                         if *j != JobState::Absent {
@@ -305,16 +327,31 @@ impl Provisioner {
                     format!("restoring snapshot {id}: {done}/{members} members restored"),
                 )
             }
-            RestoreStep::Start | RestoreStep::Done => (
-                Some(NewRestore::Restored),
-                format!("snapshot {id} restored; starting the control plane"),
-            ),
-            RestoreStep::Failed(why) => (
-                Some(NewRestore::Failed(format!(
-                    "restoring snapshot {id}: {why}"
-                ))),
-                String::new(),
-            ),
+            RestoreStep::Start | RestoreStep::Done => {
+                if r.moving_to().is_some()
+                    && let Some(wait) = self.clean_up_store(t, r, input.version).await?
+                {
+                    return Ok((None, format!("snapshot {id} imported; {wait}")));
+                }
+                (
+                    Some(NewRestore::Restored),
+                    format!("snapshot {id} restored; starting the control plane"),
+                )
+            }
+            RestoreStep::Failed(why) => {
+                // A move's import failed: back to the plan it left, whose store has its data.
+                if r.moving_to().is_some() {
+                    self.inventory
+                        .switch_plan(t, r, true, "vcp-orchestrator")
+                        .await?;
+                }
+                (
+                    Some(NewRestore::Failed(format!(
+                        "restoring snapshot {id}: {why}"
+                    ))),
+                    String::new(),
+                )
+            }
         })
     }
 }

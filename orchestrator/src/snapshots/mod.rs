@@ -20,6 +20,7 @@ pub mod api;
 pub mod cli;
 pub mod jobs;
 pub mod logical;
+pub mod moves;
 pub mod store;
 pub mod tool;
 pub mod transfer;

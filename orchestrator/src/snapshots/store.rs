@@ -48,6 +48,17 @@ pub struct RestoreRow {
     pub requested_by: String,
     pub created_at: OffsetDateTime,
     pub finished_at: Option<OffsetDateTime>,
+    /// A plan change that moves the tenant's data: the plan it leaves and the one it goes to
+    /// (migration 0020); both `None` for a plain restore.
+    pub from_plan: Option<String>,
+    pub to_plan: Option<String>,
+}
+
+impl RestoreRow {
+    /// The plan a move goes to, if this restore is one.
+    pub fn moving_to(&self) -> Option<&str> {
+        self.to_plan.as_deref()
+    }
 }
 
 /// What a pass means for a restore, written with its outcome.
@@ -271,6 +282,106 @@ impl Inventory {
         )
         .await?;
         Ok(Some(row))
+    }
+
+    /// Starts moving a Ready tenant (no upgrade or restore running) from plan `from` to plan
+    /// `to`, whose data live in different stores: a logical snapshot asked for (taken by the
+    /// move once the control plane is stopped) and a restore from it that switches the plan
+    /// ([`Inventory::switch_plan`]) before it imports; phase `Restoring`, workers woken. `None`
+    /// when the tenant is not Ready, no longer on `from`, or something else moves it.
+    pub async fn start_move(
+        &self,
+        t: &Tenant,
+        from: &str,
+        to: &str,
+        actor: &str,
+    ) -> Result<Option<(SnapshotRow, RestoreRow)>> {
+        let mut tx = self.pool().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE tenants SET phase = $2, generation = generation + 1,
+               next_reconcile_at = now(), updated_at = now()
+             WHERE id = $1 AND deleted_at IS NULL AND desired = $3 AND phase = $4 AND plan = $6
+               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
+                               WHERE tenant_id = $1 AND state = ANY($5))
+               AND NOT EXISTS (SELECT 1 FROM etcd_restores
+                               WHERE tenant_id = $1 AND state = 'Running')",
+        )
+        .bind(t.id)
+        .bind(Phase::Restoring)
+        .bind(Desired::Present)
+        .bind(Phase::Ready)
+        .bind(vcp_core::lifecycle::UpgradeState::active_names())
+        .bind(from)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved != 1 {
+            return Ok(None);
+        }
+        let snapshot = insert(&mut tx, t, None, actor).await?;
+        let row: RestoreRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO etcd_restores
+               (tenant_id, snapshot_id, state, requested_by, from_plan, to_plan)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {RESTORE_COLUMNS}"
+        )))
+        .bind(t.id)
+        .bind(snapshot.id)
+        .bind(RestoreState::Running)
+        .bind(actor)
+        .bind(from)
+        .bind(to)
+        .fetch_one(&mut *tx)
+        .await?;
+        commit_work(
+            tx,
+            actor,
+            "tenant.plan.move",
+            Some(t.id),
+            serde_json::json!({"restore": row.id, "snapshot": snapshot.number,
+                "from": from, "to": to}),
+        )
+        .await?;
+        Ok(Some((snapshot, row)))
+    }
+
+    /// A move's switch: its data exported, the tenant goes to the plan the move goes to
+    /// (`back`: a failed import sends it back to the plan it left, whose store still holds its
+    /// data). Once; whether this call switched it.
+    pub async fn switch_plan(
+        &self,
+        t: &Tenant,
+        r: &RestoreRow,
+        back: bool,
+        actor: &str,
+    ) -> Result<bool> {
+        let (Some(from), Some(to)) = (&r.from_plan, &r.to_plan) else {
+            return Ok(false);
+        };
+        let (from, to) = if back { (to, from) } else { (from, to) };
+        let mut tx = self.pool().begin().await?;
+        let switched = sqlx::query(
+            "UPDATE tenants SET plan = $3, generation = generation + 1, updated_at = now()
+             WHERE id = $1 AND plan = $2 AND deleted_at IS NULL",
+        )
+        .bind(t.id)
+        .bind(from)
+        .bind(to)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if switched {
+            audit_in(
+                &mut tx,
+                actor,
+                "tenant.plan",
+                Some(t.id),
+                serde_json::json!({"from": from, "to": to, "restore": r.id}),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(switched)
     }
 
     /// The restore moving a tenant now, if any.

@@ -86,6 +86,12 @@ pub struct RestoreView {
     pub restored: bool,
     /// Why it failed.
     pub reason: Option<String>,
+    /// A plan change that moves the tenant's data to another store: the plan it left and the
+    /// one it goes to (the snapshot is the move's export). Absent for a plain restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_plan: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_plan: Option<String>,
     pub requested_by: String,
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
@@ -103,6 +109,8 @@ impl From<super::store::RestoreRow> for RestoreView {
             state: r.state,
             restored: r.restored,
             reason: r.reason,
+            from_plan: r.from_plan,
+            to_plan: r.to_plan,
             requested_by: r.requested_by,
             started_at: r.created_at,
             finished_at: r.finished_at,

@@ -127,6 +127,14 @@ pub struct TenantUpdate {
     /// plan's setting).
     #[arg(long, env = "VCP_AUTO_UPDATE", value_enum)]
     pub auto_update: Option<AutoUpdateArg>,
+    /// Move the tenant to another plan (alone: not with the settings above). A plan whose data
+    /// live in another store moves them; `vcp tenant get` shows the move's progress.
+    #[arg(
+        long,
+        env = "VCP_PLAN",
+        conflicts_with_all = ["maintenance_window", "no_maintenance_window", "fleet_upgrades", "auto_update"]
+    )]
+    pub plan: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -286,6 +294,7 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 },
                 fleet_upgrades: a.fleet_upgrades.map(Into::into),
                 auto_update: a.auto_update.map(AutoUpdateArg::setting),
+                plan: a.plan.clone(),
                 ..Default::default()
             };
             let path = format!("/v1/tenants/{}", name(&a.name)?);

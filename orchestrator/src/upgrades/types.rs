@@ -71,6 +71,15 @@ impl From<super::store::UpgradeRow> for UpgradeView {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpgradeTenant {
+    /// Another plan for the tenant (asked alone: no `version` or settings with it). Its quota
+    /// must hold the tenant's last usage sample (409 names what does not fit). Sizes, policy
+    /// and tuning change in place (200); a plan whose data live in another store (a dedicated
+    /// etcd, a shared datastore, another datastore) moves them (202; phase `Restoring` while
+    /// the keys are exported, the stores switched and the keys imported; docs/orchestrator.md,
+    /// "Changing a tenant's plan"). Changing the members of the tenant's own etcd is refused
+    /// (409) for now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
     /// The minor (or release) to run: one minor above the tenant's, or more with `chain`.
     /// Absent: no upgrade, only the settings change.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -370,6 +370,18 @@ impl Usage {
 }
 
 impl Hard {
+    /// What `used` holds beyond these limits: `(resource, used, limit)` in [`RESOURCES`]
+    /// order; empty when it fits (what a plan change to these limits checks first).
+    pub fn exceeded_by(&self, used: &Usage) -> Vec<(&'static str, u64, u64)> {
+        RESOURCES
+            .iter()
+            .zip(self.values().into_iter().zip(used.values()))
+            .filter_map(|(r, (limit, used))| {
+                limit.filter(|l| used > *l).map(|limit| (*r, used, limit))
+            })
+            .collect()
+    }
+
     /// The limits in [`RESOURCES`] order.
     fn values(&self) -> [Option<u64>; 9] {
         [
@@ -958,6 +970,23 @@ mod tests {
     use vcp_fixtures::{
         arb_claim, arb_namespaces, arb_pod, arb_services, at, dedup, obj, plain, pod,
     };
+
+    #[test]
+    fn usage_beyond_a_smaller_quota_is_named_and_unlimited_resources_never_are() {
+        let hard = Hard {
+            pods: Some(10),
+            services: Some(2),
+            ..Hard::default()
+        };
+        let used = Usage {
+            pods: 10,
+            services: 3,
+            namespaces: 500,
+            ..Usage::default()
+        };
+        assert_eq!(hard.exceeded_by(&used), vec![("services", 3, 2)]);
+        assert!(Hard::default().exceeded_by(&used).is_empty());
+    }
 
     #[test]
     fn quantities_parse_exactly_for_every_suffix() {
