@@ -41,6 +41,7 @@ pub mod kubeconfigs;
 pub mod rotations;
 pub mod sleep;
 pub mod snapshots;
+pub mod tenant_audit;
 pub mod tenants;
 pub mod tokens;
 pub mod upgrades;

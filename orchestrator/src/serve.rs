@@ -169,6 +169,20 @@ pub struct ServeArgs {
     #[arg(long, env = "VCP_AUTO_UPDATE_INTERVAL_SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(5..=3600))]
     pub auto_update_interval_seconds: u64,
+    /// Address of the audit ingest, a listener of its own where tenant apiservers post their
+    /// audit events (only that route is served there). Required with --audit-url.
+    #[arg(long, env = "VCP_AUDIT_LISTEN")]
+    pub audit_listen: Option<String>,
+    /// The URL tenant apiservers post their audit events to: this ingest as the control-plane
+    /// pods reach it, e.g. `http://vcp.vcp-system.svc:8081/audit/v1/events`. Absent: tenant
+    /// apiservers keep no audit log.
+    #[arg(long, env = "VCP_AUDIT_URL")]
+    pub audit_url: Option<String>,
+    /// How often each replica deletes tenant audit events older than their plan keeps them,
+    /// in seconds (1 to 86400).
+    #[arg(long, env = "VCP_TENANT_AUDIT_SWEEP_SECONDS", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub tenant_audit_sweep_seconds: u64,
 }
 
 /// How long a claimed tenant stays ours without renewal.
@@ -256,6 +270,18 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
         )
     })?;
     let inventory_key = crate::pki::seal::InventoryKey::from_base64(inventory_key)?;
+    if let Some(url) = &a.audit_url {
+        if crate::render::audit::authority(url).is_none() {
+            return Err(Error::Config(format!(
+                "--audit-url {url:?} is not an http or https URL with a host"
+            )));
+        }
+        if a.audit_listen.is_none() {
+            return Err(Error::Config(
+                "--audit-url needs --audit-listen: the ingest the URL names must be served".into(),
+            ));
+        }
+    }
     Ok(Config {
         catalog,
         plans,
@@ -267,6 +293,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
             expose,
             host_roles_prefix: a.host_roles_prefix.clone(),
             datastores,
+            audit_url: a.audit_url.clone(),
         },
         renderer,
         access: a.tenant_access,
@@ -418,6 +445,34 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         config.clone(),
         Duration::from_secs(a.sleep_sweep_seconds),
     ));
+    // Tenant audit logs: every replica sweeps (bounded deletes; see tenant_audit::retention)
+    // and serves the ingest on a listener of its own.
+    tokio::spawn(crate::tenant_audit::retention::run(
+        inv.clone(),
+        config.plans.clone(),
+        Duration::from_secs(a.tenant_audit_sweep_seconds),
+    ));
+    if let Some(addr) = &a.audit_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(Error::Serve)?;
+        tracing::info!(listen = %listener.local_addr().map_err(Error::Serve)?, url = ?a.audit_url, "tenant audit ingest serving");
+        let limits = crate::http::conn::Limits {
+            idle: Duration::from_secs(a.http_idle_timeout_seconds),
+            header: Duration::from_secs(a.http_header_timeout_seconds),
+            body: Duration::from_secs(a.http_body_timeout_seconds),
+            max_connections: usize::try_from(a.http_max_connections).unwrap_or(usize::MAX),
+            max_body: crate::tenant_audit::events::MAX_BODY,
+        };
+        let router = crate::tenant_audit::ingest::router(inv.clone());
+        tokio::spawn(async move {
+            // Stops with the process: the apiservers' webhooks retry what a stop interrupts.
+            let forever = std::future::pending::<()>();
+            if let Err(e) = crate::http::conn::serve(listener, router, limits, forever).await {
+                tracing::error!(error = %e, "tenant audit ingest failed");
+            }
+        });
+    }
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = AppState {
         inventory: inv,
@@ -435,6 +490,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         header: Duration::from_secs(a.http_header_timeout_seconds),
         body: Duration::from_secs(a.http_body_timeout_seconds),
         max_connections: usize::try_from(a.http_max_connections).unwrap_or(usize::MAX),
+        max_body: crate::http::MAX_BODY,
     };
     let drain = Duration::from_secs(a.drain_seconds);
     crate::http::conn::serve(

@@ -1106,6 +1106,7 @@ async fn the_chart_cluster_role_is_enough_for_everything_vcp_applies_and_no_more
         // The chart's release: `<release>-vcp` (VCP_HOST_ROLES_PREFIX in its Deployment).
         host_roles_prefix: sa.into(),
         datastores: Default::default(),
+        audit_url: None,
     };
     let plans = render::parse_plans(vcp_dev::platform::DEV_PLANS)?;
     let key = vcp_core::naming::TenantKey::new("chartrbac1")?;

@@ -21,6 +21,8 @@ fn dev_settings() -> Settings {
         host_roles_prefix: "vcp".into(),
         datastores: render::datastore::parse_datastores(vcp_dev::platform::DEV_DATASTORES)
             .expect("the dev datastores parse"),
+        // As the chart sets it: the apiserver's audit flags and Secret are rendered too.
+        audit_url: Some("http://vcp.vcp-system.svc:8081/audit/v1/events".into()),
     }
 }
 

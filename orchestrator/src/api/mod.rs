@@ -1,5 +1,5 @@
 //! The platform API (axum), put together: the router and the OpenAPI document over every
-//! feature's handlers (`tenants::api`, `tenants::update`, `usage::api`, `snapshots::api`,
+//! feature's handlers (`tenants::api`, `tenants::update`, `usage::api`, `tenant_audit::api`, `snapshots::api`,
 //! `rotations::api`, `sleep::api`, `kubeconfigs::api`, `tokens::api`, `audit::api`, `upgrades::api`), the
 //! catalog ([`versions`]) and [`health`] (liveness, readiness, metrics, the OpenAPI document).
 //! [`types`] gathers the features' bodies for the client and the tests.
@@ -22,7 +22,9 @@ use crate::http::auth::BearerAuth;
 use crate::http::problem::{Problem, ProblemBody};
 use crate::http::{AppState, MAX_BODY};
 use crate::metrics::Metrics;
-use crate::{audit, kubeconfigs, rotations, sleep, snapshots, tenants, tokens, upgrades, usage};
+use crate::{
+    audit, kubeconfigs, rotations, sleep, snapshots, tenant_audit, tenants, tokens, upgrades, usage,
+};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::StatusCode;
@@ -66,6 +68,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
             tenants::update::upgrade_tenant
         ))
         .routes(routes!(usage::api::tenant_usage))
+        .routes(routes!(tenant_audit::api::tenant_audit_events))
         .routes(routes!(
             snapshots::api::create_snapshot,
             snapshots::api::list_snapshots
@@ -304,7 +307,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 31);
+        assert_eq!(ops, 32);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
@@ -356,6 +359,22 @@ mod tests {
                 .unwrap()["schema"]
                 .clone()
         };
+        let events = &doc["paths"]["/v1/tenants/{name}/audit-events"]["get"]["parameters"];
+        let event_param = |name: &str| {
+            events
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap()["schema"]
+                .clone()
+        };
+        use crate::tenant_audit::api as ta;
+        assert_eq!(event_param("limit")["maximum"], ta::MAX_EVENTS_PAGE);
+        assert_eq!(event_param("limit")["minimum"], 1);
+        assert_eq!(event_param("user")["maxLength"], ta::MAX_USER);
+        assert_eq!(event_param("verb")["maxLength"], ta::MAX_VERB);
+        assert_eq!(event_param("resource")["maxLength"], ta::MAX_RESOURCE);
         assert_eq!(param("limit")["maximum"], MAX_AUDIT_PAGE);
         assert_eq!(param("limit")["minimum"], 1);
         assert_eq!(param("after")["minimum"], 0);
@@ -479,7 +498,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 16);
+        assert_eq!(ops, 17);
     }
 
     /// Every `$ref` names a schema the document has (a path parameter's schema is not

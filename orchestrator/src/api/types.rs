@@ -12,6 +12,7 @@ pub use crate::kubeconfigs::types::*;
 pub use crate::rotations::api::{RotateTenant, RotationList, RotationTarget, RotationView};
 pub use crate::sleep::api::{ActivityRecorded, ActivityReport, GatewayWake, GatewayWoken, Seen};
 pub use crate::snapshots::types::*;
+pub use crate::tenant_audit::types::*;
 pub use crate::tenants::types::*;
 pub use crate::tokens::types::*;
 pub use crate::upgrades::types::*;

@@ -3,7 +3,7 @@
 use crate::Result;
 use crate::audit::types::{AuditEntryView, AuditPage};
 use crate::client::output::{self, Format, table};
-use crate::client::{Client, Connection, OutputArgs, instant, now, print, segment};
+use crate::client::{Client, Connection, OutputArgs, instant, now, pages, print, segment};
 use time::OffsetDateTime;
 
 #[derive(Debug, clap::Args)]
@@ -57,32 +57,23 @@ async fn audit_entries(client: &Client, a: &AuditArgs, now: OffsetDateTime) -> R
             fixed.push(format!("{k}={}", segment(&v)));
         }
     }
-    let mut all = AuditPage {
-        items: Vec::new(),
-        next_after: None,
-    };
-    let mut after = 0;
-    loop {
-        let left = if a.limit == 0 {
-            super::api::MAX_AUDIT_PAGE as usize
-        } else {
-            a.limit - all.items.len()
-        };
-        let page_size = left.min(super::api::MAX_AUDIT_PAGE as usize);
-        let mut query = fixed.clone();
-        query.push(format!("after={after}"));
-        query.push(format!("limit={page_size}"));
-        let page: AuditPage = client
-            .get(&format!("/v1/audit?{}", query.join("&")))
-            .await?;
-        all.items.extend(page.items);
-        all.next_after = page.next_after;
-        match page.next_after {
-            Some(next) if a.limit == 0 || all.items.len() < a.limit => after = next,
-            _ => break,
-        }
-    }
-    Ok(all)
+    let (items, next_after) = pages(
+        a.limit,
+        super::api::MAX_AUDIT_PAGE as usize,
+        |after: Option<i64>, page_size| {
+            let mut query = fixed.clone();
+            query.push(format!("after={}", after.unwrap_or(0)));
+            query.push(format!("limit={page_size}"));
+            async move {
+                let page: AuditPage = client
+                    .get(&format!("/v1/audit?{}", query.join("&")))
+                    .await?;
+                Ok((page.items, page.next_after))
+            }
+        },
+    )
+    .await?;
+    Ok(AuditPage { items, next_after })
 }
 
 pub async fn audit(conn: &Connection, a: AuditArgs) -> Result<()> {

@@ -254,6 +254,37 @@ pub fn labels(pairs: &[String]) -> Result<BTreeMap<String, String>> {
         .collect()
 }
 
+/// Follows a paged listing from its start: `fetch(cursor, page_size)` asks for one page
+/// (`cursor` `None` for the first) and answers its items and the cursor of the next page, if
+/// any. Stops after `limit` items (0: every page), asking for at most `max_page` at a time.
+/// The items, and the cursor the listing stopped at (`None`: nothing more matched).
+pub async fn pages<T, C, F, Fut>(
+    limit: usize,
+    max_page: usize,
+    mut fetch: F,
+) -> Result<(Vec<T>, Option<C>)>
+where
+    C: Clone,
+    F: FnMut(Option<C>, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<C>)>>,
+{
+    let mut all = Vec::new();
+    let mut cursor = None;
+    loop {
+        let left = if limit == 0 {
+            max_page
+        } else {
+            limit - all.len()
+        };
+        let (items, next) = fetch(cursor, left.min(max_page)).await?;
+        all.extend(items);
+        match next {
+            Some(n) if limit == 0 || all.len() < limit => cursor = Some(n),
+            next => return Ok((all, next)),
+        }
+    }
+}
+
 /// A `--since`/`--until` value as the API takes it: an RFC 3339 time as given, or an age
 /// (`12h`) as the time that long before `now`.
 pub fn instant(flag: &str, v: &str, now: OffsetDateTime) -> Result<String> {

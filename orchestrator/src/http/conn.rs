@@ -11,7 +11,7 @@
 //! - a request head has begun and is not complete within [`Limits::header`].
 //!
 //! A request's body must arrive whole within [`Limits::body`] of its head (and within
-//! [`super::MAX_BODY`]); otherwise the answer is 408 (413 when too large) and the connection
+//! [`Limits::max_body`]); otherwise the answer is 408 (413 when too large) and the connection
 //! closes. The handlers then see a body already in memory. On shutdown every connection
 //! finishes its request in flight and closes.
 
@@ -42,6 +42,9 @@ pub struct Limits {
     pub body: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// The largest request body, in bytes: [`super::MAX_BODY`] for the API; more for the
+    /// tenant audit ingest, whose batches are larger.
+    pub max_body: usize,
 }
 
 impl Default for Limits {
@@ -51,6 +54,7 @@ impl Default for Limits {
             header: Duration::from_secs(10),
             body: Duration::from_secs(30),
             max_connections: 1024,
+            max_body: super::MAX_BODY,
         }
     }
 }
@@ -164,7 +168,7 @@ async fn buffered(
 ) -> Result<axum::extract::Request, axum::response::Response> {
     let (parts, body) = req.into_parts();
     let collected =
-        tokio::time::timeout(limits.body, Limited::new(body, super::MAX_BODY).collect()).await;
+        tokio::time::timeout(limits.body, Limited::new(body, limits.max_body).collect()).await;
     let closing = |p: Problem| {
         let mut res = p.into_response();
         res.headers_mut().insert(
@@ -186,7 +190,7 @@ async fn buffered(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                 "too-large",
                 "request body too large",
-                &format!("a request body may hold at most {} bytes", super::MAX_BODY),
+                &format!("a request body may hold at most {} bytes", limits.max_body),
                 None,
             )))
         }
@@ -309,6 +313,7 @@ mod tests {
             header: Duration::from_millis(header_ms),
             body: Duration::from_millis(body_ms),
             max_connections: max,
+            max_body: crate::http::MAX_BODY,
         }
     }
 

@@ -428,13 +428,16 @@ impl Provisioner {
             }
         };
         let clock = Instant::now();
-        // The keys (certificates, and the apiserver's encryption configuration) are one step.
+        // The keys (certificates, the apiserver's encryption configuration, and its audit
+        // webhook's token) are one step.
         let pki = async {
             let mut rollout = self.ensure_pki(t, &ns, plan, &external, rotation).await?;
             let encryption = self
                 .ensure_encryption(t, &ns, plan, rotation, actor)
                 .await?;
             rollout.insert(ROLLOUT_ENCRYPTION.to_owned(), encryption);
+            let audit = self.ensure_audit(t, &ns, plan).await?;
+            rollout.insert(ROLLOUT_AUDIT.to_owned(), audit);
             Ok::<_, Error>(rollout)
         }
         .await;
@@ -624,3 +627,6 @@ pub const ROLLOUT_TOKENS: &str = "tokens";
 
 /// The rollout entry that carries the digest of the apiserver's encryption configuration.
 pub const ROLLOUT_ENCRYPTION: &str = "encryption";
+
+/// The rollout entry that carries the digest of the apiserver's audit policy and webhook.
+pub const ROLLOUT_AUDIT: &str = "audit";

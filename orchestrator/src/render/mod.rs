@@ -7,6 +7,7 @@
 //! roll pods when a certificate is renewed. Output is checked: every document must be a
 //! Kubernetes object in the tenant's namespace (or cluster-scoped and named after the key).
 
+pub mod audit;
 pub mod catalog;
 pub mod datastore;
 pub mod encryption;
@@ -228,6 +229,9 @@ pub struct Settings {
     pub host_roles_prefix: String,
     /// The shared datastores vcp runs (`--datastores`), by name; plans name them.
     pub datastores: BTreeMap<String, datastore::Spec>,
+    /// Where tenant apiservers send their audit events (`--audit-url`, vcp's ingest); `None`:
+    /// tenant apiservers keep no audit log.
+    pub audit_url: Option<String>,
 }
 
 impl Settings {
@@ -308,6 +312,11 @@ pub struct Plan {
     /// (`encryption: {resources: [secrets, configmaps]}`; [`encryption`]). Absent: Secrets.
     #[serde(default)]
     pub encryption: encryption::EncryptionPlan,
+    /// The tenant apiserver's audit log, which vcp collects and the owner reads
+    /// (`audit: {policy: default|metadata|none, retention_days: 30}`; [`audit`]). Absent: the
+    /// default policy, kept 30 days.
+    #[serde(default)]
+    pub audit: audit::AuditPlan,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that
@@ -391,6 +400,7 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
             sleep.validate().map_err(|e| bad(&e))?;
         }
         p.encryption.validate().map_err(|e| bad(&e))?;
+        p.audit.validate().map_err(|e| bad(&e))?;
     }
     Ok(plans)
 }
@@ -702,6 +712,12 @@ fn context(input: &Input<'_>) -> Value {
         "encryption".to_owned(),
         json!(input.rollout.get("encryption").cloned().unwrap_or_default()),
     );
+    // Nor this: the audit policy's and webhook's (vcp writes them into a Secret with the
+    // tenant's ingest token; a change rolls the apiserver).
+    rollout.insert(
+        "audit".to_owned(),
+        json!(input.rollout.get("audit").cloned().unwrap_or_default()),
+    );
     ctx["rollout"] = Value::Object(rollout);
     // The apiserver Service: only behind the gateway does it name a route.
     let mut service = ctx["labels_apiserver"].clone();
@@ -724,6 +740,19 @@ fn context(input: &Input<'_>) -> Value {
     ctx["revocation_key"] = json!(vcp_core::revocation::KEY);
     ctx["encryption_secret"] = json!(encryption::SECRET);
     ctx["encryption_file"] = json!(encryption::FILE);
+    // The audit webhook, when vcp collects audit logs and the plan keeps one: the Secret vcp
+    // writes, and the one target the authorizer's relay dials from the pod.
+    ctx["audit"] = match (&input.settings.audit_url, input.plan.audit.enabled()) {
+        (Some(url), true) => json!({
+            "secret": audit::SECRET,
+            "policy_file": audit::POLICY_FILE,
+            "webhook_file": audit::WEBHOOK_FILE,
+            "ingest": audit::authority(url),
+            "ingest_port": audit::authority(url)
+                .and_then(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok())),
+        }),
+        _ => Value::Null,
+    };
     // Resources default to nothing per component, so templates can always index them.
     for c in [
         "etcd",

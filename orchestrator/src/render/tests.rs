@@ -15,6 +15,7 @@ fn settings() -> Settings {
         },
         host_roles_prefix: "vcp".into(),
         datastores: Default::default(),
+        audit_url: Some("http://vcp.vcp-system.svc:8081/audit/v1/events".into()),
     }
 }
 

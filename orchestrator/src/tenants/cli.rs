@@ -46,6 +46,9 @@ pub enum TenantCommand {
     },
     /// Show a tenant's quota usage samples in a time range (every page), e.g. for billing.
     Usage(crate::usage::cli::TenantUsageArgs),
+    /// Show a tenant apiserver's audit log: who did what, on which object (every page up to
+    /// --limit), oldest first.
+    Audit(crate::tenant_audit::cli::TenantAuditArgs),
     /// Upgrade a tenant's control plane to another minor (and with --wait, follow it until
     /// it is done or rolled back).
     Upgrade(TenantUpgrade),
@@ -313,6 +316,10 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 Format::Table => print(&crate::usage::cli::usage_table(&samples, width)),
                 f => print(&output::structured(&samples, f)),
             }
+        }
+        TenantCommand::Audit(a) => {
+            let page = crate::tenant_audit::cli::audit_events(&client, &a, now()).await?;
+            crate::tenant_audit::cli::print_events(&page, &a, width)
         }
         TenantCommand::Kubeconfigs { name, output: o } => {
             let list: KubeconfigList = client

@@ -94,6 +94,11 @@ pub struct Args {
         requires = "egress_socket"
     )]
     pub egress_client_key: Option<PathBuf>,
+    /// vcp's audit ingest as `host:port`, the target of the apiserver's audit webhook: the
+    /// relay dials exactly this target from the pod rather than through the syncer, which
+    /// allows only the tenant's own addresses.
+    #[arg(long, env = "VCP_AUTHORIZER_AUDIT_INGEST", requires = "egress_socket")]
+    pub audit_ingest: Option<String>,
     /// Log format: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, env = "VCP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -175,8 +180,12 @@ pub async fn run(args: Args) -> Result<()> {
                 key: args.egress_client_key.as_deref().ok_or_else(missing)?,
             };
             let proxy = args.egress_proxy.as_deref().ok_or_else(missing)?;
-            let relay = Arc::new(Relay::new(listen, proxy, &tls)?);
-            tracing::info!(socket = %socket.display(), proxy, "control-plane egress relay");
+            let mut relay = Relay::new(listen, proxy, &tls)?;
+            if let Some(ingest) = &args.audit_ingest {
+                relay = relay.with_audit_ingest(ingest)?;
+            }
+            let relay = Arc::new(relay);
+            tracing::info!(socket = %socket.display(), proxy, audit_ingest = ?args.audit_ingest, "control-plane egress relay");
             Some((relay, crate::egress::relay::bind(socket)?))
         }
         None => None,

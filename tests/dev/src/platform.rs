@@ -336,6 +336,11 @@ impl ApiClient {
     }
 
     /// The same server with another token.
+    /// The bearer token it speaks with (for the `vcp` client a test runs as the same caller).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     pub fn with_token(&self, token: &str) -> ApiClient {
         ApiClient {
             token: token.to_owned(),

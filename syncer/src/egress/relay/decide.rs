@@ -9,6 +9,14 @@
 //! whether the tenant may reach the target: its allow list stays in one place), or a refusal
 //! ([`Hop::Refuse`]) for a target that is not `host:port` at all.
 //!
+//! One more target is dialled from the pod without the syncer: vcp's audit ingest, when the
+//! authorizer is given it (`--audit-ingest`), exactly that `host:port` ([`Hop::Ingest`]). The
+//! apiserver's audit webhook is control-plane egress too, and vcp is none of the tenant's
+//! addresses, so the syncer would refuse it. A tenant's own webhook URL naming that address
+//! reaches it as well, but finds there only the ingest, which takes nothing without the
+//! per-tenant token that only the apiserver's audit configuration holds (docs/orchestrator.md,
+//! "The tenant's audit log").
+//!
 //! A chained target is written out again from its parsed form, never copied from the request:
 //! what goes on to the syncer is a plain `host:port` whatever bytes the apiserver was made to
 //! send.
@@ -23,6 +31,8 @@ pub enum Hop {
     Local(SocketAddr),
     /// Anything else: ask the syncer's egress proxy for this target (`host:port`).
     Chain(String),
+    /// vcp's audit ingest: dial this `host:port` (canonical) from the pod.
+    Ingest(String),
     /// Not a `host:port`: refused here, as the syncer would refuse it.
     Refuse,
 }
@@ -46,9 +56,18 @@ pub fn local_address(listen: SocketAddr) -> SocketAddr {
 /// port of the pod, its loopback included, is chained like any target, so nothing else in the
 /// pod becomes reachable through the relay.
 pub fn hop(authority: &str, listen: SocketAddr) -> Hop {
+    hop_with(authority, listen, None)
+}
+
+/// [`hop`] for a relay that also knows vcp's audit ingest (`ingest`, parsed as a CONNECT
+/// target): that exact target is [`Hop::Ingest`]; anything else is judged as [`hop`] judges it.
+pub fn hop_with(authority: &str, listen: SocketAddr, ingest: Option<&Target>) -> Hop {
     let Some(target) = Target::parse(authority) else {
         return Hop::Refuse;
     };
+    if ingest == Some(&target) {
+        return Hop::Ingest(canonical(target));
+    }
     let anywhere = listen.ip().is_unspecified();
     let local = match &target {
         Target::Ip(addr) => {
@@ -61,10 +80,15 @@ pub fn hop(authority: &str, listen: SocketAddr) -> Hop {
     if local {
         return Hop::Local(local_address(listen));
     }
-    Hop::Chain(match target {
+    Hop::Chain(canonical(target))
+}
+
+/// A target written out again from its parsed form.
+fn canonical(target: Target) -> String {
+    match target {
         Target::Ip(addr) => addr.to_string(),
         Target::Name(host, port) => format!("{host}:{port}"),
-    })
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +183,34 @@ mod tests {
         assert_eq!(hop("localhost:10262", pod), chain("localhost:10262"));
     }
 
+    #[test]
+    fn the_audit_ingest_is_dialled_from_the_pod_and_nothing_else_is() {
+        let ingest = Target::parse("vcp.vcp-system.svc:8081");
+        let with = |t: &str| hop_with(t, listen(), ingest.as_ref());
+        assert_eq!(
+            with("VCP.vcp-system.svc.:8081"),
+            Hop::Ingest("vcp.vcp-system.svc:8081".into())
+        );
+        // Its other ports, and other names on its port, are judged by the syncer.
+        assert_eq!(
+            with("vcp.vcp-system.svc:8080"),
+            chain("vcp.vcp-system.svc:8080")
+        );
+        assert_eq!(with("vcp.other.svc:8081"), chain("vcp.other.svc:8081"));
+        assert_eq!(with("127.0.0.1:10262"), local());
+        let by_ip = Target::parse("10.245.3.1:9000");
+        assert_eq!(
+            hop_with("10.245.3.1:9000", listen(), by_ip.as_ref()),
+            Hop::Ingest("10.245.3.1:9000".into())
+        );
+        assert_eq!(
+            hop_with("10.245.3.1:9001", listen(), by_ip.as_ref()),
+            chain("10.245.3.1:9001")
+        );
+        // Without an ingest, nothing is dialled from the pod but the webhook.
+        assert_eq!(hop("10.245.3.1:9000", listen()), chain("10.245.3.1:9000"));
+    }
+
     proptest! {
         /// Whatever the apiserver was made to send, a local hop is the webhook's port, and a
         /// chained target is a plain `host:port` that reads back as itself: nothing but a
@@ -173,6 +225,7 @@ mod tests {
                     prop_assert_eq!(Target::parse(&t), Target::parse(&authority));
                 }
                 Hop::Refuse => prop_assert!(Target::parse(&authority).is_none()),
+                Hop::Ingest(t) => prop_assert!(false, "no ingest configured, got {}", t),
             }
         }
 

@@ -23,13 +23,17 @@
 //! tells the tenant whether a target is open, closed or outside. Only the syncer's own `502`
 //! and `504`, which it gives for the tenant's own targets alone, are passed on as they are.
 //! While the syncer is down, every webhook by URL therefore fails, as webhooks by Service do.
+//!
+//! The audit webhook's target, vcp's ingest ([`Relay::with_audit_ingest`]), is dialled from
+//! the pod directly, as [`decide`] explains.
 
 pub mod decide;
 
 use crate::answer::Body;
+use crate::egress::allow::Target;
 use crate::{Error, Result};
 use bytes::Bytes;
-use decide::{Hop, hop};
+use decide::{Hop, hop_with};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
@@ -59,6 +63,10 @@ pub const CHAIN_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the authorizer's own webhook may take to accept.
 const LOCAL_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long vcp's audit ingest may take to accept (the apiserver's audit webhook retries a
+/// batch that fails).
+const INGEST_DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The files of the chained hop: the same as the apiserver's `cluster` context uses.
 #[derive(Debug, Clone)]
 pub struct ChainTls<'a> {
@@ -79,6 +87,8 @@ pub struct Relay {
     tls: Arc<rustls::ClientConfig>,
     /// [`HANDSHAKE`] (shorter in tests).
     handshake: Duration,
+    /// vcp's audit ingest, dialled from the pod ([`decide::hop_with`]).
+    ingest: Option<Target>,
 }
 
 /// What the syncer made of a chained CONNECT.
@@ -139,7 +149,18 @@ impl Relay {
             server_name,
             tls: Arc::new(config),
             handshake: HANDSHAKE,
+            ingest: None,
         })
+    }
+
+    /// The same relay, also dialling vcp's audit ingest at `authority` (`host:port`) from the
+    /// pod.
+    pub fn with_audit_ingest(mut self, authority: &str) -> Result<Relay> {
+        let target = Target::parse(authority).ok_or_else(|| {
+            Error::Relay(format!("--audit-ingest {authority:?} is not host:port"))
+        })?;
+        self.ingest = Some(target);
+        Ok(self)
     }
 
     /// Serves the apiserver's CONNECTs on `listener` until the future is dropped.
@@ -183,7 +204,7 @@ impl Relay {
             .authority()
             .map(|a| a.as_str().to_owned())
             .unwrap_or_default();
-        match hop(&authority, self.listen) {
+        match hop_with(&authority, self.listen, self.ingest.as_ref()) {
             Hop::Refuse => {
                 tracing::warn!(target_addr = %authority, reason = "malformed", "egress refused");
                 crate::egress::refused()
@@ -202,6 +223,24 @@ impl Relay {
                     }
                     Err(_) => {
                         tracing::warn!(target_addr = %authority, "egress relay: the authorizer did not answer");
+                        crate::answer::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out")
+                    }
+                }
+            }
+            Hop::Ingest(target) => {
+                // Resolved at each dial, as the syncer's name is.
+                let dial = tokio::net::TcpStream::connect(target.clone());
+                match tokio::time::timeout(INGEST_DIAL_TIMEOUT, dial).await {
+                    Ok(Ok(upstream)) => {
+                        tracing::debug!(target_addr = %target, "egress relay: vcp's audit ingest");
+                        splice(req, upstream)
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(target_addr = %target, error = %e, "egress relay: vcp's audit ingest did not answer");
+                        crate::answer::text(StatusCode::BAD_GATEWAY, "egress dial failed")
+                    }
+                    Err(_) => {
+                        tracing::warn!(target_addr = %target, "egress relay: vcp's audit ingest did not answer");
                         crate::answer::text(StatusCode::GATEWAY_TIMEOUT, "egress dial timed out")
                     }
                 }
