@@ -78,6 +78,9 @@ plans:
       quota: {pods: 100, requests_cpu: "8", limits: {default_request: {cpu: 100m, memory: 128Mi}, default_limit: {cpu: "1", memory: 512Mi}}}
     maintenance_window: {days: [sat, sun], start: "02:00", duration_minutes: 240}
     auto_update: patch
+    encryption: {resources: [secrets, configmaps, deployments.apps]}
+    audit: {policy: metadata, retention_days: 7}
+    sleep: {after_idle_minutes: 30}
 podAnnotations: {example.com/a: b}
 podLabels: {team: platform}
 nodeSelector: {kubernetes.io/os: linux}
@@ -712,7 +715,7 @@ fn the_chart_mounts_the_templates_of_its_own_version() -> anyhow::Result<()> {
 }
 
 /// Bad values: each `--set` and the part of the message that must name it.
-const BAD: [(&str, &str, &str); 11] = [
+const BAD: [(&str, &str, &str); 12] = [
     ("an unknown key", "colour=red", "colour"),
     (
         "an unknown key of the database CA",
@@ -755,6 +758,11 @@ const BAD: [(&str, &str, &str); 11] = [
         "an invalid tenant policy",
         "plans.gold.policy.pod_security=strict",
         "/plans/gold/policy/pod_security",
+    ),
+    (
+        "encryption without secrets",
+        "plans.gold.encryption.resources={configmaps}",
+        "/plans/gold/encryption/resources",
     ),
 ];
 
