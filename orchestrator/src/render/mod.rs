@@ -308,6 +308,11 @@ pub struct Plan {
     /// (`encryption: {resources: [secrets, configmaps]}`; [`encryption`]). Absent: Secrets.
     #[serde(default)]
     pub encryption: encryption::EncryptionPlan,
+    /// `backups: {hourly: N, daily: M}`: a snapshot each UTC hour and day, the newest N and M
+    /// kept ([`crate::snapshots::schedule`]); uploaded when a backup store is configured.
+    /// Absent: snapshots only when asked for.
+    #[serde(default)]
+    pub backups: Option<crate::snapshots::schedule::BackupPlan>,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that
@@ -391,6 +396,9 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
             sleep.validate().map_err(|e| bad(&e))?;
         }
         p.encryption.validate().map_err(|e| bad(&e))?;
+        if let Some(b) = &p.backups {
+            b.validate().map_err(|e| bad(&e))?;
+        }
     }
     Ok(plans)
 }
