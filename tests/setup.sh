@@ -2,7 +2,8 @@
 # Prepares a machine for vcp's dev environment and tests: installs the Debian packages they
 # need if missing, checks the toolchains, installs schemathesis from PyPI into a virtualenv
 # (~/.cache/vcp/schemathesis) and builds the Kubernetes binaries from Go modules into
-# ~/.cache/vcp/bin (skipping what is already there). Safe to run any number of times; warm,
+# ~/.cache/vcp/bin (skipping what is already there), and the S3 server of the dev cluster's
+# backups from crates.io into the same cache. Safe to run any number of times; warm,
 # it takes a couple of seconds.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -65,3 +66,17 @@ if ! cmp -s "$req" "$venv/requirements.txt"; then
 fi
 
 "$repo/tests/kube-bin/build.sh"
+
+# The dev cluster's S3-compatible server for backups (tests/dev/src/s3.rs, which pins the
+# version): s3s-fs (Apache-2.0) built from crates.io with its own lock file, into the binary
+# cache beside the Kubernetes binaries. MinIO would be the obvious one, but it is AGPL.
+s3s_version=$(sed -n 's/^pub const VERSION: &str = "\(.*\)";$/\1/p' "$repo/tests/dev/src/s3.rs")
+[[ -n $s3s_version ]] || die "tests/dev/src/s3.rs pins no s3s-fs version"
+bin_dir=${VCP_BIN_DIR:-$HOME/.cache/vcp/bin}
+if [[ ! -x $bin_dir/s3s-fs-$s3s_version ]]; then
+  say "building s3s-fs $s3s_version from crates.io (a few minutes)"
+  root=$(mktemp -d)
+  cargo install --quiet --locked --root "$root" --version "$s3s_version" --features binary s3s-fs
+  install -m 0755 "$root/bin/s3s-fs" "$bin_dir/s3s-fs-$s3s_version"
+  rm -rf "$root"
+fi

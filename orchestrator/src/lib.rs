@@ -20,6 +20,7 @@
 
 // Layers, bottom to top; a module uses only those above it in this list (docs/architecture.md).
 // Pure: no pool, no client.
+pub mod backup_store;
 pub mod lifecycle;
 pub mod metrics;
 pub mod names;
@@ -115,6 +116,14 @@ pub enum Error {
     Snapshot(String),
     #[error("shared datastore: {0}")]
     Datastore(String),
+    #[error("backup: {0}")]
+    Backup(String),
+    #[error("backup store: failed to {context}")]
+    ObjectStore {
+        context: String,
+        #[source]
+        source: Box<object_store::Error>,
+    },
     #[error("etcd: {0}")]
     Etcd(String),
     /// A kubeconfig asked of a tenant whose CA does not exist yet (its bring-up is before its
@@ -165,6 +174,8 @@ impl Error {
             Error::Client(_) => "client",
             Error::Snapshot(_) => "snapshot",
             Error::Datastore(_) => "datastore",
+            Error::Backup(_) => "backup",
+            Error::ObjectStore { .. } => "object_store",
             Error::Etcd(_) => "etcd",
             Error::NoCa(_) => "no_ca",
         }

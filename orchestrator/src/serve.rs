@@ -183,6 +183,23 @@ pub struct ServeArgs {
     #[arg(long, env = "VCP_TENANT_AUDIT_SWEEP_SECONDS", default_value_t = 3600,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub tenant_audit_sweep_seconds: u64,
+    /// Where snapshots go off the host: a YAML file with the S3-compatible store's `endpoint`,
+    /// `bucket`, `prefix` and `region` (docs/orchestrator.md, "Backups"). Each snapshot is
+    /// sealed with its tenant's backup key and uploaded there by its Job; restores read it
+    /// back. Absent: snapshots stay on the tenant's claim only.
+    #[arg(long, env = "VCP_BACKUP_STORE", requires_all = ["backup_access_key_id", "backup_secret_access_key"])]
+    pub backup_store: Option<PathBuf>,
+    /// The backup store's access key id (the chart takes it from a Secret).
+    #[arg(long, env = "VCP_BACKUP_ACCESS_KEY_ID", hide_env_values = true)]
+    pub backup_access_key_id: Option<String>,
+    /// The backup store's secret access key (the chart takes it from a Secret).
+    #[arg(long, env = "VCP_BACKUP_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub backup_secret_access_key: Option<String>,
+    /// Seconds between backup sweeps, which ask for the snapshots plans schedule
+    /// (`backups: {hourly, daily}`) and delete those retention drops (2 to 3600).
+    #[arg(long, env = "VCP_BACKUP_SWEEP_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub backup_sweep_seconds: u64,
 }
 
 /// How long a claimed tenant stays ours without renewal.
@@ -282,6 +299,16 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
             ));
         }
     }
+    let backups = match &a.backup_store {
+        None => None,
+        Some(p) => Some(crate::snapshots::offsite::BackupStore {
+            config: crate::snapshots::offsite::StoreConfig::parse(&read(p)?)?,
+            credentials: crate::snapshots::offsite::Credentials {
+                access_key_id: a.backup_access_key_id.clone().unwrap_or_default(),
+                secret_access_key: a.backup_secret_access_key.clone().unwrap_or_default(),
+            },
+        }),
+    };
     Ok(Config {
         catalog,
         plans,
@@ -302,6 +329,7 @@ pub fn config(a: &ServeArgs) -> Result<Config> {
         // Asked of the host once it is connected (serve).
         host_user: String::new(),
         inventory_key,
+        backups,
     })
 }
 
@@ -438,6 +466,19 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     );
     // Shared datastores: their members, PKI and root user (idempotent on every replica).
     tokio::spawn(crate::datastore::host::run(prov.clone()));
+    // One backup sweep per replica: a scheduled snapshot is asked for under the tenant's row
+    // lock, and pruning twice deletes an object that is gone already (snapshots/schedule.rs).
+    let store = match &config.backups {
+        Some(b) => Some(crate::snapshots::offsite::Store::open(b)?),
+        None => None,
+    };
+    tokio::spawn(crate::snapshots::schedule::run(
+        inv.clone(),
+        config.clone(),
+        store,
+        format!("vcp:{replica}"),
+        Duration::from_secs(a.backup_sweep_seconds),
+    ));
     // One idle sweep per replica: a sleep re-checks the tenant under its row lock.
     tokio::spawn(crate::sleep::sweep::run(
         inv.clone(),

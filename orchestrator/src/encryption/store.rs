@@ -47,9 +47,13 @@ impl Inventory {
     /// key is not among them cannot open those keys, and refuses to start.
     pub async fn encryption_kek_ids(&self) -> Result<Vec<String>> {
         Ok(
-            sqlx::query_scalar("SELECT DISTINCT kek_id FROM encryption_keys ORDER BY kek_id")
-                .fetch_all(self.pool())
-                .await?,
+            // Backup keys too (snapshots/backup_keys.rs): sealed with the same key.
+            sqlx::query_scalar(
+                "SELECT kek_id FROM encryption_keys UNION SELECT kek_id FROM backup_keys
+                 ORDER BY kek_id",
+            )
+            .fetch_all(self.pool())
+            .await?,
         )
     }
 

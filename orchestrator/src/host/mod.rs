@@ -53,6 +53,8 @@ pub struct Config {
     /// Seals and opens the tenants' etcd encryption keys in the inventory
     /// (`--inventory-key`; [`crate::pki::seal`]).
     pub inventory_key: crate::pki::seal::InventoryKey,
+    /// Where snapshots go off the host (`--backup-store`); none: they stay on their claims.
+    pub backups: Option<crate::backup_store::BackupStore>,
 }
 
 /// The handle every part that works on the host shares; cheap to clone.

@@ -317,6 +317,11 @@ pub struct Plan {
     /// default policy, kept 30 days.
     #[serde(default)]
     pub audit: audit::AuditPlan,
+    /// `backups: {hourly: N, daily: M}`: a snapshot each UTC hour and day, the newest N and M
+    /// kept ([`crate::snapshots::schedule`]); uploaded when a backup store is configured.
+    /// Absent: snapshots only when asked for.
+    #[serde(default)]
+    pub backups: Option<crate::snapshots::schedule::BackupPlan>,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that
@@ -401,6 +406,9 @@ pub fn parse_plans(yaml: &str) -> Result<BTreeMap<String, Plan>> {
         }
         p.encryption.validate().map_err(|e| bad(&e))?;
         p.audit.validate().map_err(|e| bad(&e))?;
+        if let Some(b) = &p.backups {
+            b.validate().map_err(|e| bad(&e))?;
+        }
     }
     Ok(plans)
 }

@@ -329,7 +329,11 @@ fn assert_restricted_non_root(spec: &serde_json::Value, what: &str) {
         "{what}: Secrets readable by the image's user"
     );
     assert_eq!(pod["seccompProfile"]["type"], "RuntimeDefault", "{what}");
-    for c in spec["containers"].as_array().unwrap() {
+    let init = spec["initContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for c in spec["containers"].as_array().unwrap().iter().chain(&init) {
         let sc = &c["securityContext"];
         assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}: {c}");
         assert_eq!(
@@ -370,6 +374,63 @@ fn pods_of_vcps_own_images_run_as_their_non_root_user_and_can_read_their_secrets
         )
         .unwrap();
     assert_restricted_non_root(pod_spec(&snapshot, "Job", "etcd-snapshot-1"), "a snapshot");
+    // With a backup store: the snapshot first, then the upload, both as restricted, the
+    // upload reading the snapshot's report and the tenant's backup Secret.
+    let backup = serde_json::json!({"secret": "vcp-backup", "mount": "/etc/vcp-backup",
+        "endpoint": "https://s3.example:8443", "bucket": "b", "region": "r", "port": 8443, "key_id": 4,
+        "key_file": "/etc/vcp-backup/key-4", "object": "p/k/1.db.enc"});
+    let uploaded = renderer
+        .render_job(
+            JobKind::Snapshot,
+            &input,
+            serde_json::json!({"job": "etcd-snapshot-1", "file": "1.db", "backup": backup}),
+        )
+        .unwrap();
+    let spec = pod_spec(&uploaded, "Job", "etcd-snapshot-1");
+    assert_restricted_non_root(spec, "an uploaded snapshot");
+    assert_eq!(spec["initContainers"][0]["name"], "snapshot", "{spec}");
+    assert!(
+        spec["initContainers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("--report=/snapshots/1.db.report"))
+    );
+    let upload = &spec["containers"][0];
+    assert_eq!(
+        upload["command"],
+        serde_json::json!(["vcp", "tool", "backup-upload"])
+    );
+    for arg in [
+        "--report-in=/snapshots/1.db.report",
+        "--object=p/k/1.db.enc",
+        "--key-id=4",
+    ] {
+        assert!(
+            upload["args"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!(arg)),
+            "{arg}"
+        );
+    }
+    assert!(
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "vcp-backup"),
+        "{spec}"
+    );
+    // Its pods may dial the store's port, wherever the store is.
+    let egress = uploaded
+        .iter()
+        .find(|o| o.kind() == "NetworkPolicy" && o.name() == "control-plane-egress-backup-store")
+        .expect("the backup store's egress policy");
+    assert_eq!(egress.0["spec"]["egress"][0]["ports"][0]["port"], 8443);
+    assert!(
+        !snapshot.iter().any(|o| o.kind() == "NetworkPolicy"),
+        "none without a store"
+    );
     // A restore rewrites etcd's root-owned data: it says so, rather than failing as the
     // image's user.
     let restore = renderer
@@ -383,6 +444,40 @@ fn pods_of_vcps_own_images_run_as_their_non_root_user_and_can_read_their_secrets
         .unwrap();
     let spec = pod_spec(&restore, "Job", "etcd-restore-1-0");
     assert_eq!(spec["securityContext"]["runAsUser"], 0, "{spec}");
+    assert_eq!(
+        spec["initContainers"][0]["name"], "check",
+        "no fetch: {spec}"
+    );
+    // An uploaded snapshot is fetched onto the claim before it is checked.
+    let fetched = renderer
+        .render_job(
+            JobKind::Restore,
+            &input,
+            serde_json::json!({"job": "etcd-restore-1-0", "file": "1.db", "sha256": "0",
+                "member": 0, "staging": "/var/lib/etcd/restore-1",
+                "keep": "/var/lib/etcd/data.before-restore", "revision_bump": 1,
+                "fetch": backup}),
+        )
+        .unwrap();
+    let spec = pod_spec(&fetched, "Job", "etcd-restore-1-0");
+    let names: Vec<&str> = spec["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fetch", "check", "restore"]);
+    let import = renderer
+        .render_job(
+            JobKind::Import,
+            &input,
+            serde_json::json!({"job": "etcd-restore-1-0", "file": "1.vcpl", "sha256": "0",
+                "fetch": backup}),
+        )
+        .unwrap();
+    let spec = pod_spec(&import, "Job", "etcd-restore-1-0");
+    assert_restricted_non_root(spec, "an import fetching its snapshot");
+    assert_eq!(spec["initContainers"][0]["name"], "fetch", "{spec}");
 }
 
 fn dev_objects() -> Vec<Object> {

@@ -81,9 +81,11 @@ pub(crate) async fn list_snapshots(
 /// forward so every client relists, and the control plane starts again. Objects written after
 /// the snapshot are gone; objects deleted after it are back. A logical snapshot is put back
 /// by one Job with only etcd's clients stopped (the tenant's keys deleted, the snapshot's put
-/// under its prefix). 409 unless the tenant is Ready with no upgrade or restore moving it;
-/// 422 for a snapshot that is not a taken one of this tenant, or an etcd snapshot for a tenant
-/// on a shared datastore (which restores only from logical ones).
+/// under its prefix). A snapshot uploaded to the backup store (an `s3://` location) is
+/// fetched from there, opened with the tenant's backup key and checked against its SHA-256
+/// first. 409 unless the tenant is Ready with no upgrade or restore moving it; 422 for a
+/// snapshot that is not a taken one of this tenant, one whose copy retention pruned, or an
+/// etcd snapshot for a tenant on a shared datastore (which restores only from logical ones).
 #[utoipa::path(post, path = "/v1/tenants/{name}/restore", tag = "snapshots",
     security(("bearer" = [])),
     params(("name" = NameSchema, Path, description = "tenant name")),
@@ -94,7 +96,7 @@ pub(crate) async fn list_snapshots(
     AdminOnly,
     NoSuchTenant,
     (status = 409, description = "the tenant is not Ready, or an upgrade or restore moves it", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 422, description = "no taken snapshot of this tenant has that id, or an etcd snapshot for a tenant on a shared datastore; `field` is `snapshot`", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "no taken snapshot of this tenant has that id, retention pruned it, or an etcd snapshot for a tenant on a shared datastore; `field` is `snapshot`", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(crate) async fn restore_tenant(
@@ -113,11 +115,14 @@ pub(crate) async fn restore_tenant(
         .numbered_snapshot(t.id, req.snapshot)
         .await
         .map_err(|e| Problem::internal(&e))?
-        .filter(|x| x.state == SnapshotState::Succeeded)
+        .filter(|x| x.state == SnapshotState::Succeeded && x.pruned_at.is_none())
         .ok_or_else(|| {
             Problem::invalid(
                 "snapshot",
-                &format!("tenant {:?} has no taken snapshot {}", t.name, req.snapshot),
+                &format!(
+                    "tenant {:?} has no taken snapshot {} that retention has not pruned",
+                    t.name, req.snapshot
+                ),
             )
         })?;
     let config = &s.provisioner.config;

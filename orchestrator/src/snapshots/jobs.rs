@@ -4,10 +4,14 @@
 
 use crate::host::Provisioner;
 use crate::inventory::Tenant;
+use crate::render::Object;
 use crate::render::{Component, Input, JobKind, LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF};
+use crate::snapshots::backup_keys::BackupKey;
+use crate::snapshots::offsite::{self, BackupStore};
 use crate::snapshots::store::{NewRestore, RestoreRow, SnapshotRow};
 use crate::snapshots::{JobState, Report, RestoreStep, RestoreView};
 use crate::{Error, Result, snapshots};
+use base64::Engine as _;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
@@ -44,6 +48,48 @@ fn message(p: &Pod) -> Option<String> {
 }
 
 impl Provisioner {
+    /// Applies the tenant's [`offsite::SECRET`]: the store's credentials and backup key `key`
+    /// for the Jobs that upload and fetch its snapshots. The template context of those Jobs.
+    async fn backup_secret(
+        &self,
+        t: &Tenant,
+        store: &BackupStore,
+        key: &BackupKey,
+    ) -> Result<serde_json::Value> {
+        let ns = control_plane_namespace(&t.key);
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let secret = Object(json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": offsite::SECRET,
+                "namespace": ns,
+                "labels": {
+                    crate::render::LABEL_CONTROL_PLANE_OF: t.key,
+                    crate::render::LABEL_MANAGED_BY: "vcp",
+                },
+            },
+            "type": "Opaque",
+            // `data`, not `stringData`: applied again unchanged, it changes nothing.
+            "data": {
+                "access-key-id": b64(store.credentials.access_key_id.as_bytes()),
+                "secret-access-key": b64(store.credentials.secret_access_key.as_bytes()),
+                offsite::key_entry(key.id): b64(&key.secret),
+            },
+        }));
+        crate::host::ssa::apply(&self.host, &secret, false).await?;
+        Ok(json!({
+            "secret": offsite::SECRET,
+            "mount": offsite::SECRET_MOUNT,
+            "endpoint": store.config.endpoint,
+            "bucket": store.config.bucket,
+            "region": store.config.region,
+            "port": store.config.port(),
+            "key_id": key.id,
+            "key_file": format!("{}/{}", offsite::SECRET_MOUNT, offsite::key_entry(key.id)),
+        }))
+    }
+
     /// How a Job of this tenant's control-plane namespace is doing.
     pub async fn job_state(&self, ns: &str, name: &str) -> Result<JobState> {
         let jobs: Api<Job> = Api::namespaced(self.host.clone(), ns);
@@ -109,6 +155,8 @@ impl Provisioner {
                 size: 1,
                 sha256: "0".repeat(64),
                 storage_version: "simulated".into(),
+                object: None,
+                backup_key: None,
             };
             self.inventory
                 .finish_snapshot(t.id, s.id, Ok(&r), actor)
@@ -125,10 +173,23 @@ impl Provisioner {
                 } else {
                     snapshots::file_name(s.number)
                 };
+                // With a backup store, the Job's last step seals the file and uploads it.
+                let backup = match &self.config.backups {
+                    None => serde_json::Value::Null,
+                    Some(store) => {
+                        let key = self
+                            .inventory
+                            .live_backup_key(t.id, &self.config.inventory_key, actor)
+                            .await?;
+                        let mut b = self.backup_secret(t, store, &key).await?;
+                        b["object"] = json!(store.config.object_key(&t.key, &file));
+                        b
+                    }
+                };
                 let objects = self.config.renderer.render_job(
                     JobKind::Snapshot,
                     input,
-                    json!({"job": job, "file": file, "logical": logical}),
+                    json!({"job": job, "file": file, "logical": logical, "backup": backup}),
                 )?;
                 crate::host::ssa::apply_all(&self.host, &objects).await?;
                 Ok(SnapshotState::Pending)
@@ -222,6 +283,28 @@ impl Provisioner {
                 String::new(),
             ));
         }
+        // An uploaded snapshot is fetched from the store first, whatever the claim still has.
+        let fetch = match offsite::parse_location(&s.location) {
+            None => serde_json::Value::Null,
+            Some((_, object)) => {
+                let (Some(store), Some(key_id)) = (&self.config.backups, s.backup_key_id) else {
+                    return Ok((
+                        Some(NewRestore::Failed(format!(
+                            "snapshot {} is kept in {} and this vcp has no --backup-store to read it from",
+                            r.snapshot_number, s.location
+                        ))),
+                        String::new(),
+                    ));
+                };
+                let key = self
+                    .inventory
+                    .backup_key(t.id, key_id, &self.config.inventory_key)
+                    .await?;
+                let mut b = self.backup_secret(t, store, &key).await?;
+                b["object"] = json!(object);
+                b
+            }
+        };
         let members = if logical { 1 } else { input.plan.etcd_replicas };
         let mut jobs = Vec::new();
         for m in 0..members {
@@ -298,6 +381,7 @@ impl Provisioner {
                                     "job": snapshots::restore_job(r.id, m),
                                     "file": snapshots::logical_file_name(id),
                                     "sha256": s.sha256,
+                                    "fetch": fetch,
                                 }),
                             )?
                         } else {
@@ -312,6 +396,7 @@ impl Provisioner {
                                     "staging": format!("/var/lib/etcd/restore-{}", r.id),
                                     "keep": "/var/lib/etcd/data.before-restore",
                                     "revision_bump": snapshots::REVISION_BUMP,
+                                    "fetch": fetch,
                                 }),
                             )?
                         };

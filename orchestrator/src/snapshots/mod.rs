@@ -17,10 +17,14 @@
 //! the control plane again; [`restore_step`] says which, from what the pass observed.
 
 pub mod api;
+pub mod backup_keys;
 pub mod cli;
 pub mod jobs;
 pub mod logical;
 pub mod moves;
+pub mod offsite;
+pub mod schedule;
+pub mod sealed;
 pub mod store;
 pub mod tool;
 pub mod transfer;
@@ -88,6 +92,13 @@ pub struct Report {
     /// etcd's storage version as the snapshot stream stated it.
     #[serde(default)]
     pub storage_version: String,
+    /// Where the sealed copy went (`s3://bucket/key`), when it was uploaded
+    /// ([`offsite`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    /// The backup key that sealed that copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_key: Option<i64>,
 }
 
 impl Report {
@@ -177,6 +188,8 @@ mod tests {
             size: 20_512,
             sha256: "ab".repeat(32),
             storage_version: "3.6.0".into(),
+            object: None,
+            backup_key: None,
         };
         let text = serde_json::to_string(&r).unwrap();
         assert_eq!(Report::parse(&format!("{text}\n")), Some(r));

@@ -32,6 +32,12 @@ pub struct SnapshotRow {
     pub requested_by: String,
     pub created_at: OffsetDateTime,
     pub finished_at: Option<OffsetDateTime>,
+    /// The backup key that sealed its uploaded copy (`migrations/0016_backups.sql`).
+    pub backup_key_id: Option<i64>,
+    /// The schedule that asked for it, if one did.
+    pub schedule: Option<crate::snapshots::schedule::Schedule>,
+    /// When retention deleted its uploaded copy.
+    pub pruned_at: Option<OffsetDateTime>,
 }
 
 /// One restore, as stored.
@@ -49,7 +55,7 @@ pub struct RestoreRow {
     pub created_at: OffsetDateTime,
     pub finished_at: Option<OffsetDateTime>,
     /// A plan change that moves the tenant's data: the plan it leaves and the one it goes to
-    /// (migration 0020); both `None` for a plain restore.
+    /// (migration 0017); both `None` for a plain restore.
     pub from_plan: Option<String>,
     pub to_plan: Option<String>,
 }
@@ -191,9 +197,11 @@ impl Inventory {
             Ok(r) => (SnapshotState::Succeeded, None, Some(r)),
             Err(why) => (SnapshotState::Failed, Some(why), None),
         };
+        // An uploaded snapshot lives where its object is (the claim keeps a copy).
         let done: Option<(i64, String)> = sqlx::query_as(
             "UPDATE etcd_snapshots SET state = $3, reason = $4, revision = $5, size_bytes = $6,
-               sha256 = $7, storage_version = $8, finished_at = now()
+               sha256 = $7, storage_version = $8, finished_at = now(),
+               location = COALESCE($9, location), backup_key_id = $10
              WHERE tenant_id = $1 AND id = $2 AND state = 'Pending'
              RETURNING number, location",
         )
@@ -205,11 +213,14 @@ impl Inventory {
         .bind(r.map(|r| r.size))
         .bind(r.map(|r| r.sha256.as_str()))
         .bind(r.map(|r| r.storage_version.as_str()))
+        .bind(r.and_then(|r| r.object.as_deref()))
+        .bind(r.and_then(|r| r.backup_key))
         .fetch_optional(&mut *tx)
         .await?;
         // A logical snapshot's file is named as one (the kind is known once it is taken).
         if let (Some((_, location)), Some(r)) = (&done, r)
             && snapshots::is_logical(&r.storage_version)
+            && r.object.is_none()
         {
             sqlx::query("UPDATE etcd_snapshots SET location = $2 WHERE id = $1")
                 .bind(id)
@@ -224,12 +235,104 @@ impl Inventory {
                 "tenant.snapshot.finished",
                 Some(tenant_id),
                 serde_json::json!({"snapshot": number, "state": state, "reason": reason,
-                    "revision": r.map(|r| r.revision), "sha256": r.map(|r| &r.sha256)}),
+                    "revision": r.map(|r| r.revision), "sha256": r.map(|r| &r.sha256),
+                    "object": r.and_then(|r| r.object.as_ref())}),
             )
             .await?;
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Live tenants with their plan and whether they are Ready (present and serving): those
+    /// the backup sweep looks at ([`crate::snapshots::schedule`]).
+    pub async fn backup_tenants(&self) -> Result<Vec<(i64, String, bool)>> {
+        Ok(sqlx::query_as(
+            "SELECT id, plan, desired = $1 AND phase = $2 FROM tenants
+             WHERE deleted_at IS NULL ORDER BY id",
+        )
+        .bind(Desired::Present)
+        .bind(Phase::Ready)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// A tenant's scheduled snapshots whose copies retention has not pruned.
+    pub async fn scheduled_snapshots(
+        &self,
+        tenant_id: i64,
+    ) -> Result<Vec<crate::snapshots::schedule::Scheduled>> {
+        Ok(sqlx::query_as(
+            "SELECT id, schedule, scheduled_for, state, location FROM etcd_snapshots
+             WHERE tenant_id = $1 AND schedule IS NOT NULL AND pruned_at IS NULL",
+        )
+        .bind(tenant_id)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// Asks for the snapshot of `schedule` for `period` unless the tenant has it already (or
+    /// is gone): its number, when this call asked for it.
+    pub async fn request_scheduled_snapshot(
+        &self,
+        tenant_id: i64,
+        schedule: crate::snapshots::schedule::Schedule,
+        period: OffsetDateTime,
+        actor: &str,
+    ) -> Result<Option<i64>> {
+        let mut tx = self.pool().begin().await?;
+        // The tenant's row lock (taken by due_if_present's UPDATE) orders the replicas asking
+        // for one period: the second sees the first's row.
+        let Some(t) = due_if_present(&mut tx, tenant_id).await? else {
+            return Ok(None);
+        };
+        let had: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM etcd_snapshots
+               WHERE tenant_id = $1 AND schedule = $2 AND scheduled_for = $3)",
+        )
+        .bind(tenant_id)
+        .bind(schedule)
+        .bind(period)
+        .fetch_one(&mut *tx)
+        .await?;
+        if had {
+            return Ok(None);
+        }
+        let row = insert(&mut tx, &t, None, actor).await?;
+        sqlx::query("UPDATE etcd_snapshots SET schedule = $2, scheduled_for = $3 WHERE id = $1")
+            .bind(row.id)
+            .bind(schedule)
+            .bind(period)
+            .execute(&mut *tx)
+            .await?;
+        notify(&mut tx).await?;
+        tx.commit().await?;
+        Ok(Some(row.number))
+    }
+
+    /// Records that retention deleted a snapshot's uploaded copy; whether this call did.
+    pub async fn mark_pruned(&self, tenant_id: i64, id: i64, actor: &str) -> Result<bool> {
+        let mut tx = self.pool().begin().await?;
+        let number: Option<i64> = sqlx::query_scalar(
+            "UPDATE etcd_snapshots SET pruned_at = now()
+             WHERE tenant_id = $1 AND id = $2 AND pruned_at IS NULL RETURNING number",
+        )
+        .bind(tenant_id)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(n) = number {
+            audit_in(
+                &mut tx,
+                actor,
+                "tenant.snapshot.pruned",
+                Some(tenant_id),
+                serde_json::json!({"snapshot": n}),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(number.is_some())
     }
 
     /// Starts a restore of a Ready tenant from one of its taken snapshots (no upgrade or

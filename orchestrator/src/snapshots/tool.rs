@@ -30,6 +30,92 @@ pub enum ToolCommand {
     EtcdRestorePrepare(PrepareArgs),
     /// Put restored data in place of a member's data (restore Job, last step).
     EtcdRestoreSwap(SwapArgs),
+    /// Seal a snapshot file with the tenant's backup key and upload it (snapshot Job, last
+    /// step, when a backup store is configured).
+    BackupUpload(UploadArgs),
+    /// Download a sealed snapshot, open it and write the file (restore Job, first step).
+    BackupFetch(FetchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UploadArgs {
+    #[command(flatten)]
+    pub store: crate::snapshots::offsite::StoreArgs,
+    /// The snapshot file.
+    #[arg(long, env = "VCP_SNAPSHOT_FILE")]
+    pub file: PathBuf,
+    /// The report the snapshot step wrote: the file must have its SHA-256.
+    #[arg(long, env = "VCP_SNAPSHOT_REPORT_IN")]
+    pub report_in: PathBuf,
+    /// The object to write.
+    #[arg(long, env = "VCP_BACKUP_OBJECT")]
+    pub object: String,
+    /// The tenant's backup key (32 raw bytes).
+    #[arg(long, env = "VCP_BACKUP_KEY_FILE")]
+    pub key_file: PathBuf,
+    /// Its id, written in the object's header and reported.
+    #[arg(long, env = "VCP_BACKUP_KEY_ID")]
+    pub key_id: i64,
+    /// Where the report (with the object's location) goes besides stdout.
+    #[arg(
+        long,
+        env = "VCP_SNAPSHOT_REPORT",
+        default_value = "/dev/termination-log"
+    )]
+    pub report: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FetchArgs {
+    #[command(flatten)]
+    pub store: crate::snapshots::offsite::StoreArgs,
+    /// The object to read.
+    #[arg(long, env = "VCP_BACKUP_OBJECT")]
+    pub object: String,
+    /// The backup key that sealed it (32 raw bytes).
+    #[arg(long, env = "VCP_BACKUP_KEY_FILE")]
+    pub key_file: PathBuf,
+    /// Its id, as the object's header must name it.
+    #[arg(long, env = "VCP_BACKUP_KEY_ID")]
+    pub key_id: i64,
+    /// The snapshot file to write (only once whole and checked).
+    #[arg(long, env = "VCP_SNAPSHOT_FILE")]
+    pub out: PathBuf,
+    /// The file's SHA-256 as the inventory recorded it, hex.
+    #[arg(long, env = "VCP_SNAPSHOT_SHA256")]
+    pub sha256: String,
+}
+
+/// A backup key file: 32 raw bytes.
+pub fn read_key(path: &Path) -> Result<[u8; crate::snapshots::sealed::KEY_LEN]> {
+    let bytes = std::fs::read(path).map_err(io(path))?;
+    bytes.as_slice().try_into().map_err(|_| {
+        fail(format!(
+            "{}: a backup key is 32 bytes, this is {}",
+            path.display(),
+            bytes.len()
+        ))
+    })
+}
+
+async fn upload(a: &UploadArgs) -> Result<Report> {
+    let text = std::fs::read_to_string(&a.report_in).map_err(io(&a.report_in))?;
+    let mut r = Report::parse(&text).ok_or_else(|| {
+        fail(format!(
+            "{} holds no snapshot report: {text:.200}",
+            a.report_in.display()
+        ))
+    })?;
+    let store = crate::snapshots::offsite::Store::from_args(&a.store)?;
+    let key = read_key(&a.key_file)?;
+    let sent = store
+        .upload_sealed(&a.file, &r.sha256, &key, a.key_id, &a.object)
+        .await?;
+    let location = format!("s3://{}/{}", a.store.bucket, a.object);
+    tracing::info!(%location, bytes = sent, "snapshot sealed and uploaded");
+    r.object = Some(location);
+    r.backup_key = Some(a.key_id);
+    Ok(r)
 }
 
 #[derive(Debug, clap::Args)]
@@ -91,6 +177,22 @@ pub async fn run(cmd: ToolCommand) -> Result<()> {
         }
         ToolCommand::EtcdRestorePrepare(a) => prepare(&a),
         ToolCommand::EtcdRestoreSwap(a) => swap(&a.staging, &a.data_dir, &a.keep),
+        ToolCommand::BackupUpload(a) => {
+            let r = upload(&a).await?;
+            let text = serde_json::to_string(&r).expect("a report encodes");
+            println!("{text}");
+            std::fs::write(&a.report, &text).map_err(io(&a.report))?;
+            Ok(())
+        }
+        ToolCommand::BackupFetch(a) => {
+            let store = crate::snapshots::offsite::Store::from_args(&a.store)?;
+            let key = read_key(&a.key_file)?;
+            let size = store
+                .download_opened(&a.object, &key, a.key_id, &a.out, &a.sha256)
+                .await?;
+            tracing::info!(object = %a.object, bytes = size, "snapshot fetched and opened");
+            Ok(())
+        }
     }
 }
 
@@ -297,6 +399,8 @@ async fn snapshot_from(http: &reqwest::Client, endpoint: &str, out: &Path) -> Re
         size,
         sha256: hex(&whole.finalize()),
         storage_version,
+        object: None,
+        backup_key: None,
     })
 }
 

@@ -231,6 +231,8 @@ pub async fn export(gw: &Gateway, token: Option<&str>, prefix: &str, out: &Path)
         size,
         sha256: hash.finalize().iter().map(|b| format!("{b:02x}")).collect(),
         storage_version: logical::FORMAT.into(),
+        object: None,
+        backup_key: None,
     })
 }
 

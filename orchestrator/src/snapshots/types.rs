@@ -38,7 +38,15 @@ pub struct SnapshotView {
     pub sha256: Option<String>,
     /// What it holds; known once it is taken.
     pub kind: Option<SnapshotKind>,
-    /// `pvc://<control-plane namespace>/etcd-snapshots/<file>`.
+    /// The plan's schedule that asked for it (`backups`); none when asked for through the API
+    /// or by an upgrade (those never expire).
+    pub schedule: Option<crate::snapshots::schedule::Schedule>,
+    /// When retention pruned its uploaded copy; a pruned snapshot cannot be restored.
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub pruned_at: Option<OffsetDateTime>,
+    /// `pvc://<control-plane namespace>/etcd-snapshots/<file>`; once uploaded to the
+    /// platform's backup store, sealed, `s3://<bucket>/<prefix>/<tenant key>/<file>.enc`.
     pub location: String,
     pub requested_by: String,
     #[serde(with = "time::serde::rfc3339")]
@@ -67,6 +75,8 @@ impl From<super::store::SnapshotRow> for SnapshotView {
                 }
             }),
             sha256: s.sha256,
+            schedule: s.schedule,
+            pruned_at: s.pruned_at,
             location: s.location,
             requested_by: s.requested_by,
             created_at: s.created_at,

@@ -649,6 +649,7 @@ async fn bench_platform(
             port: None,
             simulate,
             extra_env,
+            backup_prefix: None,
         },
         Supervision::Attached,
     )

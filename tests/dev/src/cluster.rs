@@ -3,10 +3,11 @@
 //! Start order, each step gated on the previous one being healthy: binaries resolved (fail
 //! before anything runs) -> PKI (generated once per state dir) -> etcd -> kube-apiserver
 //! (`/readyz`) -> kubeconfigs -> controller-manager, scheduler, kwok, PV provisioner -> worker
-//! Nodes and the default StorageClass -> all Nodes Ready. Postgres starts alongside. What was
+//! Nodes and the default StorageClass -> all Nodes Ready -> the S3 server of backups on the
+//! devnode's gateway ([`crate::s3`]). Postgres starts alongside. What was
 //! started is recorded in `<state>/state.json`, which `status` and `down` read back.
 //!
-//! Everything listens on free ports of 127.0.0.1. The apiserver advertises a documentation-only
+//! Everything listens on free ports of 127.0.0.1 (S3 on the devnode's gateway). The apiserver advertises a documentation-only
 //! address (RFC 5737) and runs with `--endpoint-reconciler-type=none`: Kubernetes rejects
 //! loopback addresses in Endpoints, and no pod on this machine could use that address anyway.
 
@@ -67,6 +68,9 @@ pub struct State {
     pub service_cidr: String,
     pub workers: u32,
     pub components: Vec<Component>,
+    /// The S3-compatible server for backups ([`crate::s3`]).
+    #[serde(default)]
+    pub s3: Option<crate::s3::S3Record>,
 }
 
 /// One started process.
@@ -637,6 +641,8 @@ async fn boot(opts: Options) -> Result<DevCluster> {
     let scheduler_bin = bins::binary("kube-scheduler", version)?;
     let kubectl_bin = bins::binary("kubectl", version)?;
     let devnode_bin = devnode_binary()?;
+    // Resolved here with the others, though it starts last.
+    crate::s3::binary()?;
 
     let l = Layout { dir: dir.clone() };
     for sub in ["logs", "etcd", "volumes", "bin"] {
@@ -926,8 +932,21 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         }
         wait_nodes_ready(&client, opts.workers, opts.real_node, &mut procs).await?;
         let nodes_ready = t0.elapsed();
+        // The backup store, on the devnode's gateway (its network is claimed once its Node is
+        // Ready), where pods and host processes both reach it.
+        let index = crate::devnet::recorded(&dir.join("devnode"))
+            .ok_or_else(|| Error::InvalidOption("the devnode recorded no network".into()))?;
+        let (s3, s3_proc) = crate::s3::start_in(
+            &dir.join("s3"),
+            std::net::Ipv4Addr::new(10, 245, index, 1),
+            &l.log("s3"),
+            mode,
+        )
+        .await?;
+        procs.push((s3_proc, None, None));
         Ok::<_, Error>((
             procs,
+            s3,
             provisioner.0,
             client,
             api_url,
@@ -940,6 +959,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
     let (pg, cp) = tokio::join!(pg, cp);
     let (
         mut procs,
+        s3,
         provisioner,
         client,
         api_url,
@@ -959,6 +979,7 @@ async fn boot(opts: Options) -> Result<DevCluster> {
         database_url: database_url.clone(),
         service_cidr: SERVICE_CIDR.to_owned(),
         workers: opts.workers,
+        s3: Some(s3),
         components: procs
             .iter()
             .map(|(s, port, health)| Component {

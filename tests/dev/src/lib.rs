@@ -30,6 +30,7 @@ pub mod platform;
 pub mod postgres;
 pub mod process;
 pub mod provisioner;
+pub mod s3;
 pub mod tenant;
 pub mod testing;
 

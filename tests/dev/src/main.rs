@@ -9,7 +9,8 @@ mod density;
 mod gateway_bench;
 
 /// A local Kubernetes host cluster for vcp: etcd, kube-apiserver, controller-manager,
-/// scheduler, kwok worker nodes, a PV provisioner and Postgres, all on 127.0.0.1.
+/// scheduler, kwok worker nodes, a PV provisioner and Postgres, all on 127.0.0.1, and an S3
+/// server for backups on the process node's gateway.
 #[derive(Debug, Parser)]
 #[command(name = "vcp-dev", version)]
 struct Args {
@@ -41,7 +42,7 @@ enum Command {
         /// `conformance` is the plan that passes the conformance suite (docs/conformance.md).
         #[arg(long, env = "VCP_DEV_PLAN")]
         plan: Option<String>,
-        /// Start only the host cluster and Postgres, without vcp and a tenant.
+        /// Start only the host cluster, Postgres and S3, without vcp and a tenant.
         #[arg(long, env = "VCP_DEV_NO_PLATFORM")]
         no_platform: bool,
         /// Run `vcp serve` as a local process against the dev cluster's Postgres instead of

@@ -55,6 +55,14 @@ encrypted-configmaps:
   policy:
     placement:
       node_selector: {type: kwok}
+# As default, with a snapshot every hour, the newest two kept (orchestrator/tests/backup.rs).
+backed-up:
+  node_selector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  backups: {hourly: 2}
+  policy:
+    placement:
+      node_selector: {type: kwok}
 # As process-workloads, with three etcd members: a store that keeps its quorum while its
 # members restart one at a time.
 ha-process-workloads:
@@ -103,6 +111,8 @@ pub const SHARED_PLAN: &str = "shared";
 pub const PROCESS_WORKLOADS_PLAN: &str = "process-workloads";
 /// The plan of [`DEV_PLANS`] that encrypts ConfigMaps beside Secrets.
 pub const ENCRYPTED_CONFIGMAPS_PLAN: &str = "encrypted-configmaps";
+/// The plan of [`DEV_PLANS`] with hourly backups, two kept.
+pub const BACKED_UP_PLAN: &str = "backed-up";
 /// [`PROCESS_WORKLOADS_PLAN`] with three etcd members.
 pub const HA_PROCESS_WORKLOADS_PLAN: &str = "ha-process-workloads";
 
@@ -148,6 +158,9 @@ pub struct ServeOptions {
     /// More `VCP_*` settings, after (so overriding) the defaults above: a test's own
     /// templates directory, a short hop timeout.
     pub extra_env: Vec<(String, String)>,
+    /// Upload snapshots to the dev cluster's S3 server ([`crate::s3`]) under this prefix
+    /// (`--backup-store`); none: they stay on their claims.
+    pub backup_prefix: Option<String>,
 }
 
 /// Plans of a dev cluster with a real node ([`crate::node`]): control planes and tenant
@@ -281,6 +294,18 @@ pub async fn start_orchestrator(
         ),
     ] {
         spec.env.push((k.into(), v));
+    }
+    if let Some(prefix) = &opts.backup_prefix {
+        let s3 = cluster.state().s3.as_ref().ok_or_else(|| {
+            Error::InvalidOption("this dev cluster runs no S3 server for backups".into())
+        })?;
+        let store = dir.join("backup-store.yaml");
+        std::fs::write(&store, s3.store_file(prefix)).map_err(Error::io(&store))?;
+        let (access, secret) = s3.credentials()?;
+        spec.env.push(("VCP_BACKUP_STORE".into(), p(&store)));
+        spec.env.push(("VCP_BACKUP_ACCESS_KEY_ID".into(), access));
+        spec.env
+            .push(("VCP_BACKUP_SECRET_ACCESS_KEY".into(), secret));
     }
     spec.env.extend(opts.extra_env.iter().cloned());
     let log = dir.join(format!("{}.log", opts.replica_id));
@@ -657,6 +682,7 @@ pub async fn up_local(
             port: None,
             simulate: false,
             extra_env: vec![],
+            backup_prefix: Some("dev".into()),
         },
         mode,
     )

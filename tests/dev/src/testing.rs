@@ -235,6 +235,7 @@ pub async fn replica(
             port: None,
             simulate: false,
             extra_env: vec![],
+            backup_prefix: None,
         },
         crate::process::Supervision::Attached,
     )
@@ -271,6 +272,26 @@ pub async fn platform_with(
     workers: u16,
     extra_env: Vec<(String, String)>,
 ) -> anyhow::Result<TestPlatform> {
+    platform_of(cluster, name, workers, extra_env, None).await
+}
+
+/// [`platform_with`] uploading snapshots to the cluster's S3 server under prefix `name`.
+pub async fn platform_with_backups(
+    cluster: &crate::cluster::DevCluster,
+    name: &str,
+    workers: u16,
+    extra_env: Vec<(String, String)>,
+) -> anyhow::Result<TestPlatform> {
+    platform_of(cluster, name, workers, extra_env, Some(name.to_owned())).await
+}
+
+async fn platform_of(
+    cluster: &crate::cluster::DevCluster,
+    name: &str,
+    workers: u16,
+    extra_env: Vec<(String, String)>,
+    backup_prefix: Option<String>,
+) -> anyhow::Result<TestPlatform> {
     use crate::platform::{self, ServeOptions};
     let postgres = crate::postgres::EphemeralPostgres::start().await?;
     let dir = tempfile::tempdir()?;
@@ -287,6 +308,7 @@ pub async fn platform_with(
             port: None,
             simulate: false,
             extra_env,
+            backup_prefix,
         },
         crate::process::Supervision::Attached,
     )

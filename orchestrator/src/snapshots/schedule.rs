@@ -1,0 +1,409 @@
+//! Scheduled backups and their retention: what is due and what has expired (pure, time
+//! injected), and the sweep of `vcp serve` that acts on it ([`run`]).
+//!
+//! A plan's `backups: {hourly: N, daily: M}` asks for one snapshot per UTC hour and one per UTC
+//! day, and keeps the newest N hourly and M daily ones (0 or absent: that schedule is off).
+//! Data flow: every `--backup-sweep-seconds` each replica's sweep asks [`due`] which periods of
+//! each Ready tenant of such a plan have no snapshot yet (only the current period: an hour the
+//! platform was down is not made up later), records those `Pending` with their schedule and
+//! period (a unique index on tenant, schedule and period makes replicas racing insert one row),
+//! and the tenant's pass takes them as any other snapshot (uploaded, when a store is
+//! configured). Then [`expired`] says which scheduled snapshots retention drops; the sweep
+//! deletes each one's object, then marks the row pruned (in that order: a sweep killed between
+//! the two deletes the object again, which is a no-op, and never leaves a row claiming an object
+//! that is gone). Snapshots asked for through the API or by upgrades are never expired.
+
+use crate::inventory::Inventory;
+use crate::snapshots::offsite::{self, Store};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use time::OffsetDateTime;
+use vcp_core::lifecycle::SnapshotState;
+
+/// The most snapshots a schedule keeps.
+pub const MAX_KEEP: u32 = 1000;
+
+/// A plan's `backups`: how many of each schedule's snapshots to keep.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupPlan {
+    /// Snapshots taken each UTC hour, the newest this many kept.
+    #[serde(default)]
+    pub hourly: u32,
+    /// Snapshots taken each UTC day, the newest this many kept.
+    #[serde(default)]
+    pub daily: u32,
+}
+
+impl BackupPlan {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.hourly > MAX_KEEP || self.daily > MAX_KEEP {
+            return Err(format!(
+                "backups.hourly and backups.daily keep 0 to {MAX_KEEP} snapshots"
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many of `s`'s snapshots to keep.
+    pub fn keep(&self, s: Schedule) -> u32 {
+        match s {
+            Schedule::Hourly => self.hourly,
+            Schedule::Daily => self.daily,
+        }
+    }
+}
+
+/// A backup schedule; stored as its lowercase name (a value the database holds that is not one
+/// of these fails to decode, rather than passing as one).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    sqlx::Type,
+    utoipa::ToSchema,
+)]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    Hourly,
+    Daily,
+}
+
+impl Schedule {
+    pub const ALL: [Schedule; 2] = [Schedule::Hourly, Schedule::Daily];
+
+    /// The start of the period `now` falls in (UTC).
+    pub fn period(self, now: OffsetDateTime) -> OffsetDateTime {
+        let now = now.to_offset(time::UtcOffset::UTC);
+        let t = now
+            .replace_nanosecond(0)
+            .and_then(|t| t.replace_second(0))
+            .and_then(|t| t.replace_minute(0))
+            .expect("zero is a valid minute, second and nanosecond");
+        match self {
+            Schedule::Hourly => t,
+            Schedule::Daily => t.replace_hour(0).expect("zero is a valid hour"),
+        }
+    }
+}
+
+/// A scheduled snapshot as retention sees it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Scheduled {
+    pub id: i64,
+    pub schedule: Schedule,
+    pub scheduled_for: OffsetDateTime,
+    pub state: SnapshotState,
+    pub location: String,
+}
+
+/// The snapshots due now: each schedule the plan keeps any of whose current period has none
+/// in `taken` (the tenant's scheduled snapshots, pruned ones too, of any state).
+pub fn due(
+    plan: &BackupPlan,
+    now: OffsetDateTime,
+    taken: &[Scheduled],
+) -> Vec<(Schedule, OffsetDateTime)> {
+    Schedule::ALL
+        .into_iter()
+        .filter(|&s| plan.keep(s) > 0)
+        .map(|s| (s, s.period(now)))
+        .filter(|&(s, p)| {
+            !taken
+                .iter()
+                .any(|t| t.schedule == s && t.scheduled_for == p)
+        })
+        .collect()
+}
+
+/// The scheduled snapshots (not yet pruned) that retention drops: per schedule, newest period
+/// first, everything after the newest `keep` taken ones, and every failed one but the newest
+/// of its schedule (which shows why the last try failed). Pending ones never expire.
+pub fn expired(plan: &BackupPlan, live: &[Scheduled]) -> Vec<i64> {
+    let mut by: BTreeMap<Schedule, Vec<&Scheduled>> = BTreeMap::new();
+    for s in live {
+        by.entry(s.schedule).or_default().push(s);
+    }
+    let mut out = Vec::new();
+    for (schedule, mut rows) in by {
+        rows.sort_by_key(|r| std::cmp::Reverse((r.scheduled_for, r.id)));
+        let keep = plan.keep(schedule) as usize;
+        let (mut kept, mut newest_failure) = (0usize, true);
+        for r in rows {
+            match r.state {
+                SnapshotState::Pending => {}
+                SnapshotState::Succeeded if kept < keep => kept += 1,
+                SnapshotState::Succeeded => out.push(r.id),
+                SnapshotState::Failed if newest_failure && keep > 0 => newest_failure = false,
+                SnapshotState::Failed => out.push(r.id),
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// The sweep: every `interval`, asks for the due snapshots of every Ready tenant whose plan
+/// schedules backups and prunes what expired of every live tenant (with `store`, the objects
+/// too). Runs on every
+/// replica (see the module doc for why that is safe).
+pub async fn run(
+    inv: Inventory,
+    config: std::sync::Arc<crate::host::Config>,
+    store: Option<Store>,
+    actor: String,
+    interval: Duration,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = sweep(
+            &inv,
+            &config,
+            store.as_ref(),
+            &actor,
+            OffsetDateTime::now_utc(),
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "backup sweep failed; trying again next time");
+        }
+    }
+}
+
+/// One sweep at `now`: each tenant on its own, so one that fails (its store unreachable, say)
+/// holds up no other.
+#[tracing::instrument(skip_all)]
+pub async fn sweep(
+    inv: &Inventory,
+    config: &crate::host::Config,
+    store: Option<&Store>,
+    actor: &str,
+    now: OffsetDateTime,
+) -> Result<()> {
+    for (tenant_id, plan_name, ready) in inv.backup_tenants().await? {
+        let plan = config
+            .plans
+            .get(&plan_name)
+            .and_then(|p| p.backups)
+            .unwrap_or_default();
+        if let Err(e) = sweep_tenant(inv, &plan, ready, tenant_id, store, actor, now).await {
+            tracing::warn!(tenant_id, error = %e, "backup sweep of a tenant failed");
+        }
+    }
+    Ok(())
+}
+
+async fn sweep_tenant(
+    inv: &Inventory,
+    plan: &BackupPlan,
+    ready: bool,
+    tenant_id: i64,
+    store: Option<&Store>,
+    actor: &str,
+    now: OffsetDateTime,
+) -> Result<()> {
+    let scheduled = inv.scheduled_snapshots(tenant_id).await?;
+    // Snapshots are asked for only of Ready tenants (an asleep one's would wait for it to
+    // wake); retention applies to every live tenant.
+    if ready {
+        for (schedule, period) in due(plan, now, &scheduled) {
+            if let Some(n) = inv
+                .request_scheduled_snapshot(tenant_id, schedule, period, actor)
+                .await?
+            {
+                tracing::info!(
+                    tenant_id,
+                    ?schedule,
+                    snapshot = n,
+                    "scheduled snapshot asked for"
+                );
+            }
+        }
+    }
+    for id in expired(plan, &scheduled) {
+        let s = scheduled
+            .iter()
+            .find(|s| s.id == id)
+            .expect("expired lists given rows");
+        if let Some((bucket, key)) = offsite::parse_location(&s.location) {
+            let Some(store) = store else {
+                return Err(Error::Backup(format!(
+                    "a snapshot to prune is in s3://{bucket} and no --backup-store is configured to delete it from"
+                )));
+            };
+            store.delete(key).await?;
+        }
+        if inv.mark_pruned(tenant_id, id, actor).await? {
+            tracing::info!(tenant_id, snapshot_row = id, schedule = ?s.schedule, "expired backup pruned");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    fn row(id: i64, s: Schedule, at: OffsetDateTime, state: SnapshotState) -> Scheduled {
+        Scheduled {
+            id,
+            schedule: s,
+            scheduled_for: at,
+            state,
+            location: format!("s3://vcp/k/snapshot-{id}.db.enc"),
+        }
+    }
+
+    #[test]
+    fn periods_are_utc_hours_and_days() {
+        let t = datetime!(2026-03-04 17:42:09.5 +02:00);
+        assert_eq!(Schedule::Hourly.period(t), datetime!(2026-03-04 15:00 UTC));
+        assert_eq!(Schedule::Daily.period(t), datetime!(2026-03-04 00:00 UTC));
+        let midnight = datetime!(2026-03-05 00:00 UTC);
+        assert_eq!(Schedule::Daily.period(midnight), midnight);
+    }
+
+    #[test]
+    fn the_current_period_is_due_once_per_kept_schedule() {
+        use SnapshotState::*;
+        let now = datetime!(2026-03-04 15:30 UTC);
+        let plan = BackupPlan {
+            hourly: 3,
+            daily: 0,
+        };
+        assert_eq!(
+            due(&plan, now, &[]),
+            [(Schedule::Hourly, datetime!(2026-03-04 15:00 UTC))]
+        );
+        // Taken (in any state, pruned or not): not due again.
+        for state in [Pending, Succeeded, Failed] {
+            let taken = [row(
+                1,
+                Schedule::Hourly,
+                datetime!(2026-03-04 15:00 UTC),
+                state,
+            )];
+            assert_eq!(due(&plan, now, &taken), []);
+        }
+        // The previous hour's does not count for this one; a missed hour is not made up.
+        let taken = [row(
+            1,
+            Schedule::Hourly,
+            datetime!(2026-03-04 13:00 UTC),
+            Succeeded,
+        )];
+        assert_eq!(due(&plan, now, &taken).len(), 1);
+        let both = BackupPlan {
+            hourly: 1,
+            daily: 7,
+        };
+        assert_eq!(
+            due(&both, now, &taken),
+            [
+                (Schedule::Hourly, datetime!(2026-03-04 15:00 UTC)),
+                (Schedule::Daily, datetime!(2026-03-04 00:00 UTC)),
+            ]
+        );
+        assert_eq!(due(&BackupPlan::default(), now, &[]), []);
+    }
+
+    #[test]
+    fn retention_drops_exactly_what_is_past_the_newest_n() {
+        use SnapshotState::*;
+        let h = |n: i64| datetime!(2026-03-04 00:00 UTC) + time::Duration::hours(n);
+        let live = [
+            row(1, Schedule::Hourly, h(1), Succeeded),
+            row(2, Schedule::Hourly, h(2), Failed),
+            row(3, Schedule::Hourly, h(3), Succeeded),
+            row(4, Schedule::Hourly, h(4), Succeeded),
+            row(5, Schedule::Hourly, h(5), Failed),
+            row(6, Schedule::Hourly, h(6), Pending),
+            row(7, Schedule::Daily, h(0), Succeeded),
+            row(
+                8,
+                Schedule::Daily,
+                h(0) - time::Duration::days(1),
+                Succeeded,
+            ),
+        ];
+        let plan = BackupPlan {
+            hourly: 2,
+            daily: 2,
+        };
+        // Hourly keeps 4 and 3 (the newest two taken), the newest failure (5) and the pending
+        // one; drops 1 and the older failure; daily keeps both.
+        assert_eq!(expired(&plan, &live), [1, 2]);
+        let plan = BackupPlan {
+            hourly: 2,
+            daily: 1,
+        };
+        assert_eq!(expired(&plan, &live), [1, 2, 8]);
+        // A schedule turned off drops all of its own, pending ones aside.
+        let plan = BackupPlan {
+            hourly: 0,
+            daily: 0,
+        };
+        assert_eq!(expired(&plan, &live), [1, 2, 3, 4, 5, 7, 8]);
+        // Keeping more than there are drops only the older failure.
+        let plan = BackupPlan {
+            hourly: 100,
+            daily: 100,
+        };
+        assert_eq!(expired(&plan, &live), [2]);
+        // The order rows come in does not matter.
+        let mut rev = live.to_vec();
+        rev.reverse();
+        assert_eq!(
+            expired(
+                &BackupPlan {
+                    hourly: 2,
+                    daily: 1
+                },
+                &rev
+            ),
+            [1, 2, 8]
+        );
+    }
+
+    #[test]
+    fn a_plan_keeps_at_most_max_keep() {
+        assert!(
+            BackupPlan {
+                hourly: MAX_KEEP,
+                daily: 0
+            }
+            .validate()
+            .is_ok()
+        );
+        assert!(
+            BackupPlan {
+                hourly: 0,
+                daily: MAX_KEEP + 1
+            }
+            .validate()
+            .is_err()
+        );
+        let p: BackupPlan = serde_yaml::from_str("{hourly: 3}").unwrap();
+        assert_eq!(
+            p,
+            BackupPlan {
+                hourly: 3,
+                daily: 0
+            }
+        );
+        assert!(serde_yaml::from_str::<BackupPlan>("{weekly: 3}").is_err());
+    }
+}

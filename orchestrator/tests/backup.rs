@@ -1,0 +1,272 @@
+//! Backups off the host on the dev cluster, against its real S3 server (s3s-fs): a snapshot is
+//! uploaded sealed (the object's bytes are not the file's, and opening them with the tenant's
+//! backup key gives the file with the recorded SHA-256); a restore whose claim copy is gone
+//! brings the data back from the object; and the backup sweep prunes exactly the scheduled
+//! backups past the plan's `hourly: 2`.
+
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use reqwest::Method;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, Instant};
+use vcp_dev::cluster::DevCluster;
+use vcp_dev::platform::{ApiClient, BACKED_UP_PLAN};
+use vcp_dev::testing::eventually;
+use vcp_orchestrator::snapshots::offsite::{Credentials, Store, parse_location};
+use vcp_orchestrator::snapshots::sealed;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(240);
+const DONE_TIMEOUT: Duration = Duration::from_secs(300);
+/// In a ConfigMap of the tenant, so in its etcd snapshot in the clear (ConfigMaps are not
+/// encrypted at rest on this plan): it must not show in the object.
+const MARKER: &str = "backup-marker-5f1c0d9e-plaintext";
+
+async fn tenant_client(kubeconfig: &str) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(Client::try_from(cfg)?)
+}
+
+async fn snapshot(api: &ApiClient, name: &str, id: i64) -> anyhow::Result<Value> {
+    let (s, l) = api
+        .raw(Method::GET, &format!("/v1/tenants/{name}/snapshots"), None)
+        .await?;
+    anyhow::ensure!(s == 200, "list: {s} {l}");
+    l["snapshots"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["id"] == id).cloned())
+        .ok_or_else(|| anyhow::anyhow!("no snapshot {id}: {l}"))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let prefix = "vcp-backup";
+    let p = vcp_dev::testing::platform_with_backups(
+        cluster,
+        prefix,
+        2,
+        vec![("VCP_BACKUP_SWEEP_SECONDS".into(), "2".into())],
+    )
+    .await?;
+    let api = &p.admin;
+    let name = "bk";
+    let t = api.create_tenant_with_plan(name, BACKED_UP_PLAN).await?;
+    let key = t["key"].as_str().unwrap().to_owned();
+    let ns = format!("vcp-{key}");
+    api.wait_ready(name, READY_TIMEOUT).await?;
+    let kubeconfig = api.kubeconfig(name, "alice", &["admin"], "1h").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant_client(&kubeconfig).await?, "default");
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "marker"}, "data": {"k": MARKER}}))?;
+    cms.create(&PostParams::default(), &cm).await?;
+
+    // A snapshot, uploaded by its Job.
+    let started = Instant::now();
+    let (s, snap) = api
+        .raw(Method::POST, &format!("/v1/tenants/{name}/snapshots"), None)
+        .await?;
+    assert_eq!(s, 202, "{snap}");
+    let id = snap["id"].as_i64().unwrap();
+    let snap = eventually("the snapshot uploaded", DONE_TIMEOUT, || async {
+        let s = snapshot(api, name, id).await?;
+        anyhow::ensure!(s["state"] != "Failed", "the snapshot failed: {s}");
+        Ok((s["state"] == "Succeeded").then_some(s))
+    })
+    .await?;
+    eprintln!(
+        "snapshot {id} taken and uploaded in {:.1}s: {snap}",
+        started.elapsed().as_secs_f64()
+    );
+    let location = snap["location"].as_str().unwrap();
+    let s3 = cluster.state().s3.clone().expect("the dev cluster runs S3");
+    let want = format!("s3://{}/{prefix}/{key}/snapshot-{id}.db.enc", s3.bucket);
+    assert_eq!(location, want);
+    let (access, secret) = s3.credentials()?;
+    let store = Store::new(
+        &s3.endpoint,
+        &s3.bucket,
+        "us-east-1",
+        &Credentials {
+            access_key_id: access,
+            secret_access_key: secret,
+        },
+    )?;
+    let (_, object) = parse_location(location).unwrap();
+    let sealed_bytes = store.get(object).await?;
+    let recorded = snap["sha256"].as_str().unwrap();
+    assert!(
+        !sealed_bytes
+            .windows(MARKER.len())
+            .any(|w| w == MARKER.as_bytes()),
+        "the object shows the tenant's data in the clear"
+    );
+    assert_ne!(
+        hex(&Sha256::digest(&sealed_bytes)),
+        recorded,
+        "stored as is"
+    );
+    assert_eq!(
+        sealed_bytes.len() as u64,
+        sealed::sealed_len(snap["size_bytes"].as_u64().unwrap())
+    );
+    // Opened with the tenant's backup key (which its header names), it is the file.
+    let key_id = sealed::key_id(&sealed_bytes).expect("a vcp-backup-v1 header");
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
+    let backup = secrets.get("vcp-backup").await?;
+    let tenant_key: [u8; 32] = backup.data.as_ref().unwrap()[&format!("key-{key_id}")]
+        .0
+        .as_slice()
+        .try_into()?;
+    let mut opener = sealed::Opener::new(&tenant_key, key_id);
+    let mut plain = opener.push(&sealed_bytes)?;
+    plain.extend(opener.finish()?);
+    assert_eq!(hex(&Sha256::digest(&plain)), recorded);
+    assert!(
+        plain.windows(MARKER.len()).any(|w| w == MARKER.as_bytes()),
+        "the snapshot holds the marker (so its absence above means something)"
+    );
+    // Another key does not open it.
+    let mut wrong = tenant_key;
+    wrong[0] ^= 1;
+    let mut o = sealed::Opener::new(&wrong, key_id);
+    assert!(o.push(&sealed_bytes).and_then(|_| o.finish()).is_err());
+
+    // The claim's copy gone, a restore must come from the store.
+    let claim: PersistentVolumeClaim = Api::namespaced(cluster.client(), &ns)
+        .get("etcd-snapshots")
+        .await?;
+    let pv: PersistentVolume = Api::all(cluster.client())
+        .get(claim.spec.unwrap().volume_name.as_deref().unwrap())
+        .await?;
+    let dir = std::path::PathBuf::from(pv.spec.unwrap().host_path.unwrap().path);
+    let file = dir.join(format!("snapshot-{id}.db"));
+    std::fs::remove_file(&file)?;
+    cms.delete("marker", &DeleteParams::default()).await?;
+    let started = Instant::now();
+    let (s, r) = api
+        .raw(
+            Method::POST,
+            &format!("/v1/tenants/{name}/restore"),
+            Some(&json!({"snapshot": id})),
+        )
+        .await?;
+    assert_eq!(s, 202, "{r}");
+    let rid = r["id"].clone();
+    eventually("the restore finished", DONE_TIMEOUT, || async {
+        let t = api.get_tenant(name).await?.unwrap();
+        let (_, l) = api
+            .raw(Method::GET, &format!("/v1/tenants/{name}/snapshots"), None)
+            .await?;
+        let r = l["restores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == rid)
+            .cloned()
+            .unwrap();
+        anyhow::ensure!(r["state"] != "Failed", "the restore failed: {r}");
+        Ok((r["state"] == "Succeeded" && t["phase"] == "Ready").then_some(()))
+    })
+    .await?;
+    eprintln!(
+        "restore from s3 took {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(file.exists(), "fetched back onto the claim");
+    let cms: Api<ConfigMap> = Api::namespaced(tenant_client(&kubeconfig).await?, "default");
+    let back = eventually("the marker back", Duration::from_secs(60), || async {
+        Ok(cms.get_opt("marker").await.ok().flatten())
+    })
+    .await?;
+    assert_eq!(back.data.unwrap()["k"], MARKER);
+
+    // Retention: the plan keeps the newest two hourly backups. Beside the one the sweep took
+    // for this hour, two older hours' backups (as earlier sweeps would have left them).
+    let db = sqlx::PgPool::connect(&p.database_url).await?;
+    let tenant_id: i64 = sqlx::query_scalar("SELECT id FROM tenants WHERE key = $1")
+        .bind(&key)
+        .fetch_one(&db)
+        .await?;
+    let this_hour = eventually("this hour's scheduled backup", DONE_TIMEOUT, || async {
+        let row: Option<(i64, String, String)> = sqlx::query_as(
+            "SELECT number, state, location FROM etcd_snapshots
+             WHERE tenant_id = $1 AND schedule = 'hourly' AND scheduled_for = date_trunc('hour', now())",
+        )
+        .bind(tenant_id)
+        .fetch_optional(&db)
+        .await?;
+        Ok(row.filter(|r| r.1 != "Pending"))
+    })
+    .await?;
+    assert_eq!(this_hour.1, "Succeeded", "{this_hour:?}");
+    let mut older = Vec::new();
+    for (hours, number) in [(1i64, 9001i64), (2, 9002)] {
+        let object = format!("{prefix}/{key}/snapshot-{number}.db.enc");
+        store.put(&object, b"sealed bytes".to_vec()).await?;
+        sqlx::query(
+            "INSERT INTO etcd_snapshots (tenant_id, number, version, state, revision, size_bytes,
+               sha256, location, requested_by, schedule, scheduled_for, finished_at)
+             SELECT $1, $2, version, 'Succeeded', 1, 1, $3, $4, 'test', 'hourly',
+               date_trunc('hour', now()) - make_interval(hours => $5::int), now()
+             FROM tenants WHERE id = $1",
+        )
+        .bind(tenant_id)
+        .bind(number)
+        .bind("0".repeat(64))
+        .bind(format!("s3://{}/{object}", s3.bucket))
+        .bind(hours as i32)
+        .execute(&db)
+        .await?;
+        older.push(object);
+    }
+    let (_, this_object) = parse_location(&this_hour.2)
+        .map(|(b, k)| (b.to_owned(), k.to_owned()))
+        .expect("uploaded");
+    eventually(
+        "the oldest hourly backup pruned",
+        Duration::from_secs(60),
+        || async { Ok((!store.exists(&older[1]).await?).then_some(())) },
+    )
+    .await?;
+    // A few more sweeps: nothing else goes.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(store.exists(&older[0]).await?, "the second newest is kept");
+    assert!(store.exists(&this_object).await?, "this hour's is kept");
+    assert!(
+        store.exists(object).await?,
+        "asked-for snapshots never expire"
+    );
+    let pruned: Vec<i64> = sqlx::query_scalar(
+        "SELECT number FROM etcd_snapshots WHERE tenant_id = $1 AND pruned_at IS NOT NULL",
+    )
+    .bind(tenant_id)
+    .fetch_all(&db)
+    .await?;
+    assert_eq!(pruned, [9002]);
+    let gone = snapshot(api, name, 9002).await?;
+    assert_eq!(
+        (gone["schedule"].as_str(), gone["pruned_at"].is_string()),
+        (Some("hourly"), true),
+        "{gone}"
+    );
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            &format!("/v1/tenants/{name}/restore"),
+            Some(&json!({"snapshot": 9002})),
+        )
+        .await?;
+    assert_eq!(
+        (s, b["field"].as_str()),
+        (422, Some("snapshot")),
+        "a pruned one: {b}"
+    );
+    Ok(())
+}
