@@ -33,9 +33,11 @@ for line in sys.stdin:
 
 # Longest first (from docs/benchmarks.md, "CI wall time"), so the last to start are short.
 # rotation: 510 s run alone (2026-11-27) since its phases wait for the replaced apiserver to stop.
-order=(rotation upgrade fleet sync contract provision burst access cli snapshot encryption isolation inventory kubelet
-       resilience api lifecycle incluster chart kubelet_api devnode crash postgres host_cluster
-       render_dry_run)
+# The real-node binaries (conformance about 320 s, real_node about 280 s) next: ranked last by
+# default, they made the tail of the run.
+order=(rotation conformance real_node upgrade fleet sync contract datastore provision burst access cli encryption backup snapshot
+       isolation inventory kubelet resilience api tenant_audit lifecycle incluster chart kubelet_api
+       devnode crash postgres host_cluster render_dry_run)
 rank() {
   local i
   for i in "${!order[@]}"; do [[ ${order[$i]} == "$1" ]] && { echo "$i"; return; }; done
