@@ -1627,3 +1627,126 @@ async fn snapshot_ids_count_the_tenants_own_snapshots_only() -> anyhow::Result<(
     assert_problem(s, &body, 422, Some("snapshot"));
     Ok(())
 }
+
+/// `GET /v1/usage`: the CSV export of a known range holds exactly the samples taken in it (not
+/// those at its ends' other side), by time and then tenant, for an admin every tenant and for
+/// an owner its own; pages meet without a gap or a repeat where many tenants share an instant.
+#[tokio::test]
+async fn the_fleet_usage_export_holds_exactly_the_samples_of_its_range() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform(cluster, "vcp-api-usage-export", 0).await?;
+    let admin = &p.admin;
+    let owners = owner_tokens(admin, &["team-a", "team-b"]).await?;
+    owners[0].create_tenant("alpha").await?;
+    owners[1].create_tenant("beta").await?;
+    let db = sqlx::PgPool::connect(&p.database_url).await?;
+    let ids: Vec<(i64, String)> = sqlx::query_as("SELECT id, name FROM tenants ORDER BY id")
+        .fetch_all(&db)
+        .await?;
+    // Five instants an hour apart; both tenants sampled at each, with pods = hour * 10 + n.
+    for hour in 0..5i64 {
+        for (n, (id, _)) in ids.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO usage_samples (tenant_id, sampled_at, pods, requests_cpu,
+                   requests_memory, limits_cpu, limits_memory, services,
+                   persistent_volume_claims, requests_storage, namespaces)
+                 VALUES ($1, '2026-01-01T00:00:00Z'::timestamptz + make_interval(hours => $2::int),
+                   $3, 250, 1048576, 0, 0, 1, 0, 0, 2)",
+            )
+            .bind(id)
+            .bind(i32::try_from(hour)?)
+            .bind(hour * 10 + i64::try_from(n)?)
+            .execute(&db)
+            .await?;
+        }
+    }
+    let range = "since=2026-01-01T01:00:00Z&until=2026-01-01T04:00:00Z";
+    let csv = |who: &ApiClient, query: String| {
+        let url = format!("{}/v1/usage?{query}", who.base);
+        let token = who.token().to_owned();
+        async move {
+            let r = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(token)
+                .send()
+                .await?;
+            let status = r.status().as_u16();
+            let kind = r
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let next = r
+                .headers()
+                .get("vcp-next-cursor")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            anyhow::Ok((status, kind, next, r.text().await?))
+        }
+    };
+    let (s, kind, next, text) = csv(admin, format!("{range}&format=csv")).await?;
+    assert_eq!(
+        (s, kind.as_str(), next),
+        (200, "text/csv; charset=utf-8", None),
+        "{text}"
+    );
+    let want = "sampled_at,owner,tenant,pods,requests_cpu,requests_memory,limits_cpu,limits_memory,services,persistent_volume_claims,requests_storage,namespaces\n\
+        2026-01-01T01:00:00Z,team-a,alpha,10,250,1048576,0,0,1,0,0,2\n\
+        2026-01-01T01:00:00Z,team-b,beta,11,250,1048576,0,0,1,0,0,2\n\
+        2026-01-01T02:00:00Z,team-a,alpha,20,250,1048576,0,0,1,0,0,2\n\
+        2026-01-01T02:00:00Z,team-b,beta,21,250,1048576,0,0,1,0,0,2\n\
+        2026-01-01T03:00:00Z,team-a,alpha,30,250,1048576,0,0,1,0,0,2\n\
+        2026-01-01T03:00:00Z,team-b,beta,31,250,1048576,0,0,1,0,0,2\n";
+    assert_eq!(text, want);
+
+    // An owner: its own tenant's only.
+    let (s, _, _, text) = csv(&owners[1], format!("{range}&format=csv")).await?;
+    assert_eq!(s, 200);
+    let lines: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines.iter().all(|l| l.contains(",team-b,beta,")), "{text}");
+
+    // Pages of three: they meet inside an instant, and together are the whole range.
+    let (s, first) = admin
+        .raw(Method::GET, &format!("/v1/usage?{range}&limit=3"), None)
+        .await?;
+    assert_eq!(s, 200, "{first}");
+    assert_eq!(first["items"].as_array().unwrap().len(), 3);
+    let cursor = first["next_cursor"].as_str().unwrap().to_owned();
+    let (_, _, next, text) = csv(admin, format!("{range}&limit=3&format=csv")).await?;
+    assert_eq!(next.as_deref(), Some(cursor.as_str()));
+    assert_eq!(text.lines().count(), 4);
+    let (s, second) = admin
+        .raw(
+            Method::GET,
+            &format!("/v1/usage?{range}&limit=3&cursor={cursor}"),
+            None,
+        )
+        .await?;
+    assert_eq!(s, 200, "{second}");
+    assert!(second["next_cursor"].is_null(), "{second}");
+    let pods: Vec<i64> = first["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(second["items"].as_array().unwrap())
+        .map(|i| i["used"]["pods"].as_i64().unwrap())
+        .collect();
+    assert_eq!(pods, [10, 11, 20, 21, 30, 31]);
+
+    // Bad input.
+    for (query, field) in [
+        ("cursor=nope", "cursor"),
+        ("since=yesterday", "since"),
+        ("limit=0", "limit"),
+    ] {
+        let (s, b) = admin
+            .raw(Method::GET, &format!("/v1/usage?{query}"), None)
+            .await?;
+        assert_problem(s, &b, 422, Some(field));
+    }
+    let (s, b) = admin.raw(Method::GET, "/v1/usage?format=xml", None).await?;
+    assert_problem(s, &b, 400, None);
+    Ok(())
+}

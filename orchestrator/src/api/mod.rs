@@ -68,6 +68,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
             tenants::update::upgrade_tenant
         ))
         .routes(routes!(usage::api::tenant_usage))
+        .routes(routes!(usage::api::fleet_usage))
         .routes(routes!(tenant_audit::api::tenant_audit_events))
         .routes(routes!(
             snapshots::api::create_snapshot,
@@ -307,7 +308,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 32);
+        assert_eq!(ops, 33);
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"

@@ -1,12 +1,19 @@
-//! A tenant's usage samples by time range: the billing export (`GET /v1/tenants/{name}/usage`).
+//! Usage samples by time range: a tenant's (`GET /v1/tenants/{name}/usage`) and the fleet's
+//! (`GET /v1/usage`, JSON or CSV, every tenant for admins and the caller's own for owners):
+//! the billing exports.
 
 use crate::http::problem::{NoSuchTenant, Problem, ProblemBody, Unauthorized};
 use crate::http::schema::NameSchema;
 use crate::http::{AppState, Name, caller_and_tenant, in_utc, query_time};
-use crate::usage::types::{UsageQuery, UsageSampleView, UsageSamples};
+use crate::usage::export;
+use crate::usage::types::{
+    FleetUsage, FleetUsageItem, FleetUsageQuery, UsageFormat, UsageQuery, UsageSampleView,
+    UsageSamples,
+};
 use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use tracing::field::Empty;
 
 /// Most samples one `GET /v1/tenants/{name}/usage` answer holds.
@@ -87,6 +94,91 @@ pub(crate) async fn tenant_usage(
         next_since,
         limits: crate::usage::sampler::limits(&s.provisioner.config.plans, &t.plan),
     }))
+}
+
+/// The header that carries a CSV page's next cursor.
+pub const NEXT_CURSOR_HEADER: &str = "vcp-next-cursor";
+
+/// Every tenant's usage samples in `[since, until)` the caller may see (an admin: all, deleted
+/// tenants' included until pruned; an owner: its own), by time, then tenant: the fleet's
+/// billing export. `format=csv` answers `text/csv` (a header line, then `sampled_at,owner,
+/// tenant` and each resource per sample; CPU in millicores, memory and storage in bytes) with
+/// the next page's cursor in the `Vcp-Next-Cursor` header; JSON carries it as `next_cursor`.
+#[utoipa::path(get, path = "/v1/usage", tag = "tenants", security(("bearer" = [])),
+    params(FleetUsageQuery), responses(
+    (status = 200, description = "the samples (JSON, or CSV with `format=csv`; the next page's cursor in `next_cursor` or the `Vcp-Next-Cursor` header)",
+        content((FleetUsage = "application/json"), (String = "text/csv")),
+        headers(("vcp-next-cursor" = String, description = "CSV only: the next page's cursor, absent on the last page"))),
+    (status = 400, description = "malformed query (`limit` not a number, an unknown `format`, a parameter given twice); `field` names it", body = ProblemBody, content_type = "application/problem+json"),
+    Unauthorized,
+    (status = 422, description = "`since` or `until` not RFC 3339, `since` after `until`, `limit` outside 1 to 10000, or a `cursor` that is not one; `field` names it", body = ProblemBody, content_type = "application/problem+json"),
+))]
+#[tracing::instrument(skip_all, fields(caller = Empty))]
+pub(crate) async fn fleet_usage(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    q: Result<Query<FleetUsageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Problem> {
+    let caller = crate::http::auth::authenticate(&s, &headers).await?;
+    tracing::Span::current().record("caller", caller.0.name.as_str());
+    let Query(q) = q.map_err(Problem::from_query_rejection)?;
+    let range = UsageQuery {
+        since: q.since.clone(),
+        until: q.until.clone(),
+        limit: q.limit,
+    };
+    let r = check_usage_query(&range, time::OffsetDateTime::now_utc())?;
+    let after = match &q.cursor {
+        None => None,
+        Some(c) => Some(export::parse_cursor(c).ok_or_else(|| {
+            Problem::invalid(
+                "cursor",
+                "not a cursor of this export (`next_cursor` of a page)",
+            )
+        })?),
+    };
+    let mut rows = s
+        .inventory
+        .fleet_usage_between(caller.scope(), r.since, r.until, after, r.limit + 1)
+        .await
+        .map_err(|e| Problem::internal(&e))?;
+    let next_cursor = if rows.len() > r.limit as usize {
+        rows.pop();
+        rows.last()
+            .map(|l| export::cursor(l.sample.sampled_at, l.tenant_id))
+    } else {
+        None
+    };
+    let items: Vec<FleetUsageItem> = rows
+        .into_iter()
+        .map(|f| FleetUsageItem {
+            owner: f.owner,
+            tenant: f.tenant,
+            sampled_at: f.sample.sampled_at,
+            used: f.sample.used,
+        })
+        .collect();
+    Ok(match q.format.unwrap_or_default() {
+        UsageFormat::Json => Json(FleetUsage {
+            since: r.since,
+            until: r.until,
+            items,
+            next_cursor,
+        })
+        .into_response(),
+        UsageFormat::Csv => {
+            let mut resp = export::csv(&items).into_response();
+            let h = resp.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/csv; charset=utf-8"),
+            );
+            if let Some(c) = next_cursor.and_then(|c| HeaderValue::from_str(&c).ok()) {
+                h.insert(NEXT_CURSOR_HEADER, c);
+            }
+            resp
+        }
+    })
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod export;
 pub mod sampler;
 pub mod store;
 pub mod types;

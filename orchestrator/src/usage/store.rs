@@ -60,6 +60,24 @@ impl UsageRow {
 const USAGE_COLUMNS: &str = "tenant_id, sampled_at, pods, requests_cpu, requests_memory, \
      limits_cpu, limits_memory, services, persistent_volume_claims, requests_storage, namespaces";
 
+/// One sample of the fleet's usage export: whose, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetSample {
+    /// The row's key, for paging only (never shown).
+    pub tenant_id: i64,
+    pub owner: String,
+    pub tenant: String,
+    pub sample: UsageSample,
+}
+
+#[derive(sqlx::FromRow)]
+struct FleetRow {
+    owner: String,
+    name: String,
+    #[sqlx(flatten)]
+    usage: UsageRow,
+}
+
 /// Advisory lock class of usage recording (`pg_advisory_xact_lock(class, tenant)`): replicas
 /// recording a sample for the same tenant take turns, so the gap check before the insert holds.
 const USAGE_LOCK: i32 = 0x7663_7075;
@@ -165,6 +183,49 @@ impl Inventory {
         .fetch_all(self.pool())
         .await?;
         Ok(rows.iter().map(UsageRow::sample).collect())
+    }
+
+    /// Every tenant's samples (`owner`'s only, if given; deleted tenants' too, until their
+    /// samples are pruned) with `since <= sampled_at < until`, after `after` (a sample's time
+    /// and tenant) in (time, tenant) order, at most `limit`: the fleet's usage export.
+    pub async fn fleet_usage_between(
+        &self,
+        owner: Option<&str>,
+        since: OffsetDateTime,
+        until: OffsetDateTime,
+        after: Option<(OffsetDateTime, i64)>,
+        limit: u32,
+    ) -> Result<Vec<FleetSample>> {
+        let columns: String = USAGE_COLUMNS
+            .split(", ")
+            .map(|c| format!("s.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rows: Vec<FleetRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT t.owner, t.name, {columns} FROM usage_samples s
+             JOIN tenants t ON t.id = s.tenant_id
+             WHERE s.sampled_at >= $1 AND s.sampled_at < $2
+               AND ($3::text IS NULL OR t.owner = $3)
+               AND ($4::timestamptz IS NULL OR (s.sampled_at, s.tenant_id) > ($4, $5))
+             ORDER BY s.sampled_at, s.tenant_id LIMIT $6"
+        )))
+        .bind(since)
+        .bind(until)
+        .bind(owner)
+        .bind(after.map(|a| a.0))
+        .bind(after.map_or(0, |a| a.1))
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| FleetSample {
+                tenant_id: r.usage.tenant_id,
+                owner: r.owner,
+                tenant: r.name,
+                sample: r.usage.sample(),
+            })
+            .collect())
     }
 
     /// Deletes every tenant's samples older than `before` (retention); how many went.
