@@ -69,17 +69,8 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
 
     // A snapshot, uploaded by its Job.
     let started = Instant::now();
-    let (s, snap) = api
-        .raw(Method::POST, &format!("/v1/tenants/{name}/snapshots"), None)
-        .await?;
-    assert_eq!(s, 202, "{snap}");
+    let snap = api.take_snapshot(name, DONE_TIMEOUT).await?;
     let id = snap["id"].as_i64().unwrap();
-    let snap = eventually("the snapshot uploaded", DONE_TIMEOUT, || async {
-        let s = snapshot(api, name, id).await?;
-        anyhow::ensure!(s["state"] != "Failed", "the snapshot failed: {s}");
-        Ok((s["state"] == "Succeeded").then_some(s))
-    })
-    .await?;
     eprintln!(
         "snapshot {id} taken and uploaded in {:.1}s: {snap}",
         started.elapsed().as_secs_f64()
@@ -150,31 +141,7 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
     std::fs::remove_file(&file)?;
     cms.delete("marker", &DeleteParams::default()).await?;
     let started = Instant::now();
-    let (s, r) = api
-        .raw(
-            Method::POST,
-            &format!("/v1/tenants/{name}/restore"),
-            Some(&json!({"snapshot": id})),
-        )
-        .await?;
-    assert_eq!(s, 202, "{r}");
-    let rid = r["id"].clone();
-    eventually("the restore finished", DONE_TIMEOUT, || async {
-        let t = api.get_tenant(name).await?.unwrap();
-        let (_, l) = api
-            .raw(Method::GET, &format!("/v1/tenants/{name}/snapshots"), None)
-            .await?;
-        let r = l["restores"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == rid)
-            .cloned()
-            .unwrap();
-        anyhow::ensure!(r["state"] != "Failed", "the restore failed: {r}");
-        Ok((r["state"] == "Succeeded" && t["phase"] == "Ready").then_some(()))
-    })
-    .await?;
+    api.restore(name, id, DONE_TIMEOUT).await?;
     eprintln!(
         "restore from s3 took {:.1}s",
         started.elapsed().as_secs_f64()

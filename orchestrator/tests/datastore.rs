@@ -286,7 +286,7 @@ async fn move_to(api: &ApiClient, name: &str, to: &str) -> anyhow::Result<Value>
         Duration::from_secs(360),
         || async {
             let t = api.get_tenant(name).await?.unwrap();
-            let l = snapshots_of(api, name).await?;
+            let l = api.snapshots(name).await?;
             if let Some(r) = l["restores"].as_array().and_then(|r| r.first()) {
                 anyhow::ensure!(r["state"] != "Failed", "the move failed: {r}");
             }
@@ -417,14 +417,6 @@ async fn moves_between_stores(
     Ok(())
 }
 
-async fn snapshots_of(api: &ApiClient, name: &str) -> anyhow::Result<Value> {
-    let (s, l) = api
-        .raw(Method::GET, &format!("/v1/tenants/{name}/snapshots"), None)
-        .await?;
-    anyhow::ensure!(s == 200, "list: {s} {l}");
-    Ok(l)
-}
-
 /// A's snapshot holds A's keys only (a logical one); restoring it brings back what was deleted
 /// after it and removes what was created after it, and B sees none of it.
 async fn logical_snapshot_and_restore(
@@ -441,28 +433,8 @@ async fn logical_snapshot_and_restore(
     cms_a
         .create(&PostParams::default(), &cm("deleted-after")?)
         .await?;
-    let (s, snap) = api
-        .raw(Method::POST, &format!("/v1/tenants/{name}/snapshots"), None)
-        .await?;
-    assert_eq!(s, 202, "{snap}");
+    let snap = api.take_snapshot(name, Duration::from_secs(240)).await?;
     let id = snap["id"].as_i64().unwrap();
-    let snap = eventually(
-        "the logical snapshot taken",
-        Duration::from_secs(240),
-        || async {
-            let l = snapshots_of(api, name).await?;
-            let s = l["snapshots"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|s| s["id"] == id)
-                .cloned()
-                .unwrap();
-            anyhow::ensure!(s["state"] != "Failed", "the snapshot failed: {s}");
-            Ok((s["state"] == "Succeeded").then_some(s))
-        },
-    )
-    .await?;
     println!("logical snapshot: {snap}");
     assert_eq!(snap["kind"], "logical", "{snap}");
     let location = snap["location"].as_str().unwrap();
@@ -482,34 +454,8 @@ async fn logical_snapshot_and_restore(
         .create(&PostParams::default(), &cm("b-during")?)
         .await?;
 
-    let (s, r) = api
-        .raw(
-            Method::POST,
-            &format!("/v1/tenants/{name}/restore"),
-            Some(&json!({"snapshot": id})),
-        )
-        .await?;
-    assert_eq!(s, 202, "{r}");
-    let rid = r["id"].clone();
     let started = std::time::Instant::now();
-    eventually(
-        "the logical restore finished",
-        Duration::from_secs(300),
-        || async {
-            let t = api.get_tenant(name).await?.unwrap();
-            let l = snapshots_of(api, name).await?;
-            let r = l["restores"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["id"] == rid)
-                .cloned()
-                .unwrap();
-            anyhow::ensure!(r["state"] != "Failed", "the restore failed: {r}");
-            Ok((r["state"] == "Succeeded" && t["phase"] == "Ready").then_some(()))
-        },
-    )
-    .await?;
+    api.restore(name, id, Duration::from_secs(300)).await?;
     println!(
         "logical restore of snapshot {id} took {:.1}s",
         started.elapsed().as_secs_f64()

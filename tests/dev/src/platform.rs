@@ -466,6 +466,77 @@ impl ApiClient {
     }
 
     /// Waits until the tenant is Ready, printing phase changes; fails on `Failed` or timeout.
+    /// Tenant `name`'s snapshots and restores (`GET .../snapshots`).
+    pub async fn snapshots(&self, name: &str) -> anyhow::Result<Value> {
+        let (s, l) = self
+            .raw(
+                reqwest::Method::GET,
+                &format!("/v1/tenants/{name}/snapshots"),
+                None,
+            )
+            .await?;
+        anyhow::ensure!(s == 200, "list the snapshots of {name}: {s} {l}");
+        Ok(l)
+    }
+
+    /// Asks for a snapshot of tenant `name` (202) and waits until it is taken (an error as
+    /// soon as it failed); the snapshot as listed.
+    pub async fn take_snapshot(&self, name: &str, timeout: Duration) -> anyhow::Result<Value> {
+        let (s, snap) = self
+            .raw(
+                reqwest::Method::POST,
+                &format!("/v1/tenants/{name}/snapshots"),
+                None,
+            )
+            .await?;
+        anyhow::ensure!(s == 202, "snapshot of {name}: {s} {snap}");
+        let id = snap["id"].clone();
+        crate::testing::eventually(&format!("snapshot {id} of {name} taken"), timeout, || {
+            let id = id.clone();
+            async move {
+                let l = self.snapshots(name).await?;
+                let s = l["snapshots"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|s| s["id"] == id).cloned())
+                    .ok_or_else(|| anyhow::anyhow!("no snapshot {id}: {l}"))?;
+                anyhow::ensure!(s["state"] != "Failed", "the snapshot failed: {s}");
+                Ok((s["state"] == "Succeeded").then_some(s))
+            }
+        })
+        .await
+    }
+
+    /// Restores tenant `name` from its snapshot `id` (202) and waits until the restore
+    /// succeeded and the tenant is Ready (an error as soon as it failed); the restore.
+    pub async fn restore(&self, name: &str, id: i64, timeout: Duration) -> anyhow::Result<Value> {
+        let (s, r) = self
+            .raw(
+                reqwest::Method::POST,
+                &format!("/v1/tenants/{name}/restore"),
+                Some(&serde_json::json!({"snapshot": id})),
+            )
+            .await?;
+        anyhow::ensure!(s == 202, "restore of {name}: {s} {r}");
+        let rid = r["id"].clone();
+        crate::testing::eventually(&format!("restore {rid} of {name}"), timeout, || {
+            let rid = rid.clone();
+            async move {
+                let t = self
+                    .get_tenant(name)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("tenant {name} is gone"))?;
+                let l = self.snapshots(name).await?;
+                let r = l["restores"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|r| r["id"] == rid).cloned())
+                    .ok_or_else(|| anyhow::anyhow!("no restore {rid}: {l}"))?;
+                anyhow::ensure!(r["state"] != "Failed", "the restore failed: {r}");
+                Ok((r["state"] == "Succeeded" && t["phase"] == "Ready").then_some(r))
+            }
+        })
+        .await
+    }
+
     pub async fn wait_ready(&self, name: &str, timeout: Duration) -> anyhow::Result<Value> {
         let start = Instant::now();
         let mut last = String::new();
