@@ -610,6 +610,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /v1/audit",
             "GET /v1/tenants",
             "GET /v1/tenants/{name}",
+            "GET /v1/tenants/{name}/audit-events",
             "GET /v1/tenants/{name}/kubeconfigs",
             "GET /v1/tenants/{name}/rotations",
             "GET /v1/tenants/{name}/snapshots",
@@ -617,6 +618,7 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
             "GET /v1/tokens",
             "GET /v1/upgrades",
             "GET /v1/upgrades/{id}",
+            "GET /v1/usage",
             "GET /v1/versions",
             "PATCH /v1/tenants/{name}",
             "POST /v1/gateway/activity",
@@ -716,8 +718,18 @@ async fn the_openapi_document_lists_every_route_and_malformed_input_is_never_a_5
                         .json(&json!({"user": "u", "groups": ["view"]}))
                         .send()
                         .await?;
+                    // A URL normalises `%2e%2e` as `..` before it is sent: the request then
+                    // names no tenant and may reach another route (`/v1/tenants/../usage` is
+                    // `/v1/usage`), which must still never fail with a 5xx.
+                    let names_a_tenant = r.url().path().contains("/v1/tenants/")
+                        || !path.starts_with("/v1/tenants/{name}");
                     let (s, b) = (r.status().as_u16(), r.text().await?);
-                    check(format!("{method} {path} name {name:?}"), s, &b, true);
+                    check(
+                        format!("{method} {path} name {name:?}"),
+                        s,
+                        &b,
+                        names_a_tenant,
+                    );
                 }
             }
         }

@@ -105,9 +105,9 @@ fn cli_up_installs_the_chart_and_down_leaves_no_process_or_listener() {
     let pids = recorded_pids(dir.path());
     assert_eq!(
         pids.len(),
-        9,
-        "etcd, apiserver, kcm, scheduler, kwok, metrics-server, devnode, provisioner, postgres: \
-         no local vcp serve"
+        10,
+        "etcd, apiserver, kcm, scheduler, kwok, metrics-server, devnode, s3s-fs, provisioner, \
+         postgres: no local vcp serve"
     );
     let record = vcp_dev::platform::read_record(dir.path())
         .unwrap()
@@ -297,8 +297,8 @@ async fn dropping_a_cluster_stops_every_process_it_started() -> anyhow::Result<(
     let pids = recorded_pids(dir.path());
     assert_eq!(
         pids.len(),
-        8,
-        "etcd, apiserver, kcm, scheduler, kwok, metrics-server, devnode, postgres: the attached provisioner is a thread, not a process"
+        9,
+        "etcd, apiserver, kcm, scheduler, kwok, metrics-server, devnode, s3s-fs, postgres: the attached provisioner is a thread, not a process"
     );
     assert!(pids.iter().all(|p| pid_alive(*p)));
     drop(cluster);
