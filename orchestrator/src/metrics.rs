@@ -26,6 +26,9 @@
 //! - `vcp_patch_update_sweeps_total`, `vcp_patch_updates_started_total`,
 //!   `vcp_patch_update_sweep_errors_total{error}`: the automatic patch update sweep.
 //! - `vcp_tenants{phase}`: live tenants per phase, every live phase listed (0 when none).
+//! - `vcp_tenant_usage{owner, tenant, resource}`: what each live tenant's latest usage sample
+//!   holds (CPU in millicores, memory and storage in bytes), read from the inventory at every
+//!   scrape like the tenant counts; a deleted tenant's series go with it.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -65,6 +68,13 @@ struct RequestLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabels {
     phase: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UsageLabels {
+    owner: String,
+    tenant: String,
+    resource: &'static str,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -118,6 +128,7 @@ pub struct Metrics {
     patch_starts: Counter,
     patch_errors: Family<ErrorLabels, Counter>,
     tenants: Family<PhaseLabels, Gauge>,
+    usage: Family<UsageLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -170,6 +181,7 @@ impl Metrics {
             patch_starts: Counter::default(),
             patch_errors: Family::default(),
             tenants: Family::default(),
+            usage: Family::default(),
             registry: Registry::default(),
         };
         // Counters get their `_total` suffix from the registry.
@@ -264,6 +276,11 @@ impl Metrics {
             m.patch_errors.clone(),
         );
         r.register("vcp_tenants", "Live tenants by phase", m.tenants.clone());
+        r.register(
+            "vcp_tenant_usage",
+            "What each live tenant's latest usage sample holds, by resource (CPU in millicores, memory and storage in bytes)",
+            m.usage.clone(),
+        );
         // Both kinds of pass from the start, so rates and quantiles have a series before the
         // first pass of each kind.
         for kind in [PassKind::BringUp, PassKind::TearDown] {
@@ -369,6 +386,24 @@ impl Metrics {
         }
     }
 
+    /// Sets the per-tenant usage gauges to these samples (owner, tenant, usage) and drops the
+    /// series of tenants not among them; `None` (the inventory unavailable) drops them all.
+    pub fn usage(&self, samples: Option<&[(String, String, vcp_policy::quota::Usage)]>) {
+        self.usage.clear();
+        for (owner, tenant, used) in samples.unwrap_or_default() {
+            for resource in vcp_core::quota::RESOURCES {
+                let v = used.get(resource).unwrap_or(0);
+                self.usage
+                    .get_or_create(&UsageLabels {
+                        owner: owner.clone(),
+                        tenant: tenant.clone(),
+                        resource,
+                    })
+                    .set(i64::try_from(v).unwrap_or(i64::MAX));
+            }
+        }
+    }
+
     /// The metrics in the OpenMetrics text format ([`CONTENT_TYPE`]).
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -381,6 +416,30 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tenant_usage_is_one_series_per_tenant_and_resource_and_goes_with_the_tenant() {
+        let m = Metrics::new();
+        let used = vcp_policy::quota::Usage {
+            pods: 3,
+            requests_cpu: 1500,
+            ..Default::default()
+        };
+        m.usage(Some(&[("team-a".into(), "shop".into(), used)]));
+        let text = m.encode();
+        for line in [
+            r#"vcp_tenant_usage{owner="team-a",tenant="shop",resource="pods"} 3"#,
+            r#"vcp_tenant_usage{owner="team-a",tenant="shop",resource="requests_cpu"} 1500"#,
+            r#"vcp_tenant_usage{owner="team-a",tenant="shop",resource="namespaces"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
+        m.usage(Some(&[]));
+        assert!(!m.encode().contains("vcp_tenant_usage{"));
+        m.usage(Some(&[("team-a".into(), "shop".into(), used)]));
+        m.usage(None);
+        assert!(!m.encode().contains("vcp_tenant_usage{"));
+    }
 
     fn has(text: &str, lines: &[&str]) {
         for line in lines {

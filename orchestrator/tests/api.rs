@@ -1747,6 +1747,19 @@ async fn the_fleet_usage_export_holds_exactly_the_samples_of_its_range() -> anyh
         .collect();
     assert_eq!(pods, [10, 11, 20, 21, 30, 31]);
 
+    // `/metrics`: each live tenant's latest sample (hour 4), per resource.
+    let metrics = reqwest::get(format!("{}/metrics", admin.base))
+        .await?
+        .text()
+        .await?;
+    for line in [
+        r#"vcp_tenant_usage{owner="team-a",tenant="alpha",resource="pods"} 40"#,
+        r#"vcp_tenant_usage{owner="team-b",tenant="beta",resource="pods"} 41"#,
+        r#"vcp_tenant_usage{owner="team-b",tenant="beta",resource="requests_memory"} 1048576"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in /metrics");
+    }
+
     // Bad input.
     for (query, field) in [
         ("cursor=nope", "cursor"),

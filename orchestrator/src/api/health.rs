@@ -40,6 +40,12 @@ pub(super) async fn metrics_text(State(s): State<AppState>) -> Response {
     // The tenant counts are the inventory's, read at every scrape; the rest counts itself.
     let counts = s.inventory.phase_counts().await.ok();
     s.metrics.tenants(counts.as_deref());
+    let usage: Option<Vec<_>> = s.inventory.live_latest_usage().await.ok().map(|rows| {
+        rows.into_iter()
+            .map(|r| (r.owner, r.tenant, r.sample.used))
+            .collect()
+    });
+    s.metrics.usage(usage.as_deref());
     (
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
         s.metrics.encode(),

@@ -163,6 +163,30 @@ impl Inventory {
         Ok(rows.iter().map(|r| (r.tenant_id, r.sample())).collect())
     }
 
+    /// The latest usage sample of every live tenant that has one, with its owner and name:
+    /// what `/metrics` shows per tenant. One index probe per live tenant.
+    pub async fn live_latest_usage(&self) -> Result<Vec<FleetSample>> {
+        let rows: Vec<FleetRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT t.owner, t.name, {USAGE_COLUMNS} FROM tenants t
+             CROSS JOIN LATERAL (
+               SELECT * FROM usage_samples s WHERE s.tenant_id = t.id
+               ORDER BY s.sampled_at DESC LIMIT 1) latest
+             WHERE t.deleted_at IS NULL
+             ORDER BY t.owner, t.name"
+        )))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| FleetSample {
+                tenant_id: r.usage.tenant_id,
+                owner: r.owner,
+                tenant: r.name,
+                sample: r.usage.sample(),
+            })
+            .collect())
+    }
+
     /// A tenant's samples with `since <= sampled_at < until`, oldest first, at most `limit`.
     pub async fn usage_between(
         &self,
