@@ -345,24 +345,7 @@ impl Inventory {
         actor: &str,
     ) -> Result<Option<RestoreRow>> {
         let mut tx = self.pool().begin().await?;
-        let moved = sqlx::query(
-            "UPDATE tenants SET phase = $2, generation = generation + 1,
-               next_reconcile_at = now(), updated_at = now()
-             WHERE id = $1 AND deleted_at IS NULL AND desired = $3 AND phase = $4
-               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
-                               WHERE tenant_id = $1 AND state = ANY($5))
-               AND NOT EXISTS (SELECT 1 FROM etcd_restores
-                               WHERE tenant_id = $1 AND state = 'Running')",
-        )
-        .bind(t.id)
-        .bind(Phase::Restoring)
-        .bind(Desired::Present)
-        .bind(Phase::Ready)
-        .bind(vcp_core::lifecycle::UpgradeState::active_names())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if moved != 1 {
+        if !begin_restoring(&mut tx, t.id, None).await? {
             return Ok(None);
         }
         let row: RestoreRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -400,25 +383,7 @@ impl Inventory {
         actor: &str,
     ) -> Result<Option<(SnapshotRow, RestoreRow)>> {
         let mut tx = self.pool().begin().await?;
-        let moved = sqlx::query(
-            "UPDATE tenants SET phase = $2, generation = generation + 1,
-               next_reconcile_at = now(), updated_at = now()
-             WHERE id = $1 AND deleted_at IS NULL AND desired = $3 AND phase = $4 AND plan = $6
-               AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
-                               WHERE tenant_id = $1 AND state = ANY($5))
-               AND NOT EXISTS (SELECT 1 FROM etcd_restores
-                               WHERE tenant_id = $1 AND state = 'Running')",
-        )
-        .bind(t.id)
-        .bind(Phase::Restoring)
-        .bind(Desired::Present)
-        .bind(Phase::Ready)
-        .bind(vcp_core::lifecycle::UpgradeState::active_names())
-        .bind(from)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if moved != 1 {
+        if !begin_restoring(&mut tx, t.id, Some(from)).await? {
             return Ok(None);
         }
         let snapshot = insert(&mut tx, t, None, actor).await?;
@@ -507,6 +472,35 @@ impl Inventory {
         .fetch_all(self.pool())
         .await?)
     }
+}
+
+/// Moves a Ready tenant (still on plan `plan`, if given) with no upgrade or restore running
+/// to phase `Restoring` and due now: what starts a restore and a move. Whether it did.
+async fn begin_restoring(
+    tx: &mut sqlx::PgConnection,
+    tenant_id: i64,
+    plan: Option<&str>,
+) -> Result<bool> {
+    let moved = sqlx::query(
+        "UPDATE tenants SET phase = $2, generation = generation + 1,
+           next_reconcile_at = now(), updated_at = now()
+         WHERE id = $1 AND deleted_at IS NULL AND desired = $3 AND phase = $4
+           AND ($6::text IS NULL OR plan = $6)
+           AND NOT EXISTS (SELECT 1 FROM tenant_upgrades
+                           WHERE tenant_id = $1 AND state = ANY($5))
+           AND NOT EXISTS (SELECT 1 FROM etcd_restores
+                           WHERE tenant_id = $1 AND state = 'Running')",
+    )
+    .bind(tenant_id)
+    .bind(Phase::Restoring)
+    .bind(Desired::Present)
+    .bind(Phase::Ready)
+    .bind(vcp_core::lifecycle::UpgradeState::active_names())
+    .bind(plan)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    Ok(moved == 1)
 }
 
 /// Writes what a pass means for a restore, in the pass's transaction.

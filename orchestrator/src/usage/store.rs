@@ -78,6 +78,17 @@ struct FleetRow {
     usage: UsageRow,
 }
 
+impl FleetRow {
+    fn into_sample(self) -> FleetSample {
+        FleetSample {
+            tenant_id: self.usage.tenant_id,
+            sample: self.usage.sample(),
+            owner: self.owner,
+            tenant: self.name,
+        }
+    }
+}
+
 /// Advisory lock class of usage recording (`pg_advisory_xact_lock(class, tenant)`): replicas
 /// recording a sample for the same tenant take turns, so the gap check before the insert holds.
 const USAGE_LOCK: i32 = 0x7663_7075;
@@ -176,15 +187,7 @@ impl Inventory {
         )))
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| FleetSample {
-                tenant_id: r.usage.tenant_id,
-                owner: r.owner,
-                tenant: r.name,
-                sample: r.usage.sample(),
-            })
-            .collect())
+        Ok(rows.into_iter().map(FleetRow::into_sample).collect())
     }
 
     /// A tenant's samples with `since <= sampled_at < until`, oldest first, at most `limit`.
@@ -241,15 +244,7 @@ impl Inventory {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| FleetSample {
-                tenant_id: r.usage.tenant_id,
-                owner: r.owner,
-                tenant: r.name,
-                sample: r.usage.sample(),
-            })
-            .collect())
+        Ok(rows.into_iter().map(FleetRow::into_sample).collect())
     }
 
     /// Deletes every tenant's samples older than `before` (retention); how many went.
