@@ -539,7 +539,7 @@ impl Provisioner {
             let (r, took) = timed(Component::ControllerManager).await;
             let r = match r {
                 Ok((a, Some(StepResult::Ready))) => self
-                    .roles_aggregated(&ns, endpoint.as_deref())
+                    .tenant_settled(&ns, endpoint.as_deref())
                     .await
                     .map(|r| (a, Some(r))),
                 other => other,

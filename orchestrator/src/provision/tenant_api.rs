@@ -8,16 +8,17 @@ use crate::inventory::Tenant;
 use crate::lifecycle::steps::{self, StepResult};
 use crate::lifecycle::upgrade;
 use crate::{Error, Result, pki, render};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use vcp_core::naming::control_plane_namespace;
 
 impl Provisioner {
-    /// Whether the tenant's aggregated roles that user groups are bound to (`view`, `edit`;
-    /// see [`crate::kubeconfigs::access::LEVELS`]) have their rules, which the controller-manager fills.
-    pub(crate) async fn roles_aggregated(
+    /// Whether the tenant is settled for its users: its `default` namespace exists, and the
+    /// aggregated roles that user groups are bound to (`view`, `edit`; see
+    /// [`crate::kubeconfigs::access::LEVELS`]) have their rules, which the controller-manager fills.
+    pub(crate) async fn tenant_settled(
         &self,
         ns: &str,
         endpoint: Option<&str>,
@@ -25,7 +26,20 @@ impl Provisioner {
         if self.config.simulate {
             return Ok(StepResult::Ready);
         }
-        let roles: Api<ClusterRole> = Api::all(self.tenant_client(ns, endpoint).await?);
+        let client = self.tenant_client(ns, endpoint).await?;
+        // The apiserver creates `default` itself, in a loop of its own that may run seconds
+        // after `/readyz` (seen in CI: a tenant Ready, then `namespaces "default" not found`
+        // on a user's first write). Ready waits for it, so a first `kubectl apply` lands.
+        let default = Api::<Namespace>::all(client.clone())
+            .get_opt("default")
+            .await
+            .map_err(|e| Error::kube("read the tenant's default namespace", e))?;
+        if default.is_none() {
+            return Ok(StepResult::Waiting(
+                "the apiserver has not created the default namespace yet".into(),
+            ));
+        }
+        let roles: Api<ClusterRole> = Api::all(client);
         for name in ["view", "edit"] {
             let role = roles
                 .get_opt(name)
