@@ -39,6 +39,7 @@ pub mod datastore;
 pub mod encryption;
 pub mod etcd;
 pub mod kubeconfigs;
+pub mod members;
 pub mod rotations;
 pub mod sleep;
 pub mod snapshots;
@@ -319,6 +320,8 @@ pub enum ToolCommand {
     EtcdExport(snapshots::transfer::ExportArgs),
     /// Put a logical snapshot's keys in place of a tenant's (its restore Job).
     EtcdImport(snapshots::transfer::ImportArgs),
+    /// Add a member to a tenant's etcd as a learner, or promote it (the Jobs of its growth).
+    EtcdMember(members::tool::Args),
 }
 
 impl Command {
@@ -365,6 +368,7 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Tool(ToolCommand::Datastore(a)) => datastore::tool::run(a).await,
         Command::Tool(ToolCommand::EtcdExport(a)) => snapshots::transfer::export_command(&a).await,
         Command::Tool(ToolCommand::EtcdImport(a)) => snapshots::transfer::import_command(&a).await,
+        Command::Tool(ToolCommand::EtcdMember(a)) => members::tool::run(a).await,
         Command::Openapi => {
             let doc = api::openapi()
                 .to_pretty_json()

@@ -6,7 +6,8 @@
 //! keys only) and a restore from it brings back what was deleted after it, removes what was
 //! created after it, and leaves B untouched. A third tenant moves from an etcd of its own to
 //! the datastore and back by plan changes, keeping its objects, and each store it leaves is
-//! emptied. A deleted tenant's user and keys go; the other tenant keeps working.
+//! emptied; then it grows from one etcd member to three by another, none of a reading and a
+//! writing client's requests failing. A deleted tenant's user and keys go; the other tenant keeps working.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -18,7 +19,9 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 use vcp_dev::cluster::DevCluster;
-use vcp_dev::platform::{ApiClient, PROCESS_WORKLOADS_PLAN, SHARED_PLAN};
+use vcp_dev::platform::{
+    ApiClient, HA_PROCESS_WORKLOADS_PLAN, PROCESS_WORKLOADS_PLAN, SHARED_PLAN,
+};
 use vcp_dev::testing::eventually;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(360);
@@ -209,14 +212,15 @@ async fn tenants_on_a_shared_datastore_reach_only_their_own_keys() -> anyhow::Re
     let out = wrong.run(&["get", &format!("/vcp/{key_a}/"), "--prefix", "--keys-only"])?;
     assert!(!out.status.success(), "a wrong password reads nothing");
 
-    logical_snapshot_and_restore(api, "ds-a", &cms_a, &cms_b).await?;
-    moves_between_stores(
-        api,
-        &host,
-        "ds-m",
-        &as_root_of(&host, &endpoint, dir.path()).await?,
-    )
-    .await?;
+    // ds-m's moves and growth touch nothing of A's and B's: side by side with A's restore.
+    let root = as_root_of(&host, &endpoint, dir.path()).await?;
+    tokio::try_join!(
+        logical_snapshot_and_restore(api, "ds-a", &cms_a, &cms_b),
+        async {
+            moves_between_stores(api, &host, "ds-m", &root).await?;
+            grows_to_three_members(api, &host, "ds-m", dir.path()).await
+        },
+    )?;
 
     // Deleting A takes its user and its keys; B goes on.
     api.delete_tenant("ds-a").await?;
@@ -323,14 +327,13 @@ async fn moves_between_stores(
     cms.create(&PostParams::default(), &cm("before-move")?)
         .await?;
 
-    // Refused: an unknown plan, a plan with something else, an etcd member change.
+    // Refused: an unknown plan, a plan with something else.
     for (body, status) in [
         (json!({"plan": "no-such-plan"}), 422),
         (
             json!({"plan": SHARED_PLAN, "fleet_upgrades": "exclude"}),
             422,
         ),
-        (json!({"plan": "ha-process-workloads"}), 409),
     ] {
         let (s, b) = api
             .raw(Method::PATCH, &format!("/v1/tenants/{name}"), Some(&body))
@@ -414,6 +417,194 @@ async fn moves_between_stores(
     .await?;
     cms.create(&PostParams::default(), &cm("after-moves")?)
         .await?;
+    Ok(())
+}
+
+/// Creates ConfigMap `w-<n>` every 250 ms until `stop`: the names written, and the writes
+/// that failed (printed). A write whose connection closed before any answer is sent once more,
+/// as a Go client would; `AlreadyExists` then means the first one landed.
+fn writer(
+    cms: Api<ConfigMap>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<String>, u64)> {
+    tokio::spawn(async move {
+        let (mut written, mut failed) = (Vec::new(), 0);
+        for n in 0.. {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let name = format!("w-{n}");
+            let cm: ConfigMap =
+                serde_json::from_value(json!({"metadata": {"name": name}})).expect("a ConfigMap");
+            let mut outcome = Err(String::new());
+            for attempt in 0..2 {
+                let sent = tokio::time::timeout(
+                    Duration::from_secs(15),
+                    cms.create(&PostParams::default(), &cm),
+                )
+                .await;
+                outcome = match sent {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(kube::Error::Api(e))) if attempt > 0 && e.code == 409 => Ok(()),
+                    Ok(Err(e @ kube::Error::Api(_))) => Err(e.to_string()),
+                    Ok(Err(e)) => {
+                        outcome = Err(e.to_string());
+                        continue;
+                    }
+                    Err(_) => Err("no answer within 15 s".into()),
+                };
+                break;
+            }
+            match outcome {
+                Ok(()) => written.push(name),
+                Err(e) => {
+                    eprintln!("writer: {name}: {e}");
+                    failed += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        (written, failed)
+    })
+}
+
+/// The tenant (on an etcd of its own, one member) changes to a plan with three: members are
+/// added while a client reads and another writes, none of whose requests fails; its objects
+/// stay, three members vote, and going back to one member is refused.
+async fn grows_to_three_members(
+    api: &ApiClient,
+    host: &Client,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    use std::sync::{Arc, atomic::AtomicBool};
+    let t = api.wait_ready(name, READY_TIMEOUT).await?;
+    let ns = format!("vcp-{}", t["key"].as_str().unwrap());
+    let kc = api.kubeconfig(name, "alice", &["admin"], "1h").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant_client(&kc).await?, "default");
+    let before = cms.list(&ListParams::default()).await?.items.len();
+    let poller = vcp_dev::testing::Poller::start(cms.clone(), "before-move");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = writer(cms.clone(), stop.clone());
+
+    let started = std::time::Instant::now();
+    let (s, b) = api
+        .raw(
+            Method::PATCH,
+            &format!("/v1/tenants/{name}"),
+            Some(&json!({"plan": HA_PROCESS_WORKLOADS_PLAN})),
+        )
+        .await?;
+    assert_eq!(
+        s, 200,
+        "a plan with more etcd members is a change in place: {b}"
+    );
+    let sets: Api<StatefulSet> = Api::namespaced(host.clone(), &ns);
+    let said = std::sync::Mutex::new(String::new());
+    eventually(
+        "three etcd members voting and the tenant Ready",
+        Duration::from_secs(600),
+        || {
+            let (said, sets) = (&said, &sets);
+            async move {
+                let t = api
+                    .get_tenant(name)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("{name} is gone"))?;
+                let etcd = t["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "EtcdReady")
+                    .map(|c| format!("{} {}", c["reason"], c["message"]))
+                    .unwrap_or_default();
+                {
+                    let mut last = said.lock().expect("not poisoned");
+                    if etcd != *last {
+                        println!(
+                            "  {name} at {:.1}s: EtcdReady {etcd}",
+                            started.elapsed().as_secs_f64()
+                        );
+                        *last = etcd;
+                    }
+                }
+                let set = sets.get("etcd").await?;
+                let voting = set
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("vcp.dev/etcd-members"))
+                    .cloned();
+                let status = set.status.unwrap_or_default();
+                Ok((t["phase"] == "Ready"
+                    && t["plan"] == HA_PROCESS_WORKLOADS_PLAN
+                    && voting.as_deref() == Some("3")
+                    && status.ready_replicas == Some(3)
+                    && status.updated_replicas == Some(3))
+                .then_some(()))
+            }
+        },
+    )
+    .await?;
+    let grown = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (written, write_failures) = writes.await?;
+    let (read, read_failures) = poller.finish().await?;
+    println!(
+        "{name} grew to three etcd members in {:.1}s; {} writes, {write_failures} failed; {} reads, {read_failures} failed",
+        grown.as_secs_f64(),
+        written.len() + write_failures as usize,
+        read + read_failures
+    );
+    assert_eq!(write_failures, 0, "writes failed while members were added");
+    assert_eq!(read_failures, 0, "reads failed while members were added");
+    assert!(!written.is_empty() && read > 0);
+
+    // Every object, the old and those written meanwhile.
+    let now: std::collections::BTreeSet<String> = cms
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(now.len(), before + written.len());
+    for n in written.iter().chain(["before-move".to_owned()].iter()) {
+        assert!(now.contains(n), "{n} lost");
+    }
+
+    // Three members, all voting, as etcd itself lists them.
+    let member = Api::<Pod>::namespaced(host.clone(), &ns)
+        .get("etcd-0")
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .ok_or_else(|| anyhow::anyhow!("etcd-0 has no address"))?;
+    let client = Api::<Secret>::namespaced(host.clone(), &ns)
+        .get("apiserver-etcd-client")
+        .await?;
+    let etcdctl = Etcdctl::new(&format!("https://{member}:2379"), &client, dir, "grown")?;
+    let list: Value =
+        serde_json::from_str(&etcdctl.ok(&["member", "list", "--write-out=json"])?)?;
+    let members = list["members"].as_array().cloned().unwrap_or_default();
+    assert_eq!(members.len(), 3, "{list}");
+    assert!(
+        members
+            .iter()
+            .all(|m| m["isLearner"].as_bool() != Some(true)),
+        "a learner left: {list}"
+    );
+
+    // Fewer members: refused, named.
+    let (s, b) = api
+        .raw(
+            Method::PATCH,
+            &format!("/v1/tenants/{name}"),
+            Some(&json!({"plan": PROCESS_WORKLOADS_PLAN})),
+        )
+        .await?;
+    assert_eq!(s, 409, "{b}");
+    assert!(b.to_string().contains("removing members"), "{b}");
     Ok(())
 }
 

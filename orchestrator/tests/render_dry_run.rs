@@ -187,6 +187,13 @@ async fn pods_of_vcps_images_are_admitted_under_an_enforced_restricted_pod_secur
         &input,
         serde_json::json!({"job": "etcd-snapshot-1", "file": "1.db"}),
     )?);
+    objects.extend(renderer.render_job(
+        render::JobKind::Member,
+        &input,
+        serde_json::json!({"job": "etcd-member-add-1-abc", "step": "add",
+            "voting_servers": "https://etcd-0.etcd.vcp-dryrestricted.svc:2379",
+            "peer_url": "https://etcd-1.etcd.vcp-dryrestricted.svc:2380"}),
+    )?);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let dry = PostParams {
         dry_run: true,
@@ -211,6 +218,9 @@ async fn pods_of_vcps_images_are_admitted_under_an_enforced_restricted_pod_secur
         admitted.push(o.name().to_owned());
     }
     admitted.sort();
-    assert_eq!(admitted, ["etcd-snapshot-1", "vcp-syncer"]);
+    assert_eq!(
+        admitted,
+        ["etcd-member-add-1-abc", "etcd-snapshot-1", "vcp-syncer"]
+    );
     Ok(())
 }

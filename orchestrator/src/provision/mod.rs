@@ -464,10 +464,10 @@ impl Provisioner {
                 .tenant_on_datastore(t, &p)
                 .await
                 .unwrap_or_else(|e| failed(e, false)),
+            // Its own etcd: as its plan says, or members added one at a time until it is.
             None => self
-                .component(Component::Etcd, &input, true, true)
+                .own_etcd(t, &input)
                 .await
-                .map(|(_, r)| r.unwrap_or(StepResult::Waiting("not applied".into())))
                 .unwrap_or_else(|e| failed(e, true)),
         };
         out.work("etcd", clock);

@@ -59,7 +59,7 @@ pub const TEMPLATES: [(Component, &str, &str); 6] = [
 ];
 
 /// Templates of the Jobs vcp runs in a tenant's control-plane namespace, outside bring-up.
-pub const JOB_TEMPLATES: [(JobKind, &str, &str); 3] = [
+pub const JOB_TEMPLATES: [(JobKind, &str, &str); 4] = [
     (
         JobKind::Snapshot,
         "etcd-snapshot.yaml",
@@ -74,6 +74,11 @@ pub const JOB_TEMPLATES: [(JobKind, &str, &str); 3] = [
         JobKind::Import,
         "etcd-import.yaml",
         include_str!("../../../templates/etcd-import.yaml"),
+    ),
+    (
+        JobKind::Member,
+        "etcd-member.yaml",
+        include_str!("../../../templates/etcd-member.yaml"),
     ),
 ];
 
@@ -98,6 +103,8 @@ pub enum JobKind {
     Restore,
     /// Restores a tenant's keys from a logical snapshot (a tenant on a shared datastore).
     Import,
+    /// Adds a member to the tenant's own etcd, or promotes it ([`crate::members`]).
+    Member,
 }
 
 /// A control-plane component with a template.
@@ -540,6 +547,25 @@ impl Renderer {
         self.render_template(template, context(input), input)
     }
 
+    /// One component's objects with `extra` added to the context (the etcd StatefulSet while
+    /// members are added: `etcd_growth`).
+    pub fn render_with(
+        &self,
+        component: Component,
+        input: &Input<'_>,
+        extra: Value,
+    ) -> Result<Vec<Object>> {
+        let (_, template, _) = TEMPLATES
+            .iter()
+            .find(|(c, _, _)| *c == component)
+            .expect("every component has a template");
+        let mut ctx = context(input);
+        if let (Some(c), Value::Object(extra)) = (ctx.as_object_mut(), extra) {
+            c.extend(extra);
+        }
+        self.render_template(template, ctx, input)
+    }
+
     /// A Job's objects; `extra` adds to the context what the template's header lists.
     pub fn render_job(
         &self,
@@ -678,6 +704,7 @@ fn context(input: &Input<'_>) -> Value {
             .map(|m| format!("{m}=https://{m}.etcd.{ns}.svc:2380"))
             .collect::<Vec<_>>().join(","),
         "datastore": null,
+        "etcd_growth": null,
         // The apiserver's default --etcd-prefix: where its keys are in an etcd of its own.
         "etcd_prefix": "/registry",
     });

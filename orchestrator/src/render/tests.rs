@@ -480,6 +480,129 @@ fn pods_of_vcps_own_images_run_as_their_non_root_user_and_can_read_their_secrets
     assert_eq!(spec["initContainers"][0]["name"], "fetch", "{spec}");
 }
 
+#[test]
+fn a_growing_etcd_starts_only_its_new_member_told_to_join_and_its_jobs_reach_the_voters() {
+    let catalog = Catalog::builtin();
+    let settings = settings();
+    let mut plan = dev_plan();
+    plan.etcd_replicas = 3;
+    let input = Input {
+        name: "demo",
+        key: &key(),
+        version: catalog.get("1.37").unwrap(),
+        plan: &plan,
+        settings: &settings,
+        rollout: Default::default(),
+        run: crate::render::Run::Up,
+    };
+    let renderer = Renderer::builtin().unwrap();
+    let set = |objects: &[Object]| {
+        objects
+            .iter()
+            .find(|o| o.kind() == "StatefulSet")
+            .unwrap()
+            .0
+            .clone()
+    };
+    let args = |s: &serde_json::Value| -> Vec<String> {
+        s["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let ns = control_plane_namespace(&key());
+    // As the plan says: three members, a new cluster, nothing held back.
+    let planned = set(&renderer.render(Component::Etcd, &input).unwrap());
+    assert_eq!(planned["spec"]["replicas"], 3);
+    assert_eq!(
+        planned["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        0
+    );
+    assert_eq!(
+        planned["metadata"]["annotations"]["vcp.dev/etcd-members"],
+        "3"
+    );
+    assert!(args(&planned).contains(&"--initial-cluster-state=new".to_owned()));
+    // Member 2 starting: three pods, the two that vote kept as they are, the new one joining
+    // the three as the cluster lists them.
+    let step = crate::lifecycle::members::Growth::Start(2);
+    let shape = crate::lifecycle::members::shape(&step).unwrap();
+    let growing = set(&renderer
+        .render_with(
+            Component::Etcd,
+            &input,
+            serde_json::json!({ "etcd_growth": shape }),
+        )
+        .unwrap());
+    assert_eq!(growing["spec"]["replicas"], 3);
+    assert_eq!(
+        growing["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        2
+    );
+    assert_eq!(
+        growing["metadata"]["annotations"]["vcp.dev/etcd-members"],
+        "2"
+    );
+    let a = args(&growing);
+    assert!(
+        a.contains(&"--initial-cluster-state=existing".to_owned()),
+        "{a:?}"
+    );
+    let cluster: Vec<String> = (0..3)
+        .map(|m| format!("etcd-{m}=https://etcd-{m}.etcd.{ns}.svc:2380"))
+        .collect();
+    assert!(
+        a.contains(&format!("--initial-cluster={}", cluster.join(","))),
+        "{a:?}"
+    );
+    // The Job: restricted, the voters only, the step last.
+    let job = renderer
+        .render_job(
+            JobKind::Member,
+            &input,
+            serde_json::json!({"job": "etcd-member-add-1-abc", "step": "add",
+                "voting_servers": format!("https://etcd-0.etcd.{ns}.svc:2379"),
+                "peer_url": format!("https://etcd-1.etcd.{ns}.svc:2380")}),
+        )
+        .unwrap();
+    let spec = pod_spec(&job, "Job", "etcd-member-add-1-abc");
+    assert_restricted_non_root(spec, "a member Job");
+    let c = &spec["containers"][0];
+    assert_eq!(
+        c["command"],
+        serde_json::json!(["vcp", "tool", "etcd-member"])
+    );
+    let a: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(a.last(), Some(&"add"));
+    assert!(a.contains(&format!("--endpoints=https://etcd-0.etcd.{ns}.svc:2379").as_str()));
+    // Labelled as the snapshot Jobs: the pods the tenant's NetworkPolicies let reach etcd.
+    let snapshot = renderer
+        .render_job(
+            JobKind::Snapshot,
+            &input,
+            serde_json::json!({"job": "etcd-snapshot-1", "file": "1.db"}),
+        )
+        .unwrap();
+    let labels = |o: &[Object], name: &str| {
+        o.iter()
+            .find(|o| o.kind() == "Job" && o.name() == name)
+            .unwrap()
+            .0["spec"]["template"]["metadata"]["labels"]
+            .clone()
+    };
+    assert_eq!(
+        labels(&job, "etcd-member-add-1-abc"),
+        labels(&snapshot, "etcd-snapshot-1")
+    );
+}
+
 fn dev_objects() -> Vec<Object> {
     objects_of(&dev_plan())
 }

@@ -1,6 +1,7 @@
 //! What a plan change (`PATCH /v1/tenants/{name}` with `plan`) does, decided from the two
 //! plans and the tenant's last usage sample, with no I/O: nothing, a change in place (the next
-//! pass renders the control plane and the syncer's policy from the new plan), a move of the
+//! pass renders the control plane and the syncer's policy from the new plan, and grows its own
+//! etcd to more members: [`crate::lifecycle::members`]), a move of the
 //! tenant's data to another store ([`crate::snapshots::moves`]), or a refusal that says why.
 
 use crate::render::Plan;
@@ -23,7 +24,7 @@ pub enum Refusal {
     #[error("the tenant's usage does not fit plan {plan:?}: {}", over.join(", "))]
     Usage { plan: String, over: Vec<String> },
     #[error(
-        "plan {plan:?} runs {to} etcd members where the tenant's runs {from}: changing a tenant's own etcd members is not supported yet"
+        "plan {plan:?} runs {to} etcd members where the tenant's runs {from}: removing members from a tenant's own etcd is not supported"
     )]
     Members { plan: String, from: u8, to: u8 },
 }
@@ -60,7 +61,9 @@ pub fn classify(
     if from.datastore != to.datastore {
         return Ok(Change::Move);
     }
-    if from.datastore.is_none() && from.etcd_replicas != to.etcd_replicas {
+    // More members are added one at a time while etcd serves ([`crate::lifecycle::members`]);
+    // fewer would need them removed the same way, which vcp does not do.
+    if from.datastore.is_none() && to.etcd_replicas < from.etcd_replicas {
         return Err(Refusal::Members {
             plan: to_name.to_owned(),
             from: from.etcd_replicas,
@@ -101,8 +104,11 @@ mod tests {
             classify_names("shared", "other-shared", None),
             Ok(Change::Move)
         );
-        let e = classify_names("big", "three", None).unwrap_err();
-        assert!(matches!(e, Refusal::Members { from: 1, to: 3, .. }), "{e}");
+        assert_eq!(classify_names("big", "three", None), Ok(Change::InPlace));
+        let e = classify_names("three", "big", None).unwrap_err();
+        assert!(matches!(e, Refusal::Members { from: 3, to: 1, .. }), "{e}");
+        // A datastore's members are the datastore's, whatever the tenant's plan says.
+        assert_eq!(classify_names("three", "shared", None), Ok(Change::Move));
         // Usage that fits the smaller plan moves; usage that does not is named.
         let fits = Usage {
             pods: 2,

@@ -40,7 +40,7 @@ use vcp_core::lifecycle::Phase;
     BodyRefused,
     Unauthorized,
     NoSuchTenant,
-    (status = 409, description = "the tenant is not Ready, or an upgrade or restore already moves it; for `plan`: the tenant's last usage sample does not fit the plan's quota (the detail names each resource, used > limit), or the plan changes the members of the tenant's own etcd", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "the tenant is not Ready, or an upgrade or restore already moves it; for `plan`: the tenant's last usage sample does not fit the plan's quota (the detail names each resource, used > limit), or the plan has fewer members for the tenant's own etcd (more are added one at a time while it serves)", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "unknown version, or a skew rule refuses it (`field` is `version` and the detail names the rule); a malformed `maintenance_window`, `fleet_upgrades` or `auto_update`; an unknown `plan`, or `plan` with anything else", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
