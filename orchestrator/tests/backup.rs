@@ -1,7 +1,7 @@
 //! Backups off the host on the dev cluster, against its real S3 server (s3s-fs): a snapshot is
 //! uploaded sealed (the object's bytes are not the file's, and opening them with the tenant's
-//! backup key gives the file with the recorded SHA-256); a restore whose claim copy is gone
-//! brings the data back from the object; and the backup sweep prunes exactly the scheduled
+//! backup key gives the file with the recorded SHA-256) and its copy on the claim removed; a
+//! restore brings the data back from the object; and the backup sweep prunes exactly the scheduled
 //! backups past the plan's `hourly: 2`.
 
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
@@ -129,7 +129,7 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
     let mut o = sealed::Opener::new(&wrong, key_id);
     assert!(o.push(&sealed_bytes).and_then(|_| o.finish()).is_err());
 
-    // The claim's copy gone, a restore must come from the store.
+    // Uploaded, the claim's copy is gone (with its report): a restore must come from the store.
     let claim: PersistentVolumeClaim = Api::namespaced(cluster.client(), &ns)
         .get("etcd-snapshots")
         .await?;
@@ -138,7 +138,14 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         .await?;
     let dir = std::path::PathBuf::from(pv.spec.unwrap().host_path.unwrap().path);
     let file = dir.join(format!("snapshot-{id}.db"));
-    std::fs::remove_file(&file)?;
+    let left: Vec<_> = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .collect();
+    assert!(
+        left.iter()
+            .all(|f| !f.to_string_lossy().starts_with("snapshot-")),
+        "the claim keeps an uploaded snapshot: {left:?}"
+    );
     cms.delete("marker", &DeleteParams::default()).await?;
     let started = Instant::now();
     api.restore(name, id, DONE_TIMEOUT).await?;

@@ -41,7 +41,7 @@ pub enum ToolCommand {
 pub struct UploadArgs {
     #[command(flatten)]
     pub store: crate::snapshots::offsite::StoreArgs,
-    /// The snapshot file.
+    /// The snapshot file (removed once uploaded, with its report).
     #[arg(long, env = "VCP_SNAPSHOT_FILE")]
     pub file: PathBuf,
     /// The report the snapshot step wrote: the file must have its SHA-256.
@@ -113,6 +113,16 @@ async fn upload(a: &UploadArgs) -> Result<Report> {
         .await?;
     let location = format!("s3://{}/{}", a.store.bucket, a.object);
     tracing::info!(%location, bytes = sent, "snapshot sealed and uploaded");
+    // The object is the copy of record (a restore fetches it, never trusting the claim), so
+    // the claim's plaintext copy goes: scheduled backups would otherwise fill the claim, one
+    // snapshot an hour, whatever retention prunes from the store.
+    for f in [&a.file, &a.report_in] {
+        match std::fs::remove_file(f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(f)(e)),
+        }
+    }
     r.object = Some(location);
     r.backup_key = Some(a.key_id);
     Ok(r)
