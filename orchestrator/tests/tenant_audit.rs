@@ -2,7 +2,8 @@
 //! webhook, the authorizer's egress relay) and a real Postgres on the dev cluster: requests
 //! made with kubectl and a user's kubeconfig show up in the owner's
 //! `GET /v1/tenants/{name}/audit-events` (and `vcp tenant audit`) with their user, verb and
-//! resource, sudo with both the real user and the identity it acted as, filtered and paged;
+//! resource, sudo with both the real user and the identity it acted as, a break-glass request
+//! with the admin it was issued to, filtered and paged;
 //! a Secret's data never reaches the inventory; another owner sees none of it; the ingest
 //! refuses what its token does not vouch for; retention deletes exactly the events past it.
 //!
@@ -172,6 +173,23 @@ async fn a_tenants_requests_reach_its_owners_audit_log_and_nobody_elses() -> any
         &dave,
         "--as=dave --as-group=vcp:sudo create namespace by-sudo",
     );
+    // Break-glass: an admin's plain system:masters certificate, which the tenant's own RBAC
+    // and revocations cannot stop, so its requests must name the admin.
+    let (status, glass) = admin
+        .raw(
+            Method::POST,
+            "/v1/tenants/shop/break-glass",
+            Some(&json!({"reason": "audit drill", "ttl": "15m"})),
+        )
+        .await?;
+    assert_eq!(status, 201, "{glass}");
+    let glass_user = glass["user"].as_str().unwrap_or_default().to_owned();
+    let glass_path = dir.join("break-glass");
+    std::fs::write(
+        &glass_path,
+        glass["kubeconfig"].as_str().unwrap_or_default(),
+    )?;
+    kubectl(cluster, &glass_path, "create namespace by-break-glass");
 
     // The request with its user, verb and resource.
     let created = wait_for(
@@ -211,6 +229,25 @@ async fn a_tenants_requests_reach_its_owners_audit_log_and_nobody_elses() -> any
         sudo[0]
     );
     assert_eq!(sudo[0]["name"], "by-sudo");
+
+    // Break-glass: the certificate's user, and the admin it was issued to.
+    let admin_token: String = admin.raw(Method::GET, "/v1/tokens", None).await?.1["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["role"] == "admin")
+        .and_then(|t| t["name"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(glass_user, format!("vcp:break-glass:{admin_token}"));
+    let by_glass = wait_for(
+        &shop_owner,
+        "shop",
+        &format!("user={glass_user}&verb=create&resource=namespaces"),
+    )
+    .await?;
+    assert_eq!(by_glass[0]["name"], "by-break-glass", "{}", by_glass[0]);
+    assert_eq!(by_glass[0]["break_glass_by"], json!(admin_token));
 
     // An RBAC write in full; a Secret's data never.
     let rb = wait_for(
