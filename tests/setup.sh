@@ -14,7 +14,7 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # Debian packages: the Postgres server (ephemeral databases), setpriv (util-linux: runs
 # postgres unprivileged and ties test processes to their parent), iproute2 (network
 # namespaces for the process-running node), Python with venv (schemathesis, below), curl and
-# script.
+# script, Chromium and chromedriver.
 missing=()
 [[ -x /usr/lib/postgresql/15/bin/postgres ]] || missing+=(postgresql-15)
 command -v setpriv >/dev/null || missing+=(util-linux)
@@ -37,6 +37,10 @@ command -v socat >/dev/null || missing+=(socat)
 [[ -x /usr/bin/dig ]] || missing+=(bind9-dnsutils)
 [[ -x /usr/bin/nc.openbsd ]] || missing+=(netcat-openbsd)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3 python3-venv)
+# Headless Chromium and its WebDriver server: the web console's browser test drives them
+# (orchestrator/tests/fleet.rs, docs/console.md), and fails without them.
+[[ -x /usr/bin/chromium ]] || missing+=(chromium)
+[[ -x /usr/bin/chromedriver ]] || missing+=(chromium-driver)
 if ((${#missing[@]})); then
   sudo=""
   [[ $(id -u) -eq 0 ]] || sudo=sudo

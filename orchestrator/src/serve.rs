@@ -525,7 +525,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
         .map_err(Error::Serve)?;
-    tracing::info!(listen = %listener.local_addr().map_err(Error::Serve)?, replica, "vcp serving");
+    tracing::info!(listen = %listener.local_addr().map_err(Error::Serve)?, replica, console = crate::console::PAGE, "vcp serving");
     let limits = crate::http::conn::Limits {
         idle: Duration::from_secs(a.http_idle_timeout_seconds),
         header: Duration::from_secs(a.http_header_timeout_seconds),

@@ -1,7 +1,12 @@
 //! Fleet upgrades on the dev cluster: real tenants with workloads moved 1.36 -> 1.37 in waves
 //! through `POST /v1/upgrades` by a real `vcp serve`, their objects kept, their host pods
 //! untouched and their apiservers answering throughout; the requests refused; and a replica
-//! killed with SIGKILL mid-wave while another finishes, no tenant upgraded twice.
+//! killed with SIGKILL mid-wave while another finishes, no tenant upgraded twice. The web
+//! console is tested in headless Chromium against the first fleet upgrade while it runs (its
+//! tenants and upgrade are what the console needs, and a dev cluster of its own would cost
+//! minutes of provisioning): see [`the_console_shows_the_fleet_and_acts_through_the_api`].
+
+mod console;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
@@ -16,6 +21,8 @@ use vcp_dev::cluster::DevCluster;
 use vcp_dev::platform::{self, ApiClient};
 use vcp_dev::postgres::EphemeralPostgres;
 use vcp_dev::testing::{Poller, eventually, replica, templates_with};
+
+use console::{Browser, SHOWN_WITHIN};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const FLEET_TIMEOUT: Duration = Duration::from_secs(900);
@@ -209,6 +216,294 @@ async fn upgrades_per_tenant(db: &str) -> anyhow::Result<Vec<(String, i64)>> {
     .await?)
 }
 
+/// kubectl of the cluster's version with `kubeconfig`, off the test's runtime (the pollers
+/// share it): (succeeded, stdout, stderr).
+async fn kubectl(
+    cluster: &DevCluster,
+    kubeconfig: &Path,
+    args: &[&str],
+) -> anyhow::Result<(bool, String, String)> {
+    let kubectl = cluster.kubectl();
+    let kubeconfig = kubeconfig.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()?;
+        anyhow::Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    })
+    .await?
+}
+
+/// What the page shows of a fleet upgrade: the wave counter, each tenant's state and the
+/// upgrade's (`wave 1 of 2 | fleet-a=Running fleet-b=Pending | Running`); None before it is
+/// drawn.
+async fn upgrade_shown(b: &Browser) -> anyhow::Result<Option<String>> {
+    let v = b
+        .client
+        .execute(
+            "const w = document.querySelector('#wave-counter');
+             if (!w) return null;
+             const ts = Array.from(document.querySelectorAll('#upgrade-waves tr[data-tenant]'),
+               (r) => r.dataset.tenant + '=' + r.querySelector('.fleet-tenant-state').textContent);
+             const s = document.querySelector('#upgrade-state');
+             return w.textContent + ' | ' + ts.join(' ') + ' | ' + (s ? s.textContent : '');",
+            vec![],
+        )
+        .await?;
+    Ok(v.as_str().map(str::to_owned))
+}
+
+/// The web console in headless Chromium while fleet upgrade `id` moves fleet-a, then
+/// fleet-b, with team-c's `shop` beside them (docs/console.md, "Tests"):
+/// - the admin logs in; the fleet shows the three tenants, and the filter narrows them;
+/// - the upgrade's page shows the waves advance by itself (polling), and its Pause and
+///   Resume buttons pause and resume it through the API;
+/// - on shop's page, Revoke (confirmed in the browser's dialog) revokes carol's kubeconfig,
+///   and kubectl with it is refused within the documented 60 s; a user named like markup is
+///   shown as text;
+/// - team-c's token sees only shop, on the page and in every answer the page received
+///   (`window.vcpRequests`), and is told plainly that fleet upgrades are not its to see.
+///
+/// Screenshots of each step are kept in target/test-artifacts/console/.
+async fn the_console_shows_the_fleet_and_acts_through_the_api(
+    b: &Browser,
+    url: &str,
+    (admin_token, owner_token): (&str, &str),
+    id: i64,
+    cluster: &DevCluster,
+    carol: &Path,
+) -> anyhow::Result<()> {
+    let page = format!("{url}/ui");
+    b.client.goto(&page).await?;
+    b.text_of("#login").await?;
+    b.screenshot("login").await?;
+    b.log_in(admin_token).await?;
+    let rows = "#fleet-table tbody tr";
+    let shown = eventually("the fleet table", SHOWN_WITHIN, || async {
+        let names = b.attrs(rows, "data-tenant").await?;
+        Ok((names.len() >= 3).then_some(names))
+    })
+    .await?;
+    let mut sorted = shown.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["fleet-a", "fleet-b", "shop"], "{shown:?}");
+    let owners = b.attrs(rows, "data-owner").await?;
+    assert!(owners.contains(&"team-c".to_owned()), "{owners:?}");
+    b.text_of("#fleet-count").await?;
+    b.screenshot("fleet-admin").await?;
+    b.client
+        .find(fantoccini::Locator::Css("#fleet-filter"))
+        .await?
+        .send_keys("team-c")
+        .await?;
+    eventually("the filter keeping only shop", SHOWN_WITHIN, || async {
+        Ok((b.attrs(rows, "data-tenant").await? == ["shop"]).then_some(()))
+    })
+    .await?;
+
+    // The fleet upgrade's page follows it without being reloaded.
+    b.view(&format!("#/upgrades/{id}")).await?;
+    let first = eventually("the fleet upgrade's page", SHOWN_WITHIN, || async {
+        upgrade_shown(b).await
+    })
+    .await?;
+    eprintln!("console: upgrade page first shows {first}");
+    b.screenshot("upgrade-first").await?;
+    // Every distinct thing it shows until the canary is done and wave 2 started, as a person
+    // watching it would see it change.
+    let mut seen = vec![first];
+    let watching = Instant::now();
+    let advanced = loop {
+        let now = upgrade_shown(b).await?.unwrap_or_default();
+        if seen.last() != Some(&now) {
+            eprintln!("console: the upgrade page changed to {now}");
+            seen.push(now.clone());
+        }
+        if now.starts_with("wave 2 of 2") && now.contains("fleet-a=Succeeded") {
+            break now;
+        }
+        // A canary's hop takes well under a minute here: a page that stopped polling fails
+        // long before the whole fleet's timeout.
+        anyhow::ensure!(
+            watching.elapsed() < READY_TIMEOUT,
+            "the page never showed wave 2 after the canary: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        seen.len() >= 2 && seen[0].starts_with("wave 1 of 2"),
+        "the page did not show the waves advancing: {seen:?}"
+    );
+    b.screenshot("upgrade-wave-2").await?;
+    // Pause and resume through the page's buttons (fleet-b's upgrade, a minute or so, is
+    // still moving: a pause holds only tenants not started).
+    assert!(advanced.ends_with("| Running"), "{advanced}");
+    b.click("#upgrade-pause").await?;
+    eventually("the upgrade shown Paused", SHOWN_WITHIN, || async {
+        Ok(upgrade_shown(b)
+            .await?
+            .filter(|s| s.ends_with("| Paused"))
+            .map(|_| ()))
+    })
+    .await?;
+    b.screenshot("upgrade-paused").await?;
+    b.click("#upgrade-resume").await?;
+    eventually("the upgrade shown resumed", SHOWN_WITHIN, || async {
+        Ok(upgrade_shown(b)
+            .await?
+            .filter(|s| !s.ends_with("| Paused"))
+            .map(|_| ()))
+    })
+    .await?;
+
+    // shop's page: conditions, timeline, usage, and its kubeconfigs with Revoke.
+    b.view("#/tenants/shop?owner=team-c").await?;
+    let carol_row = r#"#kubeconfig-table tr[data-user="carol"]"#;
+    b.text_of(&format!("{carol_row} button.revoke")).await?;
+    let ready = b
+        .text_of(r#"#tenant-conditions tr[data-condition="Ready"]"#)
+        .await?;
+    assert!(ready.contains("True"), "{ready}");
+    b.text_of(r#"#timeline-table tr[data-action="kubeconfig.issue"]"#)
+        .await?;
+    b.text_of("#usage-chart, #usage-empty").await?;
+    let markup = b
+        .text_of(r#"#kubeconfig-table tr[data-user="<i>x</i>"] td"#)
+        .await?;
+    assert_eq!(markup, "<i>x</i>", "a user's name is shown as text");
+    let elements = b
+        .client
+        .execute("return document.querySelectorAll('main i').length;", vec![])
+        .await?;
+    assert_eq!(elements, json!(0), "a user's name became markup");
+    b.scroll_to("#tenant-usage").await?;
+    b.screenshot("tenant").await?;
+    b.click(&format!("{carol_row} button.revoke")).await?;
+    let asked = eventually("the confirm dialog", SHOWN_WITHIN, || async {
+        Ok(b.client.get_alert_text().await.ok())
+    })
+    .await?;
+    assert!(asked.contains("carol"), "{asked}");
+    b.client.accept_alert().await?;
+    let revoked_at = Instant::now();
+    let notice = b.text_of("#revoke-notice").await?;
+    assert!(
+        notice.contains("Revoked the kubeconfig of carol"),
+        "{notice}"
+    );
+    let state = b.text_of(&format!("{carol_row} .kubeconfig-state")).await?;
+    assert!(state.starts_with("revoked"), "{state}");
+    // The page's timeline, read again from the audit trail, has the revocation.
+    let entry = b
+        .text_of(r#"#timeline-table tr[data-action="kubeconfig.revoke"]"#)
+        .await?;
+    assert!(
+        entry.contains("admin") && entry.contains("carol"),
+        "{entry}"
+    );
+    b.screenshot("revoked").await?;
+    let refused = eventually(
+        "kubectl with the revoked kubeconfig refused",
+        Duration::from_secs(60),
+        || async {
+            let (ok, _, err) = kubectl(cluster, carol, &["get", "namespaces"]).await?;
+            Ok((!ok).then_some(err))
+        },
+    )
+    .await?;
+    eprintln!(
+        "console: kubectl refused the kubeconfig revoked from the page after {:.1}s: {}",
+        revoked_at.elapsed().as_secs_f64(),
+        refused.trim()
+    );
+    assert!(refused.contains("was revoked"), "{refused}");
+
+    // team-c, on a fresh page (its record of requests starts empty).
+    b.click("#logout").await?;
+    b.text_of("#login").await?;
+    b.client.goto(&page).await?;
+    b.log_in(owner_token).await?;
+    let mine = eventually("the owner's fleet table", SHOWN_WITHIN, || async {
+        let names = b.attrs(rows, "data-tenant").await?;
+        Ok((!names.is_empty()).then_some(names))
+    })
+    .await?;
+    assert_eq!(mine, ["shop"], "team-c sees only its tenant");
+    b.screenshot("fleet-owner").await?;
+    b.view("#/tenants/shop").await?;
+    b.text_of("#kubeconfig-table").await?;
+    b.text_of("#timeline-table").await?;
+    b.text_of("#usage-chart, #usage-empty").await?;
+    b.view("#/versions").await?;
+    b.text_of("#versions-table").await?;
+    let counts = b
+        .text_of(r#"#versions-table tr[data-minor="1.37"] .tenant-count"#)
+        .await?;
+    assert_eq!(counts, "1", "team-c's one tenant on 1.37");
+    b.view("#/upgrades").await?;
+    let told = b.text_of("#upgrades-forbidden").await?;
+    assert!(told.contains("not an admin"), "{told}");
+    b.screenshot("upgrades-owner").await?;
+    b.view(&format!("#/upgrades/{id}")).await?;
+    b.text_of("#upgrades-forbidden").await?;
+    let requests = b.requests().await?;
+    let asked: Vec<String> = requests
+        .iter()
+        .map(|r| format!("{} {} {}", r["method"], r["url"], r["status"]))
+        .collect();
+    eprintln!(
+        "console: team-c's page made {} requests: {asked:?}",
+        requests.len()
+    );
+    for path in [
+        "/v1/tenants",
+        "/v1/tenants/shop",
+        "/v1/audit",
+        "/v1/versions",
+        "/v1/upgrades",
+    ] {
+        assert!(
+            requests.iter().any(|r| r["url"]
+                .as_str()
+                .is_some_and(|u| u == path || u.starts_with(&format!("{path}?")))),
+            "the page never asked for {path}: {asked:?}"
+        );
+    }
+    for r in &requests {
+        let (url, status, body) = (
+            r["url"].as_str().unwrap_or(""),
+            r["status"].as_u64().unwrap_or(0),
+            r["body"].as_str().unwrap_or(""),
+        );
+        for other in ["fleet-a", "fleet-b"] {
+            assert!(
+                !body.contains(other) && !url.contains(other),
+                "team-c's page was told of {other}: {r}"
+            );
+        }
+        let want_forbidden = url.starts_with("/v1/upgrades");
+        assert_eq!(
+            status == 403,
+            want_forbidden,
+            "{url} answered {status}: {body}"
+        );
+        if !want_forbidden {
+            assert!(
+                (200..300).contains(&status),
+                "{url} answered {status}: {body}"
+            );
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answering()
 -> anyhow::Result<()> {
@@ -291,8 +586,38 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
         .await?;
     assert_eq!((s, b["field"].as_str()), (409, Some("selector")), "{b}");
 
+    // A third tenant, of another owner, already on the target and not selected (no env=dev
+    // label): the console shows the admin all three and its owner only this one.
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            "/v1/tokens",
+            Some(&json!({"name": "team-c", "role": "owner"})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{b}");
+    let owner_token = b["token"].as_str().unwrap().to_owned();
+    let owner = api.with_token(&owner_token);
+    let (s, b) = owner
+        .raw(Method::POST, "/v1/tenants", Some(&json!({"name": "shop"})))
+        .await?;
+    assert_eq!(s, 201, "{b}");
     let names = ["fleet-a", "fleet-b"];
     let tenants = ready_tenants(api, &names).await?;
+    owner.wait_ready("shop", READY_TIMEOUT).await?;
+    // The kubeconfig the console revokes, and one whose user is written like markup.
+    let carol = p.dir.path().join("carol.kubeconfig");
+    std::fs::write(
+        &carol,
+        owner.kubeconfig("shop", "carol", &["view"], "1h").await?,
+    )?;
+    owner
+        .kubeconfig("shop", "<i>x</i>", &["view"], "1h")
+        .await?;
+    let (ok, _, err) = kubectl(cluster, &carol, &["get", "namespaces"]).await?;
+    assert!(ok, "carol's kubeconfig works before it is revoked: {err}");
+    // Started before the fleet upgrade: a missing Chromium fails the test at once.
+    let browser = Browser::start().await?;
     let host = cluster.connect().await?;
     let mut before = BTreeMap::new();
     let mut pollers = Vec::new();
@@ -341,6 +666,39 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
     let (s, list) = api.raw(Method::GET, "/v1/upgrades", None).await?;
     assert_eq!(s, 200);
     assert_eq!(list["items"][0]["id"], id, "{list}");
+
+    let console_started = Instant::now();
+    the_console_shows_the_fleet_and_acts_through_the_api(
+        &browser,
+        &p.orchestrator.url,
+        (&p.admin_token, &owner_token),
+        id,
+        cluster,
+        &carol,
+    )
+    .await?;
+    browser.close().await?;
+    // What the page did is in the audit trail, as the admin's.
+    for (action, tenant) in [
+        ("fleet.pause", None),
+        ("fleet.resume", None),
+        ("kubeconfig.revoke", Some("shop")),
+    ] {
+        let (s, b) = api
+            .raw(Method::GET, &format!("/v1/audit?action={action}"), None)
+            .await?;
+        assert_eq!(s, 200, "{b}");
+        let items = b["items"].as_array().cloned().unwrap_or_default();
+        assert_eq!(items.len(), 1, "{action}: {b}");
+        assert_eq!(items[0]["actor"], "admin", "{action}: {b}");
+        if let Some(t) = tenant {
+            assert_eq!(items[0]["tenant"], t, "{action}: {b}");
+        }
+    }
+    eprintln!(
+        "the console in headless Chromium: {:.1}s, while the fleet upgrade ran",
+        console_started.elapsed().as_secs_f64()
+    );
 
     let f = wait_fleet(api, id).await?;
     let took = started.elapsed();
@@ -420,8 +778,10 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
         )
         .await?;
     assert_eq!((s, b["field"].as_str()), (409, Some("state")), "{b}");
+    // Each selected tenant once (paused and resumed in between); team-c's shop, not selected,
+    // never.
     for (name, n) in upgrades_per_tenant(&p.database_url).await? {
-        assert_eq!(n, 1, "{name} upgraded {n} times");
+        assert_eq!(n, i64::from(name != "shop"), "{name} upgraded {n} times");
     }
     Ok(())
 }

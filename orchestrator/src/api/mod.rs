@@ -1,7 +1,8 @@
 //! The platform API (axum), put together: the router and the OpenAPI document over every
 //! feature's handlers (`tenants::api`, `tenants::update`, `usage::api`, `tenant_audit::api`, `snapshots::api`,
 //! `rotations::api`, `sleep::api`, `kubeconfigs::api`, `tokens::api`, `audit::api`, `upgrades::api`), the
-//! catalog ([`versions`]) and [`health`] (liveness, readiness, metrics, the OpenAPI document).
+//! catalog ([`versions`]) and [`health`] (liveness, readiness, metrics, the OpenAPI document);
+//! beside them, outside the document, the web console's files (`console`, `/ui`).
 //! [`types`] gathers the features' bodies for the client and the tests.
 //!
 //! Every `/v1` caller presents a bearer token; the inventory holds only its hash
@@ -23,7 +24,8 @@ use crate::http::problem::{Problem, ProblemBody};
 use crate::http::{AppState, MAX_BODY};
 use crate::metrics::Metrics;
 use crate::{
-    audit, kubeconfigs, rotations, sleep, snapshots, tenant_audit, tenants, tokens, upgrades, usage,
+    audit, console, kubeconfigs, rotations, sleep, snapshots, tenant_audit, tenants, tokens,
+    upgrades, usage,
 };
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -203,6 +205,9 @@ pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
     let (routes, _) = api_routes().split_for_parts();
     routes
+        // The web console's page and files: served beside the API, on its port, and not in
+        // its document (they are not the JSON API; `console::ROUTES` lists them instead).
+        .merge(console::router())
         .fallback(|| async { Problem::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(
