@@ -540,11 +540,7 @@ impl Renderer {
 
     /// Renders one component's objects.
     pub fn render(&self, component: Component, input: &Input<'_>) -> Result<Vec<Object>> {
-        let (_, template, _) = TEMPLATES
-            .iter()
-            .find(|(c, _, _)| *c == component)
-            .expect("every component has a template");
-        self.render_template(template, context(input), input)
+        self.render_with(component, input, Value::Null)
     }
 
     /// One component's objects with `extra` added to the context (the etcd StatefulSet while
@@ -559,11 +555,7 @@ impl Renderer {
             .iter()
             .find(|(c, _, _)| *c == component)
             .expect("every component has a template");
-        let mut ctx = context(input);
-        if let (Some(c), Value::Object(extra)) = (ctx.as_object_mut(), extra) {
-            c.extend(extra);
-        }
-        self.render_template(template, ctx, input)
+        self.render_extended(template, input, extra)
     }
 
     /// A Job's objects; `extra` adds to the context what the template's header lists.
@@ -577,6 +569,16 @@ impl Renderer {
             .iter()
             .find(|(k, _, _)| *k == kind)
             .expect("every job has a template");
+        self.render_extended(template, input, extra)
+    }
+
+    /// `template` over the tenant's context with the keys of `extra` (an object) added.
+    fn render_extended(
+        &self,
+        template: &str,
+        input: &Input<'_>,
+        extra: Value,
+    ) -> Result<Vec<Object>> {
         let mut ctx = context(input);
         if let (Some(c), Value::Object(extra)) = (ctx.as_object_mut(), extra) {
             c.extend(extra);
