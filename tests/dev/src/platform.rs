@@ -38,6 +38,16 @@ process-workloads:
     placement:
       node_selector: {vcp.dev/runtime: process}
       tolerations: [{key: vcp.dev/runtime, operator: Exists}]
+# As process-workloads, with a quota of one pod: a plan change to it is refused while the
+# tenant's last usage sample holds more (orchestrator/tests/datastore.rs).
+one-pod:
+  node_selector: {vcp.dev/runtime: process}
+  tolerations: [{key: vcp.dev/runtime, operator: Equal, value: process, effect: NoSchedule}]
+  policy:
+    quota: {pods: 1}
+    placement:
+      node_selector: {vcp.dev/runtime: process}
+      tolerations: [{key: vcp.dev/runtime, operator: Exists}]
 # As default, asleep after a minute with no connection through the gateway and no running
 # workload (orchestrator/tests/sleep.rs).
 sleepy:

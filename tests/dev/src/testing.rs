@@ -354,10 +354,18 @@ impl Poller {
                     // kubectl's own timeout is 32 s: a slower answer on a loaded machine is
                     // still an answer, a refusal or a reset is not. One immediate retry, as Go
                     // clients (kubectl) make for an idempotent request whose kept-alive
-                    // connection closed under it before any answer: kube-rs does not.
+                    // connection closed under it before any answer: kube-rs does not. A request
+                    // that was never sent (hyper's `SendRequest`: the pooled connection was
+                    // already closed) is tried once more beyond that, as Go's transport tries
+                    // an unwritten request again on another connection: a pool can hold two
+                    // connections the same terminating apiserver closed (CI, 2026-11-30: both
+                    // attempts met one, in an encryption-key rotation's first roll).
                     let mut last = String::new();
                     let mut answered = false;
-                    for _ in 0..2 {
+                    let mut attempts = 2;
+                    let mut attempt = 0;
+                    while attempt < attempts {
+                        attempt += 1;
                         match tokio::time::timeout(Duration::from_secs(15), cms.get(&name)).await {
                             Ok(Ok(_)) => {
                                 answered = true;
@@ -368,7 +376,12 @@ impl Poller {
                                 last = format!("request failed: {e}");
                                 break;
                             }
-                            Ok(Err(e)) => last = format!("request failed: {e}"),
+                            Ok(Err(e)) => {
+                                last = format!("request failed: {e}");
+                                if last.contains("SendRequest") {
+                                    attempts = 3;
+                                }
+                            }
                             Err(_) => {
                                 last = "no answer within 15 s".into();
                                 break;
