@@ -588,16 +588,8 @@ async fn a_fleet_upgrade_moves_two_tenants_in_waves_keeping_workloads_and_answer
 
     // A third tenant, of another owner, already on the target and not selected (no env=dev
     // label): the console shows the admin all three and its owner only this one.
-    let (s, b) = api
-        .raw(
-            Method::POST,
-            "/v1/tokens",
-            Some(&json!({"name": "team-c", "role": "owner"})),
-        )
-        .await?;
-    assert_eq!(s, 201, "{b}");
-    let owner_token = b["token"].as_str().unwrap().to_owned();
-    let owner = api.with_token(&owner_token);
+    let owner = api.new_owner("team-c").await?;
+    let owner_token = owner.token().to_owned();
     let (s, b) = owner
         .raw(Method::POST, "/v1/tenants", Some(&json!({"name": "shop"})))
         .await?;

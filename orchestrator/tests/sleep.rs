@@ -80,15 +80,7 @@ async fn tenants_sleep_when_asked_or_idle_and_wake_with_their_objects() -> anyho
     // The gateway's token reaches its two routes and nothing else; an owner's reaches neither.
     let (s, b) = gateway.raw(Method::GET, "/v1/tenants", None).await?;
     assert_eq!(s, 403, "{b}");
-    let (s, b) = api
-        .raw(
-            Method::POST,
-            "/v1/tokens",
-            Some(&json!({"name": "sleeper", "role": "owner"})),
-        )
-        .await?;
-    assert_eq!(s, 201, "{b}");
-    let owner = api.with_token(b["token"].as_str().unwrap());
+    let owner = api.new_owner("sleeper").await?;
     let report = json!({"tenants": []});
     let (s, b) = owner
         .raw(Method::POST, "/v1/gateway/activity", Some(&report))

@@ -117,18 +117,10 @@ async fn a_tenants_requests_reach_its_owners_audit_log_and_nobody_elses() -> any
     )
     .await?;
     let admin = &p.admin;
-    let owner = |name: &'static str| async move {
-        let t = admin
-            .raw(
-                Method::POST,
-                "/v1/tokens",
-                Some(&json!({"name": name, "role": "owner"})),
-            )
-            .await?
-            .1;
-        anyhow::Ok(admin.with_token(t["token"].as_str().unwrap_or_default()))
-    };
-    let (shop_owner, other_owner) = (owner("team-shop").await?, owner("team-other").await?);
+    let (shop_owner, other_owner) = (
+        admin.new_owner("team-shop").await?,
+        admin.new_owner("team-other").await?,
+    );
     shop_owner.create_tenant("shop").await?;
     other_owner.create_tenant("other").await?;
     let (shop, other) = tokio::try_join!(

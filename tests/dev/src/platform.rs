@@ -370,12 +370,12 @@ impl ApiClient {
         }
     }
 
-    /// The same server with another token.
     /// The bearer token it speaks with (for the `vcp` client a test runs as the same caller).
     pub fn token(&self) -> &str {
         &self.token
     }
 
+    /// The same server with another token.
     pub fn with_token(&self, token: &str) -> ApiClient {
         ApiClient {
             token: token.to_owned(),
@@ -432,6 +432,21 @@ impl ApiClient {
             .into());
         }
         Ok(v)
+    }
+
+    /// A new owner's token `name`, made with this (an admin's) client; a client speaking it.
+    pub async fn new_owner(&self, name: &str) -> anyhow::Result<ApiClient> {
+        let b = self
+            .call(
+                reqwest::Method::POST,
+                "/v1/tokens",
+                Some(&json!({"name": name, "role": "owner"})),
+            )
+            .await?;
+        let token = b["token"]
+            .as_str()
+            .ok_or_else(|| anyhow::anyhow!("token {name} made without its secret: {b}"))?;
+        Ok(self.with_token(token))
     }
 
     pub async fn create_tenant(&self, name: &str) -> anyhow::Result<Value> {
