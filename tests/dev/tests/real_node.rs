@@ -1300,7 +1300,15 @@ async fn through_the_gateway(
     )
     .await?;
     let woke = std::time::Instant::now();
-    let b = client_of(kc_b).await?;
+    let b = {
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(kc_b)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        config.connect_timeout = Some(chart::WAKE_TIMEOUT);
+        kube::Client::try_from(config)?
+    };
     let cm = Api::<ConfigMap>::namespaced(b, "default")
         .get("only-in-1")
         .await?;
