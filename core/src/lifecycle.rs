@@ -220,6 +220,9 @@ named_enum! {
         Upgraded = "Upgraded",
         /// A restore from an etcd snapshot: stopping, restoring, starting, or why it failed.
         Restored = "Restored",
+        /// The tenant's latest finished snapshot (a backup, with a backup store): `True` when
+        /// it was taken (and uploaded), `False` with why when it failed.
+        BackedUp = "BackedUp",
     }
 }
 

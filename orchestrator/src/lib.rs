@@ -35,6 +35,7 @@ pub mod host;
 pub mod http;
 // The features, one folder each: API handlers and bodies, queries, host work, CLI command.
 pub mod audit;
+pub mod clones;
 pub mod console;
 pub mod datastore;
 pub mod encryption;

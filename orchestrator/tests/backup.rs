@@ -66,6 +66,13 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
     let cm: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "marker"}, "data": {"k": MARKER}}))?;
     cms.create(&PostParams::default(), &cm).await?;
+    // Encrypted at rest with the tenant's key: a clone reads it only with that key.
+    let creds: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}}),
+    )?;
+    Api::<Secret>::namespaced(tenant_client(&kubeconfig).await?, "default")
+        .create(&PostParams::default(), &creds)
+        .await?;
 
     // A snapshot, uploaded by its Job.
     let started = Instant::now();
@@ -161,6 +168,116 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
     .await?;
     assert_eq!(back.data.unwrap()["k"], MARKER);
 
+    // A clone of the uploaded snapshot: refused when it cannot be one, each with its reason.
+    let from = format!("{name}/{id}");
+    let clone_body =
+        |from: &str| json!({"name": "bk-clone", "plan": BACKED_UP_PLAN, "from_snapshot": from});
+    let eve = api.new_owner("eve").await?;
+    let other_minor = if t["version"] == "1.36" {
+        "1.37"
+    } else {
+        "1.36"
+    };
+    let mut other_version = clone_body(&from);
+    other_version["version"] = json!(other_minor);
+    for (who, body, field, why) in [
+        (api, clone_body(name), "from_snapshot", "not TENANT/N"),
+        (
+            api,
+            clone_body(&format!("{name}/999")),
+            "from_snapshot",
+            "no such snapshot",
+        ),
+        (
+            &eve,
+            clone_body(&from),
+            "from_snapshot",
+            "another owner's tenant",
+        ),
+        (api, other_version, "version", "not the snapshot's version"),
+    ] {
+        let (s, b) = who.raw(Method::POST, "/v1/tenants", Some(&body)).await?;
+        assert_eq!((s, b["field"].as_str()), (422, Some(field)), "{why}: {b}");
+    }
+    let started = Instant::now();
+    let (s, clone) = api
+        .raw(Method::POST, "/v1/tenants", Some(&clone_body(&from)))
+        .await?;
+    assert_eq!(s, 201, "{clone}");
+    assert_eq!(
+        clone["version"], t["version"],
+        "a clone runs its snapshot's version"
+    );
+    api.wait_ready("bk-clone", DONE_TIMEOUT).await?;
+    eprintln!(
+        "clone created and Ready with the snapshot's data in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let cloned = tenant_client(
+        &api.kubeconfig("bk-clone", "alice", &["admin"], "1h")
+            .await?,
+    )
+    .await?;
+    let cm = Api::<ConfigMap>::namespaced(cloned.clone(), "default")
+        .get("marker")
+        .await?;
+    assert_eq!(cm.data.unwrap()["k"], MARKER);
+    let read_creds = |c: Client| async move {
+        let s = Api::<Secret>::namespaced(c, "default").get("creds").await?;
+        anyhow::Ok(s.data.unwrap()["password"].0.clone())
+    };
+    assert_eq!(
+        read_creds(cloned.clone()).await?,
+        b"hunter2",
+        "the Secret, decrypted"
+    );
+    // Its snapshot 1 is the source's object (not copied), restored once.
+    let copy = snapshot(api, "bk-clone", 1).await?;
+    assert_eq!(
+        (
+            copy["state"].as_str(),
+            copy["location"].as_str(),
+            copy["sha256"].as_str()
+        ),
+        (Some("Succeeded"), Some(location), Some(recorded)),
+        "{copy}"
+    );
+    let listed = api.snapshots("bk-clone").await?;
+    let restores = listed["restores"].as_array().cloned().unwrap_or_default();
+    assert_eq!(restores.len(), 1, "{listed}");
+    assert_eq!(
+        (
+            restores[0]["snapshot"].as_i64(),
+            restores[0]["state"].as_str()
+        ),
+        (Some(1), Some("Succeeded")),
+        "{listed}"
+    );
+    // Then a key of its own: an encryption-key rotation started by vcp.
+    let (s, rotations) = api
+        .raw(Method::GET, "/v1/tenants/bk-clone/rotations", None)
+        .await?;
+    assert_eq!(s, 200, "{rotations}");
+    let own_key = eventually(
+        "the clone's own key rotation",
+        Duration::from_secs(60),
+        || async {
+            let (_, r) = api
+                .raw(Method::GET, "/v1/tenants/bk-clone/rotations", None)
+                .await?;
+            Ok(r["items"]
+                .as_array()
+                .and_then(|a| a.iter().find(|r| r["target"] == "encryption-key").cloned()))
+        },
+    )
+    .await?;
+    assert!(
+        own_key["requested_by"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("reconciler/")),
+        "{own_key}"
+    );
+
     // Retention: the plan keeps the newest two hourly backups. Beside the one the sweep took
     // for this hour, two older hours' backups (as earlier sweeps would have left them).
     let db = sqlx::PgPool::connect(&p.database_url).await?;
@@ -241,6 +358,112 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         (s, b["field"].as_str()),
         (422, Some("snapshot")),
         "a pruned one: {b}"
+    );
+
+    // A deleted tenant's backups: cloned by its key, which names it for ever.
+    api.delete_tenant(name).await?;
+    eventually("bk gone", DONE_TIMEOUT, || async {
+        Ok(api.get_tenant(name).await?.is_none().then_some(()))
+    })
+    .await?;
+    let by_key = format!("{key}/{id}");
+    let (s, b) = api
+        .raw(Method::POST, "/v1/tenants", Some(&json!({"name": "bk-again", "plan": BACKED_UP_PLAN, "from_snapshot": name.to_owned() + "/" + &id.to_string()})))
+        .await?;
+    assert_eq!(
+        (s, b["field"].as_str()),
+        (422, Some("from_snapshot")),
+        "by its old name: {b}"
+    );
+    let (s, b) = eve
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": "bk-again", "from_snapshot": by_key})),
+        )
+        .await?;
+    assert_eq!(
+        (s, b["field"].as_str()),
+        (422, Some("from_snapshot")),
+        "eve: {b}"
+    );
+    let (s, again) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": "bk-again", "plan": BACKED_UP_PLAN, "from_snapshot": by_key})),
+        )
+        .await?;
+    assert_eq!(s, 201, "{again}");
+    let copy = snapshot(api, "bk-again", 1).await?;
+    assert_eq!(copy["location"].as_str(), Some(location), "{copy}");
+    api.delete_tenant("bk-again").await?;
+    // Its backups go once its plan's retention has passed: the hour before this one's, moved
+    // three hours back (as if the tenant were deleted that long ago), is past its two hours;
+    // the live rule alone (the two newest) would keep it.
+    sqlx::query(
+        "UPDATE etcd_snapshots SET scheduled_for = date_trunc('hour', now()) - interval '3 hours'
+         WHERE tenant_id = $1 AND number = 9001",
+    )
+    .bind(tenant_id)
+    .execute(&db)
+    .await?;
+    eventually(
+        "the deleted tenant's expired backup pruned",
+        Duration::from_secs(60),
+        || async { Ok((!store.exists(&older[0]).await?).then_some(())) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(store.exists(&this_object).await?, "within retention: kept");
+    assert!(
+        store.exists(object).await?,
+        "asked-for snapshots never expire"
+    );
+
+    // The clone's own key: every Secret rewritten with it, the shared one retired.
+    let clone_id: i64 =
+        sqlx::query_scalar("SELECT id FROM tenants WHERE name = 'bk-clone' AND deleted_at IS NULL")
+            .fetch_one(&db)
+            .await?;
+    eventually("the clone's rotation done", DONE_TIMEOUT, || async {
+        let (_, r) = api
+            .raw(Method::GET, "/v1/tenants/bk-clone/rotations", None)
+            .await?;
+        Ok(r["items"].as_array().and_then(|a| {
+            a.iter()
+                .find(|r| r["id"] == own_key["id"] && r["phase"] == "done")
+                .cloned()
+        }))
+    })
+    .await?;
+    let keys: Vec<(String, bool, Option<i64>)> = sqlx::query_as(
+        "SELECT name, retired_at IS NULL, rotation_id FROM encryption_keys
+         WHERE tenant_id = $1 ORDER BY id",
+    )
+    .bind(clone_id)
+    .fetch_all(&db)
+    .await?;
+    let source_keys: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM encryption_keys WHERE tenant_id = $1 ORDER BY id")
+            .bind(tenant_id)
+            .fetch_all(&db)
+            .await?;
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_eq!(
+        (keys[0].0.as_str(), keys[0].1),
+        (source_keys[0].as_str(), false),
+        "the shared key retired: {keys:?}"
+    );
+    assert_eq!(
+        (keys[1].1, keys[1].2),
+        (true, own_key["id"].as_i64()),
+        "its own key live: {keys:?}"
+    );
+    assert_eq!(
+        read_creds(cloned).await?,
+        b"hunter2",
+        "read under its own key"
     );
     Ok(())
 }

@@ -59,6 +59,9 @@ pub struct Tenant {
     pub sleep: Sleep,
     /// The gateway's last report of a connection for it (`None`: never seen).
     pub active_at: Option<OffsetDateTime>,
+    /// A clone's copy of the snapshot it was created from, restored once it is up
+    /// (`migrations/0018_clones.sql`); `None` for a tenant created empty.
+    pub seed_snapshot_id: Option<i64>,
 }
 
 /// A tenant to create.
@@ -115,7 +118,41 @@ pub struct Token {
 
 pub(crate) const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
      phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
-     maintenance_window, fleet_upgrades, auto_update, release, sleep, active_at";
+     maintenance_window, fleet_upgrades, auto_update, release, sleep, active_at, seed_snapshot_id";
+
+/// Inserts a new tenant's row, in the caller's transaction: a live tenant of the same name and
+/// owner is a [`Error::Duplicate`], a key taken already a [`Error::KeyCollision`].
+pub(crate) async fn insert_tenant(tx: &mut sqlx::PgConnection, t: &NewTenant) -> Result<Tenant> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO tenants (name, key, owner, labels, version, plan, maintenance_window,
+           fleet_upgrades, auto_update, release)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {TENANT_COLUMNS}"
+    )))
+    .bind(&t.name)
+    .bind(t.key.as_str())
+    .bind(&t.owner)
+    .bind(Json(&t.labels))
+    .bind(&t.version)
+    .bind(&t.plan)
+    .bind(t.maintenance_window.as_ref().map(Json))
+    .bind(t.fleet_upgrades)
+    .bind(t.auto_update)
+    .bind(&t.release)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| match unique_violation(&e).as_deref() {
+        Some("tenants_live_owner_name") => Error::Duplicate(t.name.clone()),
+        Some("tenants_key_key") => Error::KeyCollision,
+        _ => Error::Database(e),
+    })
+}
+
+/// What the audit trail's `tenant.create` says of a new tenant.
+pub(crate) fn creation(t: &NewTenant) -> serde_json::Value {
+    serde_json::json!({"name": t.name, "key": t.key, "version": t.version, "plan": t.plan,
+        "release": t.release, "maintenance_window": t.maintenance_window,
+        "fleet_upgrades": t.fleet_upgrades, "auto_update": t.auto_update})
+}
 
 pub(crate) fn unique_violation(e: &sqlx::Error) -> Option<String> {
     match e {
@@ -196,38 +233,8 @@ impl Inventory {
     /// [`Error::Duplicate`] (another owner's of that name is not: names are per owner).
     pub async fn create_tenant(&self, t: &NewTenant, actor: &str) -> Result<Tenant> {
         let mut tx = self.pool.begin().await?;
-        let row: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO tenants (name, key, owner, labels, version, plan, maintenance_window,
-               fleet_upgrades, auto_update, release)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {TENANT_COLUMNS}"
-        )))
-        .bind(&t.name)
-        .bind(t.key.as_str())
-        .bind(&t.owner)
-        .bind(Json(&t.labels))
-        .bind(&t.version)
-        .bind(&t.plan)
-        .bind(t.maintenance_window.as_ref().map(Json))
-        .bind(t.fleet_upgrades)
-        .bind(t.auto_update)
-        .bind(&t.release)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match unique_violation(&e).as_deref() {
-            Some("tenants_live_owner_name") => Error::Duplicate(t.name.clone()),
-            Some("tenants_key_key") => Error::KeyCollision,
-            _ => Error::Database(e),
-        })?;
-        commit_work(
-            tx,
-            actor,
-            "tenant.create",
-            Some(row.id),
-            serde_json::json!({"name": t.name, "key": t.key, "version": t.version, "plan": t.plan,
-                "release": t.release, "maintenance_window": t.maintenance_window,
-                "fleet_upgrades": t.fleet_upgrades, "auto_update": t.auto_update}),
-        )
-        .await?;
+        let row = insert_tenant(&mut tx, t).await?;
+        commit_work(tx, actor, "tenant.create", Some(row.id), creation(t)).await?;
         Ok(row)
     }
 

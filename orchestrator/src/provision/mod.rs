@@ -164,10 +164,19 @@ impl Provisioner {
         }
         // A tenant from before encryption at rest gets its first key through a rotation
         // (every replica reads it before any writes with it; its plaintext is rewritten).
+        // A restored clone rotates away from the key it shares with its source the same way.
         let rotation = match rotation {
             Some(r) => Some(r),
             None => match self.start_first_key(t, actor).await {
-                Ok(r) => r,
+                Ok(Some(r)) => Some(r),
+                Ok(None) => match self.start_own_key(t, actor).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        error = Some(e.variant());
+                        tracing::warn!(error = %e.public(), "starting the clone's own key failed");
+                        None
+                    }
+                },
                 Err(e) => {
                     error = Some(e.variant());
                     tracing::warn!(error = %e.public(), "starting the first encryption key failed");
@@ -191,8 +200,52 @@ impl Provisioner {
             )
             .await;
         let mut v = steps::bring_up_seen(&results, &seen, prev, now);
+        // The latest backup's outcome stands until the next one finishes.
+        v.conditions.extend(
+            prev.iter()
+                .filter(|c| c.type_ == ConditionType::BackedUp)
+                .cloned(),
+        );
         let all_ready = results.len() == Step::ALL.len()
             && results.iter().all(|(_, r)| *r == StepResult::Ready);
+        // A clone is up, still empty: its seed is restored before it is ever Ready.
+        if all_ready && restore.is_none() && t.seed_snapshot_id.is_some() {
+            match self.inventory.start_seed_restore(t, actor).await {
+                Ok(Some(r)) => {
+                    steps::set_condition(
+                        &mut v,
+                        ConditionType::Restored,
+                        ConditionStatus::False,
+                        ConditionReason::Waiting,
+                        &format!(
+                            "restoring snapshot {}, which the tenant was cloned from",
+                            r.snapshot_number
+                        ),
+                        prev,
+                        now,
+                    );
+                    v.phase = Phase::Restoring;
+                    v.requeue_after = std::time::Duration::ZERO;
+                    return Pass {
+                        outcome: outcome(v, t, endpoint),
+                        error,
+                        work,
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    error = Some(e.variant());
+                    tracing::warn!(error = %e.public(), "starting the clone's restore failed");
+                    v.phase = Phase::Provisioning;
+                    v.requeue_after = v.requeue_after.min(steps::REQUEUE_ERROR);
+                    return Pass {
+                        outcome: outcome(v, t, endpoint),
+                        error,
+                        work,
+                    };
+                }
+            }
+        }
         if let (Some(r), Some(g)) = (&rotation, &generation) {
             // An encryption key's `serve`: every encrypted object is written again with the
             // new key (every replica encrypts with it since `sign`), before `retire` drops
@@ -241,6 +294,7 @@ impl Provisioner {
             for s in &pending {
                 match self.take_snapshot(t, &input, s, false).await {
                     Ok(state) => {
+                        self.backed_up(t, s, state, &mut v, prev, now).await;
                         taken.insert(s.id, state);
                     }
                     Err(e) => {
@@ -350,6 +404,47 @@ impl Provisioner {
             error,
             work,
         }
+    }
+
+    /// Sets `BackedUp` from a snapshot this pass saw finish: an owner sees a failed backup
+    /// (its store unreachable, its credentials refused) on the tenant, not only in its list.
+    async fn backed_up(
+        &self,
+        t: &Tenant,
+        s: &crate::snapshots::store::SnapshotRow,
+        state: SnapshotState,
+        v: &mut steps::Verdict,
+        prev: &[vcp_core::lifecycle::Condition],
+        now: OffsetDateTime,
+    ) {
+        let (status, reason, message) = match state {
+            SnapshotState::Pending => return,
+            SnapshotState::Succeeded => (
+                ConditionStatus::True,
+                ConditionReason::Ready,
+                format!("snapshot {} taken", s.number),
+            ),
+            SnapshotState::Failed => {
+                let why = match self.inventory.snapshot(t.id, s.id).await {
+                    Ok(row) => row.and_then(|r| r.reason).unwrap_or_default(),
+                    Err(e) => e.public(),
+                };
+                (
+                    ConditionStatus::False,
+                    ConditionReason::Failed,
+                    format!("snapshot {} failed: {why}", s.number),
+                )
+            }
+        };
+        steps::set_condition(
+            v,
+            ConditionType::BackedUp,
+            status,
+            reason,
+            &message,
+            prev,
+            now,
+        );
     }
 
     /// Walks the steps (the graph in [`steps`]): the namespace, the exposure and the

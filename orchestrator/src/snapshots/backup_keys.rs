@@ -110,7 +110,9 @@ impl Inventory {
         open(kek, &k)
     }
 
-    /// Backup key `id` of a tenant (retired or not), opened: the one a backup names.
+    /// Backup key `id` of a tenant (retired or not), opened: the one a backup names. A clone
+    /// may also open the key of the source's backup it was made from (its seed), and no other
+    /// tenant's.
     pub async fn backup_key(
         &self,
         tenant_id: i64,
@@ -119,7 +121,9 @@ impl Inventory {
     ) -> Result<BackupKey> {
         let k: KeyRow = sqlx::query_as(
             "SELECT id, tenant_id, kek_id, nonce, ciphertext FROM backup_keys
-             WHERE tenant_id = $1 AND id = $2",
+             WHERE id = $2 AND (tenant_id = $1 OR id = (
+               SELECT s.backup_key_id FROM tenants c JOIN etcd_snapshots s
+                 ON s.id = c.seed_snapshot_id WHERE c.id = $1))",
         )
         .bind(tenant_id)
         .bind(id)

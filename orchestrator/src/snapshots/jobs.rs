@@ -48,6 +48,21 @@ fn message(p: &Pod) -> Option<String> {
 }
 
 impl Provisioner {
+    /// Applies the claim that keeps the tenant's snapshots, exactly as the snapshot Job's
+    /// template makes it (one definition of it, there).
+    async fn ensure_snapshot_claim(&self, input: &Input<'_>) -> Result<()> {
+        let objects = self.config.renderer.render_job(
+            JobKind::Snapshot,
+            input,
+            json!({"job": "claim-only", "file": "none", "logical": false, "backup": null}),
+        )?;
+        let claim: Vec<_> = objects
+            .into_iter()
+            .filter(|o| o.kind() == "PersistentVolumeClaim")
+            .collect();
+        crate::host::ssa::apply_all(&self.host, &claim).await
+    }
+
     /// Applies the tenant's [`offsite::SECRET`]: the store's credentials and backup key `key`
     /// for the Jobs that upload and fetch its snapshots. The template context of those Jobs.
     async fn backup_secret(
@@ -366,6 +381,11 @@ impl Provisioner {
                         None,
                         format!("restoring snapshot {id} into the new store: {wait}"),
                     ));
+                }
+                if pods_left == 0 && jobs.contains(&JobState::Absent) && !fetch.is_null() {
+                    // Fetched from the store into a namespace that may never have taken a
+                    // snapshot (a clone's): the claim first.
+                    self.ensure_snapshot_claim(input).await?;
                 }
                 if pods_left == 0 {
                     for (m, j) in jobs.iter().enumerate() {

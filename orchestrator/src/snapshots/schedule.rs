@@ -153,10 +153,33 @@ pub fn expired(plan: &BackupPlan, live: &[Scheduled]) -> Vec<i64> {
     out
 }
 
+/// The scheduled snapshots of a deleted tenant that retention drops: as [`expired`]'s, and
+/// every one older than what its schedule keeps, `keep` periods after its own (the longest a
+/// live tenant's would be kept, with a newer one taken each period). So a deleted tenant's
+/// backups stay restorable, through a clone, for its plan's retention, and then go.
+pub fn expired_after_deletion(
+    plan: &BackupPlan,
+    live: &[Scheduled],
+    now: OffsetDateTime,
+) -> Vec<i64> {
+    let mut out = expired(plan, live);
+    for s in live {
+        let period = match s.schedule {
+            Schedule::Hourly => time::Duration::HOUR,
+            Schedule::Daily => time::Duration::DAY,
+        };
+        if s.scheduled_for + period * plan.keep(s.schedule) <= now {
+            out.push(s.id);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// The sweep: every `interval`, asks for the due snapshots of every Ready tenant whose plan
-/// schedules backups and prunes what expired of every live tenant (with `store`, the objects
-/// too). Runs on every
-/// replica (see the module doc for why that is safe).
+/// schedules backups and prunes what expired of every tenant, deleted ones too (with
+/// `store`, the objects too). Runs on every replica (see the module doc for why that is safe).
 pub async fn run(
     inv: Inventory,
     config: std::sync::Arc<crate::host::Config>,
@@ -202,6 +225,21 @@ pub async fn sweep(
             tracing::warn!(tenant_id, error = %e, "backup sweep of a tenant failed");
         }
     }
+    for (tenant_id, plan_name) in inv.deleted_backup_tenants().await? {
+        let plan = config
+            .plans
+            .get(&plan_name)
+            .and_then(|p| p.backups)
+            .unwrap_or_default();
+        let pruned = async {
+            let scheduled = inv.scheduled_snapshots(tenant_id).await?;
+            let expired = expired_after_deletion(&plan, &scheduled, now);
+            prune(inv, tenant_id, &scheduled, &expired, store, actor).await
+        };
+        if let Err(e) = pruned.await {
+            tracing::warn!(tenant_id, error = %e, "backup sweep of a deleted tenant failed");
+        }
+    }
     Ok(())
 }
 
@@ -232,7 +270,28 @@ async fn sweep_tenant(
             }
         }
     }
-    for id in expired(plan, &scheduled) {
+    prune(
+        inv,
+        tenant_id,
+        &scheduled,
+        &expired(plan, &scheduled),
+        store,
+        actor,
+    )
+    .await
+}
+
+/// Deletes the objects of the snapshots `expired` names among a tenant's `scheduled`, then
+/// marks each pruned.
+async fn prune(
+    inv: &Inventory,
+    tenant_id: i64,
+    scheduled: &[Scheduled],
+    expired: &[i64],
+    store: Option<&Store>,
+    actor: &str,
+) -> Result<()> {
+    for &id in expired {
         let s = scheduled
             .iter()
             .find(|s| s.id == id)
@@ -265,6 +324,56 @@ mod tests {
             state,
             location: format!("s3://vcp/k/snapshot-{id}.db.enc"),
         }
+    }
+
+    #[test]
+    fn a_deleted_tenants_backups_go_once_their_retention_has_passed() {
+        use SnapshotState::*;
+        let plan = BackupPlan {
+            hourly: 2,
+            daily: 3,
+        };
+        let now = datetime!(2026-03-04 15:30 UTC);
+        let rows = [
+            row(
+                1,
+                Schedule::Hourly,
+                datetime!(2026-03-04 14:00 UTC),
+                Succeeded,
+            ),
+            row(
+                2,
+                Schedule::Hourly,
+                datetime!(2026-03-04 13:00 UTC),
+                Succeeded,
+            ),
+            row(
+                3,
+                Schedule::Daily,
+                datetime!(2026-03-02 00:00 UTC),
+                Succeeded,
+            ),
+            row(
+                4,
+                Schedule::Daily,
+                datetime!(2026-03-01 00:00 UTC),
+                Succeeded,
+            ),
+        ];
+        // A live tenant keeps them all (two hourly, three daily at most).
+        assert_eq!(expired(&plan, &rows), Vec::<i64>::new());
+        // Deleted: 13:00 + 2 h has passed, 14:00 + 2 h not yet; 03-01 + 3 days has passed.
+        assert_eq!(expired_after_deletion(&plan, &rows, now), [2, 4]);
+        assert_eq!(
+            expired_after_deletion(&plan, &rows, datetime!(2026-03-06 00:00 UTC)),
+            [1, 2, 3, 4]
+        );
+        // A schedule the plan no longer keeps goes at once, as for a live tenant.
+        let off = BackupPlan {
+            hourly: 0,
+            daily: 3,
+        };
+        assert_eq!(expired_after_deletion(&off, &rows, now), [1, 2, 4]);
     }
 
     #[test]

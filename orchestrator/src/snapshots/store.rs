@@ -257,6 +257,19 @@ impl Inventory {
         .await?)
     }
 
+    /// Deleted tenants with scheduled snapshots retention has not pruned, with their plan:
+    /// those the backup sweep prunes once their retention has passed.
+    pub async fn deleted_backup_tenants(&self) -> Result<Vec<(i64, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT t.id, t.plan FROM tenants t
+             WHERE t.deleted_at IS NOT NULL AND EXISTS (SELECT 1 FROM etcd_snapshots s
+               WHERE s.tenant_id = t.id AND s.schedule IS NOT NULL AND s.pruned_at IS NULL)
+             ORDER BY t.id",
+        )
+        .fetch_all(self.pool())
+        .await?)
+    }
+
     /// A tenant's scheduled snapshots whose copies retention has not pruned.
     pub async fn scheduled_snapshots(
         &self,

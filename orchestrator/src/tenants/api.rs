@@ -93,14 +93,16 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Problem> {
     Ok(())
 }
 
-/// Creates a tenant; provisioning continues in the background (poll its `phase`).
+/// Creates a tenant; provisioning continues in the background (poll its `phase`). With
+/// `from_snapshot`, a clone: the tenant comes up with the data of another tenant's uploaded
+/// snapshot (restored before it is `Ready`), then rotates to an encryption key of its own.
 #[utoipa::path(post, path = "/v1/tenants", tag = "tenants", security(("bearer" = [])),
     request_body = CreateTenant, responses(
     (status = 201, description = "accepted; phase Pending", body = TenantView),
     BodyRefused,
     Unauthorized,
     (status = 409, description = "the caller already has a live tenant of this name (names are unique per owner; another owner's tenant of the same name does not conflict)", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 422, description = "invalid name, version, plan, labels, maintenance_window or fleet_upgrades", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "invalid name, version, plan, labels, maintenance_window, fleet_upgrades or from_snapshot (malformed; no such tenant of the caller's, or no such taken, uploaded and unpruned snapshot of it; one taken during an encryption-key rotation; no backup store; a version other than the snapshot's; an etcd snapshot for a plan on a shared datastore)", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(crate) async fn create_tenant(
@@ -114,17 +116,52 @@ pub(crate) async fn create_tenant(
         TenantName::parse(&req.name).map_err(|e| Problem::invalid("name", &e.to_string()))?;
     tracing::Span::current().record("tenant", name.to_string());
     let config = &s.provisioner.config;
+    let seed = match req.from_snapshot.as_deref() {
+        Some(raw) => Some(crate::clones::api::seed(&s, &caller, raw).await?),
+        None => None,
+    };
+    // A clone runs the version its snapshot was taken on: its data is that version's.
+    let asked = match (&seed, req.version.as_deref()) {
+        (Some(seed), Some(v)) if v != seed.snapshot.version => {
+            return Err(Problem::invalid(
+                "version",
+                &format!(
+                    "a clone runs its snapshot's version {}, not {v}",
+                    seed.snapshot.version
+                ),
+            ));
+        }
+        (Some(seed), _) => Some(seed.snapshot.version.as_str()),
+        (None, v) => v,
+    };
     let (version, release) = config
         .catalog
-        .resolve_new(req.version.as_deref(), req.allow_preview)
+        .resolve_new(asked, req.allow_preview)
         .map_err(|e| Problem::invalid("version", &e.to_string()))?;
     let plan = req.plan.unwrap_or_else(|| "default".into());
-    if !config.plans.contains_key(&plan) {
+    let Some(p) = config.plans.get(&plan) else {
         return Err(Problem::invalid(
             "plan",
             &format!(
                 "unknown plan {plan:?}; configured: {}",
                 config.plans.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    };
+    if let Some(seed) = &seed
+        && let (Some(d), false) = (
+            &p.datastore,
+            seed.snapshot
+                .storage_version
+                .as_deref()
+                .is_some_and(crate::snapshots::is_logical),
+        )
+    {
+        return Err(Problem::invalid(
+            "plan",
+            &format!(
+                "plan {plan:?} keeps data on shared datastore {d}, which restores only logical snapshots; snapshot {} is an etcd snapshot",
+                seed.snapshot.number
             ),
         ));
     }
@@ -143,7 +180,15 @@ pub(crate) async fn create_tenant(
             auto_update: req.auto_update,
             release: release.to_owned(),
         };
-        match s.inventory.create_tenant(&new, &caller.0.name).await {
+        let created = match &seed {
+            Some(seed) => {
+                s.inventory
+                    .create_clone(&new, seed, &config.inventory_key, &caller.0.name)
+                    .await
+            }
+            None => s.inventory.create_tenant(&new, &caller.0.name).await,
+        };
+        match created {
             Ok(t) => return Ok((StatusCode::CREATED, Json(view(&s, t).await?))),
             Err(Error::KeyCollision) => continue,
             // Only the caller's own tenants count: names are unique per owner, so another

@@ -169,6 +169,10 @@ pub struct TenantCreate {
     /// default: the plan's setting).
     #[arg(long, env = "VCP_AUTO_UPDATE", value_enum)]
     pub auto_update: Option<AutoUpdateArg>,
+    /// A clone of snapshot N of a tenant, `TENANT/N` (a live tenant's name, or a tenant's key,
+    /// a deleted one's too): it comes up with that snapshot's data. Only uploaded snapshots.
+    #[arg(long, env = "VCP_FROM_SNAPSHOT")]
+    pub from_snapshot: Option<String>,
     #[command(flatten)]
     pub wait: WaitArgs,
     #[command(flatten)]
@@ -200,6 +204,7 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 maintenance_window: a.maintenance_window,
                 fleet_upgrades: a.fleet_upgrades.map(Into::into),
                 auto_update: a.auto_update.and_then(AutoUpdateArg::setting),
+                from_snapshot: a.from_snapshot,
             };
             let mut t: TenantView = client.post("/v1/tenants", &req).await?;
             if a.wait.wait {

@@ -47,6 +47,18 @@ pub struct CreateTenant {
     /// `off`: never. Absent or null: its plan's setting (off when the plan has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_update: Option<AutoUpdate>,
+    /// A clone: `TENANT/N`, snapshot `N` of a tenant (a live one's name among the caller's, or
+    /// any tenant's key, a deleted one's too; an admin may name any owner's), which must be
+    /// `Succeeded`, uploaded to the backup store (an `s3://` location) and not pruned. The new
+    /// tenant comes up with that snapshot's data, restored before it is `Ready`; its version
+    /// is the snapshot's (absent `version`, or the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        pattern = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?/[1-9][0-9]{0,18}$",
+        max_length = 60,
+        example = "shop/3"
+    )]
+    pub from_snapshot: Option<String>,
 }
 
 /// A tenant.
