@@ -83,6 +83,20 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         started.elapsed().as_secs_f64()
     );
     let location = snap["location"].as_str().unwrap();
+    eventually(
+        "BackedUp True on the tenant",
+        Duration::from_secs(60),
+        || async {
+            let t = api.get_tenant(name).await?.unwrap_or_default();
+            Ok(t["conditions"]
+                .as_array()
+                .and_then(|a| a.iter().find(|c| c["type"] == "BackedUp").cloned())
+                .filter(|c| {
+                    c["status"] == "True" && c["message"] == format!("snapshot {id} taken")
+                }))
+        },
+    )
+    .await?;
     let s3 = cluster.state().s3.clone().expect("the dev cluster runs S3");
     let want = format!("s3://{}/{prefix}/{key}/snapshot-{id}.db.enc", s3.bucket);
     assert_eq!(location, want);
@@ -366,9 +380,15 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         Ok(api.get_tenant(name).await?.is_none().then_some(()))
     })
     .await?;
-    let by_key = format!("{key}/{id}");
+    // This hour's scheduled backup, restored into a new tenant from the store.
+    let by_key = format!("{key}/{}", this_hour.0);
     let (s, b) = api
-        .raw(Method::POST, "/v1/tenants", Some(&json!({"name": "bk-again", "plan": BACKED_UP_PLAN, "from_snapshot": name.to_owned() + "/" + &id.to_string()})))
+        .raw(
+            Method::POST,
+            "/v1/tenants",
+            Some(&json!({"name": "bk-again", "plan": BACKED_UP_PLAN,
+                "from_snapshot": format!("{name}/{}", this_hour.0)})),
+        )
         .await?;
     assert_eq!(
         (s, b["field"].as_str()),
@@ -396,7 +416,26 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         .await?;
     assert_eq!(s, 201, "{again}");
     let copy = snapshot(api, "bk-again", 1).await?;
-    assert_eq!(copy["location"].as_str(), Some(location), "{copy}");
+    assert_eq!(
+        copy["location"].as_str(),
+        Some(this_hour.2.as_str()),
+        "{copy}"
+    );
+    api.wait_ready("bk-again", DONE_TIMEOUT).await?;
+    let again = tenant_client(
+        &api.kubeconfig("bk-again", "alice", &["admin"], "1h")
+            .await?,
+    )
+    .await?;
+    let cm = Api::<ConfigMap>::namespaced(again.clone(), "default")
+        .get("marker")
+        .await?;
+    assert_eq!(
+        cm.data.unwrap()["k"],
+        MARKER,
+        "the deleted tenant's objects"
+    );
+    assert_eq!(read_creds(again).await?, b"hunter2");
     api.delete_tenant("bk-again").await?;
     // Its backups go once its plan's retention has passed: the hour before this one's, moved
     // three hours back (as if the tenant were deleted that long ago), is past its two hours;
@@ -461,9 +500,283 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         "its own key live: {keys:?}"
     );
     assert_eq!(
-        read_creds(cloned).await?,
+        read_creds(cloned.clone()).await?,
         b"hunter2",
         "read under its own key"
     );
+
+    // A backup changed in the store is refused at restore, and the tenant keeps its data.
+    let snap = api.take_snapshot("bk-clone", DONE_TIMEOUT).await?;
+    let n = snap["id"].as_i64().unwrap();
+    let (_, object) = parse_location(snap["location"].as_str().unwrap()).unwrap();
+    let mut bytes = store.get(object).await?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    store.put(object, bytes).await?;
+    let (s, r) = api
+        .raw(
+            Method::POST,
+            "/v1/tenants/bk-clone/restore",
+            Some(&json!({"snapshot": n})),
+        )
+        .await?;
+    assert_eq!(s, 202, "{r}");
+    let failed = eventually("the tampered restore refused", DONE_TIMEOUT, || async {
+        let l = api.snapshots("bk-clone").await?;
+        Ok(l["restores"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["id"] == r["id"]).cloned())
+            .filter(|x| x["state"] != "Running"))
+    })
+    .await?;
+    eprintln!("tampered restore: {failed}");
+    assert_eq!(failed["state"], "Failed", "{failed}");
+    assert_eq!(failed["restored"], false, "{failed}");
+    api.wait_ready("bk-clone", DONE_TIMEOUT).await?;
+    let cm = eventually(
+        "bk-clone's data after the refused restore",
+        Duration::from_secs(60),
+        || async {
+            Ok(Api::<ConfigMap>::namespaced(cloned.clone(), "default")
+                .get_opt("marker")
+                .await
+                .ok()
+                .flatten())
+        },
+    )
+    .await?;
+    assert_eq!(cm.data.unwrap()["k"], MARKER);
+
+    // A schedule of the tenant's own in place of its plan's `hourly: 2`: one daily backup,
+    // no hourly ones (those it had are pruned at the next sweep).
+    let (s, b) = api
+        .raw(
+            Method::PATCH,
+            "/v1/tenants/bk-clone",
+            Some(&json!({"backups": {"hourly": 1001}})),
+        )
+        .await?;
+    assert_eq!((s, b["field"].as_str()), (422, Some("backups")), "{b}");
+    let (s, b) = api
+        .raw(
+            Method::PATCH,
+            "/v1/tenants/bk-clone",
+            Some(&json!({"backups": {"hourly": 0, "daily": 1}})),
+        )
+        .await?;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["backups"], json!({"hourly": 0, "daily": 1}), "{b}");
+    eventually(
+        "bk-clone's daily backup, and no hourly one left",
+        DONE_TIMEOUT,
+        || async {
+            let l = api.snapshots("bk-clone").await?;
+            let all = l["snapshots"].as_array().cloned().unwrap_or_default();
+            let daily = all
+                .iter()
+                .any(|s| s["schedule"] == "daily" && s["state"] == "Succeeded");
+            let hourly_left = all
+                .iter()
+                .any(|s| s["schedule"] == "hourly" && s["pruned_at"].is_null());
+            Ok((daily && !hourly_left).then_some(()))
+        },
+    )
+    .await?;
+    let (s, b) = api
+        .raw(
+            Method::PATCH,
+            "/v1/tenants/bk-clone",
+            Some(&json!({"backups": null})),
+        )
+        .await?;
+    assert_eq!(
+        (s, &b["backups"]),
+        (200, &Value::Null),
+        "back to the plan's: {b}"
+    );
+    Ok(())
+}
+
+/// Bad credentials for the store: the backup fails with the store's reason, on the snapshot
+/// and on the tenant (`BackedUp`), and nothing is lost: the tenant serves on, and the snapshot
+/// stays on its claim.
+#[tokio::test]
+async fn a_refused_store_fails_the_backup_visibly_and_loses_nothing() -> anyhow::Result<()> {
+    let cluster = DevCluster::shared().await?;
+    let p = vcp_dev::testing::platform_with_backups(
+        cluster,
+        "vcp-badstore",
+        2,
+        vec![(
+            "VCP_BACKUP_SECRET_ACCESS_KEY".into(),
+            "not-the-secret-key-0123456789".into(),
+        )],
+    )
+    .await?;
+    let api = &p.admin;
+    let t = api.create_tenant_with_plan("nb", BACKED_UP_PLAN).await?;
+    let ns = format!("vcp-{}", t["key"].as_str().unwrap());
+    api.wait_ready("nb", READY_TIMEOUT).await?;
+    let kubeconfig = api.kubeconfig("nb", "alice", &["admin"], "1h").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(tenant_client(&kubeconfig).await?, "default");
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "kept"}, "data": {"k": "v"}}))?;
+    cms.create(&PostParams::default(), &cm).await?;
+    let (s, snap) = api
+        .raw(Method::POST, "/v1/tenants/nb/snapshots", None)
+        .await?;
+    assert_eq!(s, 202, "{snap}");
+    let id = snap["id"].as_i64().unwrap();
+    let failed = eventually("the backup failed", DONE_TIMEOUT, || async {
+        let s = snapshot(api, "nb", id).await?;
+        Ok((s["state"] != "Pending").then_some(s))
+    })
+    .await?;
+    eprintln!("refused backup: {failed}");
+    assert_eq!(failed["state"], "Failed", "{failed}");
+    let reason = failed["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("upload") && reason.contains("403"),
+        "the store's refusal, named: {reason}"
+    );
+    let tenant = eventually(
+        "BackedUp False on the tenant",
+        Duration::from_secs(60),
+        || async {
+            let t = api.get_tenant("nb").await?.unwrap_or_default();
+            Ok(t["conditions"]
+                .as_array()
+                .and_then(|a| a.iter().find(|c| c["type"] == "BackedUp").cloned())
+                .filter(|c| c["status"] == "False")
+                .map(|c| (t, c)))
+        },
+    )
+    .await?;
+    assert_eq!(tenant.1["reason"], "Failed", "{}", tenant.1);
+    assert!(
+        tenant.1["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("snapshot {id} failed")) && m.contains("403")),
+        "{}",
+        tenant.1
+    );
+    assert_eq!(tenant.0["phase"], "Ready", "the tenant serves on");
+    assert_eq!(cms.get("kept").await?.data.unwrap()["k"], "v");
+    // The snapshot the upload could not store is still on the claim.
+    let claim: PersistentVolumeClaim = Api::namespaced(cluster.client(), &ns)
+        .get("etcd-snapshots")
+        .await?;
+    let pv: PersistentVolume = Api::all(cluster.client())
+        .get(claim.spec.unwrap().volume_name.as_deref().unwrap())
+        .await?;
+    let dir = std::path::PathBuf::from(pv.spec.unwrap().host_path.unwrap().path);
+    assert!(
+        dir.join(format!("snapshot-{id}.db")).exists(),
+        "the claim keeps the snapshot"
+    );
+    Ok(())
+}
+
+/// `vcp tool backup-upload` (the snapshot Job's last step) killed in the middle of its upload:
+/// the store holds no object at the key (a multipart upload shows nothing until completed), so
+/// no restore can pick a partial one; run again (the Job's retry), it stores the whole sealed
+/// file, which opens to the file's SHA-256.
+#[tokio::test]
+async fn an_upload_killed_midway_leaves_no_object_and_its_retry_stores_it() -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let cluster = DevCluster::shared().await?;
+    let s3 = cluster.state().s3.clone().expect("the dev cluster runs S3");
+    let (access, secret) = s3.credentials()?;
+    let store = Store::new(
+        &s3.endpoint,
+        &s3.bucket,
+        "us-east-1",
+        &Credentials {
+            access_key_id: access.clone(),
+            secret_access_key: secret.clone(),
+        },
+    )?;
+    let dir = tempfile::tempdir()?;
+    // 96 MiB that do not compress or repeat: a few multipart parts, seconds to send.
+    let file = dir.path().join("snapshot-1.db");
+    let mut hash = Sha256::new();
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&file)?);
+        let mut block = [0u8; 32];
+        for i in 0u64..(96 << 20) / 32 {
+            block = Sha256::digest([&block[..], &i.to_le_bytes()].concat()).into();
+            hash.update(block);
+            f.write_all(&block)?;
+        }
+    }
+    let sha = hex(&hash.finalize());
+    let size = std::fs::metadata(&file)?.len();
+    let report = dir.path().join("snapshot-1.db.report");
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, [7u8; 32])?;
+    let object = format!("vcp-killed/{}/snapshot-1.db.enc", std::process::id());
+    let upload = || {
+        std::fs::write(
+            &report,
+            json!({"revision": 1, "size": size, "sha256": sha, "storage_version": "3.6.0"})
+                .to_string(),
+        )?;
+        anyhow::Ok(
+            std::process::Command::new(vcp_dev::platform::orchestrator_binary()?)
+                .args(["tool", "backup-upload"])
+                .arg(format!("--endpoint={}", s3.endpoint))
+                .arg(format!("--bucket={}", s3.bucket))
+                .arg(format!("--file={}", file.display()))
+                .arg(format!("--report-in={}", report.display()))
+                .arg(format!("--object={object}"))
+                .arg(format!("--key-file={}", key_file.display()))
+                .arg("--key-id=1")
+                .arg(format!("--report={}", dir.path().join("out").display()))
+                .env("VCP_BACKUP_ACCESS_KEY_ID", &access)
+                .env("VCP_BACKUP_SECRET_ACCESS_KEY", &secret)
+                .stdout(std::process::Stdio::null())
+                .spawn()?,
+        )
+    };
+    // Killed (SIGKILL) once it has read a third of the file.
+    let mut child = upload()?;
+    let io = format!("/proc/{}/io", child.id());
+    let read = || -> u64 {
+        std::fs::read_to_string(&io)
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("rchar: ").and_then(|v| v.parse().ok()))
+            })
+            .unwrap_or(0)
+    };
+    let started = Instant::now();
+    while read() < size / 3 {
+        anyhow::ensure!(
+            child.try_wait()?.is_none(),
+            "the upload ended before it could be killed (read {} of {size} bytes)",
+            read()
+        );
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill()?;
+    child.wait()?;
+    eprintln!(
+        "upload killed after reading {} of {size} bytes",
+        read().max(size / 3)
+    );
+    assert!(!store.exists(&object).await?, "a partial object is visible");
+    assert!(file.exists(), "the file stays for the retry");
+    // The retry stores all of it.
+    let status = upload()?.wait()?;
+    assert!(status.success(), "the retry: {status}");
+    let sealed_bytes = store.get(&object).await?;
+    assert_eq!(sealed_bytes.len() as u64, sealed::sealed_len(size));
+    let mut opener = sealed::Opener::new(&[7u8; 32], 1);
+    let mut plain = opener.push(&sealed_bytes)?;
+    plain.extend(opener.finish()?);
+    assert_eq!(hex(&Sha256::digest(&plain)), sha);
+    store.delete(&object).await?;
     Ok(())
 }

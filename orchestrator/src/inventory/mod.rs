@@ -62,6 +62,8 @@ pub struct Tenant {
     /// A clone's copy of the snapshot it was created from, restored once it is up
     /// (`migrations/0018_clones.sql`); `None` for a tenant created empty.
     pub seed_snapshot_id: Option<i64>,
+    /// The tenant's own backup schedule in place of its plan's (`migrations/0019`).
+    pub backups: Option<Json<crate::snapshots::schedule::BackupPlan>>,
 }
 
 /// A tenant to create.
@@ -89,6 +91,8 @@ pub struct TenantSettings {
     pub fleet_upgrades: Option<FleetUpgrades>,
     /// `Some(None)` removes the tenant's own setting (its plan's applies again).
     pub auto_update: Option<Option<AutoUpdate>>,
+    /// `Some(None)`: back to the plan's schedule.
+    pub backups: Option<Option<crate::snapshots::schedule::BackupPlan>>,
 }
 
 impl TenantSettings {
@@ -96,6 +100,7 @@ impl TenantSettings {
         self.maintenance_window.is_none()
             && self.fleet_upgrades.is_none()
             && self.auto_update.is_none()
+            && self.backups.is_none()
     }
 }
 
@@ -118,7 +123,7 @@ pub struct Token {
 
 pub(crate) const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
      phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
-     maintenance_window, fleet_upgrades, auto_update, release, sleep, active_at, seed_snapshot_id";
+     maintenance_window, fleet_upgrades, auto_update, release, sleep, active_at, seed_snapshot_id, backups";
 
 /// Inserts a new tenant's row, in the caller's transaction: a live tenant of the same name and
 /// owner is a [`Error::Duplicate`], a key taken already a [`Error::KeyCollision`].
@@ -325,7 +330,8 @@ impl Inventory {
             "UPDATE tenants SET
                maintenance_window = CASE WHEN $3 THEN $4 ELSE maintenance_window END,
                fleet_upgrades = COALESCE($5, fleet_upgrades),
-               auto_update = CASE WHEN $6 THEN $7 ELSE auto_update END, updated_at = now()
+               auto_update = CASE WHEN $6 THEN $7 ELSE auto_update END,
+               backups = CASE WHEN $8 THEN $9 ELSE backups END, updated_at = now()
              WHERE id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR owner = $2)
              RETURNING {TENANT_COLUMNS}"
         )))
@@ -336,6 +342,8 @@ impl Inventory {
         .bind(s.fleet_upgrades)
         .bind(s.auto_update.is_some())
         .bind(s.auto_update.flatten())
+        .bind(s.backups.is_some())
+        .bind(s.backups.flatten().map(Json))
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(row) = &row {
@@ -345,7 +353,8 @@ impl Inventory {
                 "tenant.settings",
                 Some(row.id),
                 serde_json::json!({"maintenance_window": row.maintenance_window,
-                    "fleet_upgrades": row.fleet_upgrades, "auto_update": row.auto_update}),
+                    "fleet_upgrades": row.fleet_upgrades, "auto_update": row.auto_update,
+                    "backups": row.backups}),
             )
             .await?;
         }

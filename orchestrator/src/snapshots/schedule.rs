@@ -25,15 +25,18 @@ use vcp_core::lifecycle::SnapshotState;
 /// The most snapshots a schedule keeps.
 pub const MAX_KEEP: u32 = 1000;
 
-/// A plan's `backups`: how many of each schedule's snapshots to keep.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A plan's `backups`, or a tenant's own (`PATCH /v1/tenants/{name}`): how many of each
+/// schedule's snapshots to keep.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackupPlan {
-    /// Snapshots taken each UTC hour, the newest this many kept.
+    /// Snapshots taken each UTC hour, the newest this many kept (0: none).
     #[serde(default)]
+    #[schema(maximum = 1000)]
     pub hourly: u32,
-    /// Snapshots taken each UTC day, the newest this many kept.
+    /// Snapshots taken each UTC day, the newest this many kept (0: none).
     #[serde(default)]
+    #[schema(maximum = 1000)]
     pub daily: u32,
 }
 
@@ -205,6 +208,12 @@ pub async fn run(
     }
 }
 
+/// A tenant's schedule: its own, else its plan's, else none.
+fn effective(config: &crate::host::Config, plan: &str, own: Option<BackupPlan>) -> BackupPlan {
+    own.or_else(|| config.plans.get(plan).and_then(|p| p.backups))
+        .unwrap_or_default()
+}
+
 /// One sweep at `now`: each tenant on its own, so one that fails (its store unreachable, say)
 /// holds up no other.
 #[tracing::instrument(skip_all)]
@@ -215,22 +224,14 @@ pub async fn sweep(
     actor: &str,
     now: OffsetDateTime,
 ) -> Result<()> {
-    for (tenant_id, plan_name, ready) in inv.backup_tenants().await? {
-        let plan = config
-            .plans
-            .get(&plan_name)
-            .and_then(|p| p.backups)
-            .unwrap_or_default();
+    for (tenant_id, plan_name, ready, own) in inv.backup_tenants().await? {
+        let plan = effective(config, &plan_name, own.map(|j| j.0));
         if let Err(e) = sweep_tenant(inv, &plan, ready, tenant_id, store, actor, now).await {
             tracing::warn!(tenant_id, error = %e, "backup sweep of a tenant failed");
         }
     }
-    for (tenant_id, plan_name) in inv.deleted_backup_tenants().await? {
-        let plan = config
-            .plans
-            .get(&plan_name)
-            .and_then(|p| p.backups)
-            .unwrap_or_default();
+    for (tenant_id, plan_name, own) in inv.deleted_backup_tenants().await? {
+        let plan = effective(config, &plan_name, own.map(|j| j.0));
         let pruned = async {
             let scheduled = inv.scheduled_snapshots(tenant_id).await?;
             let expired = expired_after_deletion(&plan, &scheduled, now);

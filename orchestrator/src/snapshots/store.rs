@@ -11,6 +11,9 @@ use time::OffsetDateTime;
 use vcp_core::lifecycle::{Desired, Phase, RestoreState, SnapshotState};
 use vcp_core::naming::control_plane_namespace;
 
+/// A tenant's own backup schedule, as stored (`tenants.backups`).
+pub type OwnSchedule = sqlx::types::Json<crate::snapshots::schedule::BackupPlan>;
+
 /// One snapshot, as stored.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SnapshotRow {
@@ -244,11 +247,11 @@ impl Inventory {
         Ok(())
     }
 
-    /// Live tenants with their plan and whether they are Ready (present and serving): those
-    /// the backup sweep looks at ([`crate::snapshots::schedule`]).
-    pub async fn backup_tenants(&self) -> Result<Vec<(i64, String, bool)>> {
+    /// Live tenants with their plan, whether they are Ready (present and serving) and their
+    /// own schedule: those the backup sweep looks at ([`crate::snapshots::schedule`]).
+    pub async fn backup_tenants(&self) -> Result<Vec<(i64, String, bool, Option<OwnSchedule>)>> {
         Ok(sqlx::query_as(
-            "SELECT id, plan, desired = $1 AND phase = $2 FROM tenants
+            "SELECT id, plan, desired = $1 AND phase = $2, backups FROM tenants
              WHERE deleted_at IS NULL ORDER BY id",
         )
         .bind(Desired::Present)
@@ -257,11 +260,12 @@ impl Inventory {
         .await?)
     }
 
-    /// Deleted tenants with scheduled snapshots retention has not pruned, with their plan:
+    /// Deleted tenants with scheduled snapshots retention has not pruned, with their plan and
+    /// own schedule:
     /// those the backup sweep prunes once their retention has passed.
-    pub async fn deleted_backup_tenants(&self) -> Result<Vec<(i64, String)>> {
+    pub async fn deleted_backup_tenants(&self) -> Result<Vec<(i64, String, Option<OwnSchedule>)>> {
         Ok(sqlx::query_as(
-            "SELECT t.id, t.plan FROM tenants t
+            "SELECT t.id, t.plan, t.backups FROM tenants t
              WHERE t.deleted_at IS NOT NULL AND EXISTS (SELECT 1 FROM etcd_snapshots s
                WHERE s.tenant_id = t.id AND s.schedule IS NOT NULL AND s.pruned_at IS NULL)
              ORDER BY t.id",

@@ -6,6 +6,7 @@ use crate::client::{
     Client, Connection, OutputArgs, WaitArgs, labels, name, now, print, progress, window,
 };
 use crate::kubeconfigs::types::KubeconfigList;
+use crate::snapshots::schedule::BackupPlan;
 use crate::tenants::types::{CreateTenant, TenantList, TenantView};
 use crate::upgrades::cli::TenantUpgrade;
 use crate::upgrades::types::UpgradeTenant;
@@ -112,6 +113,33 @@ impl AutoUpdateArg {
     }
 }
 
+/// `--backups`: a schedule of the tenant's own, or `None` for its plan's again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupsArg(pub Option<BackupPlan>);
+
+/// `hourly=N,daily=M` (either may be left out: 0), or `plan`.
+fn backups(s: &str) -> std::result::Result<BackupsArg, String> {
+    if s == "plan" {
+        return Ok(BackupsArg(None));
+    }
+    let mut b = BackupPlan::default();
+    for part in s.split(',') {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not hourly=N or daily=N (or say `plan`)"))?;
+        let n: u32 = v
+            .parse()
+            .map_err(|_| format!("{v:?} is not a number of snapshots to keep"))?;
+        match k {
+            "hourly" => b.hourly = n,
+            "daily" => b.daily = n,
+            _ => return Err(format!("{k:?} is not hourly or daily")),
+        }
+    }
+    b.validate()?;
+    Ok(BackupsArg(Some(b)))
+}
+
 #[derive(Debug, clap::Args)]
 pub struct TenantUpdate {
     /// Tenant name.
@@ -130,12 +158,16 @@ pub struct TenantUpdate {
     /// plan's setting).
     #[arg(long, env = "VCP_AUTO_UPDATE", value_enum)]
     pub auto_update: Option<AutoUpdateArg>,
+    /// The tenant's own backup schedule, `hourly=N,daily=M` (keep the newest N hourly and M
+    /// daily snapshots; 0 or absent: none of that schedule), or `plan` (its plan's again).
+    #[arg(long, env = "VCP_BACKUPS", value_parser = backups)]
+    pub backups: Option<BackupsArg>,
     /// Move the tenant to another plan (alone: not with the settings above). A plan whose data
     /// live in another store moves them; `vcp tenant get` shows the move's progress.
     #[arg(
         long,
         env = "VCP_PLAN",
-        conflicts_with_all = ["maintenance_window", "no_maintenance_window", "fleet_upgrades", "auto_update"]
+        conflicts_with_all = ["maintenance_window", "no_maintenance_window", "fleet_upgrades", "auto_update", "backups"]
     )]
     pub plan: Option<String>,
     #[command(flatten)]
@@ -302,6 +334,7 @@ pub async fn tenant(conn: &Connection, cmd: TenantCommand) -> Result<()> {
                 },
                 fleet_upgrades: a.fleet_upgrades.map(Into::into),
                 auto_update: a.auto_update.map(AutoUpdateArg::setting),
+                backups: a.backups.map(|b| b.0),
                 plan: a.plan.clone(),
                 ..Default::default()
             };
@@ -430,6 +463,13 @@ pub fn tenant_detail(t: &TenantView, now: OffsetDateTime, width: usize) -> Strin
                 } else {
                     ""
                 }
+            ),
+        ),
+        (
+            "Backups",
+            t.backups.map_or_else(
+                || "- (the plan's)".into(),
+                |b| format!("hourly={},daily={}", b.hourly, b.daily),
             ),
         ),
         ("Age", age(t.created_at, now)),
@@ -667,6 +707,30 @@ mod tests {
     use std::time::Duration;
     use vcp_core::lifecycle::{Condition, ConditionStatus};
 
+    #[test]
+    fn backups_are_hourly_and_daily_counts_or_the_plan() {
+        let b = |h, d| {
+            BackupsArg(Some(BackupPlan {
+                hourly: h,
+                daily: d,
+            }))
+        };
+        assert_eq!(backups("hourly=24,daily=7"), Ok(b(24, 7)));
+        assert_eq!(backups("daily=7"), Ok(b(0, 7)));
+        assert_eq!(backups("hourly=0"), Ok(b(0, 0)));
+        assert_eq!(backups("plan"), Ok(BackupsArg(None)));
+        for bad in [
+            "",
+            "hourly",
+            "hourly=x",
+            "weekly=1",
+            "hourly=1001",
+            "hourly=-1",
+        ] {
+            assert!(backups(bad).is_err(), "{bad:?}");
+        }
+    }
+
     fn cond(t: &str, status: &str, message: &str) -> Condition {
         Condition {
             type_: t.parse().unwrap(),
@@ -702,6 +766,7 @@ mod tests {
             auto_update_effective: crate::api::AutoUpdate::Off,
             sleep: crate::api::Sleep::Awake,
             active_at: None,
+            backups: None,
         }
     }
 

@@ -99,6 +99,8 @@ pub struct TenantView {
     pub auto_update: Option<AutoUpdate>,
     /// The setting in effect: the tenant's own, else its plan's, else `off`.
     pub auto_update_effective: AutoUpdate,
+    /// The tenant's own backup schedule; null: its plan's `backups`.
+    pub backups: Option<crate::snapshots::schedule::BackupPlan>,
     /// Whether its control plane is to run (`asleep`: scaled to zero until a wake; phase
     /// `Sleeping` once it is down).
     pub sleep: Sleep,
@@ -150,6 +152,7 @@ impl TenantView {
             fleet_upgrades: t.fleet_upgrades,
             sleep: t.sleep,
             active_at: t.active_at,
+            backups: t.backups.map(|b| b.0),
         }
     }
 }

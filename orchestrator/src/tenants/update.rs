@@ -23,7 +23,7 @@ use tracing::field::Empty;
 use vcp_core::lifecycle::Phase;
 
 /// Upgrades a tenant's control plane to another minor (`version`), one hop per minor, and/or
-/// changes its upgrade settings (`maintenance_window`, `fleet_upgrades`, `auto_update`); or,
+/// changes its settings (`maintenance_window`, `fleet_upgrades`, `auto_update`, `backups`); or,
 /// alone, changes its plan (`plan`: in place, 200, or a move of its data to another store,
 /// 202); a body with none of them changes nothing. An upgrade is refused with 422 when the skew rules forbid it (the detail names the
 /// rule: `no-downgrade`, `one-minor-per-hop`, `no-expired-target`, `preview-on-request`,
@@ -41,7 +41,7 @@ use vcp_core::lifecycle::Phase;
     Unauthorized,
     NoSuchTenant,
     (status = 409, description = "the tenant is not Ready, or an upgrade or restore already moves it; for `plan`: the tenant's last usage sample does not fit the plan's quota (the detail names each resource, used > limit), or the plan has fewer members for the tenant's own etcd (more are added one at a time while it serves)", body = ProblemBody, content_type = "application/problem+json"),
-    (status = 422, description = "unknown version, or a skew rule refuses it (`field` is `version` and the detail names the rule); a malformed `maintenance_window`, `fleet_upgrades` or `auto_update`; an unknown `plan`, or `plan` with anything else", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 422, description = "unknown version, or a skew rule refuses it (`field` is `version` and the detail names the rule); a malformed `maintenance_window`, `fleet_upgrades`, `auto_update` or `backups` (each count 0 to 1000); an unknown `plan`, or `plan` with anything else", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
 pub(crate) async fn upgrade_tenant(
@@ -56,7 +56,11 @@ pub(crate) async fn upgrade_tenant(
         maintenance_window: req.maintenance_window.clone(),
         fleet_upgrades: req.fleet_upgrades,
         auto_update: req.auto_update,
+        backups: req.backups,
     };
+    if let Some(Some(b)) = &req.backups {
+        b.validate().map_err(|e| Problem::invalid("backups", &e))?;
+    }
     if let Some(plan) = &req.plan {
         if req.version.is_some() || !settings.is_empty() {
             return Err(Problem::invalid(

@@ -107,6 +107,16 @@ pub struct UpgradeTenant {
     )]
     #[schema(value_type = Option<AutoUpdate>)]
     pub auto_update: Option<Option<AutoUpdate>>,
+    /// The tenant's own backup schedule, in place of its plan's `backups` (each 0 to 1000;
+    /// `{"hourly": 0, "daily": 0}` takes none); `null` removes it (its plan's applies
+    /// again); absent leaves it. Retention follows it at the next sweep.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<crate::snapshots::schedule::BackupPlan>)]
+    pub backups: Option<Option<crate::snapshots::schedule::BackupPlan>>,
     /// Go through every minor between, one hop each, each gated (`1.35` -> `1.37` is two
     /// hops). Without it, a request that skips a minor is refused (rule `one-minor-per-hop`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
