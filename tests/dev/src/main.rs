@@ -3,6 +3,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vcp_dev::{Options, Supervision, cluster};
 
+mod backup_bench;
 mod bench;
 mod conformance;
 mod density;
@@ -194,6 +195,9 @@ enum Bench {
     /// apiserver, over a kept connection and a new one per request (one summary line). Needs
     /// `up --real-node` (chart mode: tenants behind the gateway).
     Gateway(gateway_bench::GatewayBench),
+    /// A tenant with many objects backed up to the dev cluster's S3 server and restored from
+    /// it: end-to-end times, each Job container's, MiB/s (one summary line).
+    Backup(backup_bench::BackupBench),
     /// Start and stop fresh clusters (new state dir each time) and report startup times.
     Startup {
         /// How many clusters to start, one after the other.
@@ -473,6 +477,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(Bench::Gateway(b)) => {
             gateway_bench::run(b).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Backup(b)) => {
+            backup_bench::run(b).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(Bench::Authz { requests }) => {
