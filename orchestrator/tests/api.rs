@@ -1519,6 +1519,7 @@ fn minimal(schema: &str) -> Option<Value> {
         "MaintenanceWindow" => json!({"days": ["sat"], "start": "02:00", "duration_minutes": 60}),
         "ActivityReport" => json!({"tenants": []}),
         "GatewayWake" => json!({"key": "nosuchkey1"}),
+        "BackupPlan" => json!({}),
         _ => return None,
     })
 }
@@ -1627,6 +1628,7 @@ async fn every_route_refuses_a_field_it_does_not_take() -> anyhow::Result<()> {
             "DELETE /v1/tenants/{name}/users/{user}",
             "DELETE /v1/tokens/{name}",
             "PATCH /v1/tenants/{name}",
+            "PATCH /v1/tenants/{name} backups",
             "PATCH /v1/tenants/{name} maintenance_window",
             "POST /v1/gateway/activity",
             "POST /v1/gateway/wake",
