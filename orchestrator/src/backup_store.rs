@@ -1,6 +1,7 @@
 //! The backup store's configuration and naming (pure): what `vcp serve --backup-store FILE`
-//! names, where each tenant's sealed snapshots go in it, and the host Secret that hands the
-//! backup Jobs the credentials and keys. The configured store sits in the provisioner's
+//! names, where each tenant's sealed snapshots go in it, the host Secret that hands the
+//! backup Jobs the credentials and keys, and the schedules a plan or a tenant asks backups on
+//! (their sweep: [`crate::snapshots::schedule`]). The configured store sits in the provisioner's
 //! configuration, which every layer reads; the client that talks to the store, and the Jobs'
 //! commands, are in [`crate::snapshots::offsite`].
 
@@ -155,4 +156,82 @@ impl std::fmt::Debug for Credentials {
 pub struct BackupStore {
     pub config: StoreConfig,
     pub credentials: Credentials,
+}
+
+/// The most snapshots a schedule keeps.
+pub const MAX_KEEP: u32 = 1000;
+
+/// A plan's `backups`, or a tenant's own (`PATCH /v1/tenants/{name}`): how many of each
+/// schedule's snapshots to keep.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackupPlan {
+    /// Snapshots taken each UTC hour, the newest this many kept (0: none).
+    #[serde(default)]
+    #[schema(maximum = 1000)]
+    pub hourly: u32,
+    /// Snapshots taken each UTC day, the newest this many kept (0: none).
+    #[serde(default)]
+    #[schema(maximum = 1000)]
+    pub daily: u32,
+}
+
+impl BackupPlan {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.hourly > MAX_KEEP || self.daily > MAX_KEEP {
+            return Err(format!(
+                "backups.hourly and backups.daily keep 0 to {MAX_KEEP} snapshots"
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many of `s`'s snapshots to keep.
+    pub fn keep(&self, s: Schedule) -> u32 {
+        match s {
+            Schedule::Hourly => self.hourly,
+            Schedule::Daily => self.daily,
+        }
+    }
+}
+
+/// A backup schedule; stored as its lowercase name (a value the database holds that is not one
+/// of these fails to decode, rather than passing as one).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    sqlx::Type,
+    utoipa::ToSchema,
+)]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    Hourly,
+    Daily,
+}
+
+impl Schedule {
+    pub const ALL: [Schedule; 2] = [Schedule::Hourly, Schedule::Daily];
+
+    /// The start of the period `now` falls in (UTC).
+    pub fn period(self, now: time::OffsetDateTime) -> time::OffsetDateTime {
+        let now = now.to_offset(time::UtcOffset::UTC);
+        let t = now
+            .replace_nanosecond(0)
+            .and_then(|t| t.replace_second(0))
+            .and_then(|t| t.replace_minute(0))
+            .expect("zero is a valid minute, second and nanosecond");
+        match self {
+            Schedule::Hourly => t,
+            Schedule::Daily => t.replace_hour(0).expect("zero is a valid hour"),
+        }
+    }
 }

@@ -40,6 +40,33 @@ async fn snapshot(api: &ApiClient, name: &str, id: i64) -> anyhow::Result<Value>
         .ok_or_else(|| anyhow::anyhow!("no snapshot {id}: {l}"))
 }
 
+/// The password of the Secret `creds` the test wrote, as the tenant of `c` reads it.
+async fn read_creds(c: Client) -> anyhow::Result<Vec<u8>> {
+    let s = Api::<Secret>::namespaced(c, "default").get("creds").await?;
+    Ok(s.data.unwrap()["password"].0.clone())
+}
+
+/// Waits until clone `name` is Ready and checks that it holds its source's objects (the marker
+/// ConfigMap, and the Secret, which opens only with the source's key); a client of it.
+async fn ready_with_the_data(api: &ApiClient, name: &str) -> anyhow::Result<Client> {
+    api.wait_ready(name, DONE_TIMEOUT).await?;
+    let c = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
+    let cm = Api::<ConfigMap>::namespaced(c.clone(), "default")
+        .get("marker")
+        .await?;
+    assert_eq!(
+        cm.data.unwrap()["k"],
+        MARKER,
+        "{name}: the source's objects"
+    );
+    assert_eq!(
+        read_creds(c.clone()).await?,
+        b"hunter2",
+        "{name}: the Secret"
+    );
+    Ok(c)
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -227,28 +254,10 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         clone["version"], t["version"],
         "a clone runs its snapshot's version"
     );
-    api.wait_ready("bk-clone", DONE_TIMEOUT).await?;
+    let cloned = ready_with_the_data(api, "bk-clone").await?;
     eprintln!(
         "clone created and Ready with the snapshot's data in {:.1}s",
         started.elapsed().as_secs_f64()
-    );
-    let cloned = tenant_client(
-        &api.kubeconfig("bk-clone", "alice", &["admin"], "1h")
-            .await?,
-    )
-    .await?;
-    let cm = Api::<ConfigMap>::namespaced(cloned.clone(), "default")
-        .get("marker")
-        .await?;
-    assert_eq!(cm.data.unwrap()["k"], MARKER);
-    let read_creds = |c: Client| async move {
-        let s = Api::<Secret>::namespaced(c, "default").get("creds").await?;
-        anyhow::Ok(s.data.unwrap()["password"].0.clone())
-    };
-    assert_eq!(
-        read_creds(cloned.clone()).await?,
-        b"hunter2",
-        "the Secret, decrypted"
     );
     // Its snapshot 1 is the source's object (not copied), restored once.
     let copy = snapshot(api, "bk-clone", 1).await?;
@@ -387,31 +396,26 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
     .await?;
     // This hour's scheduled backup, restored into a new tenant from the store.
     let by_key = format!("{key}/{}", this_hour.0);
-    let (s, b) = api
-        .raw(
-            Method::POST,
-            "/v1/tenants",
-            Some(&json!({"name": "bk-again", "plan": BACKED_UP_PLAN,
-                "from_snapshot": format!("{name}/{}", this_hour.0)})),
-        )
-        .await?;
-    assert_eq!(
-        (s, b["field"].as_str()),
-        (422, Some("from_snapshot")),
-        "by its old name: {b}"
-    );
-    let (s, b) = eve
-        .raw(
-            Method::POST,
-            "/v1/tenants",
-            Some(&json!({"name": "bk-again", "from_snapshot": by_key})),
-        )
-        .await?;
-    assert_eq!(
-        (s, b["field"].as_str()),
-        (422, Some("from_snapshot")),
-        "eve: {b}"
-    );
+    // Refused: by its old name (it names no live tenant any more), and by its key for an
+    // owner who does not own it.
+    let by_old_name = format!("{name}/{}", this_hour.0);
+    for (who, from, why) in [
+        (api, &by_old_name, "by its old name"),
+        (&eve, &by_key, "eve"),
+    ] {
+        let (s, b) = who
+            .raw(
+                Method::POST,
+                "/v1/tenants",
+                Some(&json!({"name": "bk-again", "from_snapshot": from})),
+            )
+            .await?;
+        assert_eq!(
+            (s, b["field"].as_str()),
+            (422, Some("from_snapshot")),
+            "{why}: {b}"
+        );
+    }
     let (s, again) = api
         .raw(
             Method::POST,
@@ -426,21 +430,7 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         Some(this_hour.2.as_str()),
         "{copy}"
     );
-    api.wait_ready("bk-again", DONE_TIMEOUT).await?;
-    let again = tenant_client(
-        &api.kubeconfig("bk-again", "alice", &["admin"], "1h")
-            .await?,
-    )
-    .await?;
-    let cm = Api::<ConfigMap>::namespaced(again.clone(), "default")
-        .get("marker")
-        .await?;
-    assert_eq!(
-        cm.data.unwrap()["k"],
-        MARKER,
-        "the deleted tenant's objects"
-    );
-    assert_eq!(read_creds(again).await?, b"hunter2");
+    ready_with_the_data(api, "bk-again").await?;
     api.delete_tenant("bk-again").await?;
     // Its backups go once its plan's retention has passed: the hour before this one's, moved
     // three hours back (as if the tenant were deleted that long ago), is past its two hours;

@@ -6,8 +6,7 @@
 use crate::Result;
 use crate::host::Provisioner;
 use crate::inventory::Tenant;
-use crate::pki::rotation::Target;
-use crate::rotations::store::{RotationRow, StartRefused};
+use crate::rotations::store::RotationRow;
 
 impl Provisioner {
     /// The rotation that gives a restored clone a key of its own, started now if it is due.
@@ -20,16 +19,6 @@ impl Provisioner {
             return Ok(None);
         }
         tracing::info!(tenant = %t.name, "the clone's data is restored: rotating to a key of its own");
-        Ok(
-            match self
-                .inventory
-                .start_rotation(t, Target::EncryptionKey, time::Duration::ZERO, actor)
-                .await?
-            {
-                Ok(r) => Some(r),
-                Err(StartRefused::InProgress(r)) => Some(r),
-                Err(StartRefused::NotPresent) => None,
-            },
-        )
+        self.start_key_rotation(t, actor).await
     }
 }

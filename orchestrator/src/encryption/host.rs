@@ -74,6 +74,16 @@ impl Provisioner {
             return Ok(None);
         }
         tracing::info!(tenant = %t.name, "the tenant has no encryption key: starting a rotation to its first");
+        self.start_key_rotation(t, actor).await
+    }
+
+    /// An encryption-key rotation of the tenant that vcp starts itself (no overlap): the one
+    /// started now, or the one already under way; `None` if the tenant is gone.
+    pub(crate) async fn start_key_rotation(
+        &self,
+        t: &Tenant,
+        actor: &str,
+    ) -> Result<Option<RotationRow>> {
         Ok(
             match self
                 .inventory

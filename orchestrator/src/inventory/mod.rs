@@ -63,7 +63,7 @@ pub struct Tenant {
     /// (`migrations/0018_clones.sql`); `None` for a tenant created empty.
     pub seed_snapshot_id: Option<i64>,
     /// The tenant's own backup schedule in place of its plan's (`migrations/0019`).
-    pub backups: Option<Json<crate::snapshots::schedule::BackupPlan>>,
+    pub backups: Option<Json<crate::backup_store::BackupPlan>>,
 }
 
 /// A tenant to create.
@@ -92,7 +92,7 @@ pub struct TenantSettings {
     /// `Some(None)` removes the tenant's own setting (its plan's applies again).
     pub auto_update: Option<Option<AutoUpdate>>,
     /// `Some(None)`: back to the plan's schedule.
-    pub backups: Option<Option<crate::snapshots::schedule::BackupPlan>>,
+    pub backups: Option<Option<crate::backup_store::BackupPlan>>,
 }
 
 impl TenantSettings {

@@ -328,7 +328,7 @@ pub struct Plan {
     /// kept ([`crate::snapshots::schedule`]); uploaded when a backup store is configured.
     /// Absent: snapshots only when asked for.
     #[serde(default)]
-    pub backups: Option<crate::snapshots::schedule::BackupPlan>,
+    pub backups: Option<crate::backup_store::BackupPlan>,
 }
 
 /// The policy a tenant's syncer enforces: the plan's, plus what only vcp knows. Nodes that

@@ -12,7 +12,7 @@ use vcp_core::lifecycle::{Desired, Phase, RestoreState, SnapshotState};
 use vcp_core::naming::control_plane_namespace;
 
 /// A tenant's own backup schedule, as stored (`tenants.backups`).
-pub type OwnSchedule = sqlx::types::Json<crate::snapshots::schedule::BackupPlan>;
+pub type OwnSchedule = sqlx::types::Json<crate::backup_store::BackupPlan>;
 
 /// One snapshot, as stored.
 #[derive(Debug, Clone, sqlx::FromRow)]

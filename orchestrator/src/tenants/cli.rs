@@ -1,12 +1,12 @@
 //! `vcp tenant ...`: create, list, show, update, delete, sleep and wake, usage and rotations
 //! of tenants.
 
+use crate::backup_store::BackupPlan;
 use crate::client::output::{self, Format, age, cut, table};
 use crate::client::{
     Client, Connection, OutputArgs, WaitArgs, labels, name, now, print, progress, window,
 };
 use crate::kubeconfigs::types::KubeconfigList;
-use crate::snapshots::schedule::BackupPlan;
 use crate::tenants::types::{CreateTenant, TenantList, TenantView};
 use crate::upgrades::cli::TenantUpgrade;
 use crate::upgrades::types::UpgradeTenant;

@@ -100,7 +100,7 @@ pub struct TenantView {
     /// The setting in effect: the tenant's own, else its plan's, else `off`.
     pub auto_update_effective: AutoUpdate,
     /// The tenant's own backup schedule; null: its plan's `backups`.
-    pub backups: Option<crate::snapshots::schedule::BackupPlan>,
+    pub backups: Option<crate::backup_store::BackupPlan>,
     /// Whether its control plane is to run (`asleep`: scaled to zero until a wake; phase
     /// `Sleeping` once it is down).
     pub sleep: Sleep,

@@ -115,8 +115,8 @@ pub struct UpgradeTenant {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schema(value_type = Option<crate::snapshots::schedule::BackupPlan>)]
-    pub backups: Option<Option<crate::snapshots::schedule::BackupPlan>>,
+    #[schema(value_type = Option<crate::backup_store::BackupPlan>)]
+    pub backups: Option<Option<crate::backup_store::BackupPlan>>,
     /// Go through every minor between, one hop each, each gated (`1.35` -> `1.37` is two
     /// hops). Without it, a request that skips a minor is refused (rule `one-minor-per-hop`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

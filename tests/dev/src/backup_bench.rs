@@ -114,26 +114,9 @@ impl Figures {
 }
 
 pub async fn run(b: BackupBench) -> anyhow::Result<()> {
-    use vcp_dev::platform::{self, ApiClient, PROCESS_WORKLOADS_PLAN, ServeOptions};
-    let cluster = vcp_dev::cluster::DevCluster::start().await?;
-    let token = platform::new_token();
-    let orch = platform::start_orchestrator(
-        &cluster,
-        &cluster.state_dir().join("vcp"),
-        &ServeOptions {
-            database_url: cluster.database_url().to_owned(),
-            admin_token: token.clone(),
-            replica_id: "vcp-bench".into(),
-            workers: 4,
-            port: None,
-            simulate: false,
-            extra_env: vec![],
-            backup_prefix: Some("vcp-bench".into()),
-        },
-        vcp_dev::Supervision::Attached,
-    )
-    .await?;
-    let api = ApiClient::new(&orch.url, &token);
+    use vcp_dev::platform::PROCESS_WORKLOADS_PLAN;
+    let (cluster, orch, api) =
+        crate::bench::bench_platform(false, 4, vec![], Some("vcp-bench".into())).await?;
     let t = api
         .create_tenant_with_plan("bk", PROCESS_WORKLOADS_PLAN)
         .await?;

@@ -626,10 +626,13 @@ async fn sync_on(
 
 /// A fresh cluster in a temporary directory (gone when the benchmark ends) with a real
 /// `vcp serve` on its Postgres, and an admin client of it.
-async fn bench_platform(
+/// A fresh dev cluster and a `vcp serve` on it (with `backup_prefix`: backups to the dev
+/// cluster's S3 server under it).
+pub(crate) async fn bench_platform(
     simulate: bool,
     workers: u16,
     extra_env: Vec<(String, String)>,
+    backup_prefix: Option<String>,
 ) -> anyhow::Result<(
     DevCluster,
     vcp_dev::platform::Orchestrator,
@@ -649,7 +652,7 @@ async fn bench_platform(
             port: None,
             simulate,
             extra_env,
-            backup_prefix: None,
+            backup_prefix,
         },
         Supervision::Attached,
     )
@@ -692,6 +695,7 @@ pub async fn provision(b: ProvisionBench) -> anyhow::Result<()> {
         b.simulate,
         b.workers,
         vec![("VCP_LOG_FORMAT".into(), "json".into())],
+        None,
     )
     .await?;
     let (base_rss, base_cpu) = proc_usage(orch.proc.pid);
@@ -1064,7 +1068,7 @@ async fn entry_times(db: &str, fleet: i64) -> anyhow::Result<Vec<EntryTimes>> {
 /// - `pass_s`: seconds vcp's workers spent in reconcile passes (its `/metrics`), and
 ///   `workers_busy_pct` that over `workers` x wall time (near 100: tenants queue for workers).
 pub async fn upgrade(b: UpgradeBench) -> anyhow::Result<()> {
-    let (cluster, orch, api) = bench_platform(b.simulate, b.workers, vec![]).await?;
+    let (cluster, orch, api) = bench_platform(b.simulate, b.workers, vec![], None).await?;
     let bench_start = Instant::now();
     for i in 0..b.tenants {
         let (s, t) = api
@@ -1374,7 +1378,7 @@ pub struct AuthzBench {
 /// break-glass one (`system:masters`: no authorizer at all), alternating passes. One line:
 /// each side's median and p95, and the median added.
 pub async fn authz(b: AuthzBench) -> anyhow::Result<()> {
-    let (cluster, _orch, api) = bench_platform(false, 2, vec![]).await?;
+    let (cluster, _orch, api) = bench_platform(false, 2, vec![], None).await?;
     api.create_tenant("authz").await?;
     api.wait_ready("authz", Duration::from_secs(300)).await?;
     let client = |yaml: String| async move {
