@@ -538,6 +538,11 @@ mod tests {
     #[test]
     fn a_port_stays_claimed_while_its_process_lives() {
         use std::io::{BufRead, Write};
+        // Without it, a test beside this one could be handed a port the child just released,
+        // and that port then reads as still claimed (CI on 093b5f3).
+        let _pool = POOL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "process::tests::port_claim_child", "--nocapture"])
             .env("VCP_DEV_PORT_CLAIM_CHILD", "1")
