@@ -306,289 +306,299 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         "{own_key}"
     );
 
-    // Retention: the plan keeps the newest two hourly backups. Beside the one the sweep took
-    // for this hour, two older hours' backups (as earlier sweeps would have left them).
     let db = sqlx::PgPool::connect(&p.database_url).await?;
     let tenant_id: i64 = sqlx::query_scalar("SELECT id FROM tenants WHERE key = $1")
         .bind(&key)
         .fetch_one(&db)
         .await?;
-    let this_hour = eventually("this hour's scheduled backup", DONE_TIMEOUT, || async {
-        let row: Option<(i64, String, String)> = sqlx::query_as(
-            "SELECT number, state, location FROM etcd_snapshots
-             WHERE tenant_id = $1 AND schedule = 'hourly' AND scheduled_for = date_trunc('hour', now())",
-        )
-        .bind(tenant_id)
-        .fetch_optional(&db)
-        .await?;
-        Ok(row.filter(|r| r.1 != "Pending"))
-    })
-    .await?;
-    assert_eq!(this_hour.1, "Succeeded", "{this_hour:?}");
-    let mut older = Vec::new();
-    for (hours, number) in [(1i64, 9001i64), (2, 9002)] {
-        let object = format!("{prefix}/{key}/snapshot-{number}.db.enc");
-        store.put(&object, b"sealed bytes".to_vec()).await?;
-        sqlx::query(
-            "INSERT INTO etcd_snapshots (tenant_id, number, version, state, revision, size_bytes,
-               sha256, location, requested_by, schedule, scheduled_for, finished_at)
-             SELECT $1, $2, version, 'Succeeded', 1, 1, $3, $4, 'test', 'hourly',
-               date_trunc('hour', now()) - make_interval(hours => $5::int), now()
-             FROM tenants WHERE id = $1",
-        )
-        .bind(tenant_id)
-        .bind(number)
-        .bind("0".repeat(64))
-        .bind(format!("s3://{}/{object}", s3.bucket))
-        .bind(hours as i32)
-        .execute(&db)
-        .await?;
-        older.push(object);
-    }
-    let (_, this_object) = parse_location(&this_hour.2)
-        .map(|(b, k)| (b.to_owned(), k.to_owned()))
-        .expect("uploaded");
-    eventually(
-        "the oldest hourly backup pruned",
-        Duration::from_secs(60),
-        || async { Ok((!store.exists(&older[1]).await?).then_some(())) },
-    )
-    .await?;
-    // A few more sweeps: nothing else goes.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(store.exists(&older[0]).await?, "the second newest is kept");
-    assert!(store.exists(&this_object).await?, "this hour's is kept");
-    assert!(
-        store.exists(object).await?,
-        "asked-for snapshots never expire"
-    );
-    let pruned: Vec<i64> = sqlx::query_scalar(
-        "SELECT number FROM etcd_snapshots WHERE tenant_id = $1 AND pruned_at IS NOT NULL",
-    )
-    .bind(tenant_id)
-    .fetch_all(&db)
-    .await?;
-    assert_eq!(pruned, [9002]);
-    let gone = snapshot(api, name, 9002).await?;
-    assert_eq!(
-        (gone["schedule"].as_str(), gone["pruned_at"].is_string()),
-        (Some("hourly"), true),
-        "{gone}"
-    );
-    let (s, b) = api
-        .raw(
-            Method::POST,
-            &format!("/v1/tenants/{name}/restore"),
-            Some(&json!({"snapshot": 9002})),
-        )
-        .await?;
-    assert_eq!(
-        (s, b["field"].as_str()),
-        (422, Some("snapshot")),
-        "a pruned one: {b}"
-    );
 
-    // A deleted tenant's backups: cloned by its key, which names it for ever.
-    api.delete_tenant(name).await?;
-    eventually("bk gone", DONE_TIMEOUT, || async {
-        Ok(api.get_tenant(name).await?.is_none().then_some(()))
-    })
-    .await?;
-    // This hour's scheduled backup, restored into a new tenant from the store.
-    let by_key = format!("{key}/{}", this_hour.0);
-    // Refused: by its old name (it names no live tenant any more), and by its key for an
-    // owner who does not own it.
-    let by_old_name = format!("{name}/{}", this_hour.0);
-    for (who, from, why) in [
-        (api, &by_old_name, "by its old name"),
-        (&eve, &by_key, "eve"),
-    ] {
-        let (s, b) = who
+    // The source's side (retention, then its deletion) and the clone's (its own key, a
+    // tampered restore, its own schedule) touch different tenants: side by side.
+    let source_side = async {
+        // Retention: the plan keeps the newest two hourly backups. Beside the one the sweep took
+        // for this hour, two older hours' backups (as earlier sweeps would have left them).
+        let this_hour = eventually("this hour's scheduled backup", DONE_TIMEOUT, || async {
+            let row: Option<(i64, String, String)> = sqlx::query_as(
+                "SELECT number, state, location FROM etcd_snapshots
+                 WHERE tenant_id = $1 AND schedule = 'hourly' AND scheduled_for = date_trunc('hour', now())",
+            )
+            .bind(tenant_id)
+            .fetch_optional(&db)
+            .await?;
+            Ok(row.filter(|r| r.1 != "Pending"))
+        })
+        .await?;
+        assert_eq!(this_hour.1, "Succeeded", "{this_hour:?}");
+        let mut older = Vec::new();
+        for (hours, number) in [(1i64, 9001i64), (2, 9002)] {
+            let object = format!("{prefix}/{key}/snapshot-{number}.db.enc");
+            store.put(&object, b"sealed bytes".to_vec()).await?;
+            sqlx::query(
+                "INSERT INTO etcd_snapshots (tenant_id, number, version, state, revision, size_bytes,
+                   sha256, location, requested_by, schedule, scheduled_for, finished_at)
+                 SELECT $1, $2, version, 'Succeeded', 1, 1, $3, $4, 'test', 'hourly',
+                   date_trunc('hour', now()) - make_interval(hours => $5::int), now()
+                 FROM tenants WHERE id = $1",
+            )
+            .bind(tenant_id)
+            .bind(number)
+            .bind("0".repeat(64))
+            .bind(format!("s3://{}/{object}", s3.bucket))
+            .bind(hours as i32)
+            .execute(&db)
+            .await?;
+            older.push(object);
+        }
+        let (_, this_object) = parse_location(&this_hour.2)
+            .map(|(b, k)| (b.to_owned(), k.to_owned()))
+            .expect("uploaded");
+        eventually(
+            "the oldest hourly backup pruned",
+            Duration::from_secs(60),
+            || async { Ok((!store.exists(&older[1]).await?).then_some(())) },
+        )
+        .await?;
+        // A few more sweeps: nothing else goes.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(store.exists(&older[0]).await?, "the second newest is kept");
+        assert!(store.exists(&this_object).await?, "this hour's is kept");
+        assert!(
+            store.exists(object).await?,
+            "asked-for snapshots never expire"
+        );
+        let pruned: Vec<i64> = sqlx::query_scalar(
+            "SELECT number FROM etcd_snapshots WHERE tenant_id = $1 AND pruned_at IS NOT NULL",
+        )
+        .bind(tenant_id)
+        .fetch_all(&db)
+        .await?;
+        assert_eq!(pruned, [9002]);
+        let gone = snapshot(api, name, 9002).await?;
+        assert_eq!(
+            (gone["schedule"].as_str(), gone["pruned_at"].is_string()),
+            (Some("hourly"), true),
+            "{gone}"
+        );
+        let (s, b) = api
             .raw(
                 Method::POST,
-                "/v1/tenants",
-                Some(&json!({"name": "bk-again", "from_snapshot": from})),
+                &format!("/v1/tenants/{name}/restore"),
+                Some(&json!({"snapshot": 9002})),
             )
             .await?;
         assert_eq!(
             (s, b["field"].as_str()),
-            (422, Some("from_snapshot")),
-            "{why}: {b}"
+            (422, Some("snapshot")),
+            "a pruned one: {b}"
         );
-    }
-    let (s, again) = api
-        .raw(
-            Method::POST,
-            "/v1/tenants",
-            Some(&json!({"name": "bk-again", "plan": BACKED_UP_PLAN, "from_snapshot": by_key})),
-        )
-        .await?;
-    assert_eq!(s, 201, "{again}");
-    let copy = snapshot(api, "bk-again", 1).await?;
-    assert_eq!(
-        copy["location"].as_str(),
-        Some(this_hour.2.as_str()),
-        "{copy}"
-    );
-    ready_with_the_data(api, "bk-again").await?;
-    api.delete_tenant("bk-again").await?;
-    // Its backups go once its plan's retention has passed: the hour before this one's, moved
-    // three hours back (as if the tenant were deleted that long ago), is past its two hours;
-    // the live rule alone (the two newest) would keep it.
-    sqlx::query(
-        "UPDATE etcd_snapshots SET scheduled_for = date_trunc('hour', now()) - interval '3 hours'
-         WHERE tenant_id = $1 AND number = 9001",
-    )
-    .bind(tenant_id)
-    .execute(&db)
-    .await?;
-    eventually(
-        "the deleted tenant's expired backup pruned",
-        Duration::from_secs(60),
-        || async { Ok((!store.exists(&older[0]).await?).then_some(())) },
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(store.exists(&this_object).await?, "within retention: kept");
-    assert!(
-        store.exists(object).await?,
-        "asked-for snapshots never expire"
-    );
 
-    // The clone's own key: every Secret rewritten with it, the shared one retired.
-    let clone_id: i64 =
-        sqlx::query_scalar("SELECT id FROM tenants WHERE name = 'bk-clone' AND deleted_at IS NULL")
-            .fetch_one(&db)
+        // A deleted tenant's backups: cloned by its key, which names it for ever.
+        api.delete_tenant(name).await?;
+        eventually("bk gone", DONE_TIMEOUT, || async {
+            Ok(api.get_tenant(name).await?.is_none().then_some(()))
+        })
+        .await?;
+        // This hour's scheduled backup, restored into a new tenant from the store.
+        let by_key = format!("{key}/{}", this_hour.0);
+        // Refused: by its old name (it names no live tenant any more), and by its key for an
+        // owner who does not own it.
+        let by_old_name = format!("{name}/{}", this_hour.0);
+        for (who, from, why) in [
+            (api, &by_old_name, "by its old name"),
+            (&eve, &by_key, "eve"),
+        ] {
+            let (s, b) = who
+                .raw(
+                    Method::POST,
+                    "/v1/tenants",
+                    Some(&json!({"name": "bk-again", "from_snapshot": from})),
+                )
+                .await?;
+            assert_eq!(
+                (s, b["field"].as_str()),
+                (422, Some("from_snapshot")),
+                "{why}: {b}"
+            );
+        }
+        let (s, again) = api
+            .raw(
+                Method::POST,
+                "/v1/tenants",
+                Some(&json!({"name": "bk-again", "plan": BACKED_UP_PLAN, "from_snapshot": by_key})),
+            )
             .await?;
-    eventually("the clone's rotation done", DONE_TIMEOUT, || async {
-        let (_, r) = api
-            .raw(Method::GET, "/v1/tenants/bk-clone/rotations", None)
-            .await?;
-        Ok(r["items"].as_array().and_then(|a| {
-            a.iter()
-                .find(|r| r["id"] == own_key["id"] && r["phase"] == "done")
-                .cloned()
-        }))
-    })
-    .await?;
-    let keys: Vec<(String, bool, Option<i64>)> = sqlx::query_as(
-        "SELECT name, retired_at IS NULL, rotation_id FROM encryption_keys
-         WHERE tenant_id = $1 ORDER BY id",
-    )
-    .bind(clone_id)
-    .fetch_all(&db)
-    .await?;
-    let source_keys: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM encryption_keys WHERE tenant_id = $1 ORDER BY id")
-            .bind(tenant_id)
-            .fetch_all(&db)
-            .await?;
-    assert_eq!(keys.len(), 2, "{keys:?}");
-    assert_eq!(
-        (keys[0].0.as_str(), keys[0].1),
-        (source_keys[0].as_str(), false),
-        "the shared key retired: {keys:?}"
-    );
-    assert_eq!(
-        (keys[1].1, keys[1].2),
-        (true, own_key["id"].as_i64()),
-        "its own key live: {keys:?}"
-    );
-    assert_eq!(
-        read_creds(cloned.clone()).await?,
-        b"hunter2",
-        "read under its own key"
-    );
+        assert_eq!(s, 201, "{again}");
+        let copy = snapshot(api, "bk-again", 1).await?;
+        assert_eq!(
+            copy["location"].as_str(),
+            Some(this_hour.2.as_str()),
+            "{copy}"
+        );
+        ready_with_the_data(api, "bk-again").await?;
+        api.delete_tenant("bk-again").await?;
+        // Its backups go once its plan's retention has passed: the hour before this one's, moved
+        // three hours back (as if the tenant were deleted that long ago), is past its two hours;
+        // the live rule alone (the two newest) would keep it.
+        sqlx::query(
+            "UPDATE etcd_snapshots SET scheduled_for = date_trunc('hour', now()) - interval '3 hours'
+             WHERE tenant_id = $1 AND number = 9001",
+        )
+        .bind(tenant_id)
+        .execute(&db)
+        .await?;
+        eventually(
+            "the deleted tenant's expired backup pruned",
+            Duration::from_secs(60),
+            || async { Ok((!store.exists(&older[0]).await?).then_some(())) },
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(store.exists(&this_object).await?, "within retention: kept");
+        assert!(
+            store.exists(object).await?,
+            "asked-for snapshots never expire"
+        );
+        anyhow::Ok(())
+    };
+    let clone_side = async {
+        // The clone's own key: every Secret rewritten with it, the shared one retired.
+        let clone_id: i64 = sqlx::query_scalar(
+            "SELECT id FROM tenants WHERE name = 'bk-clone' AND deleted_at IS NULL",
+        )
+        .fetch_one(&db)
+        .await?;
+        eventually("the clone's rotation done", DONE_TIMEOUT, || async {
+            let (_, r) = api
+                .raw(Method::GET, "/v1/tenants/bk-clone/rotations", None)
+                .await?;
+            Ok(r["items"].as_array().and_then(|a| {
+                a.iter()
+                    .find(|r| r["id"] == own_key["id"] && r["phase"] == "done")
+                    .cloned()
+            }))
+        })
+        .await?;
+        let keys: Vec<(String, bool, Option<i64>)> = sqlx::query_as(
+            "SELECT name, retired_at IS NULL, rotation_id FROM encryption_keys
+             WHERE tenant_id = $1 ORDER BY id",
+        )
+        .bind(clone_id)
+        .fetch_all(&db)
+        .await?;
+        let source_keys: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM encryption_keys WHERE tenant_id = $1 ORDER BY id")
+                .bind(tenant_id)
+                .fetch_all(&db)
+                .await?;
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert_eq!(
+            (keys[0].0.as_str(), keys[0].1),
+            (source_keys[0].as_str(), false),
+            "the shared key retired: {keys:?}"
+        );
+        assert_eq!(
+            (keys[1].1, keys[1].2),
+            (true, own_key["id"].as_i64()),
+            "its own key live: {keys:?}"
+        );
+        assert_eq!(
+            read_creds(cloned.clone()).await?,
+            b"hunter2",
+            "read under its own key"
+        );
 
-    // A backup changed in the store is refused at restore, and the tenant keeps its data.
-    let snap = api.take_snapshot("bk-clone", DONE_TIMEOUT).await?;
-    let n = snap["id"].as_i64().unwrap();
-    let (_, object) = parse_location(snap["location"].as_str().unwrap()).unwrap();
-    let mut bytes = store.get(object).await?;
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x01;
-    store.put(object, bytes).await?;
-    let (s, r) = api
-        .raw(
-            Method::POST,
-            "/v1/tenants/bk-clone/restore",
-            Some(&json!({"snapshot": n})),
-        )
-        .await?;
-    assert_eq!(s, 202, "{r}");
-    let failed = eventually("the tampered restore refused", DONE_TIMEOUT, || async {
-        let l = api.snapshots("bk-clone").await?;
-        Ok(l["restores"]
-            .as_array()
-            .and_then(|a| a.iter().find(|x| x["id"] == r["id"]).cloned())
-            .filter(|x| x["state"] != "Running"))
-    })
-    .await?;
-    eprintln!("tampered restore: {failed}");
-    assert_eq!(failed["state"], "Failed", "{failed}");
-    assert_eq!(failed["restored"], false, "{failed}");
-    api.wait_ready("bk-clone", DONE_TIMEOUT).await?;
-    let cm = eventually(
-        "bk-clone's data after the refused restore",
-        Duration::from_secs(60),
-        || async {
-            Ok(Api::<ConfigMap>::namespaced(cloned.clone(), "default")
-                .get_opt("marker")
-                .await
-                .ok()
-                .flatten())
-        },
-    )
-    .await?;
-    assert_eq!(cm.data.unwrap()["k"], MARKER);
-
-    // A schedule of the tenant's own in place of its plan's `hourly: 2`: one daily backup,
-    // no hourly ones (those it had are pruned at the next sweep).
-    let (s, b) = api
-        .raw(
-            Method::PATCH,
-            "/v1/tenants/bk-clone",
-            Some(&json!({"backups": {"hourly": 1001}})),
-        )
-        .await?;
-    assert_eq!((s, b["field"].as_str()), (422, Some("backups")), "{b}");
-    let (s, b) = api
-        .raw(
-            Method::PATCH,
-            "/v1/tenants/bk-clone",
-            Some(&json!({"backups": {"hourly": 0, "daily": 1}})),
-        )
-        .await?;
-    assert_eq!(s, 200, "{b}");
-    assert_eq!(b["backups"], json!({"hourly": 0, "daily": 1}), "{b}");
-    eventually(
-        "bk-clone's daily backup, and no hourly one left",
-        DONE_TIMEOUT,
-        || async {
+        // A backup changed in the store is refused at restore, and the tenant keeps its data.
+        let snap = api.take_snapshot("bk-clone", DONE_TIMEOUT).await?;
+        let n = snap["id"].as_i64().unwrap();
+        let (_, object) = parse_location(snap["location"].as_str().unwrap()).unwrap();
+        let mut bytes = store.get(object).await?;
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x01;
+        store.put(object, bytes).await?;
+        let (s, r) = api
+            .raw(
+                Method::POST,
+                "/v1/tenants/bk-clone/restore",
+                Some(&json!({"snapshot": n})),
+            )
+            .await?;
+        assert_eq!(s, 202, "{r}");
+        let failed = eventually("the tampered restore refused", DONE_TIMEOUT, || async {
             let l = api.snapshots("bk-clone").await?;
-            let all = l["snapshots"].as_array().cloned().unwrap_or_default();
-            let daily = all
-                .iter()
-                .any(|s| s["schedule"] == "daily" && s["state"] == "Succeeded");
-            let hourly_left = all
-                .iter()
-                .any(|s| s["schedule"] == "hourly" && s["pruned_at"].is_null());
-            Ok((daily && !hourly_left).then_some(()))
-        },
-    )
-    .await?;
-    let (s, b) = api
-        .raw(
-            Method::PATCH,
-            "/v1/tenants/bk-clone",
-            Some(&json!({"backups": null})),
+            Ok(l["restores"]
+                .as_array()
+                .and_then(|a| a.iter().find(|x| x["id"] == r["id"]).cloned())
+                .filter(|x| x["state"] != "Running"))
+        })
+        .await?;
+        eprintln!("tampered restore: {failed}");
+        assert_eq!(failed["state"], "Failed", "{failed}");
+        assert_eq!(failed["restored"], false, "{failed}");
+        api.wait_ready("bk-clone", DONE_TIMEOUT).await?;
+        let cm = eventually(
+            "bk-clone's data after the refused restore",
+            Duration::from_secs(60),
+            || async {
+                Ok(Api::<ConfigMap>::namespaced(cloned.clone(), "default")
+                    .get_opt("marker")
+                    .await
+                    .ok()
+                    .flatten())
+            },
         )
         .await?;
-    assert_eq!(
-        (s, &b["backups"]),
-        (200, &Value::Null),
-        "back to the plan's: {b}"
-    );
+        assert_eq!(cm.data.unwrap()["k"], MARKER);
+
+        // A schedule of the tenant's own in place of its plan's `hourly: 2`: one daily backup,
+        // no hourly ones (those it had are pruned at the next sweep).
+        let (s, b) = api
+            .raw(
+                Method::PATCH,
+                "/v1/tenants/bk-clone",
+                Some(&json!({"backups": {"hourly": 1001}})),
+            )
+            .await?;
+        assert_eq!((s, b["field"].as_str()), (422, Some("backups")), "{b}");
+        let (s, b) = api
+            .raw(
+                Method::PATCH,
+                "/v1/tenants/bk-clone",
+                Some(&json!({"backups": {"hourly": 0, "daily": 1}})),
+            )
+            .await?;
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(b["backups"], json!({"hourly": 0, "daily": 1}), "{b}");
+        eventually(
+            "bk-clone's daily backup, and no hourly one left",
+            DONE_TIMEOUT,
+            || async {
+                let l = api.snapshots("bk-clone").await?;
+                let all = l["snapshots"].as_array().cloned().unwrap_or_default();
+                let daily = all
+                    .iter()
+                    .any(|s| s["schedule"] == "daily" && s["state"] == "Succeeded");
+                let hourly_left = all
+                    .iter()
+                    .any(|s| s["schedule"] == "hourly" && s["pruned_at"].is_null());
+                Ok((daily && !hourly_left).then_some(()))
+            },
+        )
+        .await?;
+        let (s, b) = api
+            .raw(
+                Method::PATCH,
+                "/v1/tenants/bk-clone",
+                Some(&json!({"backups": null})),
+            )
+            .await?;
+        assert_eq!(
+            (s, &b["backups"]),
+            (200, &Value::Null),
+            "back to the plan's: {b}"
+        );
+        anyhow::Ok(())
+    };
+    tokio::try_join!(source_side, clone_side)?;
     Ok(())
 }
 
