@@ -219,6 +219,51 @@ async fn a_wake_accepted_during_a_sleep_pass_outlives_the_passs_outcome() -> any
     Ok(())
 }
 
+/// Whatever makes a tenant due while a pass holds it (an owner's snapshot or restore asked
+/// for, not only a spec change) outlives that pass's outcome. (CI on 58bf96c: a snapshot
+/// asked for while a Ready tenant's pass ran waited out that pass's five-minute requeue.)
+#[tokio::test]
+async fn a_snapshot_asked_for_during_a_pass_is_taken_at_once_not_after_its_requeue()
+-> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "racesnap").await?;
+    inv.create_tenant(&tenant("db", "dbaaaaaaaa", "o"), "o")
+        .await?;
+    let first = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+    assert!(inv.finish(&first, "w", &outcome("Ready", 1), "w").await?);
+    // Due again (as a Ready tenant is after its requeue), claimed, and asked for a snapshot.
+    sqlx::query("UPDATE tenants SET next_reconcile_at = now() - interval '1 second'")
+        .execute(inv.pool())
+        .await?;
+    let pass = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+    let snap = inv
+        .request_snapshot(&pass, "o")
+        .await?
+        .expect("a live tenant");
+    assert_eq!(pass.generation, 1, "a snapshot is not a spec change");
+    assert!(
+        inv.finish(&pass, "w", &outcome("Ready", pass.generation), "w")
+            .await?
+    );
+    let next = inv.claim("w", Duration::from_secs(30)).await?;
+    assert_eq!(
+        next.as_ref().map(|n| n.id),
+        Some(pass.id),
+        "due at once for snapshot {}, not after the pass's requeue",
+        snap.number
+    );
+    // A pass with nothing new keeps its requeue.
+    assert!(
+        inv.finish(&next.unwrap(), "w", &outcome("Ready", 1), "w")
+            .await?
+    );
+    assert!(
+        inv.claim("w", Duration::from_secs(30)).await?.is_none(),
+        "nothing woke it: due after its requeue"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn two_workers_never_hold_one_tenant_and_lost_leases_write_nothing() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;

@@ -64,6 +64,9 @@ pub struct Tenant {
     pub seed_snapshot_id: Option<i64>,
     /// The tenant's own backup schedule in place of its plan's (`migrations/0019`).
     pub backups: Option<Json<crate::backup_store::BackupPlan>>,
+    /// When its next pass is due, as read. A pass compares it at its end
+    /// ([`Inventory::finish`]): a later one means something made the tenant due meanwhile.
+    pub next_reconcile_at: OffsetDateTime,
 }
 
 /// A tenant to create.
@@ -123,7 +126,8 @@ pub struct Token {
 
 pub(crate) const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
      phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
-     maintenance_window, fleet_upgrades, auto_update, release, sleep, active_at, seed_snapshot_id, backups";
+     maintenance_window, fleet_upgrades, auto_update, release, sleep, active_at, seed_snapshot_id, backups, \
+     next_reconcile_at";
 
 /// Inserts a new tenant's row, in the caller's transaction: a live tenant of the same name and
 /// owner is a [`Error::Duplicate`], a key taken already a [`Error::KeyCollision`].

@@ -32,7 +32,9 @@ impl Inventory {
     /// Writes a pass's outcome and releases the lease. A generation bumped by the API during
     /// the pass is kept (the pass reports the generation it saw), so the change is not lost:
     /// the phase the API set stays (a deletion stays `Deleting`) and the tenant is due at once
-    /// instead of at the stale outcome's requeue time. Returns false if the lease had been lost.
+    /// instead of at the stale outcome's requeue time. So is a tenant made due during the pass
+    /// by anything else (a snapshot or a restore asked for): its `next_reconcile_at` moved
+    /// past the one the claim read. Returns false if the lease had been lost.
     pub async fn finish(&self, t: &Tenant, worker: &str, o: &Outcome, actor: &str) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
         let phase: Option<Phase> = sqlx::query_scalar(
@@ -40,7 +42,7 @@ impl Inventory {
                phase = CASE WHEN generation > $6 THEN phase ELSE $3 END,
                conditions = $4, endpoint = $5,
                observed_generation = GREATEST(observed_generation, $6),
-               next_reconcile_at = CASE WHEN generation > $6 THEN now()
+               next_reconcile_at = CASE WHEN generation > $6 OR next_reconcile_at > $8 THEN now()
                  ELSE now() + make_interval(secs => $7) END,
                lease_owner = NULL, lease_until = NULL, updated_at = now()
              WHERE id = $1 AND lease_owner = $2
@@ -53,6 +55,7 @@ impl Inventory {
         .bind(&o.endpoint)
         .bind(o.observed_generation)
         .bind(o.requeue_after.as_secs_f64())
+        .bind(t.next_reconcile_at)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(phase) = phase else {
