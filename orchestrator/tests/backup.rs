@@ -48,6 +48,26 @@ async fn read_creds(c: Client) -> anyhow::Result<Vec<u8>> {
 
 /// Waits until clone `name` is Ready and checks that it holds its source's objects (the marker
 /// ConfigMap, and the Secret, which opens only with the source's key); a client of it.
+/// Waits until retention deleted `gone` (what, object) from the store, lets a few more sweeps
+/// run, and checks that each of `kept` is still there.
+async fn pruned_then_kept(
+    store: &Store,
+    gone: (&str, &str),
+    kept: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    eventually(
+        &format!("{} pruned", gone.0),
+        Duration::from_secs(60),
+        || async { Ok((!store.exists(gone.1).await?).then_some(())) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for (what, object) in kept {
+        assert!(store.exists(object).await?, "{what} is kept");
+    }
+    Ok(())
+}
+
 async fn ready_with_the_data(api: &ApiClient, name: &str) -> anyhow::Result<Client> {
     api.wait_ready(name, DONE_TIMEOUT).await?;
     let c = tenant_client(&api.kubeconfig(name, "alice", &["admin"], "1h").await?).await?;
@@ -352,20 +372,16 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         let (_, this_object) = parse_location(&this_hour.2)
             .map(|(b, k)| (b.to_owned(), k.to_owned()))
             .expect("uploaded");
-        eventually(
-            "the oldest hourly backup pruned",
-            Duration::from_secs(60),
-            || async { Ok((!store.exists(&older[1]).await?).then_some(())) },
+        pruned_then_kept(
+            &store,
+            ("the oldest hourly backup", &older[1]),
+            &[
+                ("the second newest", &older[0]),
+                ("this hour's", &this_object),
+                ("an asked-for one, which never expires,", object),
+            ],
         )
         .await?;
-        // A few more sweeps: nothing else goes.
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        assert!(store.exists(&older[0]).await?, "the second newest is kept");
-        assert!(store.exists(&this_object).await?, "this hour's is kept");
-        assert!(
-            store.exists(object).await?,
-            "asked-for snapshots never expire"
-        );
         let pruned: Vec<i64> = sqlx::query_scalar(
             "SELECT number FROM etcd_snapshots WHERE tenant_id = $1 AND pruned_at IS NOT NULL",
         )
@@ -446,18 +462,40 @@ async fn snapshots_go_to_s3_sealed_restore_from_there_and_expire() -> anyhow::Re
         .bind(tenant_id)
         .execute(&db)
         .await?;
-        eventually(
-            "the deleted tenant's expired backup pruned",
-            Duration::from_secs(60),
-            || async { Ok((!store.exists(&older[0]).await?).then_some(())) },
+        pruned_then_kept(
+            &store,
+            ("the deleted tenant's expired backup", &older[0]),
+            &[
+                ("one within retention", &this_object),
+                ("an asked-for one, which never expires,", object),
+            ],
         )
         .await?;
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        assert!(store.exists(&this_object).await?, "within retention: kept");
-        assert!(
-            store.exists(object).await?,
-            "asked-for snapshots never expire"
-        );
+        // Past retention too (an hour before 9001's new slot), the one bk-again was cloned
+        // from goes, and its copy with it.
+        sqlx::query(
+            "UPDATE etcd_snapshots SET scheduled_for = date_trunc('hour', now()) - interval '4 hours'
+             WHERE tenant_id = $1 AND number = $2",
+        )
+        .bind(tenant_id)
+        .bind(this_hour.0)
+        .execute(&db)
+        .await?;
+        eventually(
+            "bk-again's copy pruned with its source",
+            Duration::from_secs(60),
+            || async {
+                let pruned: Option<bool> = sqlx::query_scalar(
+                    "SELECT c.pruned_at IS NOT NULL FROM etcd_snapshots c
+                     JOIN tenants t ON t.seed_snapshot_id = c.id WHERE t.name = 'bk-again'",
+                )
+                .fetch_optional(&db)
+                .await?;
+                Ok(pruned.filter(|p| *p))
+            },
+        )
+        .await?;
+        assert!(!store.exists(&this_object).await?, "the object is gone");
         anyhow::Ok(())
     };
     let clone_side = async {

@@ -264,6 +264,87 @@ async fn a_snapshot_asked_for_during_a_pass_is_taken_at_once_not_after_its_reque
     Ok(())
 }
 
+/// Retention follows a snapshot to the clones' copies of it: kept while a clone has yet to
+/// restore from it, and once pruned, every copy is marked pruned too (in its clone's trail),
+/// so no copy is offered for a restore whose object is gone.
+#[tokio::test]
+async fn a_pruned_snapshot_takes_its_copies_and_waits_for_a_clone_to_restore_it()
+-> anyhow::Result<()> {
+    use vcp_orchestrator::backup_store::Schedule;
+    use vcp_orchestrator::clones::store::Seed;
+    use vcp_orchestrator::snapshots::Report;
+    use vcp_orchestrator::snapshots::store::NewRestore;
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "copies").await?;
+    let src = inv
+        .create_tenant(&tenant("src", "srcaaaaaaa", "o"), "o")
+        .await?;
+    let hour = OffsetDateTime::now_utc()
+        .replace_minute(0)?
+        .replace_second(0)?;
+    let n = inv
+        .request_scheduled_snapshot(src.id, Schedule::Hourly, hour, "vcp")
+        .await?
+        .expect("asked for");
+    let row = inv.numbered_snapshot(src.id, n).await?.unwrap();
+    let report = Report {
+        revision: 7,
+        size: 100,
+        sha256: "0".repeat(64),
+        storage_version: "3.6.0".into(),
+        object: Some("s3://vcp-backups/k/srcaaaaaaa/snapshot-1.db.enc".into()),
+        backup_key: None,
+    };
+    inv.finish_snapshot(src.id, row.id, Ok(&report), "vcp")
+        .await?;
+    let snapshot = inv.snapshot(src.id, row.id).await?.unwrap();
+    let seed = Seed {
+        source: src.clone(),
+        snapshot,
+        key: None,
+    };
+    let kek = vcp_orchestrator::pki::seal::InventoryKey::new([7; 32]);
+    let clone = inv
+        .create_clone(&tenant("copy", "copyaaaaaa", "o"), &seed, &kek, "o")
+        .await?;
+    let copy = clone.seed_snapshot_id.expect("a clone has its seed");
+    assert!(inv.seeds_a_clone(row.id).await?, "its restore not started");
+    let r = inv
+        .start_seed_restore(&clone, "vcp")
+        .await?
+        .expect("started");
+    assert!(inv.seeds_a_clone(row.id).await?, "its restore running");
+    // The restore ends through a pass's outcome, as the provisioner ends it.
+    sqlx::query("UPDATE tenants SET next_reconcile_at = now() - interval '1 second'")
+        .execute(inv.pool())
+        .await?;
+    let mut claimed = Vec::new();
+    while let Some(t) = inv.claim("w", Duration::from_secs(30)).await? {
+        claimed.push(t);
+    }
+    let pass = claimed.iter().find(|t| t.id == clone.id).expect("due");
+    let mut o = outcome("Ready", pass.generation);
+    o.restore = Some((r.id, NewRestore::Succeeded));
+    assert!(inv.finish(pass, "w", &o, "w").await?);
+    assert!(
+        !inv.seeds_a_clone(row.id).await?,
+        "restored: retention may delete it"
+    );
+
+    assert!(inv.mark_pruned(src.id, row.id, "vcp").await?);
+    let copied = inv.snapshot(clone.id, copy).await?.unwrap();
+    assert!(copied.pruned_at.is_some(), "the copy is pruned with it");
+    let trail = inv.audit_trail(clone.id).await?;
+    assert!(
+        trail
+            .iter()
+            .any(|(a, action)| a == "vcp" && action == "tenant.snapshot.pruned"),
+        "in the clone's trail: {trail:?}"
+    );
+    assert!(!inv.mark_pruned(src.id, row.id, "vcp").await?, "once only");
+    Ok(())
+}
+
 #[tokio::test]
 async fn two_workers_never_hold_one_tenant_and_lost_leases_write_nothing() -> anyhow::Result<()> {
     let pg = EphemeralPostgres::start().await?;

@@ -220,6 +220,14 @@ async fn prune(
             .iter()
             .find(|s| s.id == id)
             .expect("expired lists given rows");
+        if inv.seeds_a_clone(id).await? {
+            tracing::info!(
+                tenant_id,
+                snapshot_row = id,
+                "expired backup kept until the clone made from it has restored it"
+            );
+            continue;
+        }
         if let Some((bucket, key)) = offsite::parse_location(&s.location) {
             let Some(store) = store else {
                 return Err(Error::Backup(format!(

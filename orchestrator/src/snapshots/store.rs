@@ -327,7 +327,9 @@ impl Inventory {
         Ok(Some(row.number))
     }
 
-    /// Records that retention deleted a snapshot's uploaded copy; whether this call did.
+    /// Records that retention deleted a snapshot's uploaded copy; whether this call did. The
+    /// clones' copies of it (same object) are marked pruned with it, each in its clone's audit
+    /// trail, so none of them is offered for a restore or a clone that would find no object.
     pub async fn mark_pruned(&self, tenant_id: i64, id: i64, actor: &str) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
         let number: Option<i64> = sqlx::query_scalar(
@@ -347,9 +349,45 @@ impl Inventory {
                 serde_json::json!({"snapshot": n}),
             )
             .await?;
+            let copies: Vec<(i64, i64)> = sqlx::query_as(
+                "UPDATE etcd_snapshots SET pruned_at = now()
+                 WHERE copied_from = $1 AND pruned_at IS NULL RETURNING tenant_id, number",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+            for (clone, copy) in copies {
+                audit_in(
+                    &mut tx,
+                    actor,
+                    "tenant.snapshot.pruned",
+                    Some(clone),
+                    serde_json::json!({"snapshot": copy, "copy_of": {"tenant_id": tenant_id,
+                        "snapshot": n}}),
+                )
+                .await?;
+            }
         }
         tx.commit().await?;
         Ok(number.is_some())
+    }
+
+    /// Whether a clone has yet to restore from a copy of this snapshot (its seed restore not
+    /// started, or running): retention keeps the object until that restore has ended.
+    pub async fn seeds_a_clone(&self, id: i64) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (
+               SELECT 1 FROM etcd_snapshots c JOIN tenants t ON t.seed_snapshot_id = c.id
+               WHERE c.copied_from = $1 AND t.deleted_at IS NULL AND t.desired = $2
+                 AND NOT EXISTS (SELECT 1 FROM etcd_restores r
+                                 WHERE r.tenant_id = t.id AND r.snapshot_id = c.id
+                                   AND r.state <> $3))",
+        )
+        .bind(id)
+        .bind(Desired::Present)
+        .bind(RestoreState::Running)
+        .fetch_one(self.pool())
+        .await?)
     }
 
     /// Starts a restore of a Ready tenant from one of its taken snapshots (no upgrade or
