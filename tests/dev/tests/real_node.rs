@@ -911,9 +911,14 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
 
     assert_eq!(failed.type_.as_deref(), Some("Warning"));
 
-    // A second tenant: its pod reaches nothing of the first, and neither reaches any etcd or
-    // the other's apiserver, DNS or syncer. Each probe is a TCP connection from a pod.
-    platform.admin.create_tenant("other").await?;
+    // A second tenant, its data on the shared datastore (three members on the node): its pod
+    // reaches nothing of the first, and neither reaches any etcd (demo's own, the datastore's
+    // members) or the other's apiserver, DNS or syncer. Each probe is a TCP connection from a
+    // pod.
+    platform
+        .admin
+        .create_tenant_with_plan("other", "lean-shared")
+        .await?;
     let other_t = platform
         .admin
         .wait_ready("other", Duration::from_secs(300))
@@ -975,6 +980,14 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
                 .ok_or_else(|| anyhow::anyhow!("no {component} pod in {ns}"))
         }
     };
+    // A member of the datastore `other` keeps its data on (its apiserver reaches it: `other`
+    // is Ready and answers).
+    let datastore_member = Api::<Pod>::namespaced(host.clone(), "vcp-datastore-shared-real")
+        .get("etcd-0")
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .expect("the member's address");
     let server_ip = pods
         .get("server")
         .await?
@@ -1003,6 +1016,51 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
     // (what, address, port, demo's client connects, other's pod connects): a tenant's pods
     // reach their own apiserver and DNS, as in any cluster, and nothing else of the control
     // planes or of each other.
+    // A pod of the host's own, in a namespace no policy selects: the datastore's ingress
+    // policy alone refuses it (the tenants' pods also have their namespaces' egress policies
+    // in the way), while the host apiserver, which no policy guards, answers it.
+    namespace(&host, "probe").await?;
+    let probes: Api<Pod> = Api::namespaced(host.clone(), "probe");
+    probes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "host-probe"},
+                "spec": {
+                    "nodeSelector": {node::NODE_LABEL.0: node::NODE_LABEL.1},
+                    "tolerations": [{"key": node::NODE_LABEL.0, "operator": "Exists"}],
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": images::BUSYBOX_IMAGE,
+                        "command": ["sleep", "3600"]}],
+                },
+            }))?,
+        )
+        .await?;
+    eventually(
+        "the host probe running",
+        Duration::from_secs(90),
+        || async {
+            Ok(probes
+                .get("host-probe")
+                .await
+                .ok()
+                .filter(vcp_dev::testing::running))
+        },
+    )
+    .await?;
+    let host_kc = cluster.kubeconfig_path().to_path_buf();
+    let host_api = net.host_ip().to_string();
+    let from_host = [
+        (datastore_member.as_str(), 2379, false),
+        (host_api.as_str(), node::API_PORT, true),
+    ]
+    .map(|(ip, port, want)| {
+        let got = connects(&host_kc, "probe", "host-probe", ip, port);
+        assert_eq!(got, want, "a host pod to {ip}:{port}");
+        format!("a host pod to {ip}:{port}: {got}")
+    });
+    println!("{}", from_host.join("\n"));
+
     let mut seen = Vec::new();
     for (what, ip, port, from_demo, from_other) in [
         ("demo's server pod", server_ip.clone(), 8080, true, false),
@@ -1014,8 +1072,8 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
             false,
         ),
         (
-            "other's etcd",
-            cp_ip(&other_t, "etcd").await?,
+            "the shared datastore other's data is on",
+            datastore_member.clone(),
             2379,
             false,
             false,
