@@ -377,6 +377,46 @@ async fn revoked_kubeconfigs_are_refused_within_a_minute_and_the_rest_work_with_
     Ok(())
 }
 
+/// A tenant once Ready that a later pass found not ready (Provisioning, as a pass that meets a
+/// refused connection leaves it) still gets its owner's kubeconfigs. (CI on 5122a78: charted's
+/// periodic pass met a refused connection under load, and the kubeconfig asked for next was
+/// refused 409.) The phase is set in the inventory, out of any worker's reach for the while,
+/// so the request meets it for certain; then the tenant is handed back, due at once.
+async fn provisioning_again_still_issues_kubeconfigs(
+    api: &vcp_dev::platform::ApiClient,
+    database_url: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    let db = sqlx::PgPool::connect(database_url).await?;
+    let held = sqlx::query(
+        "UPDATE tenants SET phase = 'Provisioning', next_reconcile_at = now() + interval '1 hour'
+         WHERE name = $1 AND lease_owner IS NULL AND phase = 'Ready'",
+    )
+    .bind(name)
+    .execute(&db)
+    .await?;
+    assert_eq!(
+        held.rows_affected(),
+        1,
+        "{name} is Ready and no pass holds it"
+    );
+    let (status, body) = api
+        .raw(
+            Method::POST,
+            &format!("/v1/tenants/{name}/kubeconfigs"),
+            Some(&serde_json::json!({"user": "between-passes", "ttl": "10m"})),
+        )
+        .await?;
+    let t = api.get_tenant(name).await?.unwrap_or_default();
+    assert_eq!(t["phase"], "Provisioning", "{t}");
+    assert_eq!(status, 201, "a kubeconfig of a tenant once Ready: {body}");
+    sqlx::query("UPDATE tenants SET phase = 'Ready', next_reconcile_at = now() WHERE name = $1")
+        .bind(name)
+        .execute(&db)
+        .await?;
+    Ok(())
+}
+
 /// The tenant's syncer scaled to 0 for two minutes (vcp stopped first, so nothing scales it
 /// back): a revoked admin kubeconfig is refused every time it is tried, once a second, as the
 /// security review's Secret write was not; the tenant's other kubeconfigs and a break-glass
@@ -391,6 +431,8 @@ async fn a_revoked_kubeconfig_stays_refused_while_the_syncer_is_down() -> anyhow
     api.create_tenant("down").await?;
     let tenant = api.wait_ready("down", Duration::from_secs(240)).await?;
     let ns = format!("vcp-{}", tenant["key"].as_str().unwrap());
+    assert!(tenant["first_ready_at"].is_string(), "{tenant}");
+    provisioning_again_still_issues_kubeconfigs(&api, &p.database_url, "down").await?;
     let dir = p.dir.path().to_owned();
     let write = |file: &str, kubeconfig: String| {
         let path = dir.join(file);

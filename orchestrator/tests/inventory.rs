@@ -264,6 +264,141 @@ async fn a_snapshot_asked_for_during_a_pass_is_taken_at_once_not_after_its_reque
     Ok(())
 }
 
+/// A tenant's first Ready is recorded once and survives later passes that find its control
+/// plane not ready (its owner's kubeconfigs are issued from then on); a pass whose outcome is
+/// stale (the spec changed under it) records nothing. (CI on 5122a78: a Ready tenant's
+/// periodic pass met a refused connection, made it Provisioning, and its owner's kubeconfig
+/// request was refused 409.)
+#[tokio::test]
+async fn a_tenant_is_first_ready_once_and_stays_so_through_a_later_pass_that_is_not()
+-> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let inv = fresh(&pg, "firstready").await?;
+    let created = inv
+        .create_tenant(&tenant("fr", "fraaaaaaaa", "o"), "o")
+        .await?;
+    assert_eq!(created.first_ready_at, None);
+    let due = || async {
+        sqlx::query("UPDATE tenants SET next_reconcile_at = now() - interval '1 second'")
+            .execute(inv.pool())
+            .await
+    };
+    let pass = |phase: &'static str| {
+        let inv = &inv;
+        async move {
+            due().await?;
+            let t = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+            assert!(
+                inv.finish(&t, "w", &outcome(phase, t.generation), "w")
+                    .await?
+            );
+            anyhow::Ok(inv.tenant_by_id(t.id).await?.unwrap())
+        }
+    };
+    assert_eq!(pass("Provisioning").await?.first_ready_at, None);
+    // Ready, but the spec changed during the pass: the outcome is stale and records nothing.
+    due().await?;
+    let t = inv.claim("w", Duration::from_secs(30)).await?.unwrap();
+    sqlx::query("UPDATE tenants SET generation = generation + 1 WHERE id = $1")
+        .bind(t.id)
+        .execute(inv.pool())
+        .await?;
+    assert!(
+        inv.finish(&t, "w", &outcome("Ready", t.generation), "w")
+            .await?
+    );
+    let after = inv.tenant_by_id(t.id).await?.unwrap();
+    assert_eq!(
+        (after.phase.to_string(), after.first_ready_at),
+        ("Provisioning".into(), None)
+    );
+    let ready = pass("Ready").await?;
+    let first = ready
+        .first_ready_at
+        .expect("recorded by the first Ready pass");
+    for phase in ["Provisioning", "Ready", "Upgrading"] {
+        let t = pass(phase).await?;
+        assert_eq!(t.phase.to_string(), phase);
+        assert_eq!(t.first_ready_at, Some(first), "after a {phase} pass");
+    }
+    Ok(())
+}
+
+/// Migration 0021 gives the tenants already there their first Ready: the audit event that
+/// made them Ready, else (no such event) their last update if they are in a phase only a
+/// Ready tenant reaches; a tenant never Ready gets none.
+#[tokio::test]
+async fn migration_0021_dates_the_first_ready_of_tenants_already_there() -> anyhow::Result<()> {
+    let pg = EphemeralPostgres::start().await?;
+    let url = pg.create_database("firstready0021").await?;
+    let pool = sqlx::PgPool::connect(&url).await?;
+    let mut before = sqlx::migrate!("../migrations");
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version < 21)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    before.run(&pool).await?;
+    let inv = Inventory::connect(&url).await?;
+    inv.upsert_versions(&Catalog::builtin()).await?;
+    let mut ids = BTreeMap::new();
+    for (name, key, phase) in [
+        ("audited", "audaaaaaaa", "Provisioning"),
+        ("sleeper", "sleaaaaaaa", "Sleeping"),
+        ("pending", "penaaaaaaa", "Pending"),
+        ("failing", "faiaaaaaaa", "Provisioning"),
+    ] {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO tenants (name, key, owner, version, plan, phase, updated_at)
+             VALUES ($1, $2, 'o', '1.37', 'default', $3, '2026-11-02T00:00:00Z')
+             RETURNING id",
+        )
+        .bind(name)
+        .bind(key)
+        .bind(phase)
+        .fetch_one(&pool)
+        .await?;
+        ids.insert(name, id);
+    }
+    for (at, to) in [
+        ("2026-11-01T10:00:00Z", "Provisioning"),
+        ("2026-11-01T10:00:20Z", "Ready"),
+        ("2026-11-01T11:00:00Z", "Provisioning"),
+        ("2026-11-01T11:00:10Z", "Ready"),
+    ] {
+        sqlx::query(
+            "INSERT INTO audit (at, actor, action, tenant_id, detail)
+             VALUES ($1::timestamptz, 'reconciler/a', 'tenant.phase', $2, jsonb_build_object('to', $3::text))",
+        )
+        .bind(at)
+        .bind(ids["audited"])
+        .bind(to)
+        .execute(&pool)
+        .await?;
+    }
+    sqlx::query(
+        "INSERT INTO audit (actor, action, tenant_id, detail)
+         VALUES ('reconciler/a', 'tenant.phase', $1, '{\"to\": \"Provisioning\"}')",
+    )
+    .bind(ids["failing"])
+    .execute(&pool)
+    .await?;
+    inv.migrate().await?;
+    let at = |s: &str| OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339);
+    for (name, want) in [
+        ("audited", Some(at("2026-11-01T10:00:20Z")?)),
+        ("sleeper", Some(at("2026-11-02T00:00:00Z")?)),
+        ("pending", None),
+        ("failing", None),
+    ] {
+        let t = inv.tenant_by_id(ids[name]).await?.unwrap();
+        assert_eq!(t.first_ready_at, want, "{name}");
+    }
+    Ok(())
+}
+
 /// Retention follows a snapshot to the clones' copies of it: kept while a clone has yet to
 /// restore from it, and once pruned, every copy is marked pruned too (in its clone's trail),
 /// so no copy is offered for a restore whose object is gone.

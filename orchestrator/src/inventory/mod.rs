@@ -67,6 +67,9 @@ pub struct Tenant {
     /// When its next pass is due, as read. A pass compares it at its end
     /// ([`Inventory::finish`]): a later one means something made the tenant due meanwhile.
     pub next_reconcile_at: OffsetDateTime,
+    /// When a pass first found it Ready (`None`: never yet). From then on its CA and
+    /// endpoint exist for good, whatever a later pass finds (`migrations/0021`).
+    pub first_ready_at: Option<OffsetDateTime>,
 }
 
 /// A tenant to create.
@@ -127,7 +130,7 @@ pub struct Token {
 pub(crate) const TENANT_COLUMNS: &str = "id, name, key, owner, labels, version, plan, desired, retain_data, \
      phase, conditions, endpoint, generation, observed_generation, created_at, updated_at, deleted_at, \
      maintenance_window, fleet_upgrades, auto_update, release, sleep, active_at, seed_snapshot_id, backups, \
-     next_reconcile_at";
+     next_reconcile_at, first_ready_at";
 
 /// Inserts a new tenant's row, in the caller's transaction: a live tenant of the same name and
 /// owner is a [`Error::Duplicate`], a key taken already a [`Error::KeyCollision`].

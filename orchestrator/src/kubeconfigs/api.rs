@@ -65,7 +65,7 @@ fn check_kubeconfig(req: &IssueKubeconfig, max: Duration) -> Result<Duration, Pr
     BodyRefused,
     Unauthorized,
     NoSuchTenant,
-    (status = 409, description = "the tenant is not Ready", body = ProblemBody, content_type = "application/problem+json"),
+    (status = 409, description = "the tenant has not been Ready yet, or is being deleted", body = ProblemBody, content_type = "application/problem+json"),
     (status = 422, description = "invalid user, groups or ttl", body = ProblemBody, content_type = "application/problem+json"),
 ))]
 #[tracing::instrument(skip_all, fields(caller = Empty, tenant = Empty))]
@@ -80,26 +80,24 @@ pub(crate) async fn issue_kubeconfig(
     let ttl = check_kubeconfig(&req, s.max_kubeconfig_ttl)?;
     let ttl = time::Duration::try_from(ttl)
         .map_err(|_| Problem::invalid("ttl", "longer than this server can represent"))?;
-    // A rotation's own rolls make the tenant Provisioning for seconds at a time, within the
-    // phase (`sign`) in which its users are told to fetch new kubeconfigs: those are issued.
-    let rotating = t.phase == Phase::Provisioning
-        && s.inventory
-            .active_rotation(t.id)
-            .await
-            .map_err(|e| Problem::internal(&e))?
-            .is_some();
-    // A sleeping tenant's CA is on the host as ever, and its kubeconfig's first call through
-    // the gateway wakes it.
-    let issuable = matches!(t.phase, Phase::Ready | Phase::Sleeping) || rotating;
+    // Once Ready, a tenant's CA and endpoint exist for good: a later pass that finds its
+    // control plane rolling (a rotation, an upgrade, a plan change) or briefly unreachable
+    // makes it Provisioning, Upgrading or Restoring for a while, and its owner still gets
+    // kubeconfigs then. A sleeping tenant's first call through the gateway wakes it.
+    let issuable = t.first_ready_at.is_some() && t.phase != Phase::Deleting;
     let Some(endpoint) = t.endpoint.clone().filter(|_| issuable) else {
         return Err(Problem::new(
             StatusCode::CONFLICT,
             "not-ready",
             "tenant not ready",
-            &format!(
-                "tenant {:?} is {}; kubeconfigs are issued once it is Ready (or Sleeping)",
-                t.name, t.phase
-            ),
+            &if t.phase == Phase::Deleting {
+                format!("tenant {:?} is being deleted", t.name)
+            } else {
+                format!(
+                    "tenant {:?} is {} and has not been Ready yet; kubeconfigs are issued once it has been",
+                    t.name, t.phase
+                )
+            },
             None,
         ));
     };

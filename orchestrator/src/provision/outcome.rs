@@ -42,6 +42,8 @@ impl Inventory {
                phase = CASE WHEN generation > $6 THEN phase ELSE $3 END,
                conditions = $4, endpoint = $5,
                observed_generation = GREATEST(observed_generation, $6),
+               first_ready_at = CASE WHEN first_ready_at IS NULL AND generation <= $6
+                 AND $3 = 'Ready' THEN now() ELSE first_ready_at END,
                next_reconcile_at = CASE WHEN generation > $6 OR next_reconcile_at > $8 THEN now()
                  ELSE now() + make_interval(secs => $7) END,
                lease_owner = NULL, lease_until = NULL, updated_at = now()

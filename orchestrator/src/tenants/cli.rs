@@ -758,6 +758,7 @@ mod tests {
             generation: 1,
             observed_generation: 1,
             created_at: at(0),
+            first_ready_at: None,
             usage: None,
             upgrade: None,
             maintenance_window: None,

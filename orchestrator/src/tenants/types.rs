@@ -85,6 +85,11 @@ pub struct TenantView {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: OffsetDateTime,
+    /// When vcp first found every step ready; null until then. From then on kubeconfigs are
+    /// issued in every phase but `Deleting`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub first_ready_at: Option<OffsetDateTime>,
     /// The latest usage sample against the plan's quota; null before the first sample (vcp
     /// samples Ready tenants every `--usage-interval-seconds`).
     pub usage: Option<TenantUsage>,
@@ -148,6 +153,7 @@ impl TenantView {
             generation: t.generation,
             observed_generation: t.observed_generation,
             created_at: t.created_at,
+            first_ready_at: t.first_ready_at,
             maintenance_window: t.maintenance_window.map(|w| w.0),
             fleet_upgrades: t.fleet_upgrades,
             sleep: t.sleep,
