@@ -192,7 +192,9 @@ impl Error {
             // The API's own message says it all; the debug form of its status does not help.
             Error::Kube { context, source } => match source.as_ref() {
                 kube::Error::Api(s) => format!("failed to {context}: {} ({})", s.message, s.code),
-                other => format!("failed to {context}: {other}"),
+                // A transport error's own text is only its kind ("client error (Connect)");
+                // what failed (a refused connection, a name not found) is in its sources.
+                other => format!("failed to {context}: {}", chain(other)),
             },
             other => chain(other),
         }
@@ -383,6 +385,24 @@ pub async fn run(args: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use vcp_telemetry::LogFormat;
+
+    #[test]
+    fn a_transport_error_says_what_failed_underneath() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Kind(#[source] std::io::Error);
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = crate::Error::kube(
+            "read the tenant's default namespace",
+            kube::Error::Service(Box::new(Kind(refused))),
+        );
+        let public = e.public();
+        assert!(
+            public.starts_with("failed to read the tenant's default namespace: ")
+                && public.contains("client error (Connect): connection refused"),
+            "{public}"
+        );
+    }
 
     #[test]
     fn the_flag_goes_anywhere_reads_the_environment_and_refuses_other_formats() {
