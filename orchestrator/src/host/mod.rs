@@ -28,7 +28,8 @@ use std::time::Duration;
 /// How the orchestrator reaches tenant apiservers (readiness, bootstrap, kubeconfigs it checks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TenantAccess {
-    /// Through the Service's cluster DNS name (vcp runs inside the host cluster).
+    /// Through the Service (its cluster IP, verified by its DNS name; vcp runs inside the host
+    /// cluster).
     Service,
     /// Through the exposed endpoint that kubeconfigs carry (vcp runs outside).
     Endpoint,
