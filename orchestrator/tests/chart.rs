@@ -47,6 +47,7 @@ fn text(b: &[u8]) -> String {
 /// Values with every optional block of the chart on.
 const ALL_ON: &str = r#"
 replicas: 3
+tenantAccess: service-name
 expose: {mode: node-port, address: 192.0.2.10}
 postgresql: {enabled: true, storage: {size: 2Gi, storageClass: standard}}
 adminToken: {existingSecret: my-admin, secretKey: secret}
@@ -512,7 +513,13 @@ fn the_deployment_runs_a_command_line_vcp_serve_accepts_with_files_it_loads() ->
         assert!(serve.replica_id.is_some(), "{what}: a replica id is passed");
         let config = vcp_orchestrator::serve::config(&serve)
             .map_err(|e| anyhow::anyhow!("{what}: vcp serve would not start: {e}"))?;
-        assert_eq!(config.access, vcp_orchestrator::host::TenantAccess::Service);
+        // By cluster IP unless the values ask for the name.
+        let access = if values == ALL_ON {
+            vcp_orchestrator::host::TenantAccess::ServiceName
+        } else {
+            vcp_orchestrator::host::TenantAccess::Service
+        };
+        assert_eq!(config.access, access, "{what}");
         if values != ALL_ON {
             assert!(serve.templates.is_none(), "built-in templates by default");
             assert_eq!(config.plans.keys().collect::<Vec<_>>(), ["default"]);
@@ -715,8 +722,13 @@ fn the_chart_mounts_the_templates_of_its_own_version() -> anyhow::Result<()> {
 }
 
 /// Bad values: each `--set` and the part of the message that must name it.
-const BAD: [(&str, &str, &str); 12] = [
+const BAD: [(&str, &str, &str); 13] = [
     ("an unknown key", "colour=red", "colour"),
+    (
+        "an unknown tenant access",
+        "tenantAccess=dns",
+        "/tenantAccess",
+    ),
     (
         "an unknown key of the database CA",
         "database.tls.ca=db-ca",

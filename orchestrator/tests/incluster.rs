@@ -7,7 +7,8 @@
 //!
 //! In cluster, vcp reads its service-account token and CA from the mounted volume, reaches the
 //! host apiserver at `KUBERNETES_SERVICE_HOST`, finds Postgres by its Service name and tenant
-//! apiservers by theirs (`--tenant-access service`), and names itself after its pod.
+//! apiservers by theirs (`--tenant-access service-name`: the devnode routes no cluster IP), and
+//! names itself after its pod.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};

@@ -31,6 +31,9 @@ pub enum TenantAccess {
     /// Through the Service (its cluster IP, verified by its DNS name; vcp runs inside the host
     /// cluster).
     Service,
+    /// Through the Service's DNS name, resolved on every connection: for a host cluster whose
+    /// pods cannot reach cluster IPs (the dev cluster's devnode routes none).
+    ServiceName,
     /// Through the exposed endpoint that kubeconfigs carry (vcp runs outside).
     Endpoint,
 }

@@ -48,7 +48,8 @@ impl Provisioner {
         let secrets: Api<Secret> = Api::namespaced(self.host.clone(), ns);
         let (server, server_name) = match (self.config.access, endpoint) {
             (TenantAccess::Endpoint, Some(e)) => self.config.settings.expose.dial(e),
-            _ => {
+            (TenantAccess::ServiceName, _) | (TenantAccess::Endpoint, None) => in_cluster(ns, None),
+            (TenantAccess::Service, _) => {
                 let services: Api<Service> = Api::namespaced(self.host.clone(), ns);
                 let ip = services
                     .get_opt(SERVICE)

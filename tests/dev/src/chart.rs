@@ -66,6 +66,7 @@ pub fn dev_values(api_node_port: Option<u16>) -> String {
         r#"replicas: 2
 workers: 2
 serviceCIDR: {cidr}
+tenantAccess: service-name
 expose: {{mode: node-port, address: 127.0.0.1}}
 postgresql: {{enabled: true, storage: {{size: 1Gi}}}}
 logging: {{format: text, level: "info"}}
