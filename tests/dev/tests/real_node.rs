@@ -83,6 +83,19 @@ fn pod(name: &str, image: &str, command: &str) -> anyhow::Result<Pod> {
     }))?)
 }
 
+/// A pod of one container `c` (its JSON) pinned to the real node, stopped at once when deleted.
+fn on_node(name: &str, labels: serde_json::Value, c: serde_json::Value) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "nodeSelector": {node::NODE_LABEL.0: node::NODE_LABEL.1},
+            "tolerations": [{"key": node::NODE_LABEL.0, "operator": "Exists"}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [c],
+        },
+    }))?)
+}
+
 /// The first container of pod `name` waiting in `ErrImagePull` (its message is the pull's
 /// error), within a minute.
 async fn pull_failure(
@@ -215,15 +228,11 @@ async fn a_pod_runs_on_the_real_node_with_probe_token_volumes_logs_and_exec() ->
     let agnhost = format!("{}:{}", images::AGNHOST_REPOSITORY, images::agnhost_tag()?);
     pods.create(
         &PostParams::default(),
-        &serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "agnhost"},
-            "spec": {
-                "nodeSelector": {node::NODE_LABEL.0: node::NODE_LABEL.1},
-                "tolerations": [{"key": node::NODE_LABEL.0, "operator": "Exists"}],
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": agnhost, "args": ["netexec", "--http-port=8081"]}],
-            },
-        }))?,
+        &on_node(
+            "agnhost",
+            serde_json::json!({}),
+            serde_json::json!({"name": "c", "image": agnhost, "args": ["netexec", "--http-port=8081"]}),
+        )?,
     )
     .await?;
     let a = eventually("agnhost running", Duration::from_secs(60), || async {
@@ -309,16 +318,12 @@ async fn network_policy_is_enforced_by_connection_and_pod_traffic_stays_on_the_n
     let client = cluster.client();
     namespace(&client, "np").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "np");
-    let spec = |name: &str, labels: serde_json::Value, command: &str| -> anyhow::Result<Pod> {
-        Ok(serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "nodeSelector": {node::NODE_LABEL.0: node::NODE_LABEL.1},
-                "tolerations": [{"key": node::NODE_LABEL.0, "operator": "Exists"}],
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": images::BUSYBOX_IMAGE, "command": ["sh", "-c", command]}],
-            },
-        }))?)
+    let spec = |name: &str, labels: serde_json::Value, command: &str| {
+        on_node(
+            name,
+            labels,
+            serde_json::json!({"name": "c", "image": images::BUSYBOX_IMAGE, "command": ["sh", "-c", command]}),
+        )
     };
     let serve = "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www";
     for (name, labels, cmd) in [
@@ -1024,16 +1029,12 @@ async fn tenants_provisioned_by_vcp_run_on_the_real_node_reach_their_services_an
     probes
         .create(
             &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "host-probe"},
-                "spec": {
-                    "nodeSelector": {node::NODE_LABEL.0: node::NODE_LABEL.1},
-                    "tolerations": [{"key": node::NODE_LABEL.0, "operator": "Exists"}],
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{"name": "c", "image": images::BUSYBOX_IMAGE,
-                        "command": ["sleep", "3600"]}],
-                },
-            }))?,
+            &on_node(
+                "host-probe",
+                serde_json::json!({}),
+                serde_json::json!({"name": "c", "image": images::BUSYBOX_IMAGE,
+                    "command": ["sleep", "3600"]}),
+            )?,
         )
         .await?;
     eventually(
